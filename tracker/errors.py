@@ -1,0 +1,62 @@
+"""The tracker's exception hierarchy.
+
+Every error a user can cause carries a stable ``code`` (used in ``--json`` error
+objects) and a one-line message; the CLI turns them into clean messages, never
+tracebacks.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TrackerError",
+    "NotFoundError",
+    "InvalidValueError",
+    "ConflictError",
+    "CycleError",
+    "WorkspaceError",
+]
+
+
+class TrackerError(Exception):
+    """Base class of every error the tracker raises on purpose."""
+
+    code = "tracker_error"
+
+    def __init__(self, message: str, *, code: str | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class NotFoundError(TrackerError):
+    """An issue, agent or other object does not exist."""
+
+    code = "not_found"
+
+
+class InvalidValueError(TrackerError):
+    """A field value is outside what the model accepts (status, priority, type...)."""
+
+    code = "invalid_value"
+
+
+class ConflictError(TrackerError):
+    """A write was refused because of the current state (claimed, slot held, open blockers)."""
+
+    code = "conflict"
+
+
+class CycleError(TrackerError):
+    """A dependency would close a cycle."""
+
+    code = "cycle"
+
+
+class WorkspaceError(TrackerError):
+    """No workspace, or a database that cannot be opened or is damaged."""
+
+    code = "workspace_unavailable"

@@ -1,0 +1,291 @@
+"""Import and export of beads JSONL (one issue per line, sorted by id).
+
+Import keeps every field: the ones the model knows go to columns, the rest are
+kept verbatim (in their order) and written back on export. Dirty data gets a
+warning with its line number, never a crash: a missing priority, a duplicated id
+(the last line wins), git conflict-marker lines, a malformed line.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .model import IMPORT_STATUSES, MODELLED_FIELDS, normalize_ts, now_iso
+from .store import Tracker, _comment_obj, _dep_obj, _dump, _order, _row_obj
+
+__all__ = ["ImportReport", "import_jsonl", "export_jsonl", "encode_line"]
+
+_CONFLICT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
+_DEP_FIELDS = ("issue_id", "depends_on_id", "type", "created_at", "created_by")
+_COMMENT_FIELDS = ("id", "issue_id", "author", "text", "created_at")
+
+
+@dataclass
+class ImportReport:
+    """What an import did, and what it had to say about the data."""
+
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped_older: int = 0
+    lines: int = 0
+    warnings: list[dict] = field(default_factory=list)
+
+    def warn(self, line: int, code: str, message: str) -> None:
+        self.warnings.append({"line": line, "code": code, "message": message})
+
+    def to_dict(self) -> dict:
+        return {
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "skipped_older": self.skipped_older,
+            "lines": self.lines,
+            "warnings": self.warnings,
+        }
+
+
+def _parse_lines(lines: Iterable[str], report: ImportReport) -> dict[str, tuple[int, dict]]:
+    records: dict[str, tuple[int, dict]] = {}
+    for number, raw in enumerate(lines, start=1):
+        report.lines = number
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith(_CONFLICT_MARKERS):
+            report.warn(number, "conflict_marker", f"git conflict marker skipped: {line[:40]!r}")
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            report.warn(number, "malformed", f"not valid JSON ({exc.msg} at column {exc.colno}); line skipped")
+            continue
+        if not isinstance(obj, dict):
+            report.warn(number, "malformed", "not a JSON object; line skipped")
+            continue
+        issue_id = obj.get("id")
+        if not isinstance(issue_id, str) or not issue_id.strip():
+            report.warn(number, "missing_id", "issue has no id; line skipped")
+            continue
+        if issue_id in records:
+            report.warn(number, "duplicate_id", f"{issue_id} appears again (line {records[issue_id][0]}); the last line wins")
+            del records[issue_id]
+        records[issue_id] = (number, obj)
+    return records
+
+
+def _split(number: int, obj: dict, report: ImportReport) -> tuple[dict, dict, list, list, list]:
+    """Columns, extras, labels, dependencies and comments of one JSONL object."""
+    issue_id = obj["id"]
+    record: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in obj.items():
+        # Stored counts and parent are kept verbatim: real exports carry values that
+        # do not match their own dependency lists, and dropping them would lose data.
+        if key in ("labels", "dependencies", "comments"):
+            continue
+        if key in MODELLED_FIELDS:
+            record[key] = value
+        else:
+            extra[key] = value
+    if "priority" not in obj:
+        report.warn(number, "missing_priority", f"{issue_id} has no priority; default 2 used")
+        record["priority"] = 2
+    else:
+        prio = obj["priority"]
+        if isinstance(prio, bool) or not isinstance(prio, int):
+            report.warn(number, "invalid_priority", f"{issue_id} priority {prio!r} kept as extra field; default 2 used")
+            extra["priority"] = prio
+            record["priority"] = 2
+    if not isinstance(record.get("title"), str):
+        if "title" in record:
+            extra["title"] = record["title"]
+        report.warn(number, "missing_title", f"{issue_id} has no title")
+        record["title"] = ""
+    status = record.get("status")
+    if status not in IMPORT_STATUSES:
+        report.warn(number, "invalid_status", f"{issue_id} status {status!r} is not a known status; kept as is")
+        if status is None:
+            record["status"] = "open"
+    for key in ("issue_type",):
+        if not isinstance(record.get(key), str):
+            record[key] = "task"
+    for key in ("metadata",):
+        if key in record and not isinstance(record[key], (dict, list)) and record[key] is not None:
+            extra[key] = record.pop(key)
+    if "timeout" in record and (isinstance(record["timeout"], bool) or not isinstance(record["timeout"], int)):
+        extra["timeout"] = record.pop("timeout")
+    for key in ("pinned", "ephemeral"):
+        if key in record and not isinstance(record[key], bool):
+            extra[key] = record.pop(key)
+    for key, value in list(record.items()):
+        if key not in ("priority", "metadata", "timeout", "pinned", "ephemeral", "id") and value is not None and not isinstance(value, str):
+            extra[key] = record.pop(key)
+    labels = obj.get("labels") or []
+    if not isinstance(labels, list):
+        report.warn(number, "invalid_labels", f"{issue_id} labels are not a list; ignored")
+        labels = []
+    deps = obj.get("dependencies") or []
+    if not isinstance(deps, list):
+        report.warn(number, "invalid_dependencies", f"{issue_id} dependencies are not a list; ignored")
+        deps = []
+    comments = obj.get("comments") or []
+    if not isinstance(comments, list):
+        report.warn(number, "invalid_comments", f"{issue_id} comments are not a list; ignored")
+        comments = []
+    return record, extra, [str(x) for x in labels], deps, comments
+
+
+def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
+    """Import a beads JSONL file into ``tracker`` in one transaction.
+
+    New ids are created; known ids are replaced when the file's ``updated_at``
+    is newer, and left alone otherwise.
+    """
+    report = ImportReport()
+    if isinstance(source, (str, Path)):
+        with open(source, encoding="utf-8", errors="replace") as fh:
+            records = _parse_lines(fh, report)
+    else:
+        records = _parse_lines(source, report)
+    cols = ["id", "priority", "title", "description", "design", "acceptance_criteria", "notes", "status",
+            "issue_type", "assignee", "owner", "created_at", "created_by", "updated_at", "closed_at",
+            "close_reason", "defer_until", "due_at", "external_ref", "await_type", "await_id", "agent_state",
+            "last_activity", "hook_bead", "role_bead", "metadata", "timeout", "pinned", "ephemeral", "extra",
+            "created_sort", "defer_sort"]
+    insert_issue = f"INSERT INTO issues({','.join(cols)}) VALUES ({','.join('?' * len(cols))})"
+    now = now_iso()
+    with tracker.transaction() as c:
+        existing = _existing_updated(c, list(records))
+        issue_rows, label_rows, dep_rows, comment_rows, event_rows, replaced = [], [], [], [], [], []
+        for issue_id, (number, obj) in records.items():
+            if issue_id in existing:
+                mine, theirs = normalize_ts(existing[issue_id]), normalize_ts(obj.get("updated_at"))
+                if theirs is None or (mine is not None and theirs <= mine):
+                    if theirs == mine:
+                        report.unchanged += 1
+                    else:
+                        report.skipped_older += 1
+                    continue
+                replaced.append(issue_id)
+                report.updated += 1
+            else:
+                report.created += 1
+            record, extra, labels, deps, comments = _split(number, obj, report)
+            row = []
+            for col in cols:
+                if col == "metadata":
+                    row.append(_dump(record.get("metadata")))
+                elif col == "extra":
+                    row.append(_dump(extra) if extra else None)
+                elif col == "created_sort":
+                    row.append(normalize_ts(record.get("created_at")) or "")
+                elif col == "defer_sort":
+                    row.append(normalize_ts(record.get("defer_until")))
+                elif col in ("pinned", "ephemeral"):
+                    v = record.get(col)
+                    row.append(None if v is None else int(v))
+                else:
+                    row.append(record.get(col))
+            issue_rows.append(row)
+            for label in dict.fromkeys(labels):
+                label_rows.append((issue_id, label))
+            for dep in deps:
+                if not isinstance(dep, dict) or not dep.get("depends_on_id"):
+                    report.warn(number, "invalid_dependency", f"{issue_id} has a dependency without depends_on_id; ignored")
+                    continue
+                dep_extra = {k: v for k, v in dep.items() if k not in _DEP_FIELDS}
+                dep_rows.append((issue_id, str(dep["depends_on_id"]), str(dep.get("type") or "blocks"),
+                                 dep.get("created_at"), dep.get("created_by"), _dump(dep_extra) if dep_extra else None))
+            for comment in comments:
+                if not isinstance(comment, dict) or not isinstance(comment.get("text"), str):
+                    report.warn(number, "invalid_comment", f"{issue_id} has a comment without text; ignored")
+                    continue
+                c_extra = {k: v for k, v in comment.items() if k not in _COMMENT_FIELDS}
+                comment_rows.append((issue_id, comment.get("author"), comment["text"], comment.get("created_at"),
+                                     _dump(comment["id"]) if "id" in comment else None,
+                                     _dump(c_extra) if c_extra else None))
+            event_rows.append((issue_id, "imported", tracker.actor, None, None, f"line {number}", now))
+        for chunk_start in range(0, len(replaced), 500):
+            chunk = replaced[chunk_start : chunk_start + 500]
+            c.execute(f"DELETE FROM issues WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+        c.executemany(insert_issue, issue_rows)
+        c.executemany("INSERT OR IGNORE INTO labels(issue_id, label) VALUES (?, ?)", label_rows)
+        c.executemany(
+            "INSERT OR IGNORE INTO dependencies(issue_id, depends_on_id, type, created_at, created_by, extra)"
+            " VALUES (?,?,?,?,?,?)",
+            dep_rows,
+        )
+        c.executemany(
+            "INSERT INTO comments(issue_id, author, text, created_at, ext_id, extra) VALUES (?,?,?,?,?,?)",
+            comment_rows,
+        )
+        c.executemany(
+            "INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
+            " VALUES (?,?,?,?,?,?,?)",
+            event_rows,
+        )
+    return report
+
+
+def _existing_updated(c: sqlite3.Connection, ids: list[str]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        for r in c.execute(f"SELECT id, updated_at FROM issues WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            found[r[0]] = r[1]
+    return found
+
+
+def encode_line(obj: dict) -> str:
+    """One JSONL line the way Go's encoder writes it (compact, HTML-safe escapes)."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def iter_export(tracker: Tracker) -> Iterable[dict]:
+    """Every issue (tombstones included) as its full JSONL object, sorted by id."""
+    c = tracker.db.conn
+    with tracker.db._lock:
+        labels: dict[str, list[str]] = {}
+        for r in c.execute("SELECT issue_id, label FROM labels ORDER BY rowid"):
+            labels.setdefault(r[0], []).append(r[1])
+        deps: dict[str, list[dict]] = {}
+        for r in c.execute("SELECT * FROM dependencies ORDER BY rowid"):
+            deps.setdefault(r["issue_id"], []).append(_dep_obj(r))
+        comments: dict[str, list[dict]] = {}
+        for r in c.execute("SELECT * FROM comments ORDER BY id"):
+            comments.setdefault(r["issue_id"], []).append(_comment_obj(r))
+        rows = c.execute("SELECT * FROM issues ORDER BY id").fetchall()
+    for r in rows:
+        issue = _row_obj(r)
+        iid = issue["id"]
+        issue_deps = deps.get(iid, [])
+        if iid in labels:
+            issue["labels"] = labels[iid]
+        if issue_deps:
+            issue["dependencies"] = issue_deps
+        if iid in comments:
+            issue["comments"] = comments[iid]
+        yield _order(issue)
+
+
+def export_jsonl(tracker: Tracker, out: IO[str]) -> int:
+    """Write every issue as beads JSONL to ``out``; returns the number of lines."""
+    n = 0
+    for issue in iter_export(tracker):
+        out.write(encode_line(issue))
+        out.write("\n")
+        n += 1
+    return n

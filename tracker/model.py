@@ -1,0 +1,197 @@
+"""The issue model: field names (beads' JSONL names), allowed values, time handling.
+
+Field values are kept as beads writes them (timestamps verbatim, with their own
+offsets and precision) so that an import followed by an export loses nothing;
+normalised copies exist only for ordering and comparisons.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from .errors import InvalidValueError
+
+__all__ = [
+    "STATUSES",
+    "IMPORT_STATUSES",
+    "BLOCKING_STATUSES",
+    "ISSUE_TYPES",
+    "NON_WORK_TYPES",
+    "AGENT_STATES",
+    "TEXT_FIELDS",
+    "EXPORT_ORDER",
+    "COMPUTED_FIELDS",
+    "now_iso",
+    "normalize_ts",
+    "parse_duration",
+    "check_status",
+    "check_priority",
+    "check_type",
+]
+
+STATUSES = ("open", "in_progress", "blocked", "deferred", "closed", "pinned", "hooked")
+IMPORT_STATUSES = STATUSES + ("tombstone",)
+# A ``blocks`` dependency on an issue in one of these states keeps the dependent from ready work.
+BLOCKING_STATUSES = ("open", "in_progress", "blocked", "deferred", "hooked")
+ISSUE_TYPES = ("task", "bug", "feature", "epic", "chore", "gate", "agent", "role")
+# Types that are never ready work unless ``--type`` names them.
+NON_WORK_TYPES = ("gate", "agent", "role", "molecule", "message", "merge-request", "rig")
+AGENT_STATES = ("idle", "spawning", "running", "working", "stuck", "done", "stopped", "dead")
+DEPENDENCY_TYPES = (
+    "blocks",
+    "parent-child",
+    "related",
+    "discovered-from",
+    "tracks",
+    "supersedes",
+    "duplicates",
+    "relates-to",
+    "replies-to",
+)
+
+# Columns of the issues table that hold beads fields, in the order beads writes them.
+TEXT_FIELDS = (
+    "title",
+    "description",
+    "design",
+    "acceptance_criteria",
+    "notes",
+    "status",
+    "issue_type",
+    "assignee",
+    "owner",
+    "created_at",
+    "created_by",
+    "updated_at",
+    "closed_at",
+    "close_reason",
+    "defer_until",
+    "due_at",
+    "external_ref",
+    "await_type",
+    "await_id",
+    "agent_state",
+    "last_activity",
+    "hook_bead",
+    "role_bead",
+)
+MODELLED_FIELDS = TEXT_FIELDS + ("id", "priority", "pinned", "ephemeral", "metadata", "timeout")
+
+# The export order of beads' Go struct (read off real exports); fields the
+# model does not know follow in the order they were first seen.
+EXPORT_ORDER = (
+    "id",
+    "title",
+    "description",
+    "design",
+    "acceptance_criteria",
+    "notes",
+    "status",
+    "priority",
+    "issue_type",
+    "assignee",
+    "owner",
+    "created_at",
+    "created_by",
+    "updated_at",
+    "closed_at",
+    "pinned",
+    "close_reason",
+    "defer_until",
+    "due_at",
+    "labels",
+    "external_ref",
+    "metadata",
+    "dependencies",
+    "ephemeral",
+    "comments",
+    "hook_bead",
+    "role_bead",
+    "agent_state",
+    "last_activity",
+    "await_type",
+    "await_id",
+    "timeout",
+)
+COMPUTED_FIELDS = ("dependency_count", "dependent_count", "comment_count", "parent")
+
+_FRACTION = re.compile(r"(\.\d{1,6})\d*")
+
+
+def now_iso() -> str:
+    """The current time as RFC 3339 UTC with microseconds (``...Z``)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_ts(value: str) -> datetime:
+    """Parse an RFC 3339 timestamp of any precision (beads writes up to nanoseconds)."""
+    text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
+    text = _FRACTION.sub(lambda m: m.group(1), text, count=1)
+    dt = datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt
+
+
+def normalize_ts(value: str | None) -> str | None:
+    """A sortable UTC form of ``value`` (``YYYY-MM-DDTHH:MM:SS.ffffffZ``), or None if empty/bad."""
+    if not value:
+        return None
+    try:
+        dt = parse_ts(value)
+    except ValueError:
+        return None
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)")
+_UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}
+
+
+def parse_duration(text: str) -> int:
+    """A Go-style duration (``90s``, ``1h30m``, ``2d``) as nanoseconds, the unit beads stores."""
+    spec = text.strip()
+    if spec.isdigit():
+        return int(spec) * 10**9
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(spec):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_NS[m.group(2)]
+        pos = m.end()
+    if pos != len(spec) or not spec:
+        raise InvalidValueError(f"invalid duration {text!r} (use e.g. 30s, 15m, 2h, 1d)")
+    return int(total)
+
+
+def add_ns(ts: str, ns: int) -> str:
+    """``ts`` plus ``ns`` nanoseconds, normalised."""
+    return (parse_ts(ts) + timedelta(microseconds=ns / 1000)).astimezone(timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
+
+
+def check_status(status: str, *, importing: bool = False) -> str:
+    allowed = IMPORT_STATUSES if importing else STATUSES
+    if status not in allowed:
+        raise InvalidValueError(f"invalid status {status!r} (one of: {', '.join(allowed)})")
+    return status
+
+
+def check_priority(priority: object) -> int:
+    if isinstance(priority, bool):
+        raise InvalidValueError(f"invalid priority {priority!r} (0-4)")
+    try:
+        value = int(str(priority).removeprefix("P").removeprefix("p"))
+    except ValueError:
+        raise InvalidValueError(f"invalid priority {priority!r} (0-4)") from None
+    if not 0 <= value <= 4:
+        raise InvalidValueError(f"invalid priority {priority!r} (0-4)")
+    return value
+
+
+def check_type(issue_type: str) -> str:
+    if issue_type not in ISSUE_TYPES:
+        raise InvalidValueError(f"invalid type {issue_type!r} (one of: {', '.join(ISSUE_TYPES)})")
+    return issue_type

@@ -1,0 +1,980 @@
+"""The tracker library: issues, labels, dependencies, comments, events, ready work.
+
+``Tracker`` is the one entry point. Every mutation runs in a ``BEGIN IMMEDIATE``
+transaction and appends to the ``events`` table (who, what, old, new, when).
+Issue objects are plain dicts with beads' field names, plus ``labels``,
+``dependencies``, ``dependency_count``, ``dependent_count``, ``comment_count``
+and ``parent``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import ids as idgen
+from .db import Database
+from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError, TrackerError, WorkspaceError
+from .model import (
+    AGENT_STATES,
+    BLOCKING_STATUSES,
+    EXPORT_ORDER,
+    NON_WORK_TYPES,
+    TEXT_FIELDS,
+    check_priority,
+    check_status,
+    check_type,
+    normalize_ts,
+    now_iso,
+)
+
+__all__ = ["Tracker", "find_workspace", "default_db_path", "DB_NAME"]
+
+DB_NAME = "mesh.db"
+DEFAULT_PREFIX = "bd"
+
+_UPDATABLE = {
+    "title",
+    "description",
+    "design",
+    "acceptance_criteria",
+    "notes",
+    "status",
+    "priority",
+    "issue_type",
+    "assignee",
+    "owner",
+    "close_reason",
+    "defer_until",
+    "due_at",
+    "external_ref",
+    "metadata",
+    "await_type",
+    "await_id",
+    "timeout",
+    "agent_state",
+    "last_activity",
+    "hook_bead",
+    "role_bead",
+    "pinned",
+    "ephemeral",
+}
+_SQL_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
+_SQL_NON_WORK = "(" + ",".join(f"'{t}'" for t in NON_WORK_TYPES) + ")"
+
+
+def find_workspace(start: Path | None = None) -> Path | None:
+    """The nearest folder at or above ``start`` that holds a ``.beads/`` folder."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".beads").is_dir():
+            return folder
+    return None
+
+
+def default_db_path(start: Path | None = None) -> Path | None:
+    """``MESH_DB`` if set, else ``.beads/mesh.db`` of the enclosing workspace."""
+    env = os.environ.get("MESH_DB")
+    if env:
+        return Path(env)
+    root = find_workspace(start)
+    return root / ".beads" / DB_NAME if root else None
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class Tracker:
+    """A beads-compatible issue tracker stored in one SQLite file."""
+
+    def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
+        self.db = Database(path, create=create)
+        self.path = self.db.path
+        self.actor = actor or os.environ.get("MESH_ACTOR") or os.environ.get("USER") or "mesh"
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @classmethod
+    def init(cls, root: Path, *, prefix: str | None = None, actor: str | None = None) -> "Tracker":
+        """Create (or open) the workspace database ``<root>/.beads/mesh.db``."""
+        tracker = cls(root / ".beads" / DB_NAME, actor=actor, create=True)
+        if prefix:
+            tracker.set_config("issue_prefix", prefix)
+        elif tracker.get_config("issue_prefix") is None:
+            tracker.set_config("issue_prefix", _prefix_from_yaml(root / ".beads" / "config.yaml") or DEFAULT_PREFIX)
+        return tracker
+
+    @classmethod
+    def open(cls, path: Path | str | None = None, *, actor: str | None = None) -> "Tracker":
+        """Open an existing database (``path``, ``MESH_DB`` or the enclosing workspace)."""
+        target = Path(path) if path else default_db_path()
+        if target is None:
+            raise WorkspaceError("no .beads/ workspace found here or above (run 'mesh tracker init')")
+        return cls(target, actor=actor)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Tracker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def transaction(self):
+        """A write transaction; tracker calls inside it join it (all or nothing)."""
+        return self.db.transaction()
+
+    def get_config(self, key: str) -> str | None:
+        row = self.db.read("SELECT value FROM config WHERE key = ?", (key,))
+        return row[0][0] if row else None
+
+    def set_config(self, key: str, value: str) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO config(key, value) VALUES (?, ?)", (key, value))
+
+    @property
+    def prefix(self) -> str:
+        return self.get_config("issue_prefix") or DEFAULT_PREFIX
+
+    # ----------------------------------------------------------------- events
+
+    def _event(self, c: sqlite3.Connection, issue_id: str, event_type: str, field: str | None = None,
+               old: Any = None, new: Any = None, *, at: str | None = None) -> None:
+        c.execute(
+            "INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (issue_id, event_type, self.actor, field, _event_text(old), _event_text(new), at or now_iso()),
+        )
+
+    def events(self, issue_id: str | None = None) -> list[dict]:
+        """The audit trail, oldest first (all issues when ``issue_id`` is None)."""
+        if issue_id is None:
+            rows = self.db.read("SELECT * FROM events ORDER BY id")
+        else:
+            rows = self.db.read("SELECT * FROM events WHERE issue_id = ? ORDER BY id", (issue_id,))
+        return [dict(r) for r in rows]
+
+    # ----------------------------------------------------------------- reads
+
+    def _row(self, c: sqlite3.Connection, issue_id: str) -> sqlite3.Row:
+        row = c.execute("SELECT * FROM issues WHERE id = ?", (issue_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no issue {issue_id!r}")
+        return row
+
+    def exists(self, issue_id: str) -> bool:
+        return bool(self.db.read("SELECT 1 FROM issues WHERE id = ?", (issue_id,)))
+
+    def get(self, issue_id: str, *, comments: bool = False) -> dict:
+        """One issue object; ``comments=True`` embeds its comments."""
+        with self.db._lock:
+            row = self._row(self.db.conn, issue_id)
+        issue = self._hydrate([row])[0]
+        if comments:
+            issue["comments"] = self.comments(issue_id)
+        return issue
+
+    def _hydrate(self, rows: Sequence[sqlite3.Row], *, counts: bool = True) -> list[dict]:
+        """Issue objects for ``rows`` with labels, dependencies, counts and parent (batched)."""
+        if not rows:
+            return []
+        ids = [r["id"] for r in rows]
+        labels: dict[str, list[str]] = {}
+        deps: dict[str, list[dict]] = {}
+        dependents: dict[str, int] = {}
+        ncomments: dict[str, int] = {}
+        with self.db._lock:
+            c = self.db.conn
+            for chunk in _chunks(ids, 500):
+                marks = ",".join("?" * len(chunk))
+                for r in c.execute(f"SELECT issue_id, label FROM labels WHERE issue_id IN ({marks}) ORDER BY rowid", chunk):
+                    labels.setdefault(r[0], []).append(r[1])
+                for r in c.execute(
+                    f"SELECT * FROM dependencies WHERE issue_id IN ({marks}) ORDER BY rowid", chunk
+                ):
+                    deps.setdefault(r["issue_id"], []).append(_dep_obj(r))
+                if counts:
+                    for r in c.execute(
+                        f"SELECT depends_on_id, count(*) FROM dependencies WHERE depends_on_id IN ({marks})"
+                        " GROUP BY depends_on_id",
+                        chunk,
+                    ):
+                        dependents[r[0]] = r[1]
+                    for r in c.execute(
+                        f"SELECT issue_id, count(*) FROM comments WHERE issue_id IN ({marks}) GROUP BY issue_id", chunk
+                    ):
+                        ncomments[r[0]] = r[1]
+        out = []
+        for r in rows:
+            issue = _row_obj(r)
+            iid = issue["id"]
+            issue_deps = deps.get(iid, [])
+            if labels.get(iid):
+                issue["labels"] = labels[iid]
+            if issue_deps:
+                issue["dependencies"] = issue_deps
+            if counts:
+                issue["dependency_count"] = len(issue_deps)
+                issue["dependent_count"] = dependents.get(iid, 0)
+                issue["comment_count"] = ncomments.get(iid, 0)
+                parent = next((d["depends_on_id"] for d in issue_deps if d["type"] == "parent-child"), None)
+                if parent:
+                    issue["parent"] = parent
+            out.append(_order(issue))
+        return out
+
+    def list(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        labels: Sequence[str] = (),
+        issue_type: str | None = None,
+        parent: str | None = None,
+        descendants: bool = False,
+        assignee: str | None = None,
+        include_closed: bool = False,
+        limit: int | None = None,
+    ) -> list[dict]:
+        """Issues matching every given filter, ordered by (priority, created_at, id).
+
+        Without ``status``, closed and tombstoned issues are left out unless
+        ``include_closed``. ``parent`` selects direct children, or every
+        descendant with ``descendants=True``.
+        """
+        where, params = [], []
+        if status:
+            statuses = [status] if isinstance(status, str) else list(status)
+            for s in statuses:
+                check_status(s, importing=True)
+            where.append(f"i.status IN ({','.join('?' * len(statuses))})")
+            params += statuses
+        elif not include_closed:
+            where.append("i.status NOT IN ('closed','tombstone')")
+        if issue_type:
+            where.append("i.issue_type = ?")
+            params.append(issue_type)
+        if assignee:
+            where.append("i.assignee = ?")
+            params.append(assignee)
+        for label in labels:
+            where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
+            params.append(label)
+        cte = ""
+        if parent:
+            cte, cparams = _descendants_cte(parent, descendants)
+            where.append("i.id IN (SELECT id FROM scope)")
+            params = cparams + params
+        sql = f"{cte} SELECT i.* FROM issues i"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY i.priority, i.created_sort, i.id"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return self._hydrate(self.db.read(sql, tuple(params)))
+
+    def ready(
+        self,
+        *,
+        labels: Sequence[str] = (),
+        issue_type: str | None = None,
+        parent: str | None = None,
+        limit: int | None = None,
+        now: str | None = None,
+        hydrate: bool = True,
+    ) -> list[dict]:
+        """Ready work: open, not pinned or ephemeral, not deferred, not blocked.
+
+        Blocked means a ``blocks`` dependency on an issue whose status is open,
+        in_progress, blocked, deferred or hooked, or an ancestor (through
+        ``parent-child``) that is blocked; deferral is inherited from ancestors
+        the same way. Non-work types (gate, agent, role, molecule, message,
+        merge-request, rig) are left out unless ``issue_type`` names one.
+        Ordered by (priority, created_at, id). ``parent`` keeps descendants of it.
+        """
+        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now)
+        rows = self.db.read(sql, params)
+        if not hydrate:
+            return [dict(r) for r in rows]
+        return self._hydrate(rows)
+
+    def _ready_sql(self, *, labels, issue_type, parent, limit, now) -> tuple[str, tuple]:
+        cand_where = ["i.status = 'open'", "COALESCE(i.ephemeral, 0) = 0", "COALESCE(i.pinned, 0) = 0"]
+        params: list[Any] = []
+        ctes = []
+        if parent:
+            scope_cte, sparams = _descendants_cte(parent, True)
+            ctes.append(scope_cte.removeprefix("WITH RECURSIVE "))
+            params += sparams
+            cand_where.append("i.id IN (SELECT id FROM scope)")
+        if issue_type:
+            cand_where.append("i.issue_type = ?")
+            params.append(issue_type)
+        else:
+            cand_where.append(f"i.issue_type NOT IN {_SQL_NON_WORK}")
+        for label in labels:
+            cand_where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
+            params.append(label)
+        ctes.append(
+            "cand(id, priority, created_sort, defer_sort) AS (SELECT i.id, i.priority, i.created_sort, i.defer_sort"
+            " FROM issues i WHERE " + " AND ".join(cand_where) + ")"
+        )
+        ctes.append(
+            "anc(cid, aid) AS (SELECT id, id FROM cand UNION"
+            " SELECT anc.cid, d.depends_on_id FROM anc JOIN dependencies d"
+            " ON d.type = 'parent-child' AND d.issue_id = anc.aid)"
+        )
+        params.append(normalize_ts(now or now_iso()))
+        sql = (
+            "WITH RECURSIVE " + ", ".join(ctes) + ", "
+            "bad(id) AS ("
+            " SELECT anc.cid FROM anc JOIN dependencies d ON d.type = 'blocks' AND d.issue_id = anc.aid"
+            f" JOIN issues b ON b.id = d.depends_on_id AND b.status IN {_SQL_BLOCKING}"
+            " UNION SELECT anc.cid FROM anc JOIN issues a ON a.id = anc.aid WHERE a.defer_sort > :now_placeholder)"
+            " SELECT i.* FROM cand c JOIN issues i ON i.id = c.id WHERE c.id NOT IN (SELECT id FROM bad)"
+            " ORDER BY c.priority, c.created_sort, c.id"
+        )
+        sql = sql.replace(":now_placeholder", "?")
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return sql, tuple(params)
+
+    def blockers(self, issue_id: str) -> list[dict]:
+        """Issues that block ``issue_id`` right now (its own ``blocks`` edges to open work)."""
+        rows = self.db.read(
+            "SELECT b.* FROM dependencies d JOIN issues b ON b.id = d.depends_on_id"
+            f" WHERE d.issue_id = ? AND d.type = 'blocks' AND b.status IN {_SQL_BLOCKING} ORDER BY b.id",
+            (issue_id,),
+        )
+        return self._hydrate(rows, counts=False)
+
+    def children(self, parent_id: str) -> list[dict]:
+        """Direct children (``parent-child`` dependents) of ``parent_id``."""
+        return self.list(parent=parent_id, include_closed=True)
+
+    # ----------------------------------------------------------------- create
+
+    def create(
+        self,
+        title: str,
+        *,
+        issue_type: str = "task",
+        priority: int | str = 2,
+        labels: Iterable[str] = (),
+        parent: str | None = None,
+        description: str = "",
+        design: str = "",
+        acceptance_criteria: str = "",
+        notes: str = "",
+        assignee: str | None = None,
+        status: str = "open",
+        issue_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> dict:
+        """Create an issue and return it.
+
+        With ``parent`` the id is ``<parent>.<n>`` and a ``parent-child``
+        dependency is added. With ``idempotency_key`` a second create with the
+        same key returns the first issue instead of making another (crash-safe
+        retries).
+        """
+        if not title or not title.strip():
+            raise InvalidValueError("title must not be empty")
+        check_type(issue_type)
+        prio = check_priority(priority)
+        check_status(status)
+        unknown = set(fields) - _UPDATABLE
+        if unknown:
+            raise InvalidValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
+        with self.transaction() as c:
+            if idempotency_key:
+                row = c.execute("SELECT issue_id FROM idempotency WHERE key = ?", (idempotency_key,)).fetchone()
+                if row:
+                    return self.get(row[0])
+            now = now_iso()
+            if parent:
+                self._row(c, parent)
+                n = c.execute(
+                    "INSERT INTO child_counters(parent_id, last_child) VALUES (?, 1)"
+                    " ON CONFLICT(parent_id) DO UPDATE SET last_child = last_child + 1 RETURNING last_child",
+                    (parent,),
+                ).fetchone()[0]
+                new_id = idgen.child_id(parent, n)
+                while c.execute("SELECT 1 FROM issues WHERE id = ?", (new_id,)).fetchone():
+                    n += 1
+                    new_id = idgen.child_id(parent, n)
+                c.execute("UPDATE child_counters SET last_child = ? WHERE parent_id = ?", (n, parent))
+            elif issue_id:
+                if c.execute("SELECT 1 FROM issues WHERE id = ?", (issue_id,)).fetchone():
+                    raise ConflictError(f"issue {issue_id!r} already exists")
+                new_id = issue_id
+            else:
+                new_id = self._new_hash_id(c, f"{title}|{description}|{self.actor}|{now}|{os.getpid()}")
+            record = {
+                "id": new_id,
+                "title": title,
+                "description": description or None,
+                "design": design or None,
+                "acceptance_criteria": acceptance_criteria or None,
+                "notes": notes or None,
+                "status": status,
+                "priority": prio,
+                "issue_type": issue_type,
+                "assignee": assignee,
+                "created_at": now,
+                "created_by": self.actor,
+                "updated_at": now,
+                "metadata": dict(metadata) if metadata else None,
+            }
+            record.update(fields)
+            if status == "closed":
+                record["closed_at"] = now
+            self._insert_row(c, record)
+            for label in dict.fromkeys(labels):
+                c.execute("INSERT OR IGNORE INTO labels(issue_id, label) VALUES (?, ?)", (new_id, label))
+            if parent:
+                c.execute(
+                    "INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)"
+                    " VALUES (?, ?, 'parent-child', ?, ?)",
+                    (new_id, parent, now, self.actor),
+                )
+            if idempotency_key:
+                c.execute("INSERT INTO idempotency(key, issue_id) VALUES (?, ?)", (idempotency_key, new_id))
+            self._event(c, new_id, "created", None, None, title, at=now)
+        return self.get(new_id)
+
+    def _new_hash_id(self, c: sqlite3.Connection, seed: str) -> str:
+        n = c.execute("SELECT COALESCE(MAX(seq), 0) FROM issues").fetchone()[0]
+        length = idgen.adaptive_length(n + 1)
+        prefix = self.prefix
+        for nonce in range(64):
+            candidate = idgen.hash_id(prefix, seed, length + nonce // 16, nonce)
+            if not c.execute("SELECT 1 FROM issues WHERE id = ?", (candidate,)).fetchone():
+                return candidate
+        raise TrackerError("could not find a free issue id")  # pragma: no cover - 64 collisions
+
+    def _insert_row(self, c: sqlite3.Connection, record: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
+        cols = ["id", "priority", *TEXT_FIELDS, "metadata", "timeout", "pinned", "ephemeral", "extra",
+                "created_sort", "defer_sort"]
+        values = []
+        for col in cols:
+            if col == "metadata":
+                values.append(_dump(record.get("metadata")))
+            elif col == "extra":
+                values.append(_dump(dict(extra)) if extra else None)
+            elif col == "created_sort":
+                values.append(normalize_ts(record.get("created_at")) or "")
+            elif col == "defer_sort":
+                values.append(normalize_ts(record.get("defer_until")))
+            elif col in ("pinned", "ephemeral"):
+                v = record.get(col)
+                values.append(None if v is None else int(bool(v)))
+            else:
+                values.append(record.get(col))
+        c.execute(
+            f"INSERT INTO issues({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+            values,
+        )
+
+    # ----------------------------------------------------------------- update
+
+    def update(self, issue_id: str, *, expect: Mapping[str, Any] | None = None, **changes: Any) -> dict:
+        """Change fields of an issue; one event per changed field.
+
+        ``expect`` makes it a compare-and-set: every given field must hold the
+        given value or the update is refused with ``ConflictError``.
+        """
+        unknown = set(changes) - _UPDATABLE
+        if unknown:
+            raise InvalidValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
+        if "status" in changes:
+            check_status(changes["status"])
+        if "priority" in changes:
+            changes["priority"] = check_priority(changes["priority"])
+        if "issue_type" in changes:
+            check_type(changes["issue_type"])
+        if "title" in changes and not str(changes["title"] or "").strip():
+            raise InvalidValueError("title must not be empty")
+        for key in ("description", "design", "acceptance_criteria", "notes", "assignee", "owner", "close_reason",
+                    "defer_until", "due_at", "external_ref", "await_type", "await_id", "hook_bead", "role_bead"):
+            # Clearing a field makes it absent, the way beads omits empty fields.
+            if changes.get(key, None) == "":
+                changes[key] = None
+        if "agent_state" in changes and changes["agent_state"] not in AGENT_STATES:
+            raise InvalidValueError(f"invalid agent state {changes['agent_state']!r} (one of: {', '.join(AGENT_STATES)})")
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            current = _row_obj(row, keep_empty=True)
+            for key, want in (expect or {}).items():
+                if current.get(key) != want:
+                    raise ConflictError(f"{issue_id}: {key} is {current.get(key)!r}, expected {want!r}")
+            self._apply(c, issue_id, current, changes)
+        return self.get(issue_id)
+
+    def _apply(self, c: sqlite3.Connection, issue_id: str, current: Mapping[str, Any], changes: Mapping[str, Any],
+               *, event_type: str = "updated") -> None:
+        now = now_iso()
+        sets, params = [], []
+        changed = False
+        for key, value in changes.items():
+            old = current.get(key)
+            if key in ("pinned", "ephemeral") and value is not None:
+                value = bool(value)
+            if old == value:
+                continue
+            changed = True
+            if key == "metadata":
+                sets.append("metadata = ?")
+                params.append(_dump(value))
+            elif key in ("pinned", "ephemeral"):
+                sets.append(f"{key} = ?")
+                params.append(None if value is None else int(value))
+            else:
+                sets.append(f"{key} = ?")
+                params.append(value)
+            if key == "defer_until":
+                sets.append("defer_sort = ?")
+                params.append(normalize_ts(value))
+            self._event(c, issue_id, event_type if key != "status" else "status_changed", key, old, value, at=now)
+        if "status" in changes and changes["status"] != current.get("status"):
+            if changes["status"] == "closed":
+                sets.append("closed_at = ?")
+                params.append(now)
+            elif current.get("status") == "closed":
+                sets += ["closed_at = NULL", "close_reason = NULL"]
+        if not changed:
+            return
+        sets.append("updated_at = ?")
+        params.append(now)
+        c.execute(f"UPDATE issues SET {', '.join(sets)} WHERE id = ?", (*params, issue_id))
+
+    def claim(self, issue_id: str, actor: str | None = None) -> dict:
+        """Compare-and-set: take an open, unassigned issue (or one already the actor's)."""
+        who = actor or self.actor
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            status, assignee = row["status"], row["assignee"]
+            mine = assignee == who
+            if not ((status == "open" and (not assignee or mine)) or (status == "in_progress" and mine)):
+                holder = f" by {assignee}" if assignee else ""
+                raise ConflictError(f"{issue_id} cannot be claimed: it is {status}{holder}")
+            current = _row_obj(row, keep_empty=True)
+            self._apply(c, issue_id, current, {"status": "in_progress", "assignee": who}, event_type="claimed")
+        return self.get(issue_id)
+
+    def close_issue(self, issue_id: str, *, reason: str = "", force: bool = False,
+                    expect_status: Sequence[str] | None = None) -> dict:
+        """Close an issue; refused while it has open blockers unless ``force``.
+
+        ``expect_status`` makes it a compare-and-set on the current status: a
+        second closer loses with ``ConflictError`` instead of closing twice.
+        """
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            if expect_status is not None and row["status"] not in expect_status:
+                raise ConflictError(f"{issue_id} is {row['status']}, not {'/'.join(expect_status)}")
+            if row["status"] == "closed":
+                raise ConflictError(f"{issue_id} is already closed")
+            if not force:
+                open_blockers = [b["id"] for b in self.blockers(issue_id)]
+                if open_blockers:
+                    raise ConflictError(f"{issue_id} has open blockers: {', '.join(open_blockers)} (use --force)")
+            current = _row_obj(row, keep_empty=True)
+            self._apply(c, issue_id, current, {"status": "closed", "close_reason": reason or None}, event_type="closed")
+        return self.get(issue_id)
+
+    def reopen(self, issue_id: str) -> dict:
+        """Reopen a closed issue."""
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            if row["status"] != "closed":
+                raise ConflictError(f"{issue_id} is {row['status']}, not closed")
+            self._apply(c, issue_id, _row_obj(row, keep_empty=True), {"status": "open"}, event_type="reopened")
+        return self.get(issue_id)
+
+    # ----------------------------------------------------------------- comments
+
+    def add_comment(self, issue_id: str, text: str, *, author: str | None = None,
+                    dedupe_key: str | None = None) -> dict:
+        """Add a comment; with ``dedupe_key`` a repeat returns the first comment instead."""
+        if not text:
+            raise InvalidValueError("comment text must not be empty")
+        with self.transaction() as c:
+            self._row(c, issue_id)
+            if dedupe_key:
+                row = c.execute("SELECT * FROM comments WHERE dedupe_key = ?", (dedupe_key,)).fetchone()
+                if row:
+                    return _comment_obj(row)
+            now = now_iso()
+            cur = c.execute(
+                "INSERT INTO comments(issue_id, author, text, created_at, dedupe_key) VALUES (?,?,?,?,?)",
+                (issue_id, author or self.actor, text, now, dedupe_key),
+            )
+            c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+            self._event(c, issue_id, "commented", None, None, text[:200], at=now)
+            row = c.execute("SELECT * FROM comments WHERE id = ?", (cur.lastrowid,)).fetchone()
+        return _comment_obj(row)
+
+    def comments(self, issue_id: str) -> list[dict]:
+        """Comments of an issue, oldest first."""
+        with self.db._lock:
+            self._row(self.db.conn, issue_id)
+        rows = self.db.read("SELECT * FROM comments WHERE issue_id = ? ORDER BY id", (issue_id,))
+        return [_comment_obj(r) for r in rows]
+
+    def comment_keys(self, prefix: str) -> set[str]:
+        """Dedupe keys that start with ``prefix`` (checkpoints already written)."""
+        rows = self.db.read(
+            "SELECT dedupe_key FROM comments WHERE dedupe_key >= ? AND dedupe_key < ?", (prefix, prefix + "\uffff")
+        )
+        return {r[0] for r in rows}
+
+    # ----------------------------------------------------------------- dependencies and labels
+
+    def add_dependency(self, issue_id: str, depends_on_id: str, dep_type: str = "blocks") -> dict:
+        """``issue_id`` depends on ``depends_on_id``; refused if either is missing or it closes a cycle."""
+        if not dep_type or not dep_type.strip():
+            raise InvalidValueError("dependency type must not be empty")
+        if issue_id == depends_on_id:
+            raise CycleError(f"{issue_id} cannot depend on itself")
+        with self.transaction() as c:
+            self._row(c, issue_id)
+            self._row(c, depends_on_id)
+            if dep_type in ("blocks", "parent-child"):
+                # Would depends_on_id reach issue_id through edges of the same kind?
+                hit = c.execute(
+                    "WITH RECURSIVE reach(id) AS (SELECT ? UNION SELECT d.depends_on_id FROM dependencies d"
+                    " JOIN reach r ON d.issue_id = r.id AND d.type = ?) SELECT 1 FROM reach WHERE id = ?",
+                    (depends_on_id, dep_type, issue_id),
+                ).fetchone()
+                if hit:
+                    raise CycleError(f"{issue_id} -> {depends_on_id} ({dep_type}) would create a cycle")
+            if dep_type == "parent-child":
+                existing = c.execute(
+                    "SELECT depends_on_id FROM dependencies WHERE issue_id = ? AND type = 'parent-child'", (issue_id,)
+                ).fetchone()
+                if existing and existing[0] != depends_on_id:
+                    raise ConflictError(f"{issue_id} already has parent {existing[0]}")
+            now = now_iso()
+            cur = c.execute(
+                "INSERT OR IGNORE INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)"
+                " VALUES (?,?,?,?,?)",
+                (issue_id, depends_on_id, dep_type, now, self.actor),
+            )
+            if cur.rowcount:
+                c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+                self._event(c, issue_id, "dependency_added", dep_type, None, depends_on_id, at=now)
+            row = c.execute(
+                "SELECT * FROM dependencies WHERE issue_id = ? AND depends_on_id = ? AND type = ?",
+                (issue_id, depends_on_id, dep_type),
+            ).fetchone()
+        return _dep_obj(row)
+
+    def remove_dependency(self, issue_id: str, depends_on_id: str, dep_type: str | None = None) -> int:
+        """Remove the dependency (of any type unless ``dep_type``); returns how many went."""
+        with self.transaction() as c:
+            self._row(c, issue_id)
+            sql = "DELETE FROM dependencies WHERE issue_id = ? AND depends_on_id = ?"
+            params: tuple = (issue_id, depends_on_id)
+            if dep_type:
+                sql += " AND type = ?"
+                params += (dep_type,)
+            n = c.execute(sql, params).rowcount
+            if not n:
+                raise NotFoundError(f"{issue_id} has no dependency on {depends_on_id}")
+            now = now_iso()
+            c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+            self._event(c, issue_id, "dependency_removed", dep_type, depends_on_id, None, at=now)
+        return n
+
+    def add_label(self, issue_id: str, label: str) -> dict:
+        if not label or not label.strip():
+            raise InvalidValueError("label must not be empty")
+        with self.transaction() as c:
+            self._row(c, issue_id)
+            if c.execute("INSERT OR IGNORE INTO labels(issue_id, label) VALUES (?, ?)", (issue_id, label)).rowcount:
+                now = now_iso()
+                c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+                self._event(c, issue_id, "label_added", "labels", None, label, at=now)
+        return self.get(issue_id)
+
+    def remove_label(self, issue_id: str, label: str) -> dict:
+        with self.transaction() as c:
+            self._row(c, issue_id)
+            if not c.execute("DELETE FROM labels WHERE issue_id = ? AND label = ?", (issue_id, label)).rowcount:
+                raise NotFoundError(f"{issue_id} has no label {label!r}")
+            now = now_iso()
+            c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+            self._event(c, issue_id, "label_removed", "labels", label, None, at=now)
+        return self.get(issue_id)
+
+    # ----------------------------------------------------------------- gates, slots, agents
+
+    def gate_create(self, title: str, *, blocks: str, await_type: str = "human",
+                    timeout_ns: int | None = None, await_id: str | None = None,
+                    idempotency_key: str | None = None) -> dict:
+        """A gate issue that ``blocks`` the waiting issue until it is resolved."""
+        if await_type not in ("human", "timer", "ci"):
+            raise InvalidValueError(f"invalid await type {await_type!r} (human, timer, ci)")
+        if await_type == "timer" and not timeout_ns:
+            raise InvalidValueError("a timer gate needs --timeout")
+        with self.transaction():
+            self.get(blocks)
+            gate = self.create(title, issue_type="gate", await_type=await_type, await_id=await_id,
+                               timeout=timeout_ns, idempotency_key=idempotency_key)
+            self.add_dependency(blocks, gate["id"], "blocks")
+        return self.get(gate["id"])
+
+    def gate_resolve(self, gate_id: str, *, reason: str = "resolved") -> dict:
+        """Resolve a gate: close it, which unblocks what waits on it."""
+        with self.transaction():
+            gate = self.get(gate_id)
+            if gate["issue_type"] != "gate":
+                raise InvalidValueError(f"{gate_id} is a {gate['issue_type']}, not a gate")
+            return self.close_issue(gate_id, reason=reason, force=True, expect_status=("open", "in_progress", "blocked"))
+
+    def gate_check(self, now: str | None = None) -> list[dict]:
+        """Resolve timer gates whose time has come; returns the gates resolved."""
+        from .model import add_ns
+
+        moment = normalize_ts(now) if now else normalize_ts(now_iso())
+        due = []
+        for row in self.db.read(
+            "SELECT id, created_at, timeout FROM issues WHERE issue_type = 'gate' AND await_type = 'timer'"
+            " AND status NOT IN ('closed','tombstone') AND timeout IS NOT NULL"
+        ):
+            if add_ns(row["created_at"], row["timeout"]) <= moment:
+                due.append(row["id"])
+        return [self.gate_resolve(g, reason="timer elapsed") for g in due]
+
+    def _agent(self, c: sqlite3.Connection, agent_id: str) -> sqlite3.Row:
+        row = self._row(c, agent_id)
+        if row["issue_type"] != "agent":
+            raise InvalidValueError(f"{agent_id} is a {row['issue_type']}, not an agent")
+        return row
+
+    def slot_set(self, agent_id: str, slot: str, issue_id: str) -> dict:
+        """Attach ``issue_id`` to an agent's ``hook`` (0..1, refused while held) or ``role`` slot."""
+        field = _slot_field(slot)
+        with self.transaction() as c:
+            row = self._agent(c, agent_id)
+            self._row(c, issue_id)
+            held = row[field]
+            if slot == "hook" and held and held != issue_id:
+                raise ConflictError(f"{agent_id} hook slot is held by {held} (clear it first)")
+            self._apply(c, agent_id, _row_obj(row, keep_empty=True), {field: issue_id}, event_type="slot_set")
+        return self.get(agent_id)
+
+    def slot_clear(self, agent_id: str, slot: str) -> dict:
+        field = _slot_field(slot)
+        with self.transaction() as c:
+            row = self._agent(c, agent_id)
+            self._apply(c, agent_id, _row_obj(row, keep_empty=True), {field: None}, event_type="slot_cleared")
+        return self.get(agent_id)
+
+    def slot_show(self, agent_id: str) -> dict:
+        with self.db._lock:
+            row = self._agent(self.db.conn, agent_id)
+        return {"agent": agent_id, "hook": row["hook_bead"], "role": row["role_bead"]}
+
+    def agent_state(self, agent_id: str, state: str) -> dict:
+        """Set an agent's state and its ``last_activity``."""
+        if state not in AGENT_STATES:
+            raise InvalidValueError(f"invalid agent state {state!r} (one of: {', '.join(AGENT_STATES)})")
+        with self.transaction() as c:
+            row = self._agent(c, agent_id)
+            self._apply(c, agent_id, _row_obj(row, keep_empty=True),
+                        {"agent_state": state, "last_activity": now_iso()}, event_type="agent_state")
+        return self.get(agent_id)
+
+    def ensure_agent(self, name: str, *, labels: Iterable[str] = ("gt:agent",), idempotency_key: str | None = None) -> dict:
+        """The agent issue titled ``name``, created if missing."""
+        return self._ensure_typed(name, "agent", labels, idempotency_key)
+
+    def ensure_role(self, name: str, *, labels: Iterable[str] = ("gt:role",), idempotency_key: str | None = None) -> dict:
+        """The role issue titled ``name``, created if missing."""
+        return self._ensure_typed(name, "role", labels, idempotency_key)
+
+    def _ensure_typed(self, name: str, issue_type: str, labels: Iterable[str], key: str | None) -> dict:
+        with self.transaction():
+            rows = self.db.read(
+                "SELECT * FROM issues WHERE issue_type = ? AND title = ? AND status != 'tombstone' ORDER BY seq LIMIT 1",
+                (issue_type, name),
+            )
+            if rows:
+                return self._hydrate(rows)[0]
+            return self.create(name, issue_type=issue_type, labels=labels,
+                               idempotency_key=key or f"{issue_type}:{name}")
+
+    # ----------------------------------------------------------------- workspace status
+
+    def where(self) -> dict:
+        root = self.path.parent.parent if self.path.parent.name == ".beads" else self.path.parent
+        return {"path": str(root), "database_path": str(self.path), "prefix": self.prefix}
+
+    def status(self) -> dict:
+        counts = {r[0]: r[1] for r in self.db.read("SELECT status, count(*) FROM issues GROUP BY status")}
+        ready = len(self.ready(hydrate=False))
+        return {
+            "summary": {
+                "total_issues": sum(counts.values()),
+                "open_issues": counts.get("open", 0),
+                "in_progress_issues": counts.get("in_progress", 0),
+                "blocked_issues": counts.get("blocked", 0),
+                "deferred_issues": counts.get("deferred", 0),
+                "closed_issues": counts.get("closed", 0),
+                "ready_issues": ready,
+            },
+            "by_status": counts,
+        }
+
+    def doctor(self, *, fix: bool = False) -> dict:
+        """Check the database; with ``fix`` repair what can be repaired safely."""
+        checks = []
+        integrity = self.db.read("PRAGMA integrity_check")[0][0]
+        checks.append({"name": "integrity", "ok": integrity == "ok", "detail": integrity})
+        fk = self.db.read("PRAGMA foreign_key_check")
+        checks.append({"name": "foreign_keys", "ok": not fk, "detail": f"{len(fk)} violation(s)"})
+        mode = self.db.read("PRAGMA journal_mode")[0][0]
+        checks.append({"name": "journal_mode", "ok": mode == "wal", "detail": mode})
+        dangling = self.db.read(
+            "SELECT count(*) FROM dependencies d LEFT JOIN issues i ON i.id = d.depends_on_id WHERE i.id IS NULL"
+        )[0][0]
+        checks.append({"name": "dangling_dependencies", "ok": True, "detail": f"{dangling} edge(s) to unknown issues (kept)"})
+        unsorted = self.db.read("SELECT count(*) FROM issues WHERE created_sort IS NULL OR created_sort = ''")[0][0]
+        checks.append({"name": "sort_keys", "ok": unsorted == 0, "detail": f"{unsorted} issue(s) without a sort key"})
+        fixed = []
+        if fix:
+            with self.transaction() as c:
+                for r in c.execute("SELECT id, created_at, defer_until FROM issues").fetchall():
+                    c.execute("UPDATE issues SET created_sort = ?, defer_sort = ? WHERE id = ?",
+                              (normalize_ts(r[1]) or "", normalize_ts(r[2]), r[0]))
+                if fk:
+                    c.execute("DELETE FROM labels WHERE issue_id NOT IN (SELECT id FROM issues)")
+                    c.execute("DELETE FROM comments WHERE issue_id NOT IN (SELECT id FROM issues)")
+                    c.execute("DELETE FROM dependencies WHERE issue_id NOT IN (SELECT id FROM issues)")
+            fixed.append("sort keys rebuilt")
+            if fk:
+                fixed.append("orphan rows removed")
+            if mode != "wal":
+                self.db.conn.execute("PRAGMA journal_mode = WAL")
+                fixed.append("journal mode set to WAL")
+            self.db.conn.execute("PRAGMA optimize")
+        ok = all(ch["ok"] for ch in checks)
+        return {"ok": ok, "checks": checks, "fixed": fixed, "database_path": str(self.path)}
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _prefix_from_yaml(path: Path) -> str | None:
+    """``issue-prefix`` from a beads ``config.yaml`` (a flat key: value file)."""
+    if not path.exists():
+        return None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("issue-prefix", "issue_prefix", "prefix"):
+            return value.strip().strip("\"'") or None
+    return None
+
+
+def _slot_field(slot: str) -> str:
+    if slot == "hook":
+        return "hook_bead"
+    if slot == "role":
+        return "role_bead"
+    raise InvalidValueError(f"invalid slot {slot!r} (hook or role)")
+
+
+def _descendants_cte(parent: str, descendants: bool) -> tuple[str, list]:
+    if descendants:
+        return (
+            "WITH RECURSIVE scope(id) AS (SELECT issue_id FROM dependencies WHERE type = 'parent-child'"
+            " AND depends_on_id = ? UNION SELECT d.issue_id FROM dependencies d JOIN scope s"
+            " ON d.type = 'parent-child' AND d.depends_on_id = s.id)",
+            [parent],
+        )
+    return (
+        "WITH scope(id) AS (SELECT issue_id FROM dependencies WHERE type = 'parent-child' AND depends_on_id = ?)",
+        [parent],
+    )
+
+
+def _chunks(items: Sequence[str], size: int):
+    for i in range(0, len(items), size):
+        yield list(items[i : i + size])
+
+
+def _event_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _row_obj(row: sqlite3.Row, *, keep_empty: bool = False) -> dict:
+    """The beads fields of an issues row; empty fields omitted (except priority) unless keep_empty."""
+    out: dict[str, Any] = {"id": row["id"]}
+    for key in TEXT_FIELDS:
+        value = row[key]
+        # NULL is an absent field; "" is a field that was present but empty (kept for fidelity).
+        if keep_empty or value is not None:
+            out[key] = value
+    out["priority"] = row["priority"]
+    for key in ("pinned", "ephemeral"):
+        value = row[key]
+        if value is not None:
+            out[key] = bool(value)
+        elif keep_empty:
+            out[key] = None
+    if row["metadata"] is not None or keep_empty:
+        out["metadata"] = _load(row["metadata"])
+    if row["timeout"] is not None or keep_empty:
+        out["timeout"] = row["timeout"]
+    if row["extra"]:
+        for key, value in json.loads(row["extra"]).items():
+            out.setdefault(key, value)
+    return out
+
+
+def _order(issue: dict) -> dict:
+    """Beads' field order, then unknown fields in their first-seen order."""
+    ordered = {k: issue[k] for k in EXPORT_ORDER if k in issue}
+    for k, v in issue.items():
+        if k not in ordered:
+            ordered[k] = v
+    return ordered
+
+
+def _dep_obj(row: sqlite3.Row) -> dict:
+    dep: dict[str, Any] = {"issue_id": row["issue_id"], "depends_on_id": row["depends_on_id"], "type": row["type"]}
+    if row["created_at"] is not None:
+        dep["created_at"] = row["created_at"]
+    if row["created_by"] is not None:
+        dep["created_by"] = row["created_by"]
+    if row["extra"]:
+        dep.update(json.loads(row["extra"]))
+    return dep
+
+
+def _comment_obj(row: sqlite3.Row) -> dict:
+    comment: dict[str, Any] = {
+        "id": json.loads(row["ext_id"]) if row["ext_id"] is not None else row["id"],
+        "issue_id": row["issue_id"],
+        "author": row["author"],
+        "text": row["text"],
+        "created_at": row["created_at"],
+    }
+    if row["extra"]:
+        comment.update(json.loads(row["extra"]))
+    return comment
