@@ -36,6 +36,177 @@ def cli(ctx: click.Context, db_path: str | None, actor: str | None) -> None:
 cli.add_command(tracker_group)
 
 
+def _run_options(f):
+    """The options ``run`` and ``resume`` share."""
+    options = [
+        click.option("--label", help="Scope: the plan label (else env BD_PLAN_LABEL, else --parent)."),
+        click.option("--parent", help="Scope: the parent epic id (fallback when tasks carry no plan label)."),
+        click.option("--ids", help="Restrict candidates to these task ids (comma-separated)."),
+        click.option("--no-integrate", "no_integrate", is_flag=True,
+                     help="Synthesis only: apply nothing, run nothing, change no status."),
+        click.option("--strict-output", "strict_output", is_flag=True, default=None,
+                     help="Require every worker answer to be a JSON envelope {role, task_id, artifact, outbox?}."),
+        click.option("--backend", type=click.Choice(["replay", "command", "anthropic"]),
+                     help="Worker backend (default from config: replay)."),
+        click.option("--script", type=click.Path(exists=True, dir_okay=False),
+                     help="Replay script (JSON: role -> list of responses)."),
+        click.option("--worker-cmd", "worker_cmd", help="Command backend: an agent CLI reading the prompt on stdin."),
+        click.option("--repo", type=click.Path(file_okay=False), help="Git repository to integrate into (default: .)."),
+        click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+                     help="Config file (default: mesh.toml, or [tool.mesh] in pyproject.toml)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
+            backend, script, worker_cmd, repo, config_file, as_json) -> None:
+    import json
+    from pathlib import Path
+
+    from orchestrator.report import render_report
+    from orchestrator.runner import RunError, RunOptions, run
+
+    root = ctx.find_root().obj or {}
+    options = RunOptions(
+        label=label, parent=parent, ids=[i.strip() for i in (ids or "").split(",") if i.strip()],
+        integrate=False if no_integrate else None, strict_output=strict_output, backend=backend,
+        script=Path(script) if script else None, worker_cmd=worker_cmd, repo=Path(repo) if repo else None,
+        config_file=Path(config_file) if config_file else None, db=Path(root["db"]) if root.get("db") else None,
+        actor=root.get("actor"), task=task, force=force,
+    )
+    try:
+        report = run(options, echo=lambda line: click.echo(line, err=True))
+    except RunError as exc:
+        if as_json:
+            click.echo(json.dumps({"error": str(exc), "code": exc.exit_code}), err=True)
+        else:
+            click.echo(f"mesh: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+        return
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(render_report(report))
+    ctx.exit(report.exit_code)
+
+
+@cli.command("run")
+@_run_options
+@click.pass_context
+def run_command(ctx: click.Context, **kw) -> None:
+    """Take one scoped task from ready to closed (or blocked), checkpointing every round.
+
+    Exit codes: 0 closed, synthesis only or nothing runnable; 2 usage; 3 task
+    blocked; 4 tracker unavailable.
+    """
+    _do_run(ctx, None, False, **kw)
+
+
+@cli.command("resume")
+@click.argument("task", required=False)
+@click.option("--force", is_flag=True, help="Take over the task's lease at once, even if not expired.")
+@_run_options
+@click.pass_context
+def resume_command(ctx: click.Context, task: str | None, force: bool, **kw) -> None:
+    """Continue an interrupted run from its [orch:*] checkpoints (TASK, or the scope's in-progress task)."""
+    _do_run(ctx, task, force, **kw)
+
+
+@cli.command("show")
+@click.argument("task")
+@click.option("--json", "as_json", is_flag=True, help="Print the history as JSON.")
+@click.pass_context
+def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
+    """A task's run history from its comments: rounds, votes, findings, validation, outcome."""
+    import json
+
+    from orchestrator.show import render_history, task_history
+    from tracker.errors import TrackerError
+    from tracker.store import Tracker
+
+    root = ctx.find_root().obj or {}
+    try:
+        with Tracker.open(root.get("db"), actor=root.get("actor")) as tracker:
+            history = task_history(tracker, task)
+    except TrackerError as exc:
+        if as_json:
+            click.echo(json.dumps({"error": str(exc), "code": exc.code}), err=True)
+        else:
+            click.echo(f"mesh: {exc}", err=True)
+        ctx.exit(4 if exc.code == "workspace_unavailable" else 1)
+        return
+    click.echo(json.dumps(history, indent=2) if as_json else render_history(history))
+
+
+@cli.command("ci-close")
+@click.option("--label", help="Scope: the plan label (else env BD_PLAN_LABEL, else --parent).")
+@click.option("--parent", help="Scope: the parent epic id.")
+@click.option("--revalidate", is_flag=True, help="Re-run the allowed validation commands in this checkout first.")
+@click.option("--require-signed", "require_signed", is_flag=True,
+              help="Refuse evidence whose checkpoints are not signed with MESH_SIGNING_KEY.")
+@click.option("--repo", type=click.Path(file_okay=False), help="Checkout to revalidate in (default: .).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="Config file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per task looked at, as an array.")
+@click.pass_context
+def ci_close_command(ctx: click.Context, label, parent, revalidate, require_signed, repo, config_file,
+                     as_json) -> None:
+    """Close approved tasks from CI after checking their evidence (exit 1 if any task fails).
+
+    Looks at in-progress tasks in scope that wait on a CI gate or hold an approval, checks
+    vote consensus, validation pass, review approve and no open MUST_FIX findings from their
+    [orch:*] checkpoints, then resolves the gate and closes the task.
+    """
+    import json
+    from pathlib import Path
+
+    from orchestrator.ci_close import ci_close
+    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
+    from orchestrator.scope import ScopeError, resolve_scope
+
+    root = ctx.find_root().obj or {}
+    try:
+        scope = resolve_scope(label, parent)
+        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
+                                            config_file=Path(config_file) if config_file else None))
+        tracker = open_tracker(Path(root["db"]) if root.get("db") else None, root.get("actor"))
+    except ScopeError as exc:
+        click.echo(f"mesh: {exc}", err=True)
+        ctx.exit(2)
+        return
+    except RunError as exc:
+        click.echo(f"mesh: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+        return
+    with tracker:
+        checks = ci_close(tracker, config, scope, repo=Path(repo or ".").resolve(), revalidate=revalidate,
+                          require_signed=require_signed)
+    if as_json:
+        click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
+    else:
+        if not checks:
+            click.echo("no task in scope awaits a CI close")
+        for c in checks:
+            click.echo(f"{c.task_id}  {c.result:<14} {c.title}")
+            for name, value in c.checks.items():
+                click.echo(f"    {name}: {value}")
+            for problem in c.problems:
+                click.echo(f"    problem: {problem}")
+    ctx.exit(0 if all(c.ok for c in checks) else 1)
+
+
+@cli.command("demo")
+@click.option("--keep", is_flag=True, help="Keep the temporary demo folder and print its path.")
+@click.pass_context
+def demo_command(ctx: click.Context, keep: bool) -> None:
+    """The offline end-to-end demo: a real patch, real tests, one review cycle, then close."""
+    from orchestrator.demo import run_demo
+
+    ctx.exit(run_demo(keep=keep, echo=click.echo))
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="mesh")

@@ -8,16 +8,18 @@ then write (the claim compare-and-set depends on it).
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import WorkspaceError
+from .model import BLOCKING_STATUSES
 
-__all__ = ["Database", "SCHEMA_VERSION"]
+__all__ = ["Database", "SCHEMA_VERSION", "refresh_ready_state", "ready_state_changes"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 SCHEMA = """
@@ -58,9 +60,15 @@ CREATE TABLE IF NOT EXISTS issues (
     ephemeral INTEGER,
     extra TEXT,
     created_sort TEXT,
-    defer_sort TEXT
+    defer_sort TEXT,
+    blocked INTEGER NOT NULL DEFAULT 0,
+    defer_eff TEXT
 );
 CREATE INDEX IF NOT EXISTS issues_by_status ON issues(status, issue_type, priority, created_sort, id);
+CREATE INDEX IF NOT EXISTS issues_ready_order ON issues(priority, created_sort, id)
+    WHERE status = 'open' AND blocked = 0;
+CREATE INDEX IF NOT EXISTS issues_ready_by_id ON issues(id, issue_type, priority, created_sort, defer_eff, ephemeral, pinned)
+    WHERE status = 'open' AND blocked = 0;
 CREATE INDEX IF NOT EXISTS issues_deferred ON issues(defer_sort) WHERE defer_sort IS NOT NULL;
 CREATE INDEX IF NOT EXISTS issues_by_assignee ON issues(assignee) WHERE assignee IS NOT NULL;
 CREATE TABLE IF NOT EXISTS labels (
@@ -137,19 +145,22 @@ class Database:
             # NORMAL is durable across application crashes in WAL mode; only an OS crash can
             # lose the last transactions, never corrupt the file.
             self.conn.execute("PRAGMA synchronous = NORMAL")
+            # Imports of 100,000 issues update several indexes at once; the default 2 MB
+            # page cache makes that thrash. Pages are only allocated when used.
+            self.conn.execute("PRAGMA cache_size = -65536")
+            self.conn.execute("PRAGMA temp_store = MEMORY")
             self.conn.execute("PRAGMA foreign_keys = ON")
+            columns = {r[1] for r in self.conn.execute("PRAGMA table_info(issues)")}
+            if not columns and not create:
+                raise WorkspaceError(f"{self.path} is not a mesh tracker database")
+            if columns and "blocked" not in columns:
+                _migrate_v1(self.conn)
             if create:
                 self.conn.executescript(SCHEMA)
                 self.conn.execute(
                     "INSERT OR IGNORE INTO config(key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
                 )
-            else:
-                found = self.conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='issues'"
-                ).fetchone()
-                if not found:
-                    raise WorkspaceError(f"{self.path} is not a mesh tracker database")
         except sqlite3.DatabaseError as exc:
             raise WorkspaceError(f"cannot open tracker database {self.path}: {exc}") from exc
         self._lock = threading.RLock()
@@ -179,8 +190,143 @@ class Database:
                 self.conn.execute("COMMIT")
 
     def read(self, sql: str, params: tuple | dict = ()) -> list[sqlite3.Row]:
+        """All rows of a query (as ``sqlite3.Row``)."""
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
 
+    def read_tuples(self, sql: str, params: tuple | dict = ()) -> tuple[list[str], list[tuple]]:
+        """Column names and plain-tuple rows of a query: the fast path for bulk reads."""
+        with self._lock:
+            cur = self.conn.cursor()
+            cur.row_factory = None
+            rows = cur.execute(sql, params).fetchall()
+            return [d[0] for d in cur.description], rows
+
     def close(self) -> None:
         self.conn.close()
+
+
+# --------------------------------------------------------------------- ready-work state
+#
+# Whether an issue is blocked, and the latest ``defer_until`` among it and its
+# ancestors, depend on other issues (blockers' statuses, the parent chain).
+# Computing them at query time costs a graph walk per candidate, far too slow
+# for ``ready`` on 100,000 issues; they are kept in the ``blocked`` and
+# ``defer_eff`` columns instead, and refreshed by every write that can change
+# them. Neither depends on the clock: ``ready`` compares ``defer_eff`` with now.
+
+_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
+_IDS = "(SELECT value FROM json_each(?))"
+
+
+def refresh_ready_state(conn: sqlite3.Connection, ids: Iterable[str] | None = None) -> int:
+    """Recompute ``blocked`` and ``defer_eff`` after a change to ``ids`` (all issues when None).
+
+    Runs inside the caller's transaction; returns how many rows changed. See
+    ``ready_state_changes`` for what is recomputed.
+    """
+    changes = ready_state_changes(conn, ids)
+    conn.executemany("UPDATE issues SET blocked = ?, defer_eff = ? WHERE id = ?", changes)
+    return len(changes)
+
+
+def ready_state_changes(conn: sqlite3.Connection, ids: Iterable[str] | None = None) -> list[tuple]:
+    """Recompute ``blocked`` and ``defer_eff`` after a change to ``ids`` (all issues when None).
+
+    A change to an issue (its status, its ``defer_until``, its edges, its
+    creation) can change the state of the issues that ``blocks``-depend on it
+    and of all their descendants through ``parent-child``; those are refreshed.
+    ``blocked`` is 1 when the issue or an ancestor has a ``blocks`` dependency
+    on an issue whose status is in ``BLOCKING_STATUSES`` (missing issues never
+    block); ``defer_eff`` is the latest normalised ``defer_until`` of the issue
+    and its ancestors. Returns ``(blocked, defer_eff, id)`` for each issue whose
+    stored values differ from the computed ones; writes nothing.
+    """
+    if ids is None:
+        parents: dict[str, list[str]] = {}
+        for child, parent in conn.execute(
+            "SELECT issue_id, depends_on_id FROM dependencies WHERE type = 'parent-child'"
+        ):
+            parents.setdefault(child, []).append(parent)
+        direct = {r[0] for r in conn.execute(
+            "SELECT DISTINCT d.issue_id FROM dependencies d JOIN issues b ON b.id = d.depends_on_id"
+            f" WHERE d.type = 'blocks' AND b.status IN {_BLOCKING}"
+        )}
+        defer = dict(conn.execute("SELECT id, defer_sort FROM issues WHERE defer_sort IS NOT NULL").fetchall())
+        current = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, blocked, defer_eff FROM issues")}
+    else:
+        seeds = set(ids)
+        if not seeds:
+            return []
+        seeds.update(_column(conn, "SELECT issue_id FROM dependencies WHERE type = 'blocks'"
+                                   f" AND depends_on_id IN {_IDS}", seeds))
+        targets = set(seeds)
+        frontier = seeds
+        while frontier:  # every descendant through parent-child
+            frontier = set(_column(conn, "SELECT issue_id FROM dependencies WHERE type = 'parent-child'"
+                                         f" AND depends_on_id IN {_IDS}", frontier)) - targets
+            targets |= frontier
+        parents = {}
+        known: set[str] = set(targets)
+        frontier = set(targets)
+        while frontier:  # every ancestor of those
+            rows = conn.execute("SELECT issue_id, depends_on_id FROM dependencies WHERE type = 'parent-child'"
+                                f" AND issue_id IN {_IDS}", (json.dumps(sorted(frontier)),)).fetchall()
+            for child, parent in rows:
+                parents.setdefault(child, []).append(parent)
+            frontier = {parent for _, parent in rows} - known
+            known |= frontier
+        direct = set(_column(conn, "SELECT DISTINCT d.issue_id FROM dependencies d JOIN issues b"
+                                   f" ON b.id = d.depends_on_id WHERE d.type = 'blocks' AND b.status IN {_BLOCKING}"
+                                   f" AND d.issue_id IN {_IDS}", known))
+        defer = dict(conn.execute(f"SELECT id, defer_sort FROM issues WHERE defer_sort IS NOT NULL AND id IN {_IDS}",
+                                  (json.dumps(sorted(known)),)).fetchall())
+        current = {r[0]: (r[1], r[2]) for r in conn.execute(
+            f"SELECT id, blocked, defer_eff FROM issues WHERE id IN {_IDS}", (json.dumps(sorted(targets)),))}
+    changes = []
+    for issue_id, old in current.items():
+        if issue_id in parents:
+            lineage = _lineage(issue_id, parents)
+            blocked = int(not direct.isdisjoint(lineage))
+            defers = [defer[a] for a in lineage if a in defer]
+            defer_eff = max(defers) if defers else None
+        else:
+            blocked = int(issue_id in direct)
+            defer_eff = defer.get(issue_id)
+        if (blocked, defer_eff) != old:
+            changes.append((blocked, defer_eff, issue_id))
+    return changes
+
+
+def _column(conn: sqlite3.Connection, sql: str, ids: Iterable[str]) -> list[str]:
+    return [r[0] for r in conn.execute(sql, (json.dumps(sorted(ids)),))]
+
+
+def _lineage(issue_id: str, parents: dict[str, list[str]]) -> set[str]:
+    """The issue and all its ancestors (parent-child cycles from dirty imports end the walk)."""
+    seen = {issue_id}
+    stack = [issue_id]
+    while stack:
+        for parent in parents.get(stack.pop(), ()):
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return seen
+
+
+def _migrate_v1(conn: sqlite3.Connection) -> None:
+    """Schema 1 to 2: add the cached ready-work state and fill it."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(issues)")}
+        if "blocked" not in columns:  # another process may have migrated while we waited
+            conn.execute("ALTER TABLE issues ADD COLUMN blocked INTEGER NOT NULL DEFAULT 0")
+            conn.execute("ALTER TABLE issues ADD COLUMN defer_eff TEXT")
+            refresh_ready_state(conn)
+            conn.execute("INSERT OR REPLACE INTO config(key, value) VALUES ('schema_version', ?)",
+                         (str(SCHEMA_VERSION),))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    conn.executescript(SCHEMA)

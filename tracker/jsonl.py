@@ -15,11 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .model import IMPORT_STATUSES, MODELLED_FIELDS, normalize_ts, now_iso
-from .store import Tracker, _comment_obj, _dep_obj, _dump, _order, _row_obj
+from .db import refresh_ready_state
+from .model import IMPORT_STATUSES, MODELLED_FIELDS, TEXT_FIELDS, normalize_ts, now_iso
+from .store import _ISSUE_SELECT, Tracker, _build_issue, _comment_obj, _dep_from_tuple, _DEP_COLUMNS, _dump
 
 __all__ = ["ImportReport", "import_jsonl", "export_jsonl", "encode_line"]
 
+_FULL_REFRESH_AT = 2000
+_NESTED = frozenset(("labels", "dependencies", "comments"))
+_MODELLED = frozenset(MODELLED_FIELDS)
+_NON_TEXT = frozenset(("priority", "metadata", "timeout", "pinned", "ephemeral", "id"))
+# Columns an import writes: the plain ones straight from the record, then the derived ones.
+_PLAIN_COLUMNS = ("id", "priority", *TEXT_FIELDS, "timeout")
+_INSERT_COLUMNS = (*_PLAIN_COLUMNS, "metadata", "pinned", "ephemeral", "extra", "created_sort", "defer_sort")
+_INSERT_ISSUE = f"INSERT INTO issues({','.join(_INSERT_COLUMNS)}) VALUES ({','.join('?' * len(_INSERT_COLUMNS))})"
 _CONFLICT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
 _DEP_FIELDS = ("issue_id", "depends_on_id", "type", "created_at", "created_by")
 _COMMENT_FIELDS = ("id", "issue_id", "author", "text", "created_at")
@@ -87,11 +96,12 @@ def _split(number: int, obj: dict, report: ImportReport) -> tuple[dict, dict, li
     for key, value in obj.items():
         # Stored counts and parent are kept verbatim: real exports carry values that
         # do not match their own dependency lists, and dropping them would lose data.
-        if key in ("labels", "dependencies", "comments"):
+        if key in _NESTED:
             continue
-        if key in MODELLED_FIELDS:
+        if key in _MODELLED and (value is not None or key == "id"):
             record[key] = value
         else:
+            # An explicit null is not an absent field: keep it to write it back.
             extra[key] = value
     if "priority" not in obj:
         report.warn(number, "missing_priority", f"{issue_id} has no priority; default 2 used")
@@ -112,9 +122,10 @@ def _split(number: int, obj: dict, report: ImportReport) -> tuple[dict, dict, li
         report.warn(number, "invalid_status", f"{issue_id} status {status!r} is not a known status; kept as is")
         if status is None:
             record["status"] = "open"
-    for key in ("issue_type",):
-        if not isinstance(record.get(key), str):
-            record[key] = "task"
+    if not isinstance(record.get("issue_type"), str):
+        if "issue_type" in record:
+            extra["issue_type"] = record["issue_type"]
+        record["issue_type"] = "task"
     for key in ("metadata",):
         if key in record and not isinstance(record[key], (dict, list)) and record[key] is not None:
             extra[key] = record.pop(key)
@@ -124,7 +135,7 @@ def _split(number: int, obj: dict, report: ImportReport) -> tuple[dict, dict, li
         if key in record and not isinstance(record[key], bool):
             extra[key] = record.pop(key)
     for key, value in list(record.items()):
-        if key not in ("priority", "metadata", "timeout", "pinned", "ephemeral", "id") and value is not None and not isinstance(value, str):
+        if value is not None and key not in _NON_TEXT and not isinstance(value, str):
             extra[key] = record.pop(key)
     labels = obj.get("labels") or []
     if not isinstance(labels, list):
@@ -153,12 +164,6 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
             records = _parse_lines(fh, report)
     else:
         records = _parse_lines(source, report)
-    cols = ["id", "priority", "title", "description", "design", "acceptance_criteria", "notes", "status",
-            "issue_type", "assignee", "owner", "created_at", "created_by", "updated_at", "closed_at",
-            "close_reason", "defer_until", "due_at", "external_ref", "await_type", "await_id", "agent_state",
-            "last_activity", "hook_bead", "role_bead", "metadata", "timeout", "pinned", "ephemeral", "extra",
-            "created_sort", "defer_sort"]
-    insert_issue = f"INSERT INTO issues({','.join(cols)}) VALUES ({','.join('?' * len(cols))})"
     now = now_iso()
     with tracker.transaction() as c:
         existing = _existing_updated(c, list(records))
@@ -177,22 +182,17 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
             else:
                 report.created += 1
             record, extra, labels, deps, comments = _split(number, obj, report)
-            row = []
-            for col in cols:
-                if col == "metadata":
-                    row.append(_dump(record.get("metadata")))
-                elif col == "extra":
-                    row.append(_dump(extra) if extra else None)
-                elif col == "created_sort":
-                    row.append(normalize_ts(record.get("created_at")) or "")
-                elif col == "defer_sort":
-                    row.append(normalize_ts(record.get("defer_until")))
-                elif col in ("pinned", "ephemeral"):
-                    v = record.get(col)
-                    row.append(None if v is None else int(v))
-                else:
-                    row.append(record.get(col))
-            issue_rows.append(row)
+            get = record.get
+            pinned, ephemeral = get("pinned"), get("ephemeral")
+            issue_rows.append((
+                *[get(col) for col in _PLAIN_COLUMNS],
+                _dump(get("metadata")),
+                None if pinned is None else int(pinned),
+                None if ephemeral is None else int(ephemeral),
+                _dump(extra) if extra else None,
+                normalize_ts(get("created_at")) or "",
+                normalize_ts(get("defer_until")),
+            ))
             for label in dict.fromkeys(labels):
                 label_rows.append((issue_id, label))
             for dep in deps:
@@ -214,7 +214,7 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
         for chunk_start in range(0, len(replaced), 500):
             chunk = replaced[chunk_start : chunk_start + 500]
             c.execute(f"DELETE FROM issues WHERE id IN ({','.join('?' * len(chunk))})", chunk)
-        c.executemany(insert_issue, issue_rows)
+        c.executemany(_INSERT_ISSUE, issue_rows)
         c.executemany("INSERT OR IGNORE INTO labels(issue_id, label) VALUES (?, ?)", label_rows)
         c.executemany(
             "INSERT OR IGNORE INTO dependencies(issue_id, depends_on_id, type, created_at, created_by, extra)"
@@ -230,6 +230,10 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
             " VALUES (?,?,?,?,?,?,?)",
             event_rows,
         )
+        touched = [row[0] for row in issue_rows]
+        # One pass over the whole graph beats walking from thousands of seeds;
+        # a small import into a big workspace only refreshes around what it touched.
+        refresh_ready_state(c, None if len(touched) > _FULL_REFRESH_AT else touched)
     return report
 
 
@@ -256,29 +260,27 @@ def encode_line(obj: dict) -> str:
 
 def iter_export(tracker: Tracker) -> Iterable[dict]:
     """Every issue (tombstones included) as its full JSONL object, sorted by id."""
-    c = tracker.db.conn
     with tracker.db._lock:
+        c = tracker.db.conn.cursor()
+        c.row_factory = None
         labels: dict[str, list[str]] = {}
-        for r in c.execute("SELECT issue_id, label FROM labels ORDER BY rowid"):
-            labels.setdefault(r[0], []).append(r[1])
+        for issue_id, label in c.execute("SELECT issue_id, label FROM labels ORDER BY rowid"):
+            labels.setdefault(issue_id, []).append(label)
         deps: dict[str, list[dict]] = {}
-        for r in c.execute("SELECT * FROM dependencies ORDER BY rowid"):
-            deps.setdefault(r["issue_id"], []).append(_dep_obj(r))
+        for r in c.execute(f"SELECT {_DEP_COLUMNS} FROM dependencies ORDER BY rowid"):
+            deps.setdefault(r[0], []).append(_dep_from_tuple(r))
         comments: dict[str, list[dict]] = {}
+        c.row_factory = sqlite3.Row
         for r in c.execute("SELECT * FROM comments ORDER BY id"):
             comments.setdefault(r["issue_id"], []).append(_comment_obj(r))
-        rows = c.execute("SELECT * FROM issues ORDER BY id").fetchall()
+        c.row_factory = None
+        cur = c.execute(f"SELECT {_ISSUE_SELECT} FROM issues i ORDER BY id")
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
     for r in rows:
-        issue = _row_obj(r)
-        iid = issue["id"]
-        issue_deps = deps.get(iid, [])
-        if iid in labels:
-            issue["labels"] = labels[iid]
-        if issue_deps:
-            issue["dependencies"] = issue_deps
-        if iid in comments:
-            issue["comments"] = comments[iid]
-        yield _order(issue)
+        row = dict(zip(cols, r))
+        iid = row["id"]
+        yield _build_issue(row, labels.get(iid), deps.get(iid), comments.get(iid), export=True)
 
 
 def export_jsonl(tracker: Tracker, out: IO[str]) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ids as idgen
-from .db import Database
+from .db import Database, ready_state_changes, refresh_ready_state
 from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError, TrackerError, WorkspaceError
 from .model import (
     AGENT_STATES,
@@ -65,6 +65,11 @@ _UPDATABLE = {
 }
 _SQL_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 _SQL_NON_WORK = "(" + ",".join(f"'{t}'" for t in NON_WORK_TYPES) + ")"
+_JSON_IDS = "(SELECT value FROM json_each(?))"
+# The columns an issue object is built from (the hot path reads only these).
+_ISSUE_COLUMNS = ("id", *TEXT_FIELDS, "priority", "pinned", "ephemeral", "metadata", "timeout", "extra")
+_ISSUE_SELECT = ", ".join(f"i.{c}" for c in _ISSUE_COLUMNS)
+_DEP_COLUMNS = "issue_id, depends_on_id, type, created_at, created_by, extra"
 
 
 def find_workspace(start: Path | None = None) -> Path | None:
@@ -104,9 +109,14 @@ class Tracker:
     # ----------------------------------------------------------------- lifecycle
 
     @classmethod
-    def init(cls, root: Path, *, prefix: str | None = None, actor: str | None = None) -> "Tracker":
-        """Create (or open) the workspace database ``<root>/.beads/mesh.db``."""
-        tracker = cls(root / ".beads" / DB_NAME, actor=actor, create=True)
+    def init(cls, root: Path, *, prefix: str | None = None, actor: str | None = None,
+             db_path: Path | str | None = None) -> "Tracker":
+        """Create (or open) the workspace database ``<root>/.beads/mesh.db`` (or ``db_path``).
+
+        The issue prefix is ``prefix`` when given, else the one already stored,
+        else ``issue-prefix`` of ``<root>/.beads/config.yaml``, else ``bd``.
+        """
+        tracker = cls(Path(db_path) if db_path else root / ".beads" / DB_NAME, actor=actor, create=True)
         if prefix:
             tracker.set_config("issue_prefix", prefix)
         elif tracker.get_config("issue_prefix") is None:
@@ -172,6 +182,10 @@ class Tracker:
             raise NotFoundError(f"no issue {issue_id!r}")
         return row
 
+    def _require(self, issue_id: str) -> None:
+        if not self.exists(issue_id):
+            raise NotFoundError(f"no issue {issue_id!r}")
+
     def exists(self, issue_id: str) -> bool:
         return bool(self.db.read("SELECT 1 FROM issues WHERE id = ?", (issue_id,)))
 
@@ -184,53 +198,58 @@ class Tracker:
             issue["comments"] = self.comments(issue_id)
         return issue
 
-    def _hydrate(self, rows: Sequence[sqlite3.Row], *, counts: bool = True) -> list[dict]:
-        """Issue objects for ``rows`` with labels, dependencies, counts and parent (batched)."""
+    def _hydrate(self, rows: Sequence[Mapping[str, Any]], *, counts: bool = True) -> list[dict]:
+        """Issue objects for ``rows`` with labels, dependencies, counts and parent.
+
+        Related rows are read with one query per kind for all ``rows`` (ids are
+        passed as one JSON array, so there is no parameter limit to chunk around).
+        """
         if not rows:
             return []
-        ids = [r["id"] for r in rows]
+        if isinstance(rows[0], sqlite3.Row):
+            keys = rows[0].keys()
+            rows = [dict(zip(keys, r)) for r in rows]
+        id_list = json.dumps([r["id"] for r in rows])
         labels: dict[str, list[str]] = {}
         deps: dict[str, list[dict]] = {}
         dependents: dict[str, int] = {}
         ncomments: dict[str, int] = {}
         with self.db._lock:
-            c = self.db.conn
-            for chunk in _chunks(ids, 500):
-                marks = ",".join("?" * len(chunk))
-                for r in c.execute(f"SELECT issue_id, label FROM labels WHERE issue_id IN ({marks}) ORDER BY rowid", chunk):
-                    labels.setdefault(r[0], []).append(r[1])
-                for r in c.execute(
-                    f"SELECT * FROM dependencies WHERE issue_id IN ({marks}) ORDER BY rowid", chunk
-                ):
-                    deps.setdefault(r["issue_id"], []).append(_dep_obj(r))
-                if counts:
-                    for r in c.execute(
-                        f"SELECT depends_on_id, count(*) FROM dependencies WHERE depends_on_id IN ({marks})"
-                        " GROUP BY depends_on_id",
-                        chunk,
-                    ):
-                        dependents[r[0]] = r[1]
-                    for r in c.execute(
-                        f"SELECT issue_id, count(*) FROM comments WHERE issue_id IN ({marks}) GROUP BY issue_id", chunk
-                    ):
-                        ncomments[r[0]] = r[1]
+            c = self.db.conn.cursor()
+            c.row_factory = None
+            # Through the (issue_id, ...) indexes, then back into insertion order: an
+            # ORDER BY rowid in SQL would make SQLite scan the whole table instead.
+            for issue_id, label, _ in sorted(c.execute(
+                f"SELECT issue_id, label, rowid FROM labels WHERE issue_id IN {_JSON_IDS}", (id_list,)
+            ), key=_last):
+                labels.setdefault(issue_id, []).append(label)
+            for r in sorted(c.execute(
+                f"SELECT {_DEP_COLUMNS}, rowid FROM dependencies WHERE issue_id IN {_JSON_IDS}", (id_list,)
+            ), key=_last):
+                deps.setdefault(r[0], []).append(_dep_from_tuple(r))
+            if counts:
+                dependents = dict(c.execute(
+                    f"SELECT depends_on_id, count(*) FROM dependencies WHERE depends_on_id IN {_JSON_IDS}"
+                    " GROUP BY depends_on_id", (id_list,)
+                ).fetchall())
+                ncomments = dict(c.execute(
+                    f"SELECT issue_id, count(*) FROM comments WHERE issue_id IN {_JSON_IDS} GROUP BY issue_id",
+                    (id_list,),
+                ).fetchall())
         out = []
         for r in rows:
-            issue = _row_obj(r)
-            iid = issue["id"]
-            issue_deps = deps.get(iid, [])
-            if labels.get(iid):
-                issue["labels"] = labels[iid]
-            if issue_deps:
-                issue["dependencies"] = issue_deps
+            iid = r["id"]
+            issue_deps = deps.get(iid)
+            issue = _build_issue(r, labels.get(iid), issue_deps)
             if counts:
-                issue["dependency_count"] = len(issue_deps)
+                issue["dependency_count"] = len(issue_deps) if issue_deps else 0
                 issue["dependent_count"] = dependents.get(iid, 0)
                 issue["comment_count"] = ncomments.get(iid, 0)
-                parent = next((d["depends_on_id"] for d in issue_deps if d["type"] == "parent-child"), None)
-                if parent:
-                    issue["parent"] = parent
-            out.append(_order(issue))
+                if issue_deps:
+                    parent = next((d["depends_on_id"] for d in issue_deps if d["type"] == "parent-child"), None)
+                    if parent:
+                        issue["parent"] = parent
+            out.append(issue)
         return out
 
     def list(
@@ -249,7 +268,8 @@ class Tracker:
 
         Without ``status``, closed and tombstoned issues are left out unless
         ``include_closed``. ``parent`` selects direct children, or every
-        descendant with ``descendants=True``.
+        descendant with ``descendants=True`` (an unknown ``parent`` is a
+        ``NotFoundError``).
         """
         where, params = [], []
         if status:
@@ -271,6 +291,7 @@ class Tracker:
             params.append(label)
         cte = ""
         if parent:
+            self._require(parent)
             cte, cparams = _descendants_cte(parent, descendants)
             where.append("i.id IN (SELECT id FROM scope)")
             params = cparams + params
@@ -299,51 +320,56 @@ class Tracker:
         ``parent-child``) that is blocked; deferral is inherited from ancestors
         the same way. Non-work types (gate, agent, role, molecule, message,
         merge-request, rig) are left out unless ``issue_type`` names one.
-        Ordered by (priority, created_at, id). ``parent`` keeps descendants of it.
+        Ordered by (priority, created_at, id). ``parent`` keeps descendants of it
+        (an unknown ``parent`` is a ``NotFoundError``, not an empty answer).
         """
-        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now)
-        rows = self.db.read(sql, params)
-        if not hydrate:
-            return [dict(r) for r in rows]
-        return self._hydrate(rows)
-
-    def _ready_sql(self, *, labels, issue_type, parent, limit, now) -> tuple[str, tuple]:
-        cand_where = ["i.status = 'open'", "COALESCE(i.ephemeral, 0) = 0", "COALESCE(i.pinned, 0) = 0"]
-        params: list[Any] = []
-        ctes = []
         if parent:
-            scope_cte, sparams = _descendants_cte(parent, True)
-            ctes.append(scope_cte.removeprefix("WITH RECURSIVE "))
-            params += sparams
-            cand_where.append("i.id IN (SELECT id FROM scope)")
+            self._require(parent)
+        if not hydrate:
+            sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit,
+                                          now=now, columns="i.*")
+            return [dict(r) for r in self.db.read(sql, params)]
+        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now)
+        cols, rows = self.db.read_tuples(sql, params)
+        return self._hydrate([dict(zip(cols, r)) for r in rows])
+
+    def _ready_sql(self, *, labels, issue_type, parent, limit, now, columns: str = _ISSUE_SELECT) -> tuple[str, tuple]:
+        # ``blocked`` and ``defer_eff`` are kept current by every write (see
+        # db.refresh_ready_state), so ready work is one indexed pass over the issues.
+        where = [
+            "i.status = 'open'",
+            "i.blocked = 0",
+            "(i.defer_eff IS NULL OR i.defer_eff <= ?)",
+            "COALESCE(i.ephemeral, 0) = 0",
+            "COALESCE(i.pinned, 0) = 0",
+        ]
+        params: list[Any] = [normalize_ts(now or now_iso())]
         if issue_type:
-            cand_where.append("i.issue_type = ?")
+            where.append("i.issue_type = ?")
             params.append(issue_type)
         else:
-            cand_where.append(f"i.issue_type NOT IN {_SQL_NON_WORK}")
+            where.append(f"i.issue_type NOT IN {_SQL_NON_WORK}")
         for label in labels:
-            cand_where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
+            where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
             params.append(label)
-        ctes.append(
-            "cand(id, priority, created_sort, defer_sort) AS (SELECT i.id, i.priority, i.created_sort, i.defer_sort"
-            " FROM issues i WHERE " + " AND ".join(cand_where) + ")"
-        )
-        ctes.append(
-            "anc(cid, aid) AS (SELECT id, id FROM cand UNION"
-            " SELECT anc.cid, d.depends_on_id FROM anc JOIN dependencies d"
-            " ON d.type = 'parent-child' AND d.issue_id = anc.aid)"
-        )
-        params.append(normalize_ts(now or now_iso()))
-        sql = (
-            "WITH RECURSIVE " + ", ".join(ctes) + ", "
-            "bad(id) AS ("
-            " SELECT anc.cid FROM anc JOIN dependencies d ON d.type = 'blocks' AND d.issue_id = anc.aid"
-            f" JOIN issues b ON b.id = d.depends_on_id AND b.status IN {_SQL_BLOCKING}"
-            " UNION SELECT anc.cid FROM anc JOIN issues a ON a.id = anc.aid WHERE a.defer_sort > :now_placeholder)"
-            " SELECT i.* FROM cand c JOIN issues i ON i.id = c.id WHERE c.id NOT IN (SELECT id FROM bad)"
-            " ORDER BY c.priority, c.created_sort, c.id"
-        )
-        sql = sql.replace(":now_placeholder", "?")
+        cte = ""
+        if parent:
+            cte, sparams = _descendants_cte(parent, True)
+            where.append("i.id IN (SELECT id FROM scope)")
+            params = sparams + params
+        # The plan is chosen here, not left to statistics a fresh workspace lacks: a label
+        # or a scope drives the search (each id checked in a covering index of the open,
+        # unblocked issues); a type alone walks (status, type, ...) in ready order; with
+        # no filter the index of open, unblocked issues is already in ready order, so a
+        # LIMIT stops after a few rows.
+        if labels or parent:
+            index = "issues_ready_by_id"
+        elif issue_type:
+            index = "issues_by_status"
+        else:
+            index = "issues_ready_order"
+        sql = (f"{cte} SELECT {columns} FROM issues i INDEXED BY {index} WHERE {' AND '.join(where)}"
+               " ORDER BY i.priority, i.created_sort, i.id")
         if limit:
             sql += f" LIMIT {int(limit)}"
         return sql, tuple(params)
@@ -451,6 +477,8 @@ class Tracker:
                 )
             if idempotency_key:
                 c.execute("INSERT INTO idempotency(key, issue_id) VALUES (?, ?)", (idempotency_key, new_id))
+            # A new id can be the target of edges that dangled until now, and a child inherits.
+            refresh_ready_state(c, [new_id])
             self._event(c, new_id, "created", None, None, title, at=now)
         return self.get(new_id)
 
@@ -557,7 +585,18 @@ class Tracker:
             return
         sets.append("updated_at = ?")
         params.append(now)
+        kept = c.execute("SELECT extra FROM issues WHERE id = ?", (issue_id,)).fetchone()[0]
+        if kept:
+            # An original value kept from an import (an invalid priority, a null) is
+            # superseded by the new one: drop it so an export writes the new value.
+            originals = json.loads(kept)
+            if not originals.keys().isdisjoint(changes):
+                rest = {k: v for k, v in originals.items() if k not in changes}
+                sets.append("extra = ?")
+                params.append(_dump(rest) if rest else None)
         c.execute(f"UPDATE issues SET {', '.join(sets)} WHERE id = ?", (*params, issue_id))
+        if "status" in changes or "defer_until" in changes:
+            refresh_ready_state(c, [issue_id])
 
     def claim(self, issue_id: str, actor: str | None = None) -> dict:
         """Compare-and-set: take an open, unassigned issue (or one already the actor's)."""
@@ -674,6 +713,7 @@ class Tracker:
             )
             if cur.rowcount:
                 c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+                refresh_ready_state(c, [issue_id])
                 self._event(c, issue_id, "dependency_added", dep_type, None, depends_on_id, at=now)
             row = c.execute(
                 "SELECT * FROM dependencies WHERE issue_id = ? AND depends_on_id = ? AND type = ?",
@@ -695,6 +735,7 @@ class Tracker:
                 raise NotFoundError(f"{issue_id} has no dependency on {depends_on_id}")
             now = now_iso()
             c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+            refresh_ready_state(c, [issue_id])
             self._event(c, issue_id, "dependency_removed", dep_type, depends_on_id, None, at=now)
         return n
 
@@ -854,6 +895,10 @@ class Tracker:
         checks.append({"name": "dangling_dependencies", "ok": True, "detail": f"{dangling} edge(s) to unknown issues (kept)"})
         unsorted = self.db.read("SELECT count(*) FROM issues WHERE created_sort IS NULL OR created_sort = ''")[0][0]
         checks.append({"name": "sort_keys", "ok": unsorted == 0, "detail": f"{unsorted} issue(s) without a sort key"})
+        with self.db._lock:
+            stale = len(ready_state_changes(self.db.conn))
+        checks.append({"name": "ready_state", "ok": stale == 0,
+                       "detail": f"{stale} issue(s) with a stale blocked/deferred state"})
         fixed = []
         if fix:
             with self.transaction() as c:
@@ -864,7 +909,9 @@ class Tracker:
                     c.execute("DELETE FROM labels WHERE issue_id NOT IN (SELECT id FROM issues)")
                     c.execute("DELETE FROM comments WHERE issue_id NOT IN (SELECT id FROM issues)")
                     c.execute("DELETE FROM dependencies WHERE issue_id NOT IN (SELECT id FROM issues)")
+                refresh_ready_state(c)
             fixed.append("sort keys rebuilt")
+            fixed.append("ready state rebuilt")
             if fk:
                 fixed.append("orphan rows removed")
             if mode != "wal":
@@ -885,7 +932,9 @@ def _prefix_from_yaml(path: Path) -> str | None:
     for line in path.read_text(encoding="utf-8").splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip() in ("issue-prefix", "issue_prefix", "prefix"):
-            return value.strip().strip("\"'") or None
+            # YAML allows a trailing "# comment" after an unquoted value.
+            value = value.split(" #", 1)[0].strip()
+            return value.strip("\"'") or None
     return None
 
 
@@ -909,11 +958,6 @@ def _descendants_cte(parent: str, descendants: bool) -> tuple[str, list]:
         "WITH scope(id) AS (SELECT issue_id FROM dependencies WHERE type = 'parent-child' AND depends_on_id = ?)",
         [parent],
     )
-
-
-def _chunks(items: Sequence[str], size: int):
-    for i in range(0, len(items), size):
-        yield list(items[i : i + size])
 
 
 def _event_text(value: Any) -> str | None:
@@ -945,6 +989,68 @@ def _row_obj(row: sqlite3.Row, *, keep_empty: bool = False) -> dict:
         for key, value in json.loads(row["extra"]).items():
             out.setdefault(key, value)
     return out
+
+
+def _last(row: tuple) -> Any:
+    return row[-1]
+
+
+def _build_issue(row: Mapping[str, Any], labels: list[str] | None, deps: list[dict] | None,
+                 comments: list[dict] | None = None, *, export: bool = False) -> dict:
+    """An issue object from an issues row, in beads' field order, unknown fields last.
+
+    The same object as ``_order(_row_obj(row))`` plus ``labels``,
+    ``dependencies`` and ``comments``, built in one pass. With ``export`` a
+    kept original wins over its column: an import that found an invalid
+    ``priority`` or a non-string ``title`` stored a usable value in the column
+    and the original among the extra fields, and the export gives back the original.
+    """
+    extra = json.loads(row["extra"]) if row["extra"] else None
+    out: dict[str, Any] = {}
+    for key, kind in _BUILD_PLAN:
+        if kind == _PLAIN:
+            value = row[key]
+        elif kind == _LABELS:
+            value = labels or None
+        elif kind == _DEPS:
+            value = deps or None
+        elif kind == _COMMENTS:
+            value = comments or None
+        elif kind == _BOOL:
+            value = row[key]
+            value = None if value is None else bool(value)
+        else:  # metadata
+            value = row[key]
+            value = None if value is None else json.loads(value)
+        if extra is not None and key in extra and (value is None or export):
+            out[key] = extra[key]
+        elif value is not None or key == "priority":
+            out[key] = value
+    if extra:
+        for key, value in extra.items():
+            if key not in out:
+                out[key] = value
+    return out
+
+
+_PLAIN, _BOOL, _JSON, _LABELS, _DEPS, _COMMENTS = range(6)
+_BUILD_PLAN = tuple(
+    (key, {"pinned": _BOOL, "ephemeral": _BOOL, "metadata": _JSON, "labels": _LABELS,
+           "dependencies": _DEPS, "comments": _COMMENTS}.get(key, _PLAIN))
+    for key in EXPORT_ORDER
+)
+
+
+def _dep_from_tuple(row: tuple) -> dict:
+    """A dependency object from ``_DEP_COLUMNS`` (anything after them is ignored)."""
+    dep: dict[str, Any] = {"issue_id": row[0], "depends_on_id": row[1], "type": row[2]}
+    if row[3] is not None:
+        dep["created_at"] = row[3]
+    if row[4] is not None:
+        dep["created_by"] = row[4]
+    if row[5]:
+        dep.update(json.loads(row[5]))
+    return dep
 
 
 def _order(issue: dict) -> dict:

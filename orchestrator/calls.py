@@ -1,0 +1,82 @@
+"""The calls table: every worker call logged to the tracker database (llm's ``responses`` idea).
+
+Prompts and responses are scrubbed of secrets before they are written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tracker.model import now_iso
+from tracker.store import Tracker
+
+from .scrub import scrub
+
+__all__ = ["ensure_calls_table", "log_call", "calls_for"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS mesh_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    round TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    backend TEXT NOT NULL,
+    model TEXT,
+    prompt TEXT,
+    response TEXT,
+    usage TEXT,
+    duration_s REAL,
+    error TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS mesh_calls_by_run ON mesh_calls(run_id, id);
+CREATE INDEX IF NOT EXISTS mesh_calls_by_task ON mesh_calls(task_id, id);
+"""
+
+
+def ensure_calls_table(tracker: Tracker) -> None:
+    """Create the calls table if this database does not have it yet."""
+    with tracker.transaction() as c:
+        for statement in _SCHEMA.strip().split(";"):
+            if statement.strip():
+                c.execute(statement)
+
+
+def log_call(tracker: Tracker, *, run_id: str, task_id: str, role: str, round: str, attempt: int,
+             backend: str, model: str | None, prompt: str, response: str | None, usage: dict[str, Any],
+             duration_s: float, error: str | None) -> None:
+    """Append one call (prompt and response scrubbed)."""
+    with tracker.transaction() as c:
+        c.execute(
+            "INSERT INTO mesh_calls(run_id, task_id, role, round, attempt, backend, model, prompt, response,"
+            " usage, duration_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (run_id, task_id, role, round, attempt, backend, model, scrub(prompt),
+             scrub(response) if response is not None else None, json.dumps(usage), duration_s, error, now_iso()),
+        )
+
+
+def calls_for(tracker: Tracker, *, run_id: str | None = None, task_id: str | None = None) -> list[dict]:
+    """Logged calls of a run or a task, oldest first."""
+    where, params = [], []
+    if run_id:
+        where.append("run_id = ?")
+        params.append(run_id)
+    if task_id:
+        where.append("task_id = ?")
+        params.append(task_id)
+    sql = "SELECT * FROM mesh_calls" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+    try:
+        rows = tracker.db.read(sql, tuple(params))
+    except Exception as exc:  # the table does not exist before the first run
+        if "no such table" in str(exc):
+            return []
+        raise
+    out = []
+    for r in rows:
+        d = dict(r)
+        d["usage"] = json.loads(d["usage"]) if d["usage"] else {}
+        out.append(d)
+    return out

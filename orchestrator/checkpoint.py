@@ -1,0 +1,143 @@
+"""The ``[orch:*]`` comment format (ARCHITECTURE section 4).
+
+A checkpoint is one tracker comment::
+
+    [orch:KIND] summary
+    optional human-readable lines
+    ```json orch
+    {"v": 1, "run_id": "...", "seq": 7, "kind": "vote", ...}
+    ```
+
+The payload carries the full artifact, so a run can be rebuilt from comments
+alone. With ``MESH_SIGNING_KEY`` set, payloads carry an HMAC-SHA256 ``sig`` over
+their canonical JSON (task id included, so a signature cannot be moved to
+another task).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "KINDS",
+    "Checkpoint",
+    "format_checkpoint",
+    "parse_checkpoint",
+    "sign_payload",
+    "verify_payload",
+    "dedupe_key",
+    "signing_key",
+]
+
+KINDS = (
+    "preflight",
+    "hydration",
+    "proposal",
+    "critique",
+    "synthesis",
+    "vote",
+    "proof",
+    "review",
+    "review-cycle",
+    "revision-plan",
+    "revision",
+    "outcome",
+)
+VERSION = 1
+_HEAD = re.compile(r"^\[orch:([a-z-]+)\]")
+_BLOCK = re.compile(r"^```json orch[ \t]*\n(.*?)\n```[ \t]*$", re.S | re.M)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A parsed ``[orch:*]`` comment."""
+
+    kind: str
+    summary: str
+    payload: dict[str, Any]
+    comment_id: Any = None
+    author: str | None = None
+    created_at: str | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.payload.get("run_id")
+
+    @property
+    def seq(self) -> int | None:
+        return self.payload.get("seq")
+
+
+def signing_key() -> bytes | None:
+    """The HMAC key from ``MESH_SIGNING_KEY`` (None when unset)."""
+    key = os.environ.get("MESH_SIGNING_KEY")
+    return key.encode() if key else None
+
+
+def _canonical(payload: dict[str, Any]) -> bytes:
+    body = {k: v for k, v in payload.items() if k != "sig"}
+    return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sign_payload(payload: dict[str, Any], key: bytes) -> dict[str, Any]:
+    """``payload`` with its ``sig`` (hex HMAC-SHA256 of the canonical JSON without ``sig``)."""
+    signed = dict(payload)
+    signed["sig"] = hmac.new(key, _canonical(payload), hashlib.sha256).hexdigest()
+    return signed
+
+
+def verify_payload(payload: dict[str, Any], key: bytes) -> bool:
+    """True when ``payload`` carries a valid signature for ``key``."""
+    sig = payload.get("sig")
+    if not isinstance(sig, str):
+        return False
+    want = hmac.new(key, _canonical(payload), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(sig, want)
+
+
+def dedupe_key(run_id: str, seq: int) -> str:
+    """The tracker-level uniqueness key of a checkpoint: ``(run_id, seq)``."""
+    return f"orch:{run_id}:{seq}"
+
+
+def format_checkpoint(kind: str, summary: str, payload: dict[str, Any], *, details: str = "") -> str:
+    """The comment text of a checkpoint."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown checkpoint kind {kind!r}")
+    head = f"[orch:{kind}] {' '.join(summary.split())}".rstrip()
+    body = json.dumps(payload, ensure_ascii=False, sort_keys=False)
+    # A payload can never close the fence early: json.dumps escapes newlines in strings.
+    parts = [head]
+    if details.strip():
+        parts.append(details.strip("\n").replace("```", "'''"))
+    parts.append("```json orch\n" + body + "\n```")
+    return "\n".join(parts)
+
+
+def parse_checkpoint(text: str, **meta: Any) -> Checkpoint | None:
+    """The checkpoint in a comment, or None for any other comment (or a damaged one)."""
+    first = text.split("\n", 1)[0]
+    head = _HEAD.match(first)
+    if not head:
+        return None
+    kind = head.group(1)
+    summary = first[head.end():].strip()
+    block = None
+    for m in _BLOCK.finditer(text):
+        block = m
+    payload: dict[str, Any] = {}
+    if block:
+        try:
+            loaded = json.loads(block.group(1))
+        except json.JSONDecodeError:
+            loaded = None
+        if isinstance(loaded, dict):
+            payload = loaded
+    return Checkpoint(kind=kind, summary=summary, payload=payload, comment_id=meta.get("id"),
+                      author=meta.get("author"), created_at=meta.get("created_at"))

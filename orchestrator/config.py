@@ -1,0 +1,433 @@
+"""mesh configuration: `mesh.toml`, or `[tool.mesh]` in `pyproject.toml`.
+
+Every key has the profile's default, and every table is a pydantic model with
+``extra="forbid"``: a misspelt key is an error naming the file and the key, never a
+silently ignored setting. The models are frozen; ``MeshConfig.with_overrides`` makes the
+changed copy that command-line flags need.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from orchestrator.validation import parse_allow_entry
+
+__all__ = [
+    "ANTHROPIC_DEFAULTS",
+    "ConfigError",
+    "DEFAULT_FALLBACK_ROLES",
+    "DEFAULT_MODELS",
+    "DEFAULT_PRICES_AS_OF",
+    "DEFAULT_ROLES",
+    "KNOWN_ROLES",
+    "ALWAYS_PROTECTED",
+    "AnthropicConfig",
+    "BudgetConfig",
+    "MeshConfig",
+    "ModelPrice",
+    "PatchConfig",
+    "PriceTable",
+    "ValidationConfig",
+    "load_config",
+]
+
+KNOWN_ROLES: tuple[str, ...] = (
+    "proposer",
+    "critic_a",
+    "critic_b",
+    "skeptic",
+    "synthesizer",
+    "reviewer",
+)
+DEFAULT_ROLES: tuple[str, ...] = KNOWN_ROLES
+DEFAULT_FALLBACK_ROLES: tuple[str, ...] = ("proposer", "skeptic", "synthesizer")
+REVIEWER_ROLE = "reviewer"
+ALWAYS_PROTECTED: tuple[str, ...] = ("main", "master")
+
+# Writing roles get the stronger model; the critics and the skeptic only object and vote.
+DEFAULT_MODELS: dict[str, str] = {
+    "proposer": "claude-sonnet-4-5",
+    "critic_a": "claude-haiku-4-5",
+    "critic_b": "claude-haiku-4-5",
+    "skeptic": "claude-haiku-4-5",
+    "synthesizer": "claude-sonnet-4-5",
+    "reviewer": "claude-sonnet-4-5",
+}
+
+# Anthropic's published list prices in USD per million tokens on this date (cache writes
+# at the 5-minute TTL rate). Prices change: users override them under [prices].
+DEFAULT_PRICES_AS_OF = "2025-10-15"
+_DEFAULT_PRICE_ROWS: dict[str, dict[str, float]] = {
+    "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75},
+    "claude-haiku-4-5": {"input": 1.0, "output": 5.0, "cache_read": 0.10, "cache_write": 1.25},
+    "claude-opus-4-1": {"input": 15.0, "output": 75.0, "cache_read": 1.50, "cache_write": 18.75},
+}
+
+ANTHROPIC_DEFAULTS: dict[str, float | int] = {
+    "max_retries": 2,
+    "timeout_s": 120.0,
+    "max_tokens": 8192,
+    "max_tool_turns": 8,
+    "context_tokens": 20000,
+}
+
+_THRESHOLD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class ConfigError(Exception):
+    """A configuration file or override is unreadable or invalid; the message is one line."""
+
+
+class _Strict(BaseModel):
+    # Frozen so a loaded config cannot drift during a run; with_overrides makes copies.
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class ValidationConfig(_Strict):
+    """`[validation]`: which commands may run and how."""
+
+    allow: list[str] = Field(default_factory=list)
+    required: bool = True
+    timeout_s: float = Field(default=300.0, gt=0)
+    max_output_bytes: int = Field(default=65536, gt=0)
+
+    @field_validator("allow")
+    @classmethod
+    def _check_allow(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                parse_allow_entry(entry)
+            except ValueError as exc:
+                raise ValueError(f"bad allow entry {entry!r}: {exc}") from None
+        return value
+
+
+class BudgetConfig(_Strict):
+    """`[budget]`: optional ceilings on a run's spend."""
+
+    max_usd: float | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+
+
+class PatchConfig(_Strict):
+    """`[patch]`: size limits on the synthesizer's diff."""
+
+    max_bytes: int = Field(default=1_000_000, gt=0)
+    max_files: int = Field(default=200, gt=0)
+
+
+class AnthropicConfig(_Strict):
+    """`[anthropic]`: settings of the Messages API backend."""
+
+    max_retries: int = Field(default=2, ge=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_tokens: int = Field(default=8192, gt=0)
+    max_tool_turns: int = Field(default=8, gt=0)
+    context_tokens: int = Field(default=20000, gt=0)
+
+
+class ModelPrice(_Strict):
+    """USD per million tokens for one model.
+
+    Cache rates left out follow Anthropic's published multipliers of the input price:
+    reads at 0.1x, 5-minute writes at 1.25x.
+    """
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float = Field(ge=0)
+    cache_write: float = Field(ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_cache_rates(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("input"), (int, float)):
+            data = dict(data)
+            if data.get("cache_read") is None:
+                data["cache_read"] = round(data["input"] * 0.1, 6)
+            if data.get("cache_write") is None:
+                data["cache_write"] = round(data["input"] * 1.25, 6)
+        return data
+
+    def cost_usd(
+        self,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> float:
+        """The price in USD of one call's token usage."""
+        total = (
+            input_tokens * self.input
+            + output_tokens * self.output
+            + cache_read_tokens * self.cache_read
+            + cache_write_tokens * self.cache_write
+        )
+        return total / 1_000_000
+
+
+class PriceTable(_Strict):
+    """`[prices]`: a dated price table; user rows are merged over the defaults."""
+
+    as_of: str = DEFAULT_PRICES_AS_OF
+    models: dict[str, ModelPrice] = Field(
+        default_factory=lambda: {name: ModelPrice(**row) for name, row in _DEFAULT_PRICE_ROWS.items()}
+    )
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _check_as_of(cls, value: Any) -> str:
+        # TOML has a native date type; accept it as well as the quoted form.
+        if isinstance(value, _dt.datetime):
+            value = value.date()
+        if isinstance(value, _dt.date):
+            return value.isoformat()
+        if not isinstance(value, str) or not _DATE_RE.match(value):
+            raise ValueError("must be a date YYYY-MM-DD")
+        try:
+            _dt.date.fromisoformat(value)
+        except ValueError:
+            raise ValueError("must be a date YYYY-MM-DD") from None
+        return value
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _merge_defaults(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        merged: dict[str, Any] = dict(_DEFAULT_PRICE_ROWS)
+        merged.update(value)
+        return merged
+
+    def price_for(self, model: str) -> ModelPrice | None:
+        """The price row of ``model``, or None when the table does not know it."""
+        return self.models.get(model)
+
+
+class MeshConfig(_Strict):
+    """The whole configuration of a mesh run (ARCHITECTURE section 6)."""
+
+    roles: list[str] = Field(default_factory=lambda: list(DEFAULT_ROLES))
+    fallback_roles: list[str] = Field(default_factory=lambda: list(DEFAULT_FALLBACK_ROLES))
+    consensus_threshold: str = "4/5"
+    consensus_retries: int = Field(default=2, ge=0)
+    review_max_cycles: int = Field(default=3, ge=1)
+    review_required_for_close: bool = True
+    strict_output: bool = False
+    integrate: bool = True
+    backend: Literal["replay", "command", "anthropic"] = "replay"
+    worker_cmd: str | None = None
+    worker_timeout_s: float = Field(default=600.0, gt=0)
+    models: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODELS))
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
+    protected_branches: list[str] = Field(default_factory=lambda: list(ALWAYS_PROTECTED))
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    close_mode: Literal["local", "ci"] = "local"
+    patch: PatchConfig = Field(default_factory=PatchConfig)
+    anthropic: AnthropicConfig = Field(default_factory=AnthropicConfig)
+    prices: PriceTable = Field(default_factory=PriceTable)
+
+    @field_validator("roles", "fallback_roles")
+    @classmethod
+    def _check_role_names(cls, value: list[str]) -> list[str]:
+        for role in value:
+            if role not in KNOWN_ROLES:
+                raise ValueError(f"unknown role {role!r} (known: {', '.join(KNOWN_ROLES)})")
+        if len(set(value)) != len(value):
+            raise ValueError("a role is listed twice")
+        return value
+
+    @field_validator("worker_cmd")
+    @classmethod
+    def _check_worker_cmd(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split {value!r}: {exc}") from None
+        if not argv:
+            raise ValueError("empty command")
+        return value
+
+    @field_validator("consensus_threshold")
+    @classmethod
+    def _check_threshold(cls, value: str) -> str:
+        match = _THRESHOLD_RE.match(value)
+        if not match:
+            raise ValueError(f"must be 'N/M', got {value!r}")
+        needed, total = int(match.group(1)), int(match.group(2))
+        if not 1 <= needed <= total:
+            raise ValueError(f"needs 1 <= N <= M, got {value!r}")
+        return f"{needed}/{total}"
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _merge_models(cls, value: Any) -> Any:
+        # A user naming one role's model keeps the defaults of the others.
+        if not isinstance(value, dict):
+            return value
+        merged: dict[str, Any] = dict(DEFAULT_MODELS)
+        merged.update(value)
+        return merged
+
+    @field_validator("models")
+    @classmethod
+    def _check_models(cls, value: dict[str, str]) -> dict[str, str]:
+        for role, model in value.items():
+            if role not in KNOWN_ROLES:
+                raise ValueError(f"unknown role {role!r} (known: {', '.join(KNOWN_ROLES)})")
+            if not model.strip():
+                raise ValueError(f"empty model name for role {role!r}")
+        return value
+
+    @field_validator("protected_branches")
+    @classmethod
+    def _always_protect_main(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if not pattern.strip():
+                raise ValueError("empty branch pattern")
+        # main and master stay protected whatever the user's list says.
+        return list(value) + [name for name in ALWAYS_PROTECTED if name not in value]
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> "MeshConfig":
+        for needed in ("proposer", "synthesizer"):
+            if needed not in self.roles:
+                raise ValueError(f"roles must include {needed!r}")
+        if self.review_required_for_close and REVIEWER_ROLE not in self.roles:
+            raise ValueError("roles must include 'reviewer' while review_required_for_close is true")
+        for role in self.fallback_roles:
+            if role == REVIEWER_ROLE:
+                raise ValueError("fallback_roles are voting roles; 'reviewer' cannot be one")
+            if role not in self.roles:
+                raise ValueError(f"fallback role {role!r} is not in roles")
+        total = int(self.consensus_threshold.split("/")[1])
+        if total != len(self.voting_roles):
+            raise ValueError(
+                f"consensus_threshold {self.consensus_threshold!r} expects {total} voting roles, "
+                f"roles has {len(self.voting_roles)}"
+            )
+        return self
+
+    @property
+    def voting_roles(self) -> list[str]:
+        """The roles that vote: every role but the reviewer, in configured order."""
+        return [role for role in self.roles if role != REVIEWER_ROLE]
+
+    @property
+    def consensus_needed(self) -> int:
+        """How many agree votes the full role set needs (N of ``N/M``)."""
+        return int(self.consensus_threshold.split("/")[0])
+
+    @property
+    def fallback_consensus_needed(self) -> int:
+        """How many agree votes the fallback set needs: all of them (3/3 by default)."""
+        return len(self.fallback_roles)
+
+    def model_for(self, role: str) -> str:
+        """The model name configured for ``role``; ConfigError for a role mesh does not know."""
+        try:
+            return self.models[role]
+        except KeyError:
+            raise ConfigError(f"no model configured for role {role!r}") from None
+
+    def with_overrides(self, **overrides: Any) -> "MeshConfig":
+        """A validated copy with command-line overrides applied.
+
+        Keyword names are top-level keys (``integrate=False``); a nested key is written
+        with a double underscore (``budget__max_usd=1.5``). A value of None means "flag
+        not given" and leaves the key alone, so a CLI can pass its options straight in.
+        """
+        data = self.model_dump()
+        for name, value in overrides.items():
+            if value is None:
+                continue
+            path = name.split("__")
+            target = data
+            for part in path[:-1]:
+                if part not in target or not isinstance(target[part], dict):
+                    raise ConfigError(f"command line: unknown key {'.'.join(path)!r}")
+                target = target[part]
+            if path[-1] not in target:
+                raise ConfigError(f"command line: unknown key {'.'.join(path)!r}")
+            target[path[-1]] = value.model_dump() if isinstance(value, BaseModel) else value
+        return _validate(data, "command line")
+
+
+def _error_key(loc: tuple[Any, ...]) -> str:
+    # pydantic reports positions inside lists as ints and validator names as strings
+    # that are not keys; keep only what a user could have typed.
+    return ".".join(str(part) for part in loc if not isinstance(part, int)) or "(top level)"
+
+
+def _validate(data: dict[str, Any], source: str, key_prefix: str = "") -> MeshConfig:
+    try:
+        return MeshConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        first = errors[0]
+        key = key_prefix + _error_key(first["loc"])
+        if first["type"] == "extra_forbidden":
+            message = f"{source}: unknown key {key!r}"
+        elif not first["loc"]:
+            message = f"{source}: {first['msg']}"
+        else:
+            message = f"{source}: invalid value for {key!r}: {first['msg']}"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+        raise ConfigError(message.replace("\n", " ")) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+
+
+def load_config(repo: Path | None = None, config_file: Path | None = None) -> MeshConfig:
+    """Load the configuration of ``repo`` (default: the current directory).
+
+    An explicit ``config_file`` (shaped like ``mesh.toml``) wins; else ``<repo>/mesh.toml``;
+    else ``[tool.mesh]`` in ``<repo>/pyproject.toml``; else the defaults. Any problem raises
+    ConfigError with a one-line message naming the file and the key.
+    """
+    if config_file is not None:
+        path = Path(config_file)
+        return _validate(_read_toml(path), str(path))
+    root = Path(repo) if repo is not None else Path.cwd()
+    mesh_toml = root / "mesh.toml"
+    if mesh_toml.is_file():
+        return _validate(_read_toml(mesh_toml), str(mesh_toml))
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        tool = _read_toml(pyproject).get("tool", {})
+        section = tool.get("mesh") if isinstance(tool, dict) else None
+        if section is None:
+            return MeshConfig()
+        if not isinstance(section, dict):
+            raise ConfigError(f"{pyproject}: [tool.mesh] must be a table")
+        return _validate(section, f"{pyproject} [tool.mesh]")
+    return MeshConfig()

@@ -1,0 +1,98 @@
+"""``mesh demo``: the offline end-to-end run on the example workspace.
+
+Copies ``examples/demo-repo`` into a temporary folder, makes it a git repo,
+imports ``.beads-example/`` into a fresh tracker, and runs one task end to end
+with the replay script ``examples/demo-script.json``: a real patch, the demo
+repo's real tests, one review cycle with a MUST_FIX finding (sub-issues and a
+revision), then approval and close. Prints the report and ``mesh show``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["run_demo", "project_root", "prepare_demo"]
+
+
+def project_root() -> Path:
+    """The source checkout that holds ``examples/`` and ``.beads-example/``."""
+    return Path(__file__).resolve().parents[1]
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+
+
+def prepare_demo(dest: Path, *, root: Path | None = None) -> tuple[Path, Path, Path]:
+    """Lay the demo out in ``dest``: the git repo (with ``.beads/``), its tracker db and the script."""
+    from tracker.jsonl import import_jsonl
+    from tracker.store import Tracker
+
+    src = root or project_root()
+    repo = dest / "demo-repo"
+    shutil.copytree(src / "examples" / "demo-repo", repo)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.email", "demo@mesh.invalid")
+    _git(repo, "config", "user.name", "mesh demo")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "demo project")
+    (repo / ".beads").mkdir()
+    shutil.copy(src / ".beads-example" / "config.yaml", repo / ".beads" / "config.yaml")
+    tracker = Tracker.init(repo, actor="mesh-demo")
+    try:
+        report = import_jsonl(tracker, src / ".beads-example" / "issues.jsonl")
+        if report.warnings:
+            raise RuntimeError(f"example workspace has warnings: {report.warnings}")
+    finally:
+        tracker.close()
+    return repo, repo / ".beads" / "mesh.db", src / "examples" / "demo-script.json"
+
+
+def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
+    """Run the demo; returns the exit code of the run (0 when the task closed)."""
+    from tracker.store import Tracker
+
+    from .report import render_report
+    from .runner import RunError, RunOptions, run
+    from .show import render_history, task_history
+
+    folder = Path(tempfile.mkdtemp(prefix="mesh-demo-"))
+    try:
+        repo, db, script = prepare_demo(folder)
+        with Tracker(db) as tracker:
+            ready = tracker.ready(labels=["plan:demo"], issue_type="task")
+        echo(f"demo workspace: {repo}")
+        echo("ready work (plan:demo): " + ", ".join(f"{i['id']} [P{i['priority']}] {i['title']}" for i in ready))
+        echo("")
+        try:
+            report = run(RunOptions(label="plan:demo", backend="replay", script=script, repo=repo, db=db,
+                                    actor="mesh-demo"), echo=echo)
+        except RunError as exc:
+            echo(f"mesh: {exc}")
+            return exc.exit_code
+        echo("")
+        echo(render_report(report))
+        echo("")
+        echo(json.dumps(report.to_dict(), indent=2))
+        echo("")
+        with Tracker(db) as tracker:
+            echo(render_history(task_history(tracker, report.task["id"])))
+            echo("")
+            after = tracker.ready(labels=["plan:demo"], issue_type="task")
+            echo("ready work now: " + ", ".join(f"{i['id']} {i['title']}" for i in after))
+        branch = subprocess.run(["git", "log", "--format=%h %s%n%(trailers:only,unfold)", f"mesh/{report.task['id']}",
+                                 "-3"], cwd=repo, capture_output=True, text=True).stdout
+        echo("")
+        echo(f"branch mesh/{report.task['id']} (never merged, never pushed):")
+        echo(branch.rstrip())
+        if keep:
+            echo(f"\nkept: {folder}")
+        return report.exit_code
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)

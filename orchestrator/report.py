@@ -1,0 +1,45 @@
+"""The human summary of a run (the profile's "Reporting Contract")."""
+
+from __future__ import annotations
+
+from .engine import RunReport
+
+__all__ = ["render_report"]
+
+
+def render_report(report: RunReport) -> str:
+    """Selected task and final state, consensus, validation, mutations, preflight."""
+    if report.outcome == "no_runnable_task":
+        scope = report.scope
+        where = f"label {scope['plan_label']}" if scope.get("plan_label") else f"epic {scope.get('parent_epic')}"
+        return f"no runnable task in scope ({where})"
+    task = report.task or {}
+    lines = [f"task {task.get('id')}: {task.get('title')}",
+             f"  outcome:    {report.outcome}" + (f" ({report.block_reason})" if report.block_reason else ""),
+             f"  status:     {task.get('final_status')}"]
+    if report.block_detail:
+        lines.append(f"  detail:     {report.block_detail}")
+    c = report.consensus
+    if c:
+        lines.append(f"  consensus:  {c['tally']['agree']} agree / {c['tally']['disagree']} disagree,"
+                     f" {c['cycles']} cycle(s), {c['mode']} mode")
+        if c.get("votes"):
+            lines.append("  votes:      " + ", ".join(f"{r}={v}" for r, v in c["votes"].items()))
+    for v in report.validation:
+        state = "rejected" if v["rejected"] else ("pass" if v["passed"] else f"fail (exit {v['exit_code']})")
+        lines.append(f"  validation: {v['command']} -> {state}")
+    r = report.review
+    if r and r.get("decision"):
+        lines.append(f"  review:     {r['decision']} after {r['cycles']} cycle(s)")
+        if r.get("review_issue"):
+            subs = ", ".join(f"{k}->{v}" for k, v in r["subtasks"].items())
+            lines.append(f"  findings:   {r['review_issue']} ({subs})")
+    if report.mutations:
+        lines.append("  mutations:")
+        lines += [f"    - {m}" for m in report.mutations]
+    u = report.usage
+    if u:
+        lines.append(f"  usage:      {u['calls']} call(s), {u['input_tokens']} in / {u['output_tokens']} out tokens,"
+                     f" ${u['cost_usd']:.4f}")
+    lines.append(f"  {report.preflight}")
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""``mesh show TASK``: a task's run history rebuilt from its ``[orch:*]`` comments alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker.store import Tracker
+
+from .engine import load_checkpoints
+
+__all__ = ["task_history", "render_history"]
+
+
+def task_history(tracker: Tracker, task_id: str) -> dict[str, Any]:
+    """The task and its runs: every checkpoint's kind, role, cycles and artifact, by run."""
+    task = tracker.get(task_id)
+    runs: dict[str, dict[str, Any]] = {}
+    for cp in load_checkpoints(tracker, task_id):
+        run_id = cp.run_id or "(unknown run)"
+        run = runs.setdefault(run_id, {"run_id": run_id, "steps": [], "outcome": None})
+        p = cp.payload
+        step = {
+            "seq": p.get("seq"),
+            "kind": cp.kind,
+            "summary": cp.summary,
+            "role": p.get("role"),
+            "consensus_cycle": p.get("consensus_cycle"),
+            "review_cycle": p.get("review_cycle"),
+            "artifact": p.get("artifact"),
+            "signed": "sig" in p,
+            "created_at": cp.created_at,
+        }
+        run["steps"].append(step)
+        if cp.kind == "outcome":
+            run["outcome"] = p.get("artifact")
+    return {
+        "task": {k: task.get(k) for k in ("id", "title", "status", "priority", "assignee", "close_reason")},
+        "runs": list(runs.values()),
+    }
+
+
+def _line(text: str, width: int = 110) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_history(history: dict[str, Any]) -> str:
+    """Human-readable rendering of ``task_history``: rounds, votes with reasons, findings,
+    validation and outcome."""
+    task = history["task"]
+    out = [f"{task['id']}  {task['title']}", f"  status: {task['status']}"
+           + (f"  ({task['close_reason']})" if task.get("close_reason") else "")]
+    if not history["runs"]:
+        out.append("  no mesh runs recorded")
+    for run in history["runs"]:
+        out.append("")
+        out.append(f"run {run['run_id']}")
+        for step in run["steps"]:
+            out.extend(_render_step(step))
+    return "\n".join(out)
+
+
+def _render_step(step: dict[str, Any]) -> list[str]:
+    kind, art = step["kind"], step["artifact"] or {}
+    cyc = f"c{step['consensus_cycle']}/r{step['review_cycle']}"
+    head = f"  #{step['seq']:<3} {kind:<13} {cyc:<7} {step['summary']}"
+    lines = [_line(head, 130)]
+    if kind == "proposal":
+        lines += [f"        - {_line(p, 100)}" for p in art.get("plan", [])]
+    elif kind == "critique":
+        lines += [f"        must fix: {_line(m, 96)}" for m in art.get("must_fix", [])]
+    elif kind in ("synthesis", "revision"):
+        for d in art.get("decision_log", []):
+            lines.append(f"        {d.get('decision')}: {_line(d.get('point', ''), 70)} ({_line(d.get('reason', ''), 40)})")
+        for c in art.get("validation_commands", []):
+            lines.append(f"        validate: {c}")
+    elif kind == "vote":
+        pass  # the summary line already holds vote, tally, role and reason
+    elif kind == "proof":
+        for r in art.get("results", []):
+            state = "rejected" if r.get("rejected") else ("pass" if r.get("passed") else f"fail (exit {r.get('exit_code')})")
+            lines.append(f"        {r.get('command')}: {state}")
+    elif kind == "review":
+        for f in art.get("findings", []):
+            lines.append(f"        [{f.get('finding_id')}] {f.get('severity')}/{f.get('label')} {f.get('location')}:"
+                         f" {_line(f.get('issue', ''), 70)}")
+        if art.get("summary"):
+            lines.append(f"        summary: {_line(art['summary'], 96)}")
+    elif kind == "review-cycle":
+        subtasks = art.get("subtasks") or {}
+        if subtasks:
+            lines.append("        issues: " + ", ".join(f"{k} -> {v}" for k, v in subtasks.items()))
+    elif kind == "revision-plan":
+        lines += [f"        {s.get('finding_id')}: {_line(s.get('change', ''), 90)}" for s in art.get("steps", [])]
+    elif kind == "outcome":
+        if art.get("block_reason"):
+            lines.append(f"        blocked: {art['block_reason']} {_line(art.get('block_detail') or '', 80)}")
+        usage = art.get("usage") or {}
+        if usage:
+            lines.append(f"        usage: {usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens,"
+                         f" ${usage.get('cost_usd', 0):.4f}")
+    return lines

@@ -1,0 +1,124 @@
+"""The ``command`` backend: any program that reads a prompt on stdin and answers on stdout.
+
+Each call spawns the worker command (split like a shell would, run without one) with the
+prompt on stdin and ``MESH_ROLE``, ``MESH_ROUND``, ``MESH_TASK_ID``, ``MESH_RUN_ID`` and
+``MESH_ATTEMPT`` added to its environment; its stdout is the answer. It runs in the
+request's worktree when one is given, so an agent CLI can read the code it works on. A
+non-zero exit or an empty answer is ``no_response``; running past the timeout is
+``timeout``, and the worker's whole process group is killed so no helper it started
+outlives the call.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+
+from .base import Backend, BackendError, WorkerRequest, WorkerResponse
+
+__all__ = ["CommandBackend"]
+
+_STDERR_TAIL_CHARS = 2000
+# After a kill, how long to wait for the pipes to close; a grandchild that left the
+# process group could otherwise hold them open forever.
+_REAP_TIMEOUT_S = 5.0
+
+
+class CommandBackend(Backend):
+    """Run ``worker_cmd`` once per call; calls are independent processes, so thread-safe."""
+
+    name = "command"
+
+    def __init__(self, worker_cmd: str, timeout_s: float = 600):
+        try:
+            argv = shlex.split(worker_cmd)
+        except ValueError as exc:
+            raise BackendError(f"cannot split worker command {worker_cmd!r}: {exc}") from None
+        if not argv:
+            raise BackendError("the worker command is empty")
+        if timeout_s <= 0:
+            raise BackendError(f"the worker timeout must be positive, got {timeout_s}")
+        executable = shutil.which(argv[0])
+        if executable is None:
+            raise BackendError(f"worker command not found or not executable: {argv[0]}")
+        # Resolved once, so a worktree cwd cannot change which program a relative path names.
+        self._argv = [os.path.abspath(executable), *argv[1:]]
+        self._timeout_s = float(timeout_s)
+
+    def call(self, request: WorkerRequest) -> WorkerResponse:
+        """Run the worker on the request's prompt and return its stdout."""
+        env = dict(os.environ)
+        env.update(
+            MESH_ROLE=request.role,
+            MESH_ROUND=request.round,
+            MESH_TASK_ID=request.task_id,
+            MESH_RUN_ID=request.run_id,
+            MESH_ATTEMPT=str(request.attempt),
+        )
+        started = time.monotonic()
+        try:
+            process = subprocess.Popen(
+                self._argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=request.worktree,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BackendError(f"cannot start worker command {self._argv[0]}: {exc.strerror or exc}") from None
+        try:
+            stdout, stderr = process.communicate(
+                request.prompt.text.encode("utf-8"), timeout=self._timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            return WorkerResponse(
+                text=None,
+                error="timeout",
+                duration_s=time.monotonic() - started,
+                detail=f"worker ran past {self._timeout_s:g}s and was killed",
+            )
+        except BaseException:
+            # An interrupt (Ctrl-C) must not leave the worker running behind us.
+            _kill_group(process)
+            raise
+        duration = time.monotonic() - started
+        text = stdout.decode("utf-8", errors="replace")
+        stderr_tail = stderr.decode("utf-8", errors="replace")[-_STDERR_TAIL_CHARS:].strip()
+        if process.returncode != 0:
+            detail = f"worker exited with status {process.returncode}"
+            return WorkerResponse(
+                text=None,
+                error="no_response",
+                duration_s=duration,
+                detail=f"{detail}: {stderr_tail}" if stderr_tail else detail,
+            )
+        if not text.strip():
+            return WorkerResponse(
+                text=None,
+                error="no_response",
+                duration_s=duration,
+                detail="worker wrote nothing to stdout",
+            )
+        return WorkerResponse(text=text, duration_s=duration, detail=stderr_tail or None)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group, then reap the worker."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        process.communicate(timeout=_REAP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+        process.wait()
