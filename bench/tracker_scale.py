@@ -46,7 +46,8 @@ _BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 # Hand-written ready queries. The first reads the blocked/deferred state the
 # tracker keeps current; the second computes it from the dependency graph at
 # query time (what a tracker without that state has to do), walking up from
-# each candidate with a correlated recursive query.
+# each candidate with a correlated recursive query. CROSS JOIN fixes the join
+# order: left to itself, SQLite starts from all open tasks and is 60x slower.
 HAND_CACHED = """
 SELECT i.id FROM labels l JOIN issues i INDEXED BY issues_ready_by_id ON i.id = l.issue_id
 WHERE l.label = :label AND i.status = 'open' AND i.blocked = 0 AND i.issue_type = 'task'
@@ -55,7 +56,7 @@ WHERE l.label = :label AND i.status = 'open' AND i.blocked = 0 AND i.issue_type 
 ORDER BY i.priority, i.created_sort, i.id
 """
 HAND_GRAPH = f"""
-SELECT c.id FROM labels l JOIN issues c ON c.id = l.issue_id
+SELECT c.id FROM labels l CROSS JOIN issues c ON c.id = l.issue_id
 WHERE l.label = :label AND c.status = 'open' AND c.issue_type = 'task'
   AND COALESCE(c.ephemeral, 0) = 0 AND COALESCE(c.pinned, 0) = 0
   AND NOT EXISTS (
@@ -82,7 +83,7 @@ def median_ms(fn: Callable[[], object], reps: int) -> float:
     return statistics.median(times)
 
 
-def median_each_ms(fn: Callable[[object], object], items: list, ) -> float:
+def median_each_ms(fn: Callable[[object], object], items: list) -> float:
     """Median wall time of ``fn(item)`` over ``items`` (each item used once), in milliseconds."""
     times = []
     for item in items:

@@ -52,7 +52,8 @@ _GIT_TIMEOUT_S = 10
 _PATH_TOKEN = re.compile(r"(?<![\w/.\-])((?:[\w.\-]+/)*[\w.\-]+)(?::\d+(?:-\d+)?)?")
 # A code name: snake_case with an inner underscore, or camelCase / PascalCase with an
 # inner capital; plain words ("the", "Reviewer") are too common to look up.
-_CODE_NAME = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[A-Za-z][a-z0-9]+[A-Z][A-Za-z0-9]*)(?![\w/])")
+_CODE_NAME = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+"
+                        r"|[A-Za-z][a-z0-9]+[A-Z][A-Za-z0-9]*)(?![\w/])")
 _DEFINITION = (r"^[ \t]*(?:export[ \t]+|pub[ \t]+|async[ \t]+)*"
                r"(?:def|class|function|func|fn|struct|interface|type|enum|trait)[ \t]+({names})\b"
                r"|^({names})[ \t]*(?::[^=\n]*)?=")

@@ -36,13 +36,13 @@ def prepare_demo(dest: Path, *, root: Path | None = None) -> tuple[Path, Path, P
     src = root or project_root()
     repo = dest / "demo-repo"
     shutil.copytree(src / "examples" / "demo-repo", repo)
+    (repo / ".beads").mkdir()
+    shutil.copy(src / ".beads-example" / "config.yaml", repo / ".beads" / "config.yaml")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "config", "user.email", "demo@mesh.invalid")
     _git(repo, "config", "user.name", "mesh demo")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "demo project")
-    (repo / ".beads").mkdir()
-    shutil.copy(src / ".beads-example" / "config.yaml", repo / ".beads" / "config.yaml")
     tracker = Tracker.init(repo, actor="mesh-demo")
     try:
         report = import_jsonl(tracker, src / ".beads-example" / "issues.jsonl")

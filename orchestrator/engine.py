@@ -36,6 +36,7 @@ from .bus import ArtifactBus
 from .calls import ensure_calls_table, log_call
 from .checkpoint import Checkpoint, dedupe_key, format_checkpoint, parse_checkpoint, sign_payload, signing_key
 from .config import MeshConfig
+from .faults import crash_point
 from .scope import Scope
 from .scrub import scrub, scrub_obj
 
@@ -138,7 +139,8 @@ def load_checkpoints(tracker: Tracker, task_id: str) -> list[Checkpoint]:
     """Every ``[orch:*]`` checkpoint on a task, in comment order."""
     out = []
     for comment in tracker.comments(task_id):
-        cp = parse_checkpoint(comment["text"], **comment)
+        cp = parse_checkpoint(comment["text"], id=comment["id"], author=comment.get("author"),
+                              created_at=comment.get("created_at"))
         if cp is not None:
             out.append(cp)
     return out
@@ -322,6 +324,7 @@ class Engine:
         self.tracker.add_comment(self.task["id"], text, author=f"mesh/{role or 'orchestrator'}",
                                  dedupe_key=dedupe_key(self.run_id, self.seq))
         self.memo[step] = Checkpoint(kind=kind, summary=summary, payload=payload)
+        crash_point("checkpoint")
         return payload
 
     def _stored(self, kind: str, role: str | None, phase: str) -> dict | None:
@@ -664,11 +667,13 @@ class Engine:
                 self.worktree.apply(patch)
             except GitError as exc:
                 raise Blocked("patch_does_not_apply", str(exc)) from None
+            crash_point("apply")
         sha = self.worktree.commit(
             f"mesh: {self.task['title']}\n\n{step_name} for {self.task['id']} (review cycle {self.bus.review_cycle})",
             task_id=self.task["id"], run_id=self.run_id, extra_trailers={"Mesh-Step": marker},
         )
         self.mutations.append(f"commit {sha[:12]} on {self.worktree.branch}")
+        crash_point("commit")
 
     def _prepare_worktree(self) -> None:
         """The task's worktree on ``mesh/<task-id>`` (reused by a resumed run)."""
@@ -694,6 +699,7 @@ class Engine:
         cfg = self.config.validation
         results = run_validation(commands, cwd=self.worktree.path, allow=cfg.allow, timeout_s=cfg.timeout_s,
                                  max_output_bytes=cfg.max_output_bytes)
+        crash_point("validation")
         self.validation = [r.to_dict() for r in results]
         ran = [r for r in results if not r.rejected]
         self.validation_pass = bool(ran) and all(r.passed for r in ran)
@@ -819,6 +825,7 @@ class Engine:
                 labels=["mesh:review"], parent=task_id,
                 description=f"Findings of the mesh reviewer on {task_id} (run {self.run_id}).",
                 idempotency_key=f"{self.run_id}:review-issue")
+            crash_point("review-issue")
             self.bus.set_review_issue(parent["id"])
             self.mutations.append(f"created review issue {parent['id']}")
         if not approved:
@@ -833,13 +840,15 @@ class Engine:
                                 f"Minimal fix: {f['minimal_fix']}\n\n```\n{f['code_context']}\n```",
                     metadata={"finding_id": f["finding_id"], "task_id": task_id, "run_id": self.run_id},
                     idempotency_key=f"{self.run_id}:finding:{f['finding_id']}")
+                crash_point("finding-issue")
                 self.bus.add_review_subtask(f["finding_id"], child["id"])
                 self.mutations.append(f"created finding issue {child['id']} ({f['finding_id']})")
         # A finding is resolved once a later review no longer raises it (or approves).
+        ignored = {f["finding_id"] for f in findings if f["label"] == "CAN_IGNORE"}
         for finding_id, issue_id in self.bus.review_subtasks.items():
             resolved = approved or finding_id not in open_ids
             if resolved and self.tracker.get(issue_id)["status"] != "closed":
-                why = "resolved and re-reviewed" if finding_id not in open_ids or approved else "CAN_IGNORE"
+                why = "CAN_IGNORE: no action needed" if finding_id in ignored else "resolved and re-reviewed"
                 self._close_quietly(issue_id, f"{why} (review cycle {self.bus.review_cycle})")
         if approved and self.bus.review_issue and self.tracker.get(self.bus.review_issue)["status"] != "closed":
             children = [self.tracker.get(i)["status"] for i in self.bus.review_subtasks.values()]
@@ -876,6 +885,7 @@ class Engine:
                                             await_id=self.run_id, idempotency_key=f"{self.run_id}:ci-gate")
             self.mutations.append(f"gate {gate['id']} (await ci) blocks {task_id}")
             return self._finish("awaiting_ci", conditions=conditions)
+        crash_point("close")
         try:
             self.tracker.close_issue(task_id, reason=CLOSE_REASON, expect_status=("in_progress",))
             self.mutations.append(f"{task_id}: closed ({CLOSE_REASON})")

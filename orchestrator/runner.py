@@ -169,7 +169,11 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
     held: list[str] = []
     for task, reason in candidates:
         checkpoints = load_checkpoints(tracker, task["id"])
-        run_id = unfinished_run(checkpoints) or new_run_id()
+        unfinished = unfinished_run(checkpoints)
+        if options.task and not unfinished and tracker.get(task["id"])["status"] != "in_progress":
+            held.append(f"{task['id']} has no interrupted run to resume (status {tracker.get(task['id'])['status']})")
+            continue
+        run_id = unfinished or new_run_id()
         lease = None
         if config.integrate:
             try:
@@ -192,7 +196,7 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
         finally:
             if lease:
                 lease.release(tracker)
-    if options.task:
+    if options.task and any("held by run" in h for h in held):
         raise RunError("; ".join(held), 3)
     return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None, outcome="no_runnable_task",
                      mutations=[f"skipped: {h}" for h in held])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["REDACTED", "scrub", "scrub_obj"]
 
@@ -24,54 +24,76 @@ _PEM = re.compile(
     r"|[A-Za-z0-9+/=\s:,\-]*)"
 )
 
-# Credentials recognisable by their own shape, wherever they appear.
-_TOKENS = re.compile(
-    r"(?<![A-Za-z0-9_\-])(?:"
-    r"sk-ant-[A-Za-z0-9_\-]{10,}"
-    r"|sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}"
-    r"|gh[pousr]_[A-Za-z0-9]{20,}"
-    r"|github_pat_[A-Za-z0-9_]{20,}"
-    r"|glpat-[A-Za-z0-9_\-]{20,}"
-    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"
-    r"|(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"
-    r"|AIza[0-9A-Za-z_\-]{35}"
-    r"|[sr]k_(?:live|test)_[0-9A-Za-z]{16,}"
-    r"|eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"
-    r"|https://hooks\.slack\.com/services/[A-Za-z0-9/]{20,}"
-    r")"
+# Credentials recognisable by their own shape, wherever they appear. Each pattern starts
+# with a literal, which Python's regex engine searches for quickly; that the match starts a
+# word is checked in code (a lookbehind up front would defeat the literal search).
+_TOKENS = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"sk-ant-[A-Za-z0-9_\-]{10,}",
+        r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}",
+        r"gh[pousr]_[A-Za-z0-9]{20,}",
+        r"github_pat_[A-Za-z0-9_]{20,}",
+        r"glpat-[A-Za-z0-9_\-]{20,}",
+        r"xox[abposr]-[A-Za-z0-9\-]{10,}",
+        r"A(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+        r"AIza[0-9A-Za-z_\-]{35}",
+        r"sk_(?:live|test)_[0-9A-Za-z]{16,}",
+        r"rk_(?:live|test)_[0-9A-Za-z]{16,}",
+        r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*",
+        r"https://hooks\.slack\.com/services/[A-Za-z0-9/]{20,}",
+    )
 )
+_TOKEN_CHARS_BEFORE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+# The patterns below are case-insensitive. Python's regex search is several times slower
+# with IGNORECASE, so they are written in lower case and run over an ASCII-lowered copy of
+# the text (same length, same offsets); replacements are cut from the original.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 _AUTH_HEADER = re.compile(
-    r"(?i)(\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?"
-    r"(?:(?:bearer|basic|token|digest|apikey)\s+)?)([^\s\"',;]{8,})"
+    r"(?P<head>authorization[\"']?\s*[:=]\s*[\"']?"
+    r"(?:(?:bearer|basic|token|digest|apikey)\s+)?)(?P<value>[^\s\"',;]{8,})"
 )
-_BEARER = re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9_\-.~+/]{8,}=*)")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/:@\[\]]*):([^\s/@\[\]]+)@")
+_BEARER = re.compile(r"(?P<head>bearer\s+)(?P<value>[a-z0-9_\-.~+/]{8,}=*)")
+# Anchored on "://" (a literal); the scheme before it stays as it is. Bounded repeats keep
+# a long run without "@" from being rescanned at length.
+_URL_USERINFO = re.compile(r"(?P<head>://[^\s/:@\[\]]{0,256}:)(?P<value>[^\s/@\[\]]{1,256})@")
 
 _STRONG_WORDS = r"password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
-_NAME = rf"[A-Za-z0-9_.\-]*?(?:{_STRONG_WORDS}|token|[_\-]key)"
-_STRONG_NAME = re.compile(rf"(?i){_STRONG_WORDS}")
+_KEYWORD = rf"(?:{_STRONG_WORDS}|token|[_\-]key)"
+# What an assignment search looks for: a name's last word. The whole name, found by
+# looking back, must then match _SECRET_KEY_NAME (so `key = ...` or `monkey = ...` do not).
+_HEAD_WORD = r"(?:pass(?:word|wd|phrase)|secret|token|key)"
+_STRONG_NAME = re.compile(_STRONG_WORDS)
+_SECRET_KEY_NAME = re.compile(rf"[a-z0-9_.\-]*{_KEYWORD}")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
-_FLAG = re.compile(rf"(?i)(?<![A-Za-z0-9_\-])(--?{_NAME}\s+)([^\s\"'`;|&()\[\]{{}}<>]+)")
-_ASSIGN = re.compile(
-    rf"""(?ix)
-    (?<![A-Za-z0-9_.\-])
-    (?P<head>
-        (?P<q1>["']?)(?P<name>(?:--?)?{_NAME})(?P=q1)
-        (?:\s*:\s*[A-Za-z_][\w.\[\]|, ]{{0,60}}?)?     # a type annotation: api_key: str = ...
-        \s*(?::=|=>|=|:)\s*
+# An assignment is found from the keyword that ends its name (a search that starts on a
+# literal is fast; one that starts on an open-ended name prefix is not); the name's start is
+# found by looking back. `--password value` is the whitespace-separated form, for flags only.
+_ASSIGN_HEAD = re.compile(
+    rf"""(?x)
+    (?P<kw>{_HEAD_WORD})(?P<q1>["']?)
+    (?P<sep>
+        \s*:\s*[a-z_][\w.\[\]|, ]{{0,60}}?\s*=\s*     # a type annotation: api_key: str = ...
+      | \s*(?::=|=>|=|:)\s*
+      | (?P<ws>[ \t]+)
     )
-    (?:
-        "(?P<dq>(?:[^"\\\n]|\\.)*)"
-      | '(?P<sq>(?:[^'\\\n]|\\.)*)'
-      | (?P<bare>[^\s"'`,;(){{}}\[\]<>&|]+)(?P<call>[(\[]?)
-    )
+    """
+)
+_MAX_VALUE = 1024
+_ASSIGN_VALUE = re.compile(
+    rf"""(?x)
+        "(?P<dq>(?:[^"\\\n]|\\.){{0,{_MAX_VALUE}}})"
+      | '(?P<sq>(?:[^'\\\n]|\\.){{0,{_MAX_VALUE}}})'
+      | (?P<bare>[^\s"'`,;(){{}}\[\]<>&|]{{1,{_MAX_VALUE}}})(?P<call>[(\[]?)
     """
 )
 
 # A value that only refers to a secret kept elsewhere, or a placeholder.
 _REFERENCE = re.compile(
-    r"^(?:\$|%\(|\{\{|<|os\.|env\.|process\.env|secrets\.|settings\.|config\.|self\.|None$|null$|"
+    r"(?:\$|%\(|\{\{|<|os\.|env\.|process\.env|secrets\.|settings\.|config\.|self\.|None$|null$|"
     r"true$|false$)",
     re.I,
 )
@@ -114,45 +136,141 @@ def _credential_like(value: str, *, strong: bool, quoted: bool, code_name: bool 
 
 
 def _is_strong(name: str) -> bool:
-    return bool(_STRONG_NAME.search(name)) or (name.isupper() and "_" in name)
+    # An upper-case NAME_WITH_PARTS is an environment variable or a constant: config, not code.
+    return bool(_STRONG_NAME.search(name.lower())) or (name.isupper() and "_" in name)
 
 
-def _sub_assign(match: re.Match[str]) -> str:
-    name = match.group("name").lstrip("-")
-    strong = _is_strong(name)
-    code_name = name.islower()
-    for group, quote in (("dq", '"'), ("sq", "'")):
-        value = match.group(group)
-        if value is not None:
-            if _credential_like(value, strong=strong, quoted=True):
-                return f"{match.group('head')}{quote}{REDACTED}{quote}"
-            return match.group(0)
-    value = match.group("bare")
-    if match.group("call") or not _credential_like(
-        value, strong=strong, quoted=False, code_name=code_name
+def _group(match: re.Match[str], text: str, name: str) -> str | None:
+    start, end = match.span(name)
+    return None if start < 0 else text[start:end]
+
+
+def _redact_assign(head: re.Match[str], value: re.Match[str], text: str) -> str | None:
+    begin = head.start()
+    while begin > 0 and text[begin - 1] in _NAME_CHARS:
+        begin -= 1
+    name = text[begin : head.end("kw")]
+    if not _SECRET_KEY_NAME.fullmatch(name.lower()):
+        return None
+    quote = head.group("q1")
+    # A quoted name must be quoted on both sides ("api_key": ...), else this is not a key.
+    if quote and (begin == 0 or text[begin - 1] != quote):
+        return None
+    flag = name.startswith("-")
+    spaced = head.group("ws") is not None
+    if spaced and (not flag or quote):
+        return None
+    name = name.lstrip("-")
+    strong = _is_strong(name) or spaced
+    prefix = text[head.start() : head.end()]
+    for group, mark in (("dq", '"'), ("sq", "'")):
+        found = value.group(group)
+        if found is not None:
+            if _credential_like(found, strong=strong, quoted=True):
+                return f"{prefix}{mark}{REDACTED}{mark}"
+            return None
+    if value.group("call") or not _credential_like(
+        value.group("bare"), strong=strong, quoted=False, code_name=name.islower()
     ):
-        return match.group(0)
-    return f"{match.group('head')}{REDACTED}"
+        return None
+    return f"{prefix}{REDACTED}"
 
 
-def _sub_flag(match: re.Match[str]) -> str:
-    value = match.group(2)
-    if not _credential_like(value, strong=True, quoted=False):
-        return match.group(0)
-    return f"{match.group(1)}{REDACTED}"
+def _substitute_assignments(text: str) -> str:
+    """Redact the values of secret-named assignments (``NAME=value``, ``"name": "value"``...).
+
+    Each value is first read only up to the next assignment head, so that a chain of heads
+    costs linear time and a long declined value cannot hide the assignments inside it; a
+    quoted value that does not close before the next head is read again in full.
+    """
+    heads = list(_ASSIGN_HEAD.finditer(text.translate(_ASCII_LOWER)))
+    if not heads:
+        return text
+    pieces: list[str] = []
+    last = 0
+    for index, head in enumerate(heads):
+        if head.start() < last:
+            continue  # inside a value already redacted
+        start = head.end()
+        next_head = heads[index + 1].start() if index + 1 < len(heads) else len(text)
+        value = _ASSIGN_VALUE.match(text, start, min(next_head, start + _MAX_VALUE + 2))
+        if value is None and text.startswith(('"', "'"), start):
+            value = _ASSIGN_VALUE.match(text, start, start + _MAX_VALUE + 2)
+        if value is None:
+            continue
+        replacement = _redact_assign(head, value, text)
+        if replacement is None:
+            continue
+        pieces.append(text[last : head.start()])
+        pieces.append(replacement)
+        last = value.end()
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
-def _sub_bearer(match: re.Match[str]) -> str:
-    value = match.group(2)
+def _starts_word(text: str, index: int) -> bool:
+    return index == 0 or not (text[index - 1].isalnum() or text[index - 1] == "_")
+
+
+def _redact_token(match: re.Match[str], text: str) -> str | None:
+    start = match.start()
+    if start > 0 and text[start - 1] in _TOKEN_CHARS_BEFORE:
+        return None
+    return REDACTED
+
+
+def _redact_bearer(match: re.Match[str], text: str) -> str | None:
+    if not _starts_word(text, match.start()):
+        return None
+    value = _group(match, text, "value") or ""
     if not _credential_like(value, strong=False, quoted=False):
-        return match.group(0)
-    return f"{match.group(1)}{REDACTED}"
+        return None
+    return f"{_group(match, text, 'head')}{REDACTED}"
 
 
-def _sub_auth_header(match: re.Match[str]) -> str:
-    if REDACTED in match.group(2) or _REFERENCE.match(match.group(2)):
-        return match.group(0)
-    return f"{match.group(1)}{REDACTED}"
+def _redact_header(match: re.Match[str], text: str) -> str | None:
+    if not _starts_word(text, match.start()):
+        return None
+    return _redact_value(match, text)
+
+
+def _redact_value(match: re.Match[str], text: str) -> str | None:
+    value = _group(match, text, "value") or ""
+    if REDACTED in value or _REFERENCE.match(value):
+        return None
+    return text[match.start() : match.start("value")] + REDACTED + text[match.end("value") : match.end()]
+
+
+def _substitute(
+    pattern: re.Pattern[str],
+    text: str,
+    redact: Callable[[re.Match[str], str], str | None],
+    *,
+    lower: bool = True,
+) -> str:
+    """Apply ``redact`` to each match of ``pattern`` in ``text`` (or its lowered copy).
+
+    A declined match resumes the search one character on, so that a span which only
+    looked like a credential cannot hide one inside it.
+    """
+    lowered = text.translate(_ASCII_LOWER) if lower else text
+    pieces: list[str] = []
+    last = 0
+    pos = 0
+    while (match := pattern.search(lowered, pos)) is not None:
+        replacement = redact(match, text)
+        if replacement is None:
+            pos = match.start() + 1
+            continue
+        pieces.append(text[last : match.start()])
+        pieces.append(replacement)
+        last = pos = match.end()
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _secret_env_name(name: str) -> bool:
@@ -178,17 +296,17 @@ def scrub(text: str) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     text = _PEM.sub(REDACTED, text)
-    text = _TOKENS.sub(REDACTED, text)
-    text = _AUTH_HEADER.sub(_sub_auth_header, text)
-    text = _BEARER.sub(_sub_bearer, text)
-    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-    text = _FLAG.sub(_sub_flag, text)
-    text = _ASSIGN.sub(_sub_assign, text)
+    for pattern in _TOKENS:
+        text = _substitute(pattern, text, _redact_token, lower=False)
+    text = _substitute(_AUTH_HEADER, text, _redact_header)
+    text = _substitute(_BEARER, text, _redact_bearer)
+    text = _substitute(_URL_USERINFO, text, _redact_value)
+    text = _substitute_assignments(text)
     return text
 
 
 def _secret_key(key: Any) -> bool:
-    return isinstance(key, str) and bool(re.fullmatch(rf"(?i){_NAME}", key))
+    return isinstance(key, str) and bool(_SECRET_KEY_NAME.fullmatch(key.lower()))
 
 
 def scrub_obj(obj: Any) -> Any:

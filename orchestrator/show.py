@@ -63,8 +63,7 @@ def render_history(history: dict[str, Any]) -> str:
 def _render_step(step: dict[str, Any]) -> list[str]:
     kind, art = step["kind"], step["artifact"] or {}
     cyc = f"c{step['consensus_cycle']}/r{step['review_cycle']}"
-    head = f"  #{step['seq']:<3} {kind:<13} {cyc:<7} {step['summary']}"
-    lines = [_line(head, 130)]
+    lines = [f"  #{step['seq']:<3} {kind:<13} {cyc:<7} {_line(step['summary'], 100)}"]
     if kind == "proposal":
         lines += [f"        - {_line(p, 100)}" for p in art.get("plan", [])]
     elif kind == "critique":

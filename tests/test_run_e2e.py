@@ -480,11 +480,13 @@ def test_patch_refusal_blocks_and_leaves_worktree_untouched(ws, path, reason):
 
 
 def test_patch_that_does_not_apply_blocks(ws):
-    stale = PATCH_FEATURE.replace('"""Temperature conversions', '"""Temperatures conversions')
+    stale = PATCH_FEATURE.replace("     return celsius * 9 / 5 + 32", "     return celsius * 9.0 / 5 + 32", 1)
+    assert stale != PATCH_FEATURE
     script = happy_script()
     script["synthesizer"][0] = r("synthesis", synthesis(stale))
     code, report, _ = ws.run(script)
-    assert code == 3 and report["block_reason"] in ("patch_does_not_apply", "no_diff_parsed")
+    assert code == 3 and report["block_reason"] == "patch_does_not_apply"
+    assert ws.git("rev-list", "--count", f"main..mesh/{TASK}").strip() == "0"
 
 
 def test_no_integrate_applies_nothing_runs_nothing_changes_no_status(ws):
@@ -520,7 +522,7 @@ def test_secrets_are_scrubbed_from_comments_calls_and_report(ws):
 
 def test_budget_exceeded_is_not_triggered_by_free_backends(ws, tmp_path):
     cfg = tmp_path / "mesh.toml"
-    cfg.write_text((ws.repo / "mesh.toml").read_text() + "\n[budget]\nmax_usd = 0.0\nmax_tokens = 0\n")
+    cfg.write_text((ws.repo / "mesh.toml").read_text() + "\n[budget]\nmax_usd = 0.0001\nmax_tokens = 1\n")
     code, report, res = ws.run(happy_script(), "--config", str(cfg))
     assert code == 0, res.output
 

@@ -893,8 +893,13 @@ class Tracker:
             "SELECT count(*) FROM dependencies d LEFT JOIN issues i ON i.id = d.depends_on_id WHERE i.id IS NULL"
         )[0][0]
         checks.append({"name": "dangling_dependencies", "ok": True, "detail": f"{dangling} edge(s) to unknown issues (kept)"})
-        unsorted = self.db.read("SELECT count(*) FROM issues WHERE created_sort IS NULL OR created_sort = ''")[0][0]
-        checks.append({"name": "sort_keys", "ok": unsorted == 0, "detail": f"{unsorted} issue(s) without a sort key"})
+        # An issue without created_at sorts first ('' key); only a key that disagrees
+        # with its timestamp is a problem.
+        unsorted = sum(
+            1 for r in self.db.read("SELECT created_at, created_sort, defer_until, defer_sort FROM issues")
+            if (normalize_ts(r[0]) or "") != r[1] or normalize_ts(r[2]) != r[3]
+        )
+        checks.append({"name": "sort_keys", "ok": unsorted == 0, "detail": f"{unsorted} issue(s) with a stale sort key"})
         with self.db._lock:
             stale = len(ready_state_changes(self.db.conn))
         checks.append({"name": "ready_state", "ok": stale == 0,

@@ -1,0 +1,109 @@
+"""Crash safety: the demo run is killed with SIGKILL at every checkpoint boundary, then resumed.
+
+For every kill point the final state (the sequence of comment kinds, the issues with
+their statuses and links, the task branch's tree) equals an uninterrupted run's, with
+no duplicated comment or sub-issue and no resume that gets stuck.
+
+The worker answers are the demo's replay script. A resumed run asks only what the
+killed run did not checkpoint, so the resumed replay backend starts each role's list
+after the answers the killed run stored (a real model would simply be asked again).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.engine import load_checkpoints
+from orchestrator.runner import RunOptions, run
+from tests.runkit import TASK, demo_script, make_workspace
+
+pytestmark = pytest.mark.slow
+
+WORKER_KINDS = {"hydration", "proposal", "critique", "synthesis", "vote", "review", "revision-plan", "revision"}
+
+
+def _options(ws, script_path: Path, *, task: str | None = None, force: bool = False) -> RunOptions:
+    return RunOptions(label="plan:demo", backend="replay", script=script_path, repo=ws.repo, db=ws.db,
+                      actor="tester", task=task, force=force)
+
+
+def _child(ws, script_path: Path, crash_at: str) -> None:
+    os.environ["MESH_CRASH_AT"] = crash_at
+    run(_options(ws, script_path), echo=lambda line: None)
+    os._exit(0)  # the run ended without reaching the kill point
+
+
+def _remaining_script(ws) -> dict:
+    """The demo script minus the answers the killed run already checkpointed."""
+    script = demo_script()
+    with ws.tracker() as t:
+        stored = [cp for cp in load_checkpoints(t, TASK) if cp.kind in WORKER_KINDS]
+    for cp in stored:
+        role = cp.payload.get("role")
+        # A vote recorded as "invalid_vote_shape"/"no_response" consumed no answer of the script.
+        if role in script and script[role]:
+            script[role].pop(0)
+    return script
+
+
+def state(ws) -> dict:
+    """What must be equal between a crashed-and-resumed run and an uninterrupted one."""
+    with ws.tracker() as t:
+        checkpoints = load_checkpoints(t, TASK)
+        issues = t.list(include_closed=True)
+        titles = {i["id"]: i["title"] for i in issues}
+        described = sorted(
+            (i["title"], i["issue_type"], i["status"], tuple(sorted(i.get("labels", []))),
+             titles.get(i.get("parent"), i.get("parent")), i.get("close_reason"))
+            for i in issues
+        )
+        seqs = [(cp.run_id, cp.seq) for cp in checkpoints]
+    return {
+        "kinds": [cp.kind for cp in checkpoints],
+        "issues": described,
+        "tree": ws.git("rev-parse", f"mesh/{TASK}^{{tree}}").strip(),
+        "commits": ws.git("rev-list", "--count", f"main..mesh/{TASK}").strip(),
+        "unique_seqs": len(seqs) == len(set(seqs)),
+        "runs": len({cp.run_id for cp in checkpoints}),
+    }
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    ws = make_workspace(tmp_path_factory.mktemp("baseline"))
+    report = run(_options(ws, ws.write_script(demo_script())), echo=lambda line: None)
+    assert report.outcome == "closed"
+    return state(ws)
+
+
+# The demo flow writes 28 checkpoints (asserted below), so every boundary is a kill point.
+ALL_POINTS = [f"checkpoint#{i}" for i in range(1, 29)] + [
+    "apply#1", "apply#2", "commit#1", "commit#2", "validation#1", "validation#2", "close#1",
+    "review-issue#1", "finding-issue#1", "finding-issue#2"]
+
+
+def test_baseline_has_the_expected_number_of_checkpoints(baseline):
+    assert len(baseline["kinds"]) == 28, baseline["kinds"]
+
+
+@pytest.mark.parametrize("crash_at", ALL_POINTS)
+def test_kill_and_resume_reaches_the_uninterrupted_state(tmp_path, baseline, crash_at):
+    ws = make_workspace(tmp_path)
+    script_path = ws.write_script(demo_script())
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_child, args=(ws, script_path, crash_at))
+    child.start()
+    child.join(120)
+    assert child.exitcode == -9, f"the run was not killed at {crash_at} (exit {child.exitcode})"
+    resumed = ws.write_script(_remaining_script(ws), "resume.json")
+    report = run(_options(ws, resumed, task=TASK, force=True), echo=lambda line: None)
+    assert report.outcome == "closed", (crash_at, report.to_dict())
+    after = state(ws)
+    assert after["unique_seqs"]
+    assert after["runs"] == 1, "the resumed run must continue the killed run, not start another"
+    for key in ("kinds", "issues", "tree", "commits"):
+        assert after[key] == baseline[key], (crash_at, key)
