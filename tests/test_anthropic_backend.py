@@ -82,9 +82,16 @@ def test_request_carries_schema_model_and_cached_shared_prefix(fake):
     assert schema["additionalProperties"] is False
     assert set(schema["required"]) == {"plan", "assumptions", "risk"}
     assert "outbox" in schema["properties"]  # the proposal prompt offers an outbox
-    # The breakpoint sits on the shared block (the system prompt); the role part follows it.
+    # The shared part is the system prompt, split before the round heading: the task part
+    # (same in every round) and the round part, each ending in a breakpoint. The role part
+    # follows, in the user message, with no breakpoint of its own.
     prompt = request().prompt
-    assert body["system"] == [{"type": "text", "text": prompt.shared, "cache_control": {"type": "ephemeral"}}]
+    task_part, round_part = prompt.shared.split("\n# Round: proposal")
+    assert body["system"] == [
+        {"type": "text", "text": task_part, "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "\n# Round: proposal" + round_part, "cache_control": {"type": "ephemeral"}},
+    ]
+    assert "# Repository context" in task_part
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": prompt.role_part}]}]
     assert "tools" not in body  # no worktree, no tools
 
@@ -131,14 +138,24 @@ def test_usage_and_cost_come_from_the_api_and_the_price_table(fake):
 
 
 def test_cache_reads_follow_the_shared_prefix(fake):
-    for _ in range(2):
-        fake.push(message(json.dumps(CRITIQUE)))
+    fake.push(message(json.dumps(CRITIQUE)), message(json.dumps({"vote": "agree", "reason": "ok"})),
+              message(json.dumps(CRITIQUE)))
     b = backend()
-    first = b.call(request("critique", "critic_a", inputs={"proposal": PROPOSAL}))
-    second = b.call(request("critique", "critic_b", inputs={"proposal": PROPOSAL}))
-    shared_tokens = count_tokens(request("critique", "critic_a", inputs={"proposal": PROPOSAL}).prompt.shared)
-    assert first.usage.cache_write_tokens == shared_tokens and first.usage.cache_read_tokens == 0
-    assert second.usage.cache_read_tokens == shared_tokens and second.usage.cache_write_tokens == 0
+    critique = request("critique", "critic_a", inputs={"proposal": PROPOSAL})
+    vote_inputs = {"proposal": PROPOSAL, "synthesis": {"decision_log": [], "patch": "NO_DIFF: nothing",
+                                                       "validation_commands": ["true"]}}
+    first = b.call(critique)
+    vote = b.call(request("vote", "critic_b", inputs=vote_inputs))
+    second = b.call(request("critique", "skeptic", inputs={"proposal": PROPOSAL}))
+    cut = critique.prompt.shared.index("\n# Round: critique")
+    task_tokens = count_tokens(critique.prompt.shared[:cut])
+    round_tokens = count_tokens(critique.prompt.shared[cut:])
+    assert first.usage.cache_read_tokens == 0 and first.usage.cache_write_tokens == task_tokens + round_tokens
+    # Another round on the same model re-reads the task part and writes its own round part
+    # (a cache is per model: the writers' rounds do not warm the critics' cache) ...
+    assert vote.usage.cache_read_tokens == task_tokens and vote.usage.cache_write_tokens > 0
+    # ... and the next role of a round reads all of the shared prefix.
+    assert second.usage.cache_read_tokens == task_tokens + round_tokens and second.usage.cache_write_tokens == 0
 
 
 # ------------------------------------------------------------------ tools

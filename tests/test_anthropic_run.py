@@ -109,12 +109,14 @@ def test_demo_run_closes_over_the_messages_api(ws):
         body = req.body
         schema = output_model(ARTIFACT_SCHEMAS[req.round], req.round, False)[1]
         assert body["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
-        # The breakpoint is on the shared block, and the role part comes after it.
-        assert len(body["system"]) == 1 and body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        # The breakpoints are on the shared blocks (task part, round part), and the role part
+        # comes after them.
+        assert [block["cache_control"] for block in body["system"]] == [{"type": "ephemeral"}] * 2
+        assert body["system"][1]["text"].startswith(f"\n# Round: {req.round}")
         assert body["messages"][0]["role"] == "user"
         assert [block.get("cache_control") for block in body["messages"][0]["content"]] == [None]
         assert "# Your role: " in body["messages"][0]["content"][0]["text"]
-        assert "# Your role: " not in body["system"][0]["text"]
+        assert "# Your role: " not in req.system_text
         assert [tool["name"] for tool in body["tools"]] == ["read_file", "list_dir", "grep"]
     # The roles of one round (consecutive requests of one round) got a byte-identical prefix.
     fan_outs = 0
@@ -123,7 +125,7 @@ def test_demo_run_closes_over_the_messages_api(ws):
         if round_name in ("critique", "vote"):
             fan_outs += 1
             assert len({req.role for req in group}) == len(group) > 1
-            assert len({req.body["system"][0]["text"] for req in group}) == 1
+            assert len({json.dumps(req.body["system"]) for req in group}) == 1
             assert len({json.dumps(req.body["tools"]) + json.dumps(req.body["output_config"])
                         for req in group}) == 1
     assert fan_outs >= 4

@@ -153,7 +153,7 @@ def test_local_run_and_ci_close_racing_close_once(tmp_path):
         from tracker.store import Tracker
 
         with Tracker(db) as t:
-            closes = [e for e in t.events(TASK) if e["event_type"] == "closed"]
+            closes = [e for e in t.events(TASK) if e["field"] == "status" and e["new_value"] == "closed"]
             assert t.get(TASK)["status"] == "closed", i
             assert len(closes) == 1, (i, closes)
             kinds = [cp.kind for cp in load_checkpoints(t, TASK)]

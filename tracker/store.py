@@ -574,7 +574,9 @@ class Tracker:
             if key == "defer_until":
                 sets.append("defer_sort = ?")
                 params.append(normalize_ts(value))
-            self._event(c, issue_id, event_type if key != "status" else "status_changed", key, old, value, at=now)
+            # A plain update of the status is bd's status_changed; close, reopen and claim keep their name.
+            kind = "status_changed" if key == "status" and event_type == "updated" else event_type
+            self._event(c, issue_id, kind, key, old, value, at=now)
         if "status" in changes and changes["status"] != current.get("status"):
             if changes["status"] == "closed":
                 sets.append("closed_at = ?")

@@ -19,10 +19,14 @@ One call of the backend is one worker answer:
   parses the text again and owns the follow-up, so a mismatch only adds a ``detail``.
 - **stop_reason first**: ``max_tokens`` and ``refusal`` come back as those error kinds,
   an exhausted tool allowance or any other stop as ``no_response``.
-- **Prompt caching**: ``prompt.shared`` is the system prompt, one text block carrying a
-  ``cache_control`` breakpoint, identical for every role of a round; ``prompt.role_part``
-  follows as the user message. The tools (identical for all roles) sit before it in the
-  cache order. During tool turns a second breakpoint moves to the newest tool result.
+- **Prompt caching**: ``prompt.shared`` is the system prompt, identical for every role of
+  a round, its last block carrying a ``cache_control`` breakpoint; ``prompt.role_part``
+  follows as the user message. The shared text is sent as two blocks, each with a
+  breakpoint: the task part (system text, task metadata, repository context: the same in
+  every round until the context changes) and the round part (from ``# Round:`` on), so a
+  round re-reads the task part that the rounds before it wrote. The tools (identical for
+  all roles) sit before them in the cache order. During tool turns one more breakpoint
+  moves to the newest tool result (three in all; the API allows four).
 - **Tools**: with a worktree, the read-only ``read_file``, ``list_dir`` and ``grep`` of
   ``roles.backends.tools``, at most ``max_tool_turns`` tool turns per call; the last
   request forbids tools (``tool_choice: none``) so the model must answer. ``max_tokens``
@@ -43,6 +47,7 @@ import functools
 import json
 import math
 import os
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +128,7 @@ class AnthropicBackend(Backend):
         started = time.monotonic()
         model = self._model(request.role)
         tools = RepoTools(request.worktree) if self._offers_tools(request) else None
-        params: dict[str, Any] = {"model": model, "system": _system(request.prompt.shared)}
+        params: dict[str, Any] = {"model": model, "system": _system(request.prompt.shared, request.round)}
         checker = None
         if request.schema is not None:
             checker, schema = output_model(request.schema, request.round, request.strict)
@@ -331,11 +336,17 @@ def _verdict(stop: str | None, content: list[Any], checker: type[BaseModel] | No
 # ---------------------------------------------------------------------- messages and tools
 
 
-def _system(shared: str) -> list[dict[str, Any]]:
-    """The shared prefix as the system prompt, with the cache breakpoint on it."""
+def _system(shared: str, round_name: str) -> list[dict[str, Any]]:
+    """The shared prefix as the system prompt: the task part and the round part, each
+    ending in a cache breakpoint (one block when the round heading is not found)."""
     if not shared:
         return []
-    return [{"type": "text", "text": shared, "cache_control": dict(_EPHEMERAL)}]
+    # The round template opens with this heading; it is searched from the end because the
+    # task part (a file in the context pack) could quote it too.
+    headings = list(re.finditer(rf"\n# Round: {re.escape(round_name)}(?=[ \n])", shared))
+    cut = headings[-1].start() if headings else 0
+    parts = [shared[:cut], shared[cut:]] if cut > 0 else [shared]
+    return [{"type": "text", "text": part, "cache_control": dict(_EPHEMERAL)} for part in parts]
 
 
 def _assistant_blocks(content: list[Any]) -> list[dict[str, Any]]:
