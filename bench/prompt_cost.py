@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.demo import prepare_demo  # noqa: E402
 from orchestrator.runner import RunOptions, run  # noqa: E402
+from roles.definitions import ALL_ROLES, ROUNDS  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, RoleScript, count_tokens, segments  # noqa: E402
 
 CACHE_TARGET = 0.70
@@ -93,9 +94,11 @@ def measure() -> dict:
     return {
         "task": report.task["id"],
         "outcome": report.outcome,
-        "by_round": {k: dict(v) for k, v in by_round.items()},
-        "by_role": {k: dict(v) for k, v in by_role.items()},
-        "matrix": {f"{round_name}/{role}": n for (round_name, role), n in matrix.items()},
+        # Profile order, not arrival order: concurrent critics and voters arrive in any order.
+        "by_round": {k: dict(by_round[k]) for k in ROUNDS if k in by_round},
+        "by_role": {k: dict(by_role[k]) for k in ALL_ROLES if k in by_role},
+        "matrix": {f"{round_name}/{role}": matrix[(round_name, role)] for round_name in ROUNDS for role in ALL_ROLES
+                   if (round_name, role) in matrix},
         "totals": dict(totals),
         "behind_breakpoint_share": totals["behind_breakpoint"] / totals["input_tokens"],
         "cache_read_share": totals["cache_read"] / totals["input_tokens"],
@@ -131,6 +134,7 @@ def render(figures: dict) -> str:
         f"served from the prompt cache (fake's simulation): {totals['cache_read']} read,"
         f" {totals['cache_write']} written, {totals['uncached']} uncached = {figures['cache_read_share']:.1%} read",
         f"orchestration tokens: {figures['orchestration_tokens']} (no request is made for anything but a role)",
+        f"cost at the default prices: ${figures['report_usage']['cost_usd']:.4f} (the run's report)",
     ]
     return "\n".join(lines)
 

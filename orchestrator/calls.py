@@ -13,7 +13,7 @@ from tracker.store import Tracker
 
 from .scrub import scrub
 
-__all__ = ["ensure_calls_table", "log_call", "calls_for"]
+__all__ = ["ensure_calls_table", "log_call", "calls_for", "logged_response"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS mesh_calls (
@@ -80,3 +80,18 @@ def calls_for(tracker: Tracker, *, run_id: str | None = None, task_id: str | Non
         d["usage"] = json.loads(d["usage"]) if d["usage"] else {}
         out.append(d)
     return out
+
+
+def logged_response(tracker: Tracker, *, run_id: str, role: str, round: str, attempt: int,
+                    prompt: str) -> dict | None:
+    """The latest answered call of a run with exactly this role, round, attempt and prompt."""
+    rows = tracker.db.read(
+        "SELECT * FROM mesh_calls WHERE run_id = ? AND role = ? AND round = ? AND attempt = ? AND prompt = ?"
+        " AND response IS NOT NULL AND error IS NULL ORDER BY id DESC LIMIT 1",
+        (run_id, role, round, attempt, prompt),
+    )
+    if not rows:
+        return None
+    row = dict(rows[0])
+    row["usage"] = json.loads(row["usage"]) if row["usage"] else {}
+    return row

@@ -338,6 +338,8 @@ class Engine:
         if cp is None:
             return None
         payload = cp.payload
+        if payload.get("usage"):
+            self.usage = self.usage + Usage(**payload["usage"])
         if role and kind not in ("review-cycle", "proof", "outcome", "preflight"):
             self.bus.take_mail(role)
             if payload.get("outbox"):
@@ -380,6 +382,10 @@ class Engine:
         request = WorkerRequest(role=role, round=round_name, task_id=self.task["id"], run_id=self.run_id,
                                 attempt=attempt, prompt=prompt, schema=ARTIFACT_SCHEMAS[round_name],
                                 strict=self.strict, worktree=self.worktree.path if self.worktree else None)
+        if self.resumed:
+            logged = self._logged_answer(role, round_name, attempt, prompt.text)
+            if logged is not None:
+                return logged
         self._check_budget(request)
         started = time.monotonic()
         response = self.backend.call(request)
@@ -390,6 +396,18 @@ class Engine:
                  response=response.text, usage=response.usage.to_dict(), duration_s=response.duration_s,
                  error=response.error if not response.detail else f"{response.error}: {response.detail}")
         return response
+
+    def _logged_answer(self, role: str, round_name: str, attempt: int, prompt: str) -> WorkerResponse | None:
+        """A resumed run's answer to a call the interrupted run already made and paid for
+        (answered, but killed before its checkpoint): the same prompt gets the logged answer."""
+        from .calls import logged_response
+
+        row = logged_response(self.tracker, run_id=self.run_id, role=role, round=round_name, attempt=attempt,
+                              prompt=scrub(prompt))
+        if row is None:
+            return None
+        self.bus.note("reused_logged_answer", {"round": round_name, "attempt": attempt}, role)
+        return WorkerResponse(text=row["response"], usage=Usage(**row["usage"]), model=row["model"])
 
     def _repo_context(self) -> str:
         """The repository context pack shared by every role of a round (the task branch's

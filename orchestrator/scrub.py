@@ -31,7 +31,7 @@ _TOKENS = tuple(
     re.compile(pattern)
     for pattern in (
         r"sk-ant-[A-Za-z0-9_\-]{10,}",
-        r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}",
+        r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]{0,256}\d)[A-Za-z0-9_\-]{20,}",
         r"gh[pousr]_[A-Za-z0-9]{20,}",
         r"github_pat_[A-Za-z0-9_]{20,}",
         r"glpat-[A-Za-z0-9_\-]{20,}",
@@ -53,9 +53,9 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 _AUTH_HEADER = re.compile(
     r"(?P<head>authorization[\"']?\s*[:=]\s*[\"']?"
-    r"(?:(?:bearer|basic|token|digest|apikey)\s+)?)(?P<value>[^\s\"',;]{8,})"
+    r"(?:(?:bearer|basic|token|digest|apikey)\s+)?)(?P<value>[^\s\"',;]{8,4096})"
 )
-_BEARER = re.compile(r"(?P<head>bearer\s+)(?P<value>[a-z0-9_\-.~+/]{8,}=*)")
+_BEARER = re.compile(r"(?P<head>bearer\s+)(?P<value>[a-z0-9_\-.~+/]{8,4096}=*)")
 # Anchored on "://" (a literal); the scheme before it stays as it is. Bounded repeats keep
 # a long run without "@" from being rescanned at length.
 _URL_USERINFO = re.compile(r"(?P<head>://[^\s/:@\[\]]{0,256}:)(?P<value>[^\s/@\[\]]{1,256})@")
@@ -221,6 +221,20 @@ def _redact_token(match: re.Match[str], text: str) -> str | None:
     return REDACTED
 
 
+def _next_token_start(match: re.Match[str], text: str) -> int:
+    """Where to search on after a declined token: the next place a token could start.
+
+    Every position inside the declined span that follows a token character is mid-word
+    too, so the search skips to just after the next other character (say the dot of a
+    JWT-shaped run), keeping a long run from being rescanned from each of its positions.
+    """
+    index = match.start() + 1
+    end = match.end()
+    while index < end and text[index - 1] in _TOKEN_CHARS_BEFORE:
+        index += 1
+    return index
+
+
 def _redact_bearer(match: re.Match[str], text: str) -> str | None:
     if not _starts_word(text, match.start()):
         return None
@@ -249,11 +263,12 @@ def _substitute(
     redact: Callable[[re.Match[str], str], str | None],
     *,
     lower: bool = True,
+    resume: Callable[[re.Match[str], str], int] | None = None,
 ) -> str:
     """Apply ``redact`` to each match of ``pattern`` in ``text`` (or its lowered copy).
 
-    A declined match resumes the search one character on, so that a span which only
-    looked like a credential cannot hide one inside it.
+    A declined match resumes the search one character on (or where ``resume`` says), so
+    that a span which only looked like a credential cannot hide one inside it.
     """
     lowered = text.translate(_ASCII_LOWER) if lower else text
     pieces: list[str] = []
@@ -262,7 +277,7 @@ def _substitute(
     while (match := pattern.search(lowered, pos)) is not None:
         replacement = redact(match, text)
         if replacement is None:
-            pos = match.start() + 1
+            pos = resume(match, text) if resume is not None else match.start() + 1
             continue
         pieces.append(text[last : match.start()])
         pieces.append(replacement)
@@ -297,7 +312,7 @@ def scrub(text: str) -> str:
             text = text.replace(secret, REDACTED)
     text = _PEM.sub(REDACTED, text)
     for pattern in _TOKENS:
-        text = _substitute(pattern, text, _redact_token, lower=False)
+        text = _substitute(pattern, text, _redact_token, lower=False, resume=_next_token_start)
     text = _substitute(_AUTH_HEADER, text, _redact_header)
     text = _substitute(_BEARER, text, _redact_bearer)
     text = _substitute(_URL_USERINFO, text, _redact_value)

@@ -5,8 +5,9 @@ their statuses and links, the task branch's tree) equals an uninterrupted run's,
 no duplicated comment or sub-issue and no resume that gets stuck.
 
 The worker answers are the demo's replay script. A resumed run asks only what the
-killed run did not checkpoint, so the resumed replay backend starts each role's list
-after the answers the killed run stored (a real model would simply be asked again).
+killed run did not receive (an answer received but not yet checkpointed is taken from
+the calls log), so the resumed replay backend starts each role's list after the answers
+the killed run received, and the calls of both processes add up to one run's.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from tests.runkit import TASK, demo_script, make_workspace
 
 pytestmark = pytest.mark.slow
 
-WORKER_KINDS = {"hydration", "proposal", "critique", "synthesis", "vote", "review", "revision-plan", "revision"}
-
 
 def _options(ws, script_path: Path, *, task: str | None = None, force: bool = False) -> RunOptions:
     return RunOptions(label="plan:demo", backend="replay", script=script_path, repo=ws.repo, db=ws.db,
@@ -38,20 +37,21 @@ def _child(ws, script_path: Path, crash_at: str) -> None:
 
 
 def _remaining_script(ws) -> dict:
-    """The demo script minus the answers the killed run already checkpointed."""
+    """The demo script minus the answers the killed run already received."""
+    from orchestrator.calls import calls_for
+
     script = demo_script()
     with ws.tracker() as t:
-        stored = [cp for cp in load_checkpoints(t, TASK) if cp.kind in WORKER_KINDS]
-    for cp in stored:
-        role = cp.payload.get("role")
-        # A vote recorded as "invalid_vote_shape"/"no_response" consumed no answer of the script.
-        if role in script and script[role]:
-            script[role].pop(0)
+        made = calls_for(t, task_id=TASK)
+    for call in made:
+        script[call["role"]].pop(0)
     return script
 
 
 def state(ws) -> dict:
     """What must be equal between a crashed-and-resumed run and an uninterrupted one."""
+    from orchestrator.calls import calls_for
+
     with ws.tracker() as t:
         checkpoints = load_checkpoints(t, TASK)
         issues = t.list(include_closed=True)
@@ -62,6 +62,7 @@ def state(ws) -> dict:
             for i in issues
         )
         seqs = [(cp.run_id, cp.seq) for cp in checkpoints]
+        ncalls = len(calls_for(t, task_id=TASK))
     return {
         "kinds": [cp.kind for cp in checkpoints],
         "issues": described,
@@ -69,6 +70,7 @@ def state(ws) -> dict:
         "commits": ws.git("rev-list", "--count", f"main..mesh/{TASK}").strip(),
         "unique_seqs": len(seqs) == len(set(seqs)),
         "runs": len({cp.run_id for cp in checkpoints}),
+        "calls": ncalls,
     }
 
 
@@ -110,5 +112,6 @@ def test_kill_and_resume_reaches_the_uninterrupted_state(tmp_path, baseline, cra
     after = state(ws)
     assert after["unique_seqs"]
     assert after["runs"] == 1, "the resumed run must continue the killed run, not start another"
-    for key in ("kinds", "issues", "tree", "commits"):
+    # No model call was paid twice: the killed and the resumed run together made as many as one run.
+    for key in ("kinds", "issues", "tree", "commits", "calls"):
         assert after[key] == baseline[key], (crash_at, key)
