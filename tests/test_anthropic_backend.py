@@ -195,16 +195,16 @@ def test_tool_turns_are_capped_and_the_last_request_forbids_tools(fake, tmp_path
 
 
 def test_tool_turns_share_max_tokens(fake, tmp_path):
-    fake.push(Reply_tool_use_with_usage(), message(json.dumps(PROPOSAL)))
+    spending = tool_use("list_dir", {})
+    spending.usage = {"input_tokens": 10, "output_tokens": 300}
+    fake.push(spending, message(json.dumps(PROPOSAL)))
     response = backend(max_tokens=500).call(request(worktree=tmp_path))
     assert [r.body["max_tokens"] for r in fake.requests] == [500, 200]
     assert response.error is None
-
-
-def Reply_tool_use_with_usage():  # noqa: N802 (reads as a reply constructor)
-    reply = tool_use("list_dir", {})
-    reply.usage = {"input_tokens": 10, "output_tokens": 300}
-    return reply
+    spending.usage = {"input_tokens": 10, "output_tokens": 500}
+    fake.push(spending)
+    used_up = backend(max_tokens=500).call(request(worktree=tmp_path))
+    assert used_up.error == "max_tokens" and "tool turns used all of max_tokens=500" in used_up.detail
 
 
 # ------------------------------------------------------------------ stop reasons and errors

@@ -645,7 +645,7 @@ def doctor_cmd(fix: bool, as_json: bool) -> None:
             click.echo(f"fixed: {fixed}")
 
     result = _run(as_json, lambda t: t.doctor(fix=fix), human)
-    if not result["ok"] and not (fix and result["fixed"]):
+    if not result["ok"]:
         raise click.exceptions.Exit(EXIT_USER_ERROR)
 
 

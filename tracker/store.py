@@ -883,7 +883,11 @@ class Tracker:
         }
 
     def doctor(self, *, fix: bool = False) -> dict:
-        """Check the database; with ``fix`` repair what can be repaired safely."""
+        """Check the database; with ``fix`` repair what can be repaired safely.
+
+        With ``fix`` the checks reported (and ``ok``) are those run after the
+        repairs, so ``ok`` says whether a problem is left; ``fixed`` lists the repairs.
+        """
         checks = []
         integrity = self.db.read("PRAGMA integrity_check")[0][0]
         checks.append({"name": "integrity", "ok": integrity == "ok", "detail": integrity})
@@ -925,6 +929,7 @@ class Tracker:
                 self.db.conn.execute("PRAGMA journal_mode = WAL")
                 fixed.append("journal mode set to WAL")
             self.db.conn.execute("PRAGMA optimize")
+            return dict(self.doctor(), fixed=fixed)
         ok = all(ch["ok"] for ch in checks)
         return {"ok": ok, "checks": checks, "fixed": fixed, "database_path": str(self.path)}
 

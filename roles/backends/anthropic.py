@@ -93,10 +93,11 @@ class AnthropicBackend(Backend):
     name = "anthropic"
 
     def __init__(self, config: MeshConfig | None = None, *, api_key: str | None = None):
-        if config is None:
-            from orchestrator.config import MeshConfig
+        from orchestrator.config import ConfigError, MeshConfig
 
+        if config is None:
             config = MeshConfig()
+        self._config_error = ConfigError
         key = (api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")).strip()
         if not key:
             raise BackendError("the anthropic backend needs an API key: set ANTHROPIC_API_KEY")
@@ -213,7 +214,7 @@ class AnthropicBackend(Backend):
     def _model(self, role: str) -> str:
         try:
             return self._config.model_for(role)
-        except Exception as exc:  # ConfigError: a role the config has no model for
+        except self._config_error as exc:  # a role the config has no model for
             raise BackendError(str(exc)) from None
 
     def _usage(self, model: str, reported: Any) -> Usage:
