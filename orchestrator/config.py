@@ -60,18 +60,21 @@ ALWAYS_PROTECTED: tuple[str, ...] = ("main", "master")
 
 # Writing roles get the stronger model; the critics and the skeptic only object and vote.
 DEFAULT_MODELS: dict[str, str] = {
-    "proposer": "claude-sonnet-4-5",
+    "proposer": "claude-sonnet-4-6",
     "critic_a": "claude-haiku-4-5",
     "critic_b": "claude-haiku-4-5",
     "skeptic": "claude-haiku-4-5",
-    "synthesizer": "claude-sonnet-4-5",
-    "reviewer": "claude-sonnet-4-5",
+    "synthesizer": "claude-sonnet-4-6",
+    "reviewer": "claude-sonnet-4-6",
 }
 
 # Anthropic's published list prices in USD per million tokens on this date (cache writes
 # at the 5-minute TTL rate). Prices change: users override them under [prices].
+# claude-sonnet-4-5 reaches end of life on 2026-11-30 (SDK 2.12's deprecation table), so the
+# defaults use claude-sonnet-4-6, priced at the Sonnet tier's list price.
 DEFAULT_PRICES_AS_OF = "2025-10-15"
 _DEFAULT_PRICE_ROWS: dict[str, dict[str, float]] = {
+    "claude-sonnet-4-6": {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75},
     "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75},
     "claude-haiku-4-5": {"input": 1.0, "output": 5.0, "cache_read": 0.10, "cache_write": 1.25},
     "claude-opus-4-1": {"input": 15.0, "output": 75.0, "cache_read": 1.50, "cache_write": 18.75},
@@ -137,7 +140,7 @@ class AnthropicConfig(_Strict):
     max_retries: int = Field(default=2, ge=0)
     timeout_s: float = Field(default=120.0, gt=0)
     max_tokens: int = Field(default=8192, gt=0)
-    max_tool_turns: int = Field(default=8, gt=0)
+    max_tool_turns: int = Field(default=8, ge=0)  # 0: no repository tools
     context_tokens: int = Field(default=20000, gt=0)
 
 

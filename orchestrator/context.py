@@ -14,10 +14,11 @@ The pack is part of the prompt's shared prefix, so it must be byte-identical for
 role of a round: it depends only on its inputs and on the files' contents, sections and
 files come in a fixed order, and truncation is deterministic (whole lines, fair shares
 of the budget). The engine asks for it before every call, so results are cached by
-(root, the index's stamp, the stamps of the files shown, task, patch, budget); a change
-to any file shown makes a new pack. Contents are scrubbed of credentials like everything
-mesh records, and nothing outside the root is read: a path with ``..``, an absolute path
-or a symlink leading out is skipped.
+(root, the tree's state, the stamps of the files shown, task, patch, budget), where the
+state is the git index's stamp (the engine commits every change it makes) or, outside
+git, the stamps of the files; a change to any file shown makes a new pack. Contents are
+scrubbed of credentials like everything mesh records, and nothing outside the root is
+read: a path with ``..``, an absolute path or a symlink leading out is skipped.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import functools
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from .scrub import scrub
@@ -71,14 +72,11 @@ def build_repo_context(root: Path, *, task: Mapping[str, str], patch: str | None
         return ""
     if not base.is_dir():
         return ""
-    files, index_stamp = _list_files(base)
+    files, state = _list_files(base)
     touched = tuple(p for p in patch_paths(patch or "") if _inside(base, p))
     named = tuple(p for p in named_paths(task, files) if p not in touched)
     names = tuple(code_names(task))
-    if names and index_stamp is not None:
-        defining = _cached_symbol_files(base, files, index_stamp, names)
-    else:
-        defining = _symbol_files(base, files, names) if names else ()
+    defining = _symbol_files(base, files, state, names) if names else ()
     defining = tuple(p for p in defining if p not in touched and p not in named)
     shown = touched + named + defining
     stamps = tuple(_stamp(base / p) for p in shown)
@@ -134,15 +132,10 @@ def code_names(task: Mapping[str, str | None]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_symbol_files(base: Path, files: tuple[str, ...], index_stamp: tuple[int, int],
-                         names: tuple[str, ...]) -> tuple[str, ...]:
-    """``_symbol_files`` of a git checkout, cached until its index changes."""
-    return _symbol_files(base, files, names)
-
-
-def _symbol_files(base: Path, files: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
+def _symbol_files(base: Path, files: tuple[str, ...], state: Hashable, names: tuple[str, ...]) -> tuple[str, ...]:
     """Files that define one of ``names`` (def/class/function/... or a top-level
-    assignment), ordered by the name's first mention, then path; bounded scan."""
+    assignment), ordered by the name's first mention, then path; bounded scan, cached
+    while the tree's ``state`` holds."""
     joined = "|".join(re.escape(name) for name in names)
     pattern = re.compile(_DEFINITION.format(names=joined), re.M)
     hits: dict[str, list[str]] = {}
@@ -211,8 +204,9 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 # ---------------------------------------------------------------------- the file list
 
 
-def _list_files(base: Path) -> tuple[tuple[str, ...], tuple[int, int] | None]:
-    """The files of ``base`` and, for a git checkout, its index's stamp (None otherwise)."""
+def _list_files(base: Path) -> tuple[tuple[str, ...], Hashable]:
+    """The files of ``base`` and a stamp of the tree's state: the index's stamp in a git
+    checkout (the engine commits every change), else the stamps of the files."""
     index = _git_index(base)
     if index is not None:
         stamp = _stamp(index)
@@ -220,7 +214,8 @@ def _list_files(base: Path) -> tuple[tuple[str, ...], tuple[int, int] | None]:
             listed = _git_files(base, index, stamp)
             if listed is not None:
                 return listed, stamp
-    return _walk_files(base), None
+    walked = _walk_files(base)
+    return walked, tuple(_stamp(base / path) for path in walked[:_MAX_SCAN_FILES])
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import secrets
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -179,6 +180,13 @@ class Engine:
         self.key = signing_key()
         self.bus = ArtifactBus(task_id=task["id"], task_meta=_task_meta(task))
         self.usage = Usage()
+        # Budget accounting: what finished calls used plus the worst case of calls in flight,
+        # so that critics or voters asked at the same time cannot overshoot together.
+        self._budget_lock = threading.Lock()
+        self._budget_tokens = 0
+        self._budget_usd = 0.0
+        self._held_tokens = 0
+        self._held_usd = 0.0
         self.calls = 0
         self.mutations: list[str] = []
         self.validation: list[dict[str, Any]] = []
@@ -360,19 +368,33 @@ class Engine:
 
     # ================================================================== asking workers
 
-    def _check_budget(self, request: WorkerRequest) -> None:
+    def _check_budget(self, request: WorkerRequest) -> tuple[int, float]:
+        """Block before a call that could cross the budget; else hold its worst case."""
         budget = self.config.budget
         if budget.max_usd is None and budget.max_tokens is None:
-            return
+            return 0, 0.0
         worst = self.backend.worst_case(request)
-        spent_tokens = self.usage.input_tokens + self.usage.output_tokens
-        worst_tokens = worst.input_tokens + worst.output_tokens
-        if budget.max_tokens is not None and spent_tokens + worst_tokens > budget.max_tokens:
-            raise Blocked("budget_exceeded", f"{spent_tokens} tokens spent, next call may take {worst_tokens}"
-                          f" (budget {budget.max_tokens})")
-        if budget.max_usd is not None and self.usage.cost_usd + worst.cost_usd > budget.max_usd:
-            raise Blocked("budget_exceeded", f"${self.usage.cost_usd:.4f} spent, next call may cost"
-                          f" ${worst.cost_usd:.4f} (budget ${budget.max_usd:.2f})")
+        worst_tokens = _tokens(worst)
+        with self._budget_lock:
+            spent_tokens = self._budget_tokens + self._held_tokens
+            spent_usd = self._budget_usd + self._held_usd
+            if budget.max_tokens is not None and spent_tokens + worst_tokens > budget.max_tokens:
+                raise Blocked("budget_exceeded", f"{spent_tokens} tokens spent, next call may take {worst_tokens}"
+                              f" (budget {budget.max_tokens})")
+            if budget.max_usd is not None and spent_usd + worst.cost_usd > budget.max_usd:
+                raise Blocked("budget_exceeded", f"${spent_usd:.4f} spent, next call may cost"
+                              f" ${worst.cost_usd:.4f} (budget ${budget.max_usd:.2f})")
+            self._held_tokens += worst_tokens
+            self._held_usd += worst.cost_usd
+        return worst_tokens, worst.cost_usd
+
+    def _settle_budget(self, held: tuple[int, float], used: Usage) -> None:
+        """Replace a finished call's held worst case by what it used."""
+        with self._budget_lock:
+            self._held_tokens -= held[0]
+            self._held_usd -= held[1]
+            self._budget_tokens += _tokens(used)
+            self._budget_usd += used.cost_usd
 
     def _call(self, role: str, round_name: str, inputs: Mapping[str, Any], *, attempt: int,
               parse_error: str | None, outbox: Sequence[Mapping[str, str]]) -> WorkerResponse:
@@ -386,15 +408,19 @@ class Engine:
             logged = self._logged_answer(role, round_name, attempt, prompt.text)
             if logged is not None:
                 return logged
-        self._check_budget(request)
+        held = self._check_budget(request)
         started = time.monotonic()
-        response = self.backend.call(request)
+        response = None
+        try:
+            response = self.backend.call(request)
+        finally:
+            self._settle_budget(held, response.usage if response is not None else Usage())
         if not response.duration_s:
             response.duration_s = time.monotonic() - started
         log_call(self.tracker, run_id=self.run_id, task_id=self.task["id"], role=role, round=round_name,
                  attempt=attempt, backend=self.backend.name, model=response.model, prompt=prompt.text,
                  response=response.text, usage=response.usage.to_dict(), duration_s=response.duration_s,
-                 error=response.error if not response.detail else f"{response.error}: {response.detail}")
+                 error=_call_error(response))
         return response
 
     def _logged_answer(self, role: str, round_name: str, attempt: int, prompt: str) -> WorkerResponse | None:
@@ -970,9 +996,21 @@ class Engine:
             mutations=list(self.mutations),
             usage={"calls": self.calls, "input_tokens": self.usage.input_tokens,
                    "output_tokens": self.usage.output_tokens, "cache_read_tokens": self.usage.cache_read_tokens,
-                   "cache_write_tokens": self.usage.cache_write_tokens, "cost_usd": round(self.usage.cost_usd, 6)},
+                   "cache_write_tokens": self.usage.cache_write_tokens, "cost_usd": round(self.usage.cost_usd, 6),
+                   "prices_as_of": self.config.prices.as_of},
             synthesis=self.bus.synthesis if outcome == "synthesis_only" else None,
         )
+
+
+def _tokens(usage: Usage) -> int:
+    """Every token a call is billed for, cached or not."""
+    return usage.input_tokens + usage.output_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+
+
+def _call_error(response: WorkerResponse) -> str | None:
+    if response.error is None:
+        return f"note: {response.detail}" if response.detail else None
+    return f"{response.error}: {response.detail}" if response.detail else response.error
 
 
 def _task_meta(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from roles.prompts import build_prompt
 from roles.schemas import ARTIFACT_SCHEMAS
 from tests.fake_anthropic import (
     FakeAnthropic,
+    Reply,
     api_error,
     count_tokens,
     hang,
@@ -244,9 +245,14 @@ def test_a_hang_past_the_timeout_is_timeout(fake):
 
 
 def test_a_malformed_body_is_no_response(fake):
-    fake.push(malformed())
-    response = backend(max_retries=0).call(request())
-    assert response.error == "no_response" and response.detail.startswith("malformed API response")
+    fake.push(malformed(), Reply(body={"type": "message"}), Reply(body=b"<html>bad gateway</html>"))
+    b = backend(max_retries=0)
+    cut = b.call(request())
+    assert cut.error == "no_response" and cut.detail.startswith("malformed API response")
+    empty = b.call(request())  # valid JSON, but no content and no stop_reason
+    assert empty.error == "no_response" and "stop_reason None" in empty.detail
+    html = b.call(request())
+    assert html.error == "no_response" and html.detail.startswith("malformed API response")
 
 
 def test_a_bad_request_is_no_response_with_detail(fake):

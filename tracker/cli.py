@@ -83,7 +83,6 @@ def _guard(as_json: bool, work: Callable[[], Any]) -> Any:
 
 def _run(as_json: bool, action: Callable[[Tracker], Any], human: Callable[[Any], None]) -> Any:
     """Open the workspace, call ``action`` on it, print its result as JSON or via ``human``."""
-
     result = _guard(as_json, lambda: _with_tracker(action))
     if as_json:
         _print_json(result)

@@ -543,7 +543,7 @@ class Tracker:
             raise InvalidValueError(f"invalid agent state {changes['agent_state']!r} (one of: {', '.join(AGENT_STATES)})")
         with self.transaction() as c:
             row = self._row(c, issue_id)
-            current = _row_obj(row, keep_empty=True)
+            current = _row_obj(row)
             for key, want in (expect or {}).items():
                 if current.get(key) != want:
                     raise ConflictError(f"{issue_id}: {key} is {current.get(key)!r}, expected {want!r}")
@@ -610,7 +610,7 @@ class Tracker:
             if not ((status == "open" and (not assignee or mine)) or (status == "in_progress" and mine)):
                 holder = f" by {assignee}" if assignee else ""
                 raise ConflictError(f"{issue_id} cannot be claimed: it is {status}{holder}")
-            current = _row_obj(row, keep_empty=True)
+            current = _row_obj(row)
             self._apply(c, issue_id, current, {"status": "in_progress", "assignee": who}, event_type="claimed")
         return self.get(issue_id)
 
@@ -631,7 +631,7 @@ class Tracker:
                 open_blockers = [b["id"] for b in self.blockers(issue_id)]
                 if open_blockers:
                     raise ConflictError(f"{issue_id} has open blockers: {', '.join(open_blockers)} (use --force)")
-            current = _row_obj(row, keep_empty=True)
+            current = _row_obj(row)
             self._apply(c, issue_id, current, {"status": "closed", "close_reason": reason or None}, event_type="closed")
         return self.get(issue_id)
 
@@ -641,7 +641,7 @@ class Tracker:
             row = self._row(c, issue_id)
             if row["status"] != "closed":
                 raise ConflictError(f"{issue_id} is {row['status']}, not closed")
-            self._apply(c, issue_id, _row_obj(row, keep_empty=True), {"status": "open"}, event_type="reopened")
+            self._apply(c, issue_id, _row_obj(row), {"status": "open"}, event_type="reopened")
         return self.get(issue_id)
 
     # ----------------------------------------------------------------- comments
@@ -816,14 +816,14 @@ class Tracker:
             held = row[field]
             if slot == "hook" and held and held != issue_id:
                 raise ConflictError(f"{agent_id} hook slot is held by {held} (clear it first)")
-            self._apply(c, agent_id, _row_obj(row, keep_empty=True), {field: issue_id}, event_type="slot_set")
+            self._apply(c, agent_id, _row_obj(row), {field: issue_id}, event_type="slot_set")
         return self.get(agent_id)
 
     def slot_clear(self, agent_id: str, slot: str) -> dict:
         field = _slot_field(slot)
         with self.transaction() as c:
             row = self._agent(c, agent_id)
-            self._apply(c, agent_id, _row_obj(row, keep_empty=True), {field: None}, event_type="slot_cleared")
+            self._apply(c, agent_id, _row_obj(row), {field: None}, event_type="slot_cleared")
         return self.get(agent_id)
 
     def slot_show(self, agent_id: str) -> dict:
@@ -837,7 +837,7 @@ class Tracker:
             raise InvalidValueError(f"invalid agent state {state!r} (one of: {', '.join(AGENT_STATES)})")
         with self.transaction() as c:
             row = self._agent(c, agent_id)
-            self._apply(c, agent_id, _row_obj(row, keep_empty=True),
+            self._apply(c, agent_id, _row_obj(row),
                         {"agent_state": state, "last_activity": now_iso()}, event_type="agent_state")
         return self.get(agent_id)
 
@@ -978,25 +978,18 @@ def _event_text(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _row_obj(row: sqlite3.Row, *, keep_empty: bool = False) -> dict:
-    """The beads fields of an issues row; empty fields omitted (except priority) unless keep_empty."""
+def _row_obj(row: sqlite3.Row) -> dict:
+    """Every modelled field of an issues row (None where absent): the current values
+    that updates compare against and ``expect`` checks."""
     out: dict[str, Any] = {"id": row["id"]}
     for key in TEXT_FIELDS:
-        value = row[key]
-        # NULL is an absent field; "" is a field that was present but empty (kept for fidelity).
-        if keep_empty or value is not None:
-            out[key] = value
+        out[key] = row[key]
     out["priority"] = row["priority"]
     for key in ("pinned", "ephemeral"):
         value = row[key]
-        if value is not None:
-            out[key] = bool(value)
-        elif keep_empty:
-            out[key] = None
-    if row["metadata"] is not None or keep_empty:
-        out["metadata"] = _load(row["metadata"])
-    if row["timeout"] is not None or keep_empty:
-        out["timeout"] = row["timeout"]
+        out[key] = None if value is None else bool(value)
+    out["metadata"] = _load(row["metadata"])
+    out["timeout"] = row["timeout"]
     if row["extra"]:
         for key, value in json.loads(row["extra"]).items():
             out.setdefault(key, value)
@@ -1011,8 +1004,10 @@ def _build_issue(row: Mapping[str, Any], labels: list[str] | None, deps: list[di
                  comments: list[dict] | None = None, *, export: bool = False) -> dict:
     """An issue object from an issues row, in beads' field order, unknown fields last.
 
-    The same object as ``_order(_row_obj(row))`` plus ``labels``,
-    ``dependencies`` and ``comments``, built in one pass. With ``export`` a
+    Fields in ``EXPORT_ORDER`` come first (empty ones left out, ``priority``
+    always present, ``labels``, ``dependencies`` and ``comments`` in their
+    places), then fields an import kept that the model does not know, in their
+    original order. Built in one pass: this is the hot path of ``ready``. With ``export`` a
     kept original wins over its column: an import that found an invalid
     ``priority`` or a non-string ``title`` stored a usable value in the column
     and the original among the extra fields, and the export gives back the original.
@@ -1063,15 +1058,6 @@ def _dep_from_tuple(row: tuple) -> dict:
     if row[5]:
         dep.update(json.loads(row[5]))
     return dep
-
-
-def _order(issue: dict) -> dict:
-    """Beads' field order, then unknown fields in their first-seen order."""
-    ordered = {k: issue[k] for k in EXPORT_ORDER if k in issue}
-    for k, v in issue.items():
-        if k not in ordered:
-            ordered[k] = v
-    return ordered
 
 
 def _dep_obj(row: sqlite3.Row) -> dict:
