@@ -27,7 +27,6 @@ from pydantic import (
 from orchestrator.validation import parse_allow_entry
 
 __all__ = [
-    "ANTHROPIC_DEFAULTS",
     "ConfigError",
     "DEFAULT_FALLBACK_ROLES",
     "DEFAULT_MODELS",
@@ -78,14 +77,6 @@ _DEFAULT_PRICE_ROWS: dict[str, dict[str, float]] = {
     "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75},
     "claude-haiku-4-5": {"input": 1.0, "output": 5.0, "cache_read": 0.10, "cache_write": 1.25},
     "claude-opus-4-1": {"input": 15.0, "output": 75.0, "cache_read": 1.50, "cache_write": 18.75},
-}
-
-ANTHROPIC_DEFAULTS: dict[str, float | int] = {
-    "max_retries": 2,
-    "timeout_s": 120.0,
-    "max_tokens": 8192,
-    "max_tool_turns": 8,
-    "context_tokens": 20000,
 }
 
 _THRESHOLD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")

@@ -1,188 +1,436 @@
 """Git integration: the task's worktree on branch ``mesh/<task-id>``.
 
 The worktree lives under the repository's common git directory
-(``<git-common-dir>/mesh-worktrees/<task-id>``), so the user's checkout, HEAD and
-index are never touched. Patches are applied there and committed with the
-trailers ``Mesh-Task:`` and ``Mesh-Run:``. Nothing is ever pushed or merged, and
-nothing is committed on a protected branch. Hooks never run: a patch can change
-the files a hook framework reads, so running them would execute model output.
+(``<git-common-dir>/mesh-worktrees/<task-id>``), so the user's checkout, HEAD and index are
+never touched and ``git status`` there never shows it. Patches are applied there with
+``git apply --index`` after ``--check``, and only what a patch staged is committed, with
+the trailers ``Mesh-Task:`` and ``Mesh-Run:``. Nothing is ever pushed, merged or checked
+out in the user's working tree, and nothing is committed on a protected branch.
+
+Two things a patch could otherwise turn into code execution are shut off: hooks, for
+every git call (``core.hooksPath`` points nowhere, so a patched ``.husky/pre-commit`` never
+runs), and external diff or textconv drivers, for the diff shown to the reviewer (a patched
+``.gitattributes`` could select one). Git is run as a subprocess rather than through GitPython because the child's
+environment must lose ``GIT_DIR``, ``GIT_INDEX_FILE`` and their kin (set when mesh runs
+from a git hook, say): inherited, they would point these commands at the user's own
+repository and index, and GitPython can add variables to a child's environment but not
+remove them.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["GitError", "Worktree", "repo_root", "is_protected", "ALWAYS_PROTECTED"]
+from orchestrator.patchcheck import PatchRefused, check_patch
 
-ALWAYS_PROTECTED = ("main", "master")
-_IDENTITY = {"GIT_AUTHOR_NAME": "mesh", "GIT_AUTHOR_EMAIL": "mesh@localhost",
-             "GIT_COMMITTER_NAME": "mesh", "GIT_COMMITTER_EMAIL": "mesh@localhost"}
+__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "is_protected", "repo_root"]
+
+ALWAYS_PROTECTED: tuple[str, ...] = ("main", "master")
+
+_MESH_IDENTITY = {
+    "GIT_AUTHOR_NAME": "mesh", "GIT_AUTHOR_EMAIL": "mesh@localhost",
+    "GIT_COMMITTER_NAME": "mesh", "GIT_COMMITTER_EMAIL": "mesh@localhost",
+}
+# Variables that relocate the repository, its index or its objects for a child git.
+_RELOCATING_ENV = (
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+)
+_SAFETY_CONFIG = (
+    "-c", f"core.hooksPath={os.devnull}",
+    "-c", "core.fsmonitor=false",
+)
+_TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_TRAILER_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+# A line of a worker-written message that would pose as one of mesh's own trailers.
+_FAKE_TRAILER_RE = re.compile(r"^\s*mesh-[\w-]*\s*:", re.IGNORECASE)
+_LOCATION_RE = re.compile(r"(?P<path>.+?):(?P<first>\d+)(?:-(?P<last>\d+)|:\d+)?")
+_GIT_TIMEOUT_S = 300.0
 
 
 class GitError(Exception):
-    """A git operation failed or was refused; ``reason`` is a short code."""
+    """A git operation failed or was refused.
 
-    def __init__(self, reason: str, message: str = ""):
+    ``reason`` is a short code: ``not_a_repo``, ``bad_task_id``, ``bad_base``,
+    ``protected_branch``, ``wrong_branch``, ``detached_head``, ``branch_in_use``,
+    ``worktree_conflict``, ``patch_refused``, ``does_not_apply``, ``bad_trailer``,
+    ``git_timeout`` or ``git_failed``.
+    """
+
+    def __init__(self, reason: str, message: str = "") -> None:
         super().__init__(message or reason)
         self.reason = reason
 
 
-def _git(cwd: Path, *args: str, input: str | None = None, check: bool = True,
-         env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        full_env.pop(var, None)
-    proc = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd, input=input,
-                          capture_output=True, text=True, env=full_env)
+def _summary(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return " | ".join(lines)[:500]
+
+
+def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if name not in _RELOCATING_ENV}
+    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANGUAGE": "C"})
+    env.update(extra or {})
+    return env
+
+
+def _git(
+    cwd: Path,
+    *args: str,
+    input: str | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run one git command in ``cwd`` with hooks and external drivers off."""
+    try:
+        proc = subprocess.run(
+            ["git", *_SAFETY_CONFIG, *args],
+            cwd=cwd, input=input, capture_output=True, env=_env(env),
+            encoding="utf-8", errors="replace", timeout=_GIT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise GitError("git_timeout", f"git {args[0]} took longer than {_GIT_TIMEOUT_S:.0f}s") from None
+    except FileNotFoundError:
+        raise GitError("git_failed", "git is not installed") from None
     if check and proc.returncode != 0:
-        raise GitError("git_failed", f"git {' '.join(args[:2])}: {proc.stderr.strip()[:500]}")
+        raise GitError("git_failed", f"git {' '.join(args[:2])}: {_summary(proc.stderr)}")
     return proc
 
 
 def repo_root(path: Path) -> Path:
-    """The top folder of the git repository holding ``path``; ``GitError('not_a_repo')`` otherwise."""
-    if not Path(path).is_dir():
+    """The top folder of the work tree holding ``path``; GitError("not_a_repo") otherwise."""
+    path = Path(path)
+    if not path.is_dir():
         raise GitError("not_a_repo", f"{path} is not a directory")
-    proc = _git(Path(path), "rev-parse", "--show-toplevel", check=False)
-    if proc.returncode != 0:
-        raise GitError("not_a_repo", f"{path} is not inside a git repository")
-    return Path(proc.stdout.strip())
+    proc = _git(path, "rev-parse", "--show-toplevel", check=False)
+    top = proc.stdout.strip()
+    if proc.returncode != 0 or not top:
+        raise GitError("not_a_repo", f"{path} is not inside a git work tree")
+    return Path(top).resolve()
 
 
 def is_protected(branch: str, patterns: Sequence[str]) -> bool:
-    """True when ``branch`` is main, master, or matches a configured (fnmatch) pattern."""
-    return any(fnmatch.fnmatchcase(branch, p) for p in (*ALWAYS_PROTECTED, *patterns))
+    """True when ``branch`` is main, master, or matches one of the fnmatch ``patterns``.
+
+    Matching ignores case: on a case-insensitive file system ``Main`` and ``main`` are the
+    same loose ref.
+    """
+    name = branch.removeprefix("refs/heads/").lower()
+    return any(fnmatch.fnmatchcase(name, pattern.lower()) for pattern in (*ALWAYS_PROTECTED, *patterns))
+
+
+def _worktree_entries(root: Path) -> list[dict[str, str]]:
+    entries: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in _git(root, "worktree", "list", "--porcelain").stdout.splitlines():
+        if not line:
+            if current:
+                entries.append(current)
+            current = {}
+            continue
+        key, _, value = line.partition(" ")
+        current[key] = value
+    if current:
+        entries.append(current)
+    return entries
+
+
+def _same_path(a: str | Path, b: str | Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 class Worktree:
-    """The worktree of one task on its own branch."""
+    """The worktree of one task, on its own branch ``mesh/<task-id>``.
 
-    def __init__(self, path: Path, branch: str, repo_root: Path, base: str, protected: Sequence[str]):
-        self.path = path
+    ``base`` is the commit the branch forked from (its merge-base with the ``base`` given
+    to ``prepare``): the start of "this task's commits".
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        branch: str,
+        repo_root: Path,
+        base: str,
+        protected: Sequence[str] = ALWAYS_PROTECTED,
+    ) -> None:
+        self.path = Path(path)
         self.branch = branch
-        self.repo_root = repo_root
+        self.repo_root = Path(repo_root)
         self.base = base
         self.protected = tuple(protected)
 
+    def __repr__(self) -> str:
+        return f"Worktree(path={str(self.path)!r}, branch={self.branch!r}, base={self.base[:12]!r})"
+
     @classmethod
-    def prepare(cls, repo: Path, task_id: str, *, protected: Sequence[str] = ALWAYS_PROTECTED,
-                base: str = "HEAD") -> "Worktree":
-        """Create (or reuse, for a resumed run) the worktree of ``task_id`` on ``mesh/<task_id>``."""
+    def prepare(
+        cls,
+        repo: Path,
+        task_id: str,
+        *,
+        protected: Sequence[str] = ALWAYS_PROTECTED,
+        base: str = "HEAD",
+    ) -> "Worktree":
+        """Create, or reuse for a resumed run, the worktree of ``task_id``.
+
+        The branch ``mesh/<task_id>`` is created from ``base`` when it does not exist.
+        Refused when the branch name matches a protected pattern, when the branch is
+        checked out elsewhere (the user's own checkout, say), or when something that is not
+        this task's worktree occupies its folder.
+        """
+        if not _TASK_ID_RE.fullmatch(task_id) or ".." in task_id or task_id.endswith((".lock", ".")):
+            raise GitError("bad_task_id", f"{task_id!r} cannot name a branch and a folder")
         root = repo_root(repo)
         branch = f"mesh/{task_id}"
         if is_protected(branch, protected):
             raise GitError("protected_branch", f"{branch} matches a protected branch pattern")
-        if _git(root, "check-ref-format", f"refs/heads/{branch}", check=False).returncode != 0:
-            raise GitError("bad_branch", f"{branch!r} is not a valid branch name")
+        if _git(root, "check-ref-format", "--branch", branch, check=False).returncode != 0:
+            raise GitError("bad_task_id", f"{branch!r} is not a valid branch name")
         common = Path(_git(root, "rev-parse", "--git-common-dir").stdout.strip())
         if not common.is_absolute():
-            common = (root / common).resolve()
-        path = common / "mesh-worktrees" / task_id
-        base_sha = _git(root, "rev-parse", "--verify", f"{base}^{{commit}}").stdout.strip()
-        has_branch = _git(root, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0
-        registered = str(path) in _git(root, "worktree", "list", "--porcelain").stdout
-        if path.exists() and registered:
-            current = _git(path, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
-            if current != branch:
-                raise GitError("worktree_mismatch", f"{path} is on {current}, not {branch}")
-        else:
+            common = root / common
+        path = common.resolve() / "mesh-worktrees" / task_id
+        resolved = _git(root, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False)
+        if resolved.returncode != 0:
+            raise GitError("bad_base", f"{base!r} does not name a commit in {root}")
+        base_sha = resolved.stdout.strip()
+
+        ref = f"refs/heads/{branch}"
+        entries = _worktree_entries(root)
+        mine = next((e for e in entries if _same_path(e.get("worktree", ""), path)), None)
+        if mine is not None and not path.is_dir():
+            # Registered but its folder is gone (removed by hand): forget it and start over.
             _git(root, "worktree", "prune")
+            entries = _worktree_entries(root)
+            mine = None
+        if mine is not None:
+            if mine.get("branch") != ref:
+                raise GitError(
+                    "worktree_conflict",
+                    f"{path} is on {mine.get('branch', 'a detached HEAD')}, not {ref}",
+                )
+        else:
+            elsewhere = next((e for e in entries if e.get("branch") == ref), None)
+            if elsewhere is not None:
+                raise GitError("branch_in_use", f"{branch} is checked out at {elsewhere.get('worktree')}")
+            if path.exists() and (not path.is_dir() or any(path.iterdir())):
+                raise GitError("worktree_conflict", f"{path} exists and is not the worktree of {branch}")
             path.parent.mkdir(parents=True, exist_ok=True)
+            has_branch = _git(root, "show-ref", "--verify", "--quiet", ref, check=False).returncode == 0
             if has_branch:
-                _git(root, "worktree", "add", "-q", str(path), branch)
+                added = _git(root, "worktree", "add", "--quiet", str(path), branch, check=False)
             else:
-                _git(root, "worktree", "add", "-q", "-b", branch, str(path), base_sha)
-        fork = _git(root, "merge-base", branch, base_sha, check=False).stdout.strip() or base_sha
+                added = _git(
+                    root, "worktree", "add", "--quiet", "--no-track", "-b", branch, str(path), base_sha,
+                    check=False,
+                )
+            if added.returncode != 0:
+                raise GitError("git_failed", f"git worktree add: {_summary(added.stderr)}")
+        fork = _git(root, "merge-base", base_sha, ref, check=False).stdout.strip() or base_sha
         return cls(path=path, branch=branch, repo_root=root, base=fork, protected=protected)
 
     # ------------------------------------------------------------------ patches
 
+    @staticmethod
+    def _patch_text(patch: str) -> str:
+        # git apply needs every line, the last one included, to end with a newline.
+        return patch if patch.endswith("\n") else patch + "\n"
+
     def apply(self, patch: str) -> None:
-        """Apply ``patch`` to the worktree and index; on failure nothing changes."""
-        check = _git(self.path, "apply", "--check", "--whitespace=nowarn", "-", input=patch, check=False)
-        if check.returncode != 0:
-            raise GitError("does_not_apply", check.stderr.strip()[:500] or "git apply --check failed")
-        done = _git(self.path, "apply", "--index", "--whitespace=nowarn", "-", input=patch, check=False)
+        """Apply ``patch`` to the worktree and its index.
+
+        The patch is checked (``check_patch``'s path and content rules, without size caps)
+        and dry-run with ``git apply --check`` first, so a patch that fails leaves the
+        worktree exactly as it was: GitError("patch_refused" or "does_not_apply").
+        """
+        try:
+            check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30)
+        except PatchRefused as exc:
+            raise GitError("patch_refused", str(exc)) from None
+        text = self._patch_text(patch)
+        options = ("apply", "--index", "--whitespace=nowarn")
+        dry_run = _git(self.path, *options, "--check", "-", input=text, check=False)
+        if dry_run.returncode != 0:
+            raise GitError("does_not_apply", _summary(dry_run.stderr) or "git apply --check failed")
+        done = _git(self.path, *options, "-", input=text, check=False)
         if done.returncode != 0:
-            _git(self.path, "reset", "-q", "--hard", "HEAD")
-            raise GitError("does_not_apply", done.stderr.strip()[:500])
+            raise GitError("does_not_apply", _summary(done.stderr) or "git apply failed")
 
     def is_applied(self, patch: str) -> bool:
-        """True when ``patch`` is already in the worktree (its reverse applies cleanly)."""
-        return _git(self.path, "apply", "--reverse", "--check", "-", input=patch, check=False).returncode == 0
+        """True when ``patch`` is already in the worktree: its reverse applies cleanly."""
+        try:
+            check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30)
+        except PatchRefused:
+            return False
+        proc = _git(
+            self.path, "apply", "--reverse", "--check", "--whitespace=nowarn", "-",
+            input=self._patch_text(patch), check=False,
+        )
+        return proc.returncode == 0
 
-    def commit(self, message: str, *, task_id: str, run_id: str, extra_trailers: Mapping[str, str] = {}) -> str:
-        """Commit what is staged, with the mesh trailers; refused on a protected branch."""
-        current = _git(self.path, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
-        if current != self.branch or is_protected(current, self.protected):
-            raise GitError("protected_branch", f"refusing to commit on {current}")
-        _git(self.path, "add", "-A")
-        trailers = {"Mesh-Task": task_id, "Mesh-Run": run_id, **extra_trailers}
-        body = message.rstrip() + "\n\n" + "\n".join(f"{k}: {v}" for k, v in trailers.items()) + "\n"
-        identity = {} if _git(self.path, "config", "user.email", check=False).stdout.strip() else _IDENTITY
-        _git(self.path, "commit", "-q", "--no-verify", "--allow-empty", "-F", "-", input=body, env=identity)
+    # ------------------------------------------------------------------ commits
+
+    def _current_branch(self) -> str:
+        proc = _git(self.path, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+        if proc.returncode != 0:
+            raise GitError("detached_head", f"{self.path} is not on a branch")
+        return proc.stdout.strip()
+
+    @staticmethod
+    def _clean_message(message: str, task_id: str) -> str:
+        kept = []
+        for line in message.replace("\r\n", "\n").split("\n"):
+            if _FAKE_TRAILER_RE.match(line):
+                continue  # only mesh writes Mesh-* trailers
+            kept.append("".join(ch for ch in line if ch == "\t" or ord(ch) >= 32))
+        text = "\n".join(kept).strip()
+        return text or f"mesh: {task_id}"
+
+    def commit(
+        self,
+        message: str,
+        *,
+        task_id: str,
+        run_id: str,
+        extra_trailers: Mapping[str, str] = {},
+    ) -> str:
+        """Commit what is staged (the applied patches, nothing else) and return the sha.
+
+        The message ends with the trailers ``Mesh-Task``, ``Mesh-Run`` and any
+        ``extra_trailers``. Refused on a protected branch, a detached HEAD, or any branch
+        but this worktree's. The author is the git config's user, or ``mesh
+        <mesh@localhost>`` when it has none. Files the validation commands left behind are
+        never committed. A step whose patch is already committed makes an empty commit, so
+        its trailers still record the step.
+        """
+        current = self._current_branch()
+        if is_protected(current, self.protected):
+            raise GitError("protected_branch", f"refusing to commit on protected branch {current}")
+        if current != self.branch:
+            raise GitError("wrong_branch", f"{self.path} is on {current}, not {self.branch}")
+        trailers = {"Mesh-Task": task_id, "Mesh-Run": run_id, **dict(extra_trailers)}
+        for key, value in trailers.items():
+            if not _TRAILER_KEY_RE.fullmatch(key):
+                raise GitError("bad_trailer", f"trailer key {key!r}")
+            if not value or value != value.strip() or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+                raise GitError("bad_trailer", f"trailer {key} value {value!r}")
+        body = (
+            self._clean_message(message, task_id)
+            + "\n\n"
+            + "\n".join(f"{key}: {value}" for key, value in trailers.items())
+            + "\n"
+        )
+        has_user = all(
+            _git(self.path, "config", "--get", key, check=False).stdout.strip()
+            for key in ("user.name", "user.email")
+        )
+        _git(
+            self.path, "commit", "--quiet", "--no-verify", "--allow-empty", "--cleanup=whitespace",
+            "-F", "-", input=body, env=None if has_user else _MESH_IDENTITY,
+        )
         return self.head()
 
     # ------------------------------------------------------------------ history
 
     def _commits(self) -> list[tuple[str, dict[str, str]]]:
-        out = _git(self.path, "log", "--format=%H%x00%(trailers:unfold,only)%x1e", f"{self.base}..{self.branch}").stdout
+        """(sha, trailers) of each commit on the branch since ``base``, newest first.
+
+        Trailer keys are lower-cased: git matches trailer keys without regard to case.
+        """
+        out = _git(
+            self.path, "log", "--format=%H%x00%(trailers:only,unfold)%x1e", f"{self.base}..{self.branch}",
+        ).stdout
         commits = []
         for record in out.split("\x1e"):
             record = record.strip("\n")
             if not record:
                 continue
             sha, _, trailer_text = record.partition("\x00")
-            trailers = {}
+            trailers: dict[str, str] = {}
             for line in trailer_text.splitlines():
                 key, sep, value = line.partition(":")
                 if sep:
-                    trailers[key.strip()] = value.strip()
+                    trailers.setdefault(key.strip().lower(), value.strip())
             commits.append((sha.strip(), trailers))
         return commits
 
     def commits_for_run(self, run_id: str) -> list[str]:
-        """Shas on the task branch (since its base) carrying ``Mesh-Run: run_id``."""
-        return [sha for sha, t in self._commits() if t.get("Mesh-Run") == run_id]
+        """Shas on the task branch (since ``base``) carrying ``Mesh-Run: run_id``, newest first."""
+        return [sha for sha, trailers in self._commits() if trailers.get("mesh-run") == run_id]
 
     def find_commit(self, *, run_id: str, trailer: str, value: str) -> str | None:
-        """The commit of ``run_id`` whose ``trailer`` holds ``value`` (a step already committed)."""
-        for sha, t in self._commits():
-            if t.get("Mesh-Run") == run_id and t.get(trailer) == value:
+        """The newest commit of ``run_id`` whose ``trailer`` holds ``value``, or None."""
+        key = trailer.lower()
+        for sha, trailers in self._commits():
+            if trailers.get("mesh-run") == run_id and trailers.get(key) == value:
                 return sha
         return None
 
     def diff_from_base(self) -> str:
-        """The cumulative diff of the task branch against where it forked."""
-        return _git(self.path, "diff", f"{self.base}..{self.branch}").stdout
+        """The cumulative diff of the task branch's commits against ``base``."""
+        return _git(
+            self.path, "diff", "--no-color", "--no-ext-diff", "--no-textconv", self.base, self.branch,
+        ).stdout
 
     def head(self) -> str:
+        """The sha of the worktree's HEAD."""
         return _git(self.path, "rev-parse", "HEAD").stdout.strip()
 
+    # ------------------------------------------------------------------ review support
+
     def location_exists(self, location: str) -> bool:
-        """True when ``path:line`` (or ``path:N-M``) names real lines of a file in the worktree."""
-        path_text, sep, line_text = location.strip().strip("`").rpartition(":")
-        if not sep or not path_text:
+        """True when ``path:line`` (or ``path:N-M``, ``path:line:col``) names real lines.
+
+        The file must be a regular file inside the worktree (a symlink leading out of it,
+        or into its ``.git``, does not count) with at least that many lines.
+        """
+        match = _LOCATION_RE.fullmatch(location.strip().strip("`").strip())
+        if not match:
             return False
-        first = line_text.split("-", 1)[0]
-        last = line_text.split("-", 1)[-1]
-        if not first.isdigit() or not last.isdigit() or int(first) < 1:
+        rel = match.group("path")
+        first = int(match.group("first"))
+        last = int(match.group("last") or first)
+        if first < 1 or last < first:
+            return False
+        if rel.startswith("/") or "\\" in rel or "\x00" in rel or any(ord(ch) < 32 for ch in rel):
             return False
         root = os.path.realpath(self.path)
-        target = os.path.realpath(os.path.join(root, path_text))
-        if not target.startswith(root + os.sep) or not os.path.isfile(target):
+        target = os.path.realpath(os.path.join(root, rel))
+        if not target.startswith(root + os.sep):
             return False
-        if os.sep + ".git" + os.sep in target[len(root):] + os.sep:
+        if ".git" in [part.lower() for part in Path(target[len(root) + 1 :]).parts]:
             return False
-        with open(target, "rb") as fh:
-            count = sum(1 for _ in fh)
-        return int(last) <= count
+        if not os.path.isfile(target):
+            return False
+        return _count_lines(target, stop_at=last) >= last
 
     def remove(self) -> None:
-        """Remove the worktree folder; the branch stays."""
-        _git(self.repo_root, "worktree", "remove", "--force", str(self.path), check=False)
-        _git(self.repo_root, "worktree", "prune", check=False)
+        """Remove the worktree folder (``git worktree remove --force``) and prune; keep the branch."""
+        registered = any(_same_path(e.get("worktree", ""), self.path) for e in _worktree_entries(self.repo_root))
+        if registered:
+            proc = _git(self.repo_root, "worktree", "remove", "--force", str(self.path), check=False)
+            if proc.returncode != 0:
+                raise GitError("git_failed", f"git worktree remove: {_summary(proc.stderr)}")
+        _git(self.repo_root, "worktree", "prune")
+
+
+def _count_lines(path: str, *, stop_at: int) -> int:
+    """Lines in the file at ``path`` (a last line without a newline counts), up to ``stop_at``."""
+    count = 0
+    last_byte = b""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 16):
+            count += chunk.count(b"\n")
+            last_byte = chunk[-1:]
+            if count >= stop_at:
+                return count
+    if last_byte and last_byte != b"\n":
+        count += 1
+    return count

@@ -1,236 +1,478 @@
-"""The patch check: a model's diff is untrusted input, refused before ``git apply`` when unsafe.
+"""Check a model-written patch before git ever sees it.
 
-Parses plain and git-style unified diffs and refuses, with a typed reason:
-``empty``, ``malformed``, ``too_large``, ``too_many_files``,
-``path_outside_worktree``, ``git_dir``, ``beads_dir``, ``mesh_dir``,
-``ci_workflow``, ``symlink``, ``submodule``, ``binary``.
+The synthesizer's patch is untrusted. ``check_patch`` parses it as ``git apply`` would
+(plain and git-style unified diffs) and refuses it, with a reason code, if it is malformed
+or would touch anything mesh must not let a worker touch: paths outside the worktree, git's
+own directory, the tracker's ``.beads/``, mesh's ``.mesh/`` and ``mesh.toml``, CI
+configuration, ``.gitmodules``, symlinks, submodules, binary content, or more bytes or
+files than the configured caps.
+
+The parser errs on the side of refusing. Every name a header could mean is checked: each
+way of splitting an unquoted ``diff --git`` line, each prefix of a traditional name that
+git might cut a timestamp from, and both the name as written and with its first component
+stripped (``-p1``). Lines are split on ``\\n`` only, as git does.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 
-__all__ = ["PatchRefused", "PatchSummary", "check_patch", "extract_touched_files", "REASONS"]
+__all__ = [
+    "REFUSAL_REASONS",
+    "PatchRefused",
+    "PatchSummary",
+    "check_patch",
+    "extract_touched_files",
+]
 
-REASONS = ("empty", "malformed", "too_large", "too_many_files", "path_outside_worktree", "git_dir", "beads_dir",
-           "mesh_dir", "ci_workflow", "symlink", "submodule", "binary")
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_MODE = re.compile(r"^(?:new file mode|deleted file mode|old mode|new mode) (\d+)\s*$")
-_INDEX = re.compile(r"^index [0-9a-fA-F]+\.\.[0-9a-fA-F]+(?: (\d+))?\s*$")
-_CI_PREFIXES = (".github/workflows/", ".circleci/", ".ci/", ".gitlab/ci/", ".buildkite/", ".woodpecker/")
-_CI_FILES = (".gitlab-ci.yml", ".gitlab-ci.yaml", "jenkinsfile", "azure-pipelines.yml", "azure-pipelines.yaml",
-             ".travis.yml", "bitbucket-pipelines.yml", ".drone.yml", "appveyor.yml", ".appveyor.yml")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+REFUSAL_REASONS = frozenset({
+    "empty", "malformed", "too_large", "too_many_files", "path_outside_worktree", "git_dir",
+    "beads_dir", "mesh_dir", "ci_workflow", "symlink", "submodule", "binary",
+})
+
+_HUNK_RE = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(?:[ \t].*)?")
+_MODE_RE = re.compile(r"([0-7]+)")
+_INDEX_RE = re.compile(r"[0-9a-fA-F]+\.\.[0-9a-fA-F]+(?: ([0-7]+))?")
+_DRIVE_RE = re.compile(r"[A-Za-z]:")
+# A timestamp that `diff -u` appends to a traditional name when no tab separates them.
+_TIMESTAMP_RE = re.compile(
+    r"\s+(?:\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?: ?[+-]\d{4})?"
+    r"|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}(?: [+-]\d{4})?)$"
+)
+# Characters macOS (HFS+) ignores in file names, so ".g\u200cit" is ".git" there; git strips
+# the same set when it checks for .git.
+_HFS_IGNORABLE = dict.fromkeys(map(ord, (
+    "\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+    "\u206a\u206b\u206c\u206d\u206e\u206f\ufeff"
+)))
+
+_MAX_DETAIL = 300
+
+_GIT_EXTENDED = (
+    "old mode ", "new mode ", "deleted file mode ", "new file mode ", "copy from ", "copy to ",
+    "rename old ", "rename new ", "rename from ", "rename to ", "similarity index ",
+    "dissimilarity index ", "index ",
+)
 
 
 class PatchRefused(Exception):
-    """The patch is refused; ``reason`` is one of ``REASONS``, ``detail`` says where."""
+    """The patch must not be applied; ``reason`` is one of REFUSAL_REASONS."""
 
-    def __init__(self, reason: str, detail: str = ""):
-        super().__init__(f"{reason}: {detail}" if detail else reason)
+    def __init__(self, reason: str, detail: str = "") -> None:
         self.reason = reason
-        self.detail = detail
+        # The detail quotes patch text, which ends up in comments: keep it short.
+        self.detail = detail if len(detail) <= _MAX_DETAIL else detail[: _MAX_DETAIL - 3] + "..."
+        super().__init__(f"{reason}: {self.detail}" if self.detail else reason)
 
 
 @dataclass
 class PatchSummary:
-    """What a patch that passed the check touches."""
+    """What a patch that passed the checks touches."""
 
     files: list[str] = field(default_factory=list)
     added: int = 0
     removed: int = 0
 
 
-def _unquote(path: str) -> str:
-    """Git's C-style quoting of unusual paths (``"a/na\\303\\257ve.txt"``)."""
-    if not (len(path) >= 2 and path.startswith('"') and path.endswith('"')):
-        return path
-    body = path[1:-1]
+def _unquote(text: str) -> tuple[str, str]:
+    """Decode a C-quoted name at the start of ``text``; return it and the rest.
+
+    Git quotes names holding special characters: "a/\\303\\251.txt". Octal escapes are
+    bytes, so the result is decoded as UTF-8 (invalid bytes refuse the patch).
+    """
+    assert text.startswith('"')
     out = bytearray()
-    i = 0
-    simple = {"n": 10, "t": 9, '"': 34, "\\": 92, "a": 7, "b": 8, "f": 12, "r": 13, "v": 11}
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
+    index = 1
+    simple = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+    while index < len(text):
+        char = text[index]
+        if char == '"':
+            try:
+                return out.decode("utf-8"), text[index + 1 :]
+            except UnicodeDecodeError:
+                raise PatchRefused("malformed", f"quoted name is not UTF-8: {text!r}") from None
+        if char == "\\":
+            nxt = text[index + 1 : index + 2]
             if nxt in simple:
                 out.append(simple[nxt])
-                i += 2
+                index += 2
                 continue
-            if re.match(r"[0-7]{3}", body[i + 1 : i + 4]):
-                out.append(int(body[i + 1 : i + 4], 8))
-                i += 4
+            octal = text[index + 1 : index + 4]
+            if len(octal) == 3 and all(c in "01234567" for c in octal) and int(octal, 8) < 256:
+                out.append(int(octal, 8))
+                index += 4
                 continue
-            raise PatchRefused("malformed", f"bad escape in path {path!r}")
-        out.extend(ch.encode())
-        i += 1
-    return out.decode("utf-8", errors="replace")
+            raise PatchRefused("malformed", f"bad escape in quoted name: {text!r}")
+        out.extend(char.encode("utf-8"))
+        index += 1
+    raise PatchRefused("malformed", f"unterminated quoted name: {text!r}")
 
 
-def _strip_prefix(path: str) -> str:
-    path = _unquote(path.split("\t", 1)[0].rstrip())
-    if path in ("/dev/null",):
-        return path
-    if path.startswith(("a/", "b/")):
-        return path[2:]
-    return path
+def _strip_component(path: str) -> str:
+    # git squashes repeated slashes, then `-p1` drops everything up to the first one.
+    squashed = re.sub(r"/+", "/", path)
+    return squashed.split("/", 1)[1] if "/" in squashed else squashed
+
+
+def _normalize_component(component: str) -> str:
+    # What a case-insensitive, trailing-dot-and-space-trimming (Windows) or ignorable-
+    # character-dropping (macOS) file system would make of the name.
+    return component.translate(_HFS_IGNORABLE).lower().rstrip(". ")
 
 
 def _check_path(path: str) -> None:
-    if path == "/dev/null":
-        return
-    if not path or _CONTROL.search(path):
-        raise PatchRefused("path_outside_worktree" if path else "malformed", f"unusable path {path!r}")
-    if path.startswith("/") or "\\" in path or re.match(r"^[A-Za-z]:", path) or path.startswith("~"):
+    """Refuse ``path`` (a name as written in the patch) if it is unsafe in any reading."""
+    if not path:
+        raise PatchRefused("malformed", "empty path")
+    if any(ord(ch) < 32 or ord(ch) == 127 or 0x80 <= ord(ch) < 0xA0 for ch in path):
+        raise PatchRefused("malformed", f"control character in path {path!r}")
+    if "\\" in path or "//" in path:
+        # A backslash is a separator on Windows; git squashes "a//b", and "a//etc" would
+        # strip to the absolute "/etc".
         raise PatchRefused("path_outside_worktree", path)
-    parts = PurePosixPath(path).parts
-    if ".." in parts or "." in path.split("/"):
-        raise PatchRefused("path_outside_worktree", path)
-    lowered = [p.lower() for p in parts]
-    if ".git" in lowered or any(p.startswith(".git") and p.rstrip(". ") == ".git" for p in lowered):
-        raise PatchRefused("git_dir", path)
-    if ".beads" in lowered:
-        raise PatchRefused("beads_dir", path)
-    if ".mesh" in lowered:
-        raise PatchRefused("mesh_dir", path)
-    if lowered[-1] == ".gitmodules":
-        raise PatchRefused("submodule", path)
-    joined = "/".join(lowered)
-    if joined.startswith(_CI_PREFIXES) or lowered[-1] in _CI_FILES:
-        raise PatchRefused("ci_workflow", path)
+    for candidate in (path, _strip_component(path)):
+        if candidate.startswith(("/", "~")) or _DRIVE_RE.match(candidate):
+            raise PatchRefused("path_outside_worktree", path)
+        components = candidate.split("/")
+        normalized = [_normalize_component(c) for c in components]
+        for raw, name in zip(components, normalized):
+            if raw == ".." or name == "..":
+                raise PatchRefused("path_outside_worktree", path)
+            if name == ".git" or name == "git~1" or name.startswith(".git:"):
+                raise PatchRefused("git_dir", path)
+            if name == ".beads":
+                raise PatchRefused("beads_dir", path)
+            if name in (".mesh", "mesh.toml"):
+                raise PatchRefused("mesh_dir", path)
+            if name == ".gitmodules":
+                raise PatchRefused("submodule", path)
+            if name in (
+                ".gitlab-ci.yml", ".gitlab-ci.yaml", ".circleci", ".ci", "jenkinsfile",
+                "azure-pipelines.yml", "azure-pipelines.yaml", ".travis.yml",
+            ):
+                raise PatchRefused("ci_workflow", path)
+        for first, second in zip(normalized, normalized[1:]):
+            if first == ".github" and second in ("workflows", "actions"):
+                raise PatchRefused("ci_workflow", path)
 
 
-def _check_mode(mode: str | None, where: str) -> None:
-    if mode is None:
+def _check_mode(text: str, line: str) -> None:
+    match = _MODE_RE.fullmatch(text.strip())
+    if not match:
+        raise PatchRefused("malformed", f"bad mode line {line!r}")
+    _check_mode_value(int(match.group(1), 8), line)
+
+
+def _check_mode_value(mode: int, line: str) -> None:
+    # git canonicalises any non-regular, non-symlink, non-directory mode to a gitlink, so
+    # everything but a regular file is refused: 120000 symlink, 160000 or other submodule.
+    file_type = mode & 0o170000
+    if file_type == 0o100000:
         return
-    if mode.startswith("120"):
-        raise PatchRefused("symlink", where)
-    if mode.startswith("160"):
-        raise PatchRefused("submodule", where)
+    if file_type == 0o120000:
+        raise PatchRefused("symlink", line)
+    raise PatchRefused("submodule", line)
 
 
-def _parse(patch: str) -> tuple[list[str], int, int]:
-    files: list[str] = []
-    added = removed = 0
-    lines = patch.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    i, n = 0, len(lines)
-    current: str | None = None
+class _Parser:
+    """One pass over the lines of a patch, collecting names and counting hunk lines."""
 
-    def add_file(path: str) -> None:
-        if path != "/dev/null" and path not in files:
-            files.append(path)
+    def __init__(self, patch: str) -> None:
+        self.lines = patch.split("\n")
+        # A final newline leaves one empty string behind; it is not a line.
+        if self.lines and self.lines[-1] == "":
+            self.lines.pop()
+        self.index = 0
+        self.files: list[str] = []
+        self.added = 0
+        self.removed = 0
+        self.sections = 0
 
-    while i < n:
-        line = lines[i]
-        if line.startswith("diff --git "):
-            rest = line[len("diff --git "):]
-            m = re.match(r'^("(?:[^"\\]|\\.)*"|\S+) ("(?:[^"\\]|\\.)*"|\S+)$', rest)
-            if not m:
-                raise PatchRefused("malformed", f"line {i + 1}: {line[:80]}")
-            for raw in m.groups():
-                path = _strip_prefix(raw)
-                _check_path(path)
-                add_file(path)
-            current = _strip_prefix(m.group(2))
-            i += 1
-            continue
-        if line.startswith(("GIT binary patch", "Binary files ", "literal ", "delta ")):
-            raise PatchRefused("binary", current or f"line {i + 1}")
-        mode = _MODE.match(line)
-        if mode:
-            _check_mode(mode.group(1), current or f"line {i + 1}")
-            i += 1
-            continue
-        index = _INDEX.match(line)
-        if index:
-            _check_mode(index.group(1), current or f"line {i + 1}")
-            i += 1
-            continue
-        for key in ("rename from ", "rename to ", "copy from ", "copy to "):
-            if line.startswith(key):
-                path = _unquote(line[len(key):].rstrip())
-                _check_path(path)
-                add_file(path)
+    def line(self, offset: int = 0) -> str | None:
+        position = self.index + offset
+        return self.lines[position] if position < len(self.lines) else None
+
+    @staticmethod
+    def header_text(line: str) -> str:
+        # Tolerate CRLF patches in header lines; hunk content keeps its "\r".
+        return line[:-1] if line.endswith("\r") else line
+
+    def add_file(self, name: str) -> None:
+        if name not in self.files:
+            self.files.append(name)
+
+    def parse(self) -> None:
+        while (line := self.line()) is not None:
+            if line.startswith("diff --git "):
+                self.parse_git_section()
+            elif line.startswith("--- ") and (nxt := self.line(1)) is not None and nxt.startswith("+++ "):
+                self.parse_traditional_section()
+            elif line.startswith("@@"):
+                raise PatchRefused("malformed", f"hunk without a file header at line {self.index + 1}")
+            elif line.startswith(("diff --cc ", "diff --combined ")):
+                raise PatchRefused("malformed", "combined (merge) diffs cannot be applied")
+            else:
+                self.check_binary_marker(self.header_text(line))
+                self.index += 1  # text between file sections, which git also skips
+
+    def check_binary_marker(self, line: str) -> None:
+        if line.startswith("GIT binary patch") or (
+            line.startswith("Binary files ") and line.endswith(" differ")
+        ):
+            raise PatchRefused("binary", line)
+
+    def parse_git_section(self) -> None:
+        header = self.header_text(self.lines[self.index])
+        self.sections += 1
+        listed = self.git_header_names(header[len("diff --git ") :])
+        self.index += 1
+        has_old = has_new = False
+        while (line := self.line()) is not None:
+            text = self.header_text(line)
+            if text.startswith("--- "):
+                if has_old:
+                    raise PatchRefused("malformed", f"second '---' line in one file at line {self.index + 1}")
+                self.traditional_name(text[4:], git=True)
+                has_old = True
+            elif text.startswith("+++ "):
+                if not has_old or has_new:
+                    raise PatchRefused("malformed", f"misplaced '+++' line at line {self.index + 1}")
+                self.traditional_name(text[4:], git=True)
+                has_new = True
+            elif text.startswith(("old mode ", "new mode ", "deleted file mode ", "new file mode ")):
+                self.check_mode_line(text)
+            elif text.startswith("index "):
+                match = _INDEX_RE.fullmatch(text[len("index ") :])
+                if not match:
+                    raise PatchRefused("malformed", f"bad index line {text!r}")
+                if match.group(1):
+                    _check_mode_value(int(match.group(1), 8), text)
+            elif text.startswith(_GIT_EXTENDED):
+                self.extended_name(text)
+            else:
                 break
+            self.index += 1
+        for name in listed:
+            self.add_file(name)
+        line = self.line()
+        if line is not None and line.startswith("@@"):
+            if not (has_old and has_new):
+                raise PatchRefused("malformed", f"hunk without '---'/'+++' lines at line {self.index + 1}")
+            self.parse_hunks()
+        elif has_old or has_new:
+            raise PatchRefused("malformed", f"'---'/'+++' lines without a hunk at line {self.index + 1}")
+
+    def check_mode_line(self, text: str) -> None:
+        for prefix in ("old mode ", "new mode ", "deleted file mode ", "new file mode "):
+            if text.startswith(prefix):
+                _check_mode(text[len(prefix) :], text)
+                return
+
+    def extended_name(self, text: str) -> None:
+        for prefix in ("copy from ", "copy to ", "rename old ", "rename new ", "rename from ", "rename to "):
+            if text.startswith(prefix):
+                rest = text[len(prefix) :]
+                if rest.startswith('"'):
+                    name, tail = _unquote(rest)
+                    if tail:
+                        raise PatchRefused("malformed", f"text after a quoted name: {text!r}")
+                else:
+                    name = rest
+                # rename and copy names are written without the a/ b/ prefix.
+                _check_path(name)
+                self.add_file(name)
+                return
+
+    def git_header_names(self, rest: str) -> list[str]:
+        """Check every reading of a ``diff --git`` line; return the names it surely means."""
+        if rest.startswith('"'):
+            old, tail = _unquote(rest)
+            if not tail.startswith(" "):
+                raise PatchRefused("malformed", f"bad diff --git line: {rest!r}")
+            tail = tail[1:]
+            if tail.startswith('"'):
+                new, after = _unquote(tail)
+                if after:
+                    raise PatchRefused("malformed", f"bad diff --git line: {rest!r}")
+            else:
+                new = tail
+            pairs = [(old, new)]
+        elif '"' in rest:
+            old, _, tail = rest.partition(' "')
+            new, after = _unquote('"' + tail)
+            if after:
+                raise PatchRefused("malformed", f"bad diff --git line: {rest!r}")
+            pairs = [(old, new)]
         else:
-            if line.startswith("--- "):
-                if i + 1 >= n or not lines[i + 1].startswith("+++ "):
-                    raise PatchRefused("malformed", f"line {i + 1}: '---' without '+++'")
-                old, new = _strip_prefix(line[4:]), _strip_prefix(lines[i + 1][4:])
-                for path in (old, new):
-                    _check_path(path)
-                    add_file(path)
-                if old == "/dev/null" and new == "/dev/null":
-                    raise PatchRefused("malformed", f"line {i + 1}: both sides /dev/null")
-                current = new if new != "/dev/null" else old
-                i += 2
-                if i >= n or not _HUNK.match(lines[i]):
-                    raise PatchRefused("malformed", f"line {i + 1}: file header without a hunk")
-                continue
-            hunk = _HUNK.match(line)
-            if hunk:
-                if current is None:
-                    raise PatchRefused("malformed", f"line {i + 1}: hunk before any file header")
-                old_left = int(hunk.group(2)) if hunk.group(2) is not None else 1
-                new_left = int(hunk.group(4)) if hunk.group(4) is not None else 1
-                i += 1
-                while old_left > 0 or new_left > 0:
-                    if i >= n:
-                        raise PatchRefused("malformed", f"hunk of {current} ends early")
-                    body = lines[i]
-                    tag = body[:1]
-                    if tag == " " or body == "":
-                        old_left -= 1
-                        new_left -= 1
-                    elif tag == "-":
-                        old_left -= 1
-                        removed += 1
-                    elif tag == "+":
-                        new_left -= 1
-                        added += 1
-                    elif tag == "\\":
-                        pass
-                    else:
-                        raise PatchRefused("malformed", f"line {i + 1}: unexpected line in a hunk of {current}")
-                    if old_left < 0 or new_left < 0:
-                        raise PatchRefused("malformed", f"line {i + 1}: hunk of {current} longer than its header")
-                    i += 1
-                while i < n and lines[i].startswith("\\"):
-                    i += 1
-                continue
-            if line.strip() and current is None and not files:
-                # Prose before the first header (a model's preamble) is tolerated by git; keep it.
-                i += 1
-                continue
-            if line.strip() and not line.startswith(("similarity index", "dissimilarity index")):
-                raise PatchRefused("malformed", f"line {i + 1}: {line[:80]!r}")
-        i += 1
-    return files, added, removed
+            # Unquoted names may hold spaces; every split point is a possible reading.
+            pairs = [(rest[:i], rest[i + 1 :]) for i, ch in enumerate(rest) if ch == " "]
+            if not pairs:
+                raise PatchRefused("malformed", f"bad diff --git line: {rest!r}")
+        for old, new in pairs:
+            _check_path(old)
+            _check_path(new)
+        # List names only from a reading that is certain: a single split, or the one where
+        # both sides name the same file (the common case); renames list via their lines.
+        if len(pairs) == 1:
+            old, new = pairs[0]
+            return list(dict.fromkeys([_strip_component(old), _strip_component(new)]))
+        same = [old for old, new in pairs if _strip_component(old) == _strip_component(new)]
+        return [_strip_component(same[0])] if len(same) == 1 else []
+
+    def traditional_name(self, rest: str, *, git: bool) -> str | None:
+        """Check the name of a ``---``/``+++`` line; return it with -p1 applied."""
+        if rest.startswith('"'):
+            name, _ = _unquote(rest)
+            candidates = [name]
+        else:
+            name = rest.split("\t", 1)[0]
+            # Without a tab git may still cut a trailing timestamp at a space: check each
+            # prefix that ends before a space as well as the whole.
+            candidates = [name] + [name[:i] for i, ch in enumerate(name) if ch == " " and i > 0]
+            stamp = _TIMESTAMP_RE.search(name)
+            if stamp and not git:
+                name = name[: stamp.start()]
+            name = name.rstrip(" ") if not git else name
+        if name == "/dev/null":
+            return None
+        for candidate in candidates:
+            _check_path(candidate)
+        stripped = _strip_component(name)
+        self.add_file(stripped)
+        return stripped
+
+    def parse_traditional_section(self) -> None:
+        self.sections += 1
+        old_line = self.header_text(self.lines[self.index])
+        new_line = self.header_text(self.lines[self.index + 1])
+        old = self.traditional_name(old_line[4:], git=False)
+        new = self.traditional_name(new_line[4:], git=False)
+        if old is None and new is None:
+            raise PatchRefused("malformed", f"both sides are /dev/null at line {self.index + 1}")
+        self.index += 2
+        line = self.line()
+        if line is None or not line.startswith("@@"):
+            raise PatchRefused("malformed", f"'---'/'+++' lines without a hunk at line {self.index + 1}")
+        self.parse_hunks()
+
+    def parse_hunks(self) -> None:
+        while (line := self.line()) is not None and line.startswith("@@"):
+            header = self.header_text(line)
+            match = _HUNK_RE.fullmatch(header)
+            if not match:
+                raise PatchRefused("malformed", f"bad hunk header {header!r} at line {self.index + 1}")
+            old_count = int(match.group(2)) if match.group(2) is not None else 1
+            new_count = int(match.group(4)) if match.group(4) is not None else 1
+            self.index += 1
+            self.parse_hunk_body(old_count, new_count, header)
+
+    def parse_hunk_body(self, old_count: int, new_count: int, header: str) -> None:
+        changed = False
+        while old_count > 0 or new_count > 0:
+            line = self.line()
+            if line is None:
+                raise PatchRefused("malformed", f"hunk {header!r} ends early")
+            marker = line[:1]
+            if marker in (" ", ""):
+                # An empty line is an empty context line (some tools strip the space).
+                old_count -= 1
+                new_count -= 1
+            elif marker == "-":
+                old_count -= 1
+                self.removed += 1
+                changed = True
+            elif marker == "+":
+                new_count -= 1
+                self.added += 1
+                changed = True
+            elif marker == "\\":
+                if not line.startswith("\\ "):
+                    raise PatchRefused("malformed", f"bad line {line!r} in hunk {header!r}")
+            else:
+                raise PatchRefused(
+                    "malformed", f"line {self.index + 1} does not match hunk {header!r} line counts"
+                )
+            if old_count < 0 or new_count < 0:
+                raise PatchRefused("malformed", f"hunk {header!r} has more lines than its header says")
+            self.index += 1
+        if not changed:
+            raise PatchRefused("malformed", f"hunk {header!r} changes nothing")
+        # "\ No newline at end of file" may follow the hunk's last line.
+        line = self.line()
+        if line is not None and line.startswith("\\"):
+            if not line.startswith("\\ "):
+                raise PatchRefused("malformed", f"bad line {line!r} after hunk {header!r}")
+            self.index += 1
+        line = self.line()
+        if line is None or line.startswith(("@@", "diff --git ")) or line in ("", "-- "):
+            return
+        if line.startswith("--- ") and (nxt := self.line(1)) is not None and nxt.startswith("+++ "):
+            return
+        if line[:1] in (" ", "+", "-"):
+            raise PatchRefused("malformed", f"hunk {header!r} has more lines than its header says")
 
 
 def check_patch(patch: str, *, max_bytes: int = 1_000_000, max_files: int = 200) -> PatchSummary:
-    """Check a unified diff; return what it touches or raise ``PatchRefused``."""
-    if not patch or not patch.strip():
-        raise PatchRefused("empty", "no patch text")
-    if len(patch.encode("utf-8", errors="replace")) > max_bytes:
-        raise PatchRefused("too_large", f"{len(patch.encode('utf-8', errors='replace'))} bytes > {max_bytes}")
+    """Parse ``patch`` and refuse it unless it is a well-formed, safe text diff.
+
+    Returns the files it touches (as git will name them) and its added/removed line
+    counts; raises PatchRefused with a reason code and a detail otherwise.
+    """
+    if not patch.strip():
+        raise PatchRefused("empty", "the patch is empty")
+    try:
+        size = len(patch.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise PatchRefused("malformed", "the patch is not valid text (lone surrogate)") from None
+    if size > max_bytes:
+        raise PatchRefused("too_large", f"{size} bytes > {max_bytes}")
     if "\x00" in patch:
-        raise PatchRefused("binary", "NUL byte in patch")
-    files, added, removed = _parse(patch)
-    if not files:
-        raise PatchRefused("malformed", "no file header found")
-    if len(files) > max_files:
-        raise PatchRefused("too_many_files", f"{len(files)} files > {max_files}")
-    return PatchSummary(files=files, added=added, removed=removed)
+        raise PatchRefused("binary", "NUL byte in the patch")
+    parser = _Parser(patch)
+    parser.parse()
+    if parser.sections == 0:
+        raise PatchRefused("malformed", "no file header ('diff --git' or '---'/'+++') found")
+    if len(parser.files) > max_files:
+        raise PatchRefused("too_many_files", f"{len(parser.files)} files > {max_files}")
+    return PatchSummary(files=parser.files, added=parser.added, removed=parser.removed)
+
+
+_NAME_LINE = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$")
 
 
 def extract_touched_files(patch: str) -> list[str]:
-    """The paths a patch touches (in order), or [] when it cannot be parsed."""
+    """The files ``patch`` names, as git will name them; never raises.
+
+    For a patch that passes ``check_patch`` this is its ``files``; for any other text it is
+    a best-effort reading of the header lines (useful in messages about a refused patch).
+    """
     try:
-        return _parse(patch)[0]
+        return check_patch(patch, max_bytes=max(1, len(patch) * 4 + 1), max_files=1 << 30).files
     except PatchRefused:
-        return []
+        pass
+    names: list[str] = []
+    lines = patch.split("\n")
+    for position, line in enumerate(lines):
+        line = line.rstrip("\r")
+        if line.startswith("--- ") and not (
+            position + 1 < len(lines) and lines[position + 1].startswith("+++ ")
+        ):
+            continue
+        match = _NAME_LINE.match(line)
+        if not match:
+            continue
+        raw = match.group(1)
+        if raw.startswith('"'):
+            try:
+                raw, _ = _unquote(raw)
+            except PatchRefused:
+                continue
+        else:
+            raw = raw.split("\t", 1)[0]
+        if raw == "/dev/null" or not raw:
+            continue
+        name = raw if line.startswith(("rename ", "copy ")) else _strip_component(raw)
+        if name and name not in names:
+            names.append(name)
+    return names

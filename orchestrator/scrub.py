@@ -25,26 +25,33 @@ _PEM = re.compile(
 )
 
 # Credentials recognisable by their own shape, wherever they appear. Each pattern starts
-# with a literal, which Python's regex engine searches for quickly; that the match starts a
-# word is checked in code (a lookbehind up front would defeat the literal search).
-_TOKENS = tuple(
-    re.compile(pattern)
-    for pattern in (
-        r"sk-ant-[A-Za-z0-9_\-]{10,}",
-        r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]{0,256}\d)[A-Za-z0-9_\-]{20,}",
-        r"gh[pousr]_[A-Za-z0-9]{20,}",
-        r"github_pat_[A-Za-z0-9_]{20,}",
-        r"glpat-[A-Za-z0-9_\-]{20,}",
-        r"xox[abposr]-[A-Za-z0-9\-]{10,}",
-        r"A(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
-        r"AIza[0-9A-Za-z_\-]{35}",
-        r"sk_(?:live|test)_[0-9A-Za-z]{16,}",
-        r"rk_(?:live|test)_[0-9A-Za-z]{16,}",
-        r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*",
-        r"https://hooks\.slack\.com/services/[A-Za-z0-9/]{20,}",
-    )
+# with a literal, which Python's regex engine searches for quickly, and checks right after
+# it that the literal starts a word: a lookbehind placed first would defeat the literal
+# search, and with none a long run repeating the literal would be rescanned from each copy.
+_TOKEN_CHAR = r"[A-Za-z0-9_\-]"
+
+
+def _token_pattern(literal: str, rest: str) -> re.Pattern[str]:
+    escaped = re.escape(literal)
+    return re.compile(rf"{escaped}(?<!{_TOKEN_CHAR}{escaped}){rest}")
+
+
+_TOKENS = (
+    _token_pattern("sk-ant-", r"[A-Za-z0-9_\-]{10,}"),
+    _token_pattern("gh", r"[pousr]_[A-Za-z0-9]{20,}"),
+    _token_pattern("github_pat_", r"[A-Za-z0-9_]{20,}"),
+    _token_pattern("glpat-", r"[A-Za-z0-9_\-]{20,}"),
+    _token_pattern("xox", r"[abposr]-[A-Za-z0-9\-]{10,}"),
+    _token_pattern("A", r"(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    _token_pattern("AIza", r"[0-9A-Za-z_\-]{35}"),
+    _token_pattern("sk_", r"(?:live|test)_[0-9A-Za-z]{16,}"),
+    _token_pattern("rk_", r"(?:live|test)_[0-9A-Za-z]{16,}"),
+    _token_pattern("eyJ", r"[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"),
+    _token_pattern("https://hooks.slack.com/services/", r"[A-Za-z0-9/]{20,}"),
 )
-_TOKEN_CHARS_BEFORE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+# OpenAI keys: "sk-" and a long run holding a digit (checked in code: a lookahead would
+# rescan the run), which keeps CSS-like words such as sk-learn-compatible-thing out.
+_OPENAI_KEY = _token_pattern("sk-", r"(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}")
 
 # The patterns below are case-insensitive. Python's regex search is several times slower
 # with IGNORECASE, so they are written in lower case and run over an ASCII-lowered copy of
@@ -83,6 +90,7 @@ _ASSIGN_HEAD = re.compile(
     """
 )
 _MAX_VALUE = 1024
+_MAX_NAME = 256
 _ASSIGN_VALUE = re.compile(
     rf"""(?x)
         "(?P<dq>(?:[^"\\\n]|\\.){{0,{_MAX_VALUE}}})"
@@ -97,6 +105,9 @@ _REFERENCE = re.compile(
     r"true$|false$)",
     re.I,
 )
+# A Python name or attribute path without digits in its first part: `db_password`, `args.pw`.
+_PY_NAME = re.compile(r"[A-Za-z_]+(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+# A word or dotted/hyphenated name with no digits up front: `created_at`, `bert-base`.
 _CODE_LIKE = re.compile(r"[A-Za-z_][A-Za-z_]*(?:[.\-][A-Za-z_][A-Za-z0-9_]*)*")
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_\-/+=.~]+")
 
@@ -121,11 +132,14 @@ def _credential_like(value: str, *, strong: bool, quoted: bool, code_name: bool 
         return True
     if any(ch.isspace() for ch in value):
         return False
-    code_like = bool(_CODE_LIKE.fullmatch(value))
     if strong:
-        if code_like and ("." in value or "_" in value):
-            return False  # db_password, DEFAULT_PASSWORD, args.password
-        return not (code_like and code_name and value.islower())
+        if _PY_NAME.fullmatch(value):
+            if "." in value or "_" in value:
+                return False  # db_password, DEFAULT_PASSWORD, args.password
+            if code_name and value.islower():
+                return False  # password=password, a keyword argument passed along
+        return True
+    code_like = bool(_CODE_LIKE.fullmatch(value))
     if not _TOKEN_CHARS.fullmatch(value):
         return False
     mixed_case = any(ch.isupper() for ch in value) and any(ch.islower() for ch in value)
@@ -147,7 +161,8 @@ def _group(match: re.Match[str], text: str, name: str) -> str | None:
 
 def _redact_assign(head: re.Match[str], value: re.Match[str], text: str) -> str | None:
     begin = head.start()
-    while begin > 0 and text[begin - 1] in _NAME_CHARS:
+    floor = max(0, begin - _MAX_NAME)
+    while begin > floor and text[begin - 1] in _NAME_CHARS:
         begin -= 1
     name = text[begin : head.end("kw")]
     if not _SECRET_KEY_NAME.fullmatch(name.lower()):
@@ -179,9 +194,8 @@ def _redact_assign(head: re.Match[str], value: re.Match[str], text: str) -> str 
 def _substitute_assignments(text: str) -> str:
     """Redact the values of secret-named assignments (``NAME=value``, ``"name": "value"``...).
 
-    Each value is first read only up to the next assignment head, so that a chain of heads
-    costs linear time and a long declined value cannot hide the assignments inside it; a
-    quoted value that does not close before the next head is read again in full.
+    A bare value is read only up to the next assignment head, so that a chain of heads
+    costs linear time and a long declined value cannot hide the assignments inside it.
     """
     heads = list(_ASSIGN_HEAD.finditer(text.translate(_ASCII_LOWER)))
     if not heads:
@@ -193,9 +207,11 @@ def _substitute_assignments(text: str) -> str:
             continue  # inside a value already redacted
         start = head.end()
         next_head = heads[index + 1].start() if index + 1 < len(heads) else len(text)
-        value = _ASSIGN_VALUE.match(text, start, min(next_head, start + _MAX_VALUE + 2))
-        if value is None and text.startswith(('"', "'"), start):
+        if text.startswith(('"', "'"), start):
+            # A quoted value runs to its closing quote, heads inside the string or not.
             value = _ASSIGN_VALUE.match(text, start, start + _MAX_VALUE + 2)
+        else:
+            value = _ASSIGN_VALUE.match(text, start, min(next_head, start + _MAX_VALUE))
         if value is None:
             continue
         replacement = _redact_assign(head, value, text)
@@ -214,25 +230,8 @@ def _starts_word(text: str, index: int) -> bool:
     return index == 0 or not (text[index - 1].isalnum() or text[index - 1] == "_")
 
 
-def _redact_token(match: re.Match[str], text: str) -> str | None:
-    start = match.start()
-    if start > 0 and text[start - 1] in _TOKEN_CHARS_BEFORE:
-        return None
-    return REDACTED
-
-
-def _next_token_start(match: re.Match[str], text: str) -> int:
-    """Where to search on after a declined token: the next place a token could start.
-
-    Every position inside the declined span that follows a token character is mid-word
-    too, so the search skips to just after the next other character (say the dot of a
-    JWT-shaped run), keeping a long run from being rescanned from each of its positions.
-    """
-    index = match.start() + 1
-    end = match.end()
-    while index < end and text[index - 1] in _TOKEN_CHARS_BEFORE:
-        index += 1
-    return index
+def _redact_openai_key(match: re.Match[str]) -> str:
+    return REDACTED if any(ch.isdigit() for ch in match.group(0)) else match.group(0)
 
 
 def _redact_bearer(match: re.Match[str], text: str) -> str | None:
@@ -261,23 +260,20 @@ def _substitute(
     pattern: re.Pattern[str],
     text: str,
     redact: Callable[[re.Match[str], str], str | None],
-    *,
-    lower: bool = True,
-    resume: Callable[[re.Match[str], str], int] | None = None,
 ) -> str:
-    """Apply ``redact`` to each match of ``pattern`` in ``text`` (or its lowered copy).
+    """Apply ``redact`` to each match of ``pattern`` in the lowered copy of ``text``.
 
-    A declined match resumes the search one character on (or where ``resume`` says), so
-    that a span which only looked like a credential cannot hide one inside it.
+    A declined match resumes the search one character on, so that a span which only
+    looked like a credential cannot hide one inside it.
     """
-    lowered = text.translate(_ASCII_LOWER) if lower else text
+    lowered = text.translate(_ASCII_LOWER)
     pieces: list[str] = []
     last = 0
     pos = 0
     while (match := pattern.search(lowered, pos)) is not None:
         replacement = redact(match, text)
         if replacement is None:
-            pos = resume(match, text) if resume is not None else match.start() + 1
+            pos = match.start() + 1
             continue
         pieces.append(text[last : match.start()])
         pieces.append(replacement)
@@ -312,7 +308,8 @@ def scrub(text: str) -> str:
             text = text.replace(secret, REDACTED)
     text = _PEM.sub(REDACTED, text)
     for pattern in _TOKENS:
-        text = _substitute(pattern, text, _redact_token, lower=False, resume=_next_token_start)
+        text = pattern.sub(REDACTED, text)
+    text = _OPENAI_KEY.sub(_redact_openai_key, text)
     text = _substitute(_AUTH_HEADER, text, _redact_header)
     text = _substitute(_BEARER, text, _redact_bearer)
     text = _substitute(_URL_USERINFO, text, _redact_value)

@@ -203,14 +203,13 @@ FILTERS = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graph=issue_graphs(), ops=mutations(14), filters=st.lists(FILTERS, min_size=1, max_size=4))
-def test_ready_matches_reference(graph, ops, filters):
+def check_against_reference(graph: list[dict], ops: list[tuple], filters: list[dict]) -> None:
+    """Import ``graph``, apply ``ops``, then compare ready work with the reference under each filter."""
     with tempfile.TemporaryDirectory() as tmp:
         tracker = Tracker.init(Path(tmp), prefix="g", actor="prop")
         try:
-            buffer = io.StringIO("".join(json.dumps(i) + "\n" for i in graph))
-            import_jsonl(tracker, buffer)
+            import_jsonl(tracker, io.StringIO("".join(json.dumps(i) + "\n" for i in graph)))
+            assert not ready_state_changes(tracker.db.conn)
             apply_mutations(tracker, ops)
             state = exported(tracker)
             known = {i["id"] for i in state}
@@ -224,6 +223,18 @@ def test_ready_matches_reference(graph, ops, filters):
                 assert limited == expected[:2]
         finally:
             tracker.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=issue_graphs(), filters=st.lists(FILTERS, max_size=4))
+def test_ready_matches_reference_on_imported_graphs(graph, filters):
+    check_against_reference(graph, [], filters)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=issue_graphs(), ops=mutations(14), filters=st.lists(FILTERS, max_size=3))
+def test_ready_matches_reference_after_writes(graph, ops, filters):
+    check_against_reference(graph, ops, filters)
 
 
 def test_ready_flags_and_kept_state_after_writes(tracker):
