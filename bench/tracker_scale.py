@@ -13,6 +13,7 @@ same issues in the same order.
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import os
 import statistics
@@ -74,6 +75,7 @@ assert "task" not in NON_WORK_TYPES  # the hand-written queries filter on type '
 
 def median_ms(fn: Callable[[], object], reps: int) -> float:
     """Median wall time of ``reps`` calls of ``fn``, in milliseconds (after one warm-up call)."""
+    gc.collect()  # garbage of the previous measurement (an export, an import) is not this one's cost
     fn()
     times = []
     for _ in range(reps):
@@ -85,6 +87,7 @@ def median_ms(fn: Callable[[], object], reps: int) -> float:
 
 def median_each_ms(fn: Callable[[object], object], items: list) -> float:
     """Median wall time of ``fn(item)`` over ``items`` (each item used once), in milliseconds."""
+    gc.collect()
     times = []
     for item in items:
         start = time.perf_counter()

@@ -69,7 +69,6 @@ CREATE INDEX IF NOT EXISTS issues_ready_order ON issues(priority, created_sort, 
     WHERE status = 'open' AND blocked = 0;
 CREATE INDEX IF NOT EXISTS issues_ready_by_id ON issues(id, issue_type, priority, created_sort, defer_eff, ephemeral, pinned)
     WHERE status = 'open' AND blocked = 0;
-CREATE INDEX IF NOT EXISTS issues_deferred ON issues(defer_sort) WHERE defer_sort IS NOT NULL;
 CREATE INDEX IF NOT EXISTS issues_by_assignee ON issues(assignee) WHERE assignee IS NOT NULL;
 CREATE TABLE IF NOT EXISTS labels (
     issue_id TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE ON UPDATE CASCADE,
@@ -145,10 +144,6 @@ class Database:
             # NORMAL is durable across application crashes in WAL mode; only an OS crash can
             # lose the last transactions, never corrupt the file.
             self.conn.execute("PRAGMA synchronous = NORMAL")
-            # Imports of 100,000 issues update several indexes at once; the default 2 MB
-            # page cache makes that thrash. Pages are only allocated when used.
-            self.conn.execute("PRAGMA cache_size = -65536")
-            self.conn.execute("PRAGMA temp_store = MEMORY")
             self.conn.execute("PRAGMA foreign_keys = ON")
             columns = {r[1] for r in self.conn.execute("PRAGMA table_info(issues)")}
             if not columns and not create:

@@ -17,14 +17,23 @@ from typing import IO, Any
 
 from .db import refresh_ready_state
 from .model import IMPORT_STATUSES, MODELLED_FIELDS, TEXT_FIELDS, normalize_ts, now_iso
-from .store import _ISSUE_SELECT, Tracker, _build_issue, _comment_obj, _dep_from_tuple, _DEP_COLUMNS, _dump
+from .store import (
+    _COMMENT_COLUMNS,
+    _DEP_COLUMNS,
+    _ISSUE_SELECT,
+    Tracker,
+    _build_issue,
+    _comment_obj,
+    _dep_from_tuple,
+    _dump,
+)
 
 __all__ = ["ImportReport", "import_jsonl", "export_jsonl", "encode_line"]
 
 _FULL_REFRESH_AT = 2000
 _NESTED = frozenset(("labels", "dependencies", "comments"))
 _MODELLED = frozenset(MODELLED_FIELDS)
-_NON_TEXT = frozenset(("priority", "metadata", "timeout", "pinned", "ephemeral", "id"))
+_TEXT = frozenset(TEXT_FIELDS)
 # Columns an import writes: the plain ones straight from the record, then the derived ones.
 _PLAIN_COLUMNS = ("id", "priority", *TEXT_FIELDS, "timeout")
 _INSERT_COLUMNS = (*_PLAIN_COLUMNS, "metadata", "pinned", "ephemeral", "extra", "created_sort", "defer_sort")
@@ -89,20 +98,24 @@ def _parse_lines(lines: Iterable[str], report: ImportReport) -> dict[str, tuple[
 
 
 def _split(number: int, obj: dict, report: ImportReport) -> tuple[dict, dict, list, list, list]:
-    """Columns, extras, labels, dependencies and comments of one JSONL object."""
+    """Columns, extras, labels, dependencies and comments of one JSONL object.
+
+    A value the model cannot store in its column (a null, a number where text is
+    expected, a string priority...) is kept among the extras as it came, so that
+    an export writes it back; the column gets a usable default where it needs one.
+    """
     issue_id = obj["id"]
     record: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in obj.items():
-        # Stored counts and parent are kept verbatim: real exports carry values that
-        # do not match their own dependency lists, and dropping them would lose data.
+        # Stored counts and parent are kept verbatim among the extras: real exports carry
+        # values that do not match their own dependency lists, and dropping them would lose data.
         if key in _NESTED:
             continue
-        if key in _MODELLED and (value is not None or key == "id"):
-            record[key] = value
-        else:
-            # An explicit null is not an absent field: keep it to write it back.
+        if key not in _MODELLED or (value is None and key != "id") or (key in _TEXT and not isinstance(value, str)):
             extra[key] = value
+        else:
+            record[key] = value
     if "priority" not in obj:
         report.warn(number, "missing_priority", f"{issue_id} has no priority; default 2 used")
         record["priority"] = 2
@@ -112,30 +125,23 @@ def _split(number: int, obj: dict, report: ImportReport) -> tuple[dict, dict, li
             report.warn(number, "invalid_priority", f"{issue_id} priority {prio!r} kept as extra field; default 2 used")
             extra["priority"] = prio
             record["priority"] = 2
-    if not isinstance(record.get("title"), str):
-        if "title" in record:
-            extra["title"] = record["title"]
+    if "title" not in record:
         report.warn(number, "missing_title", f"{issue_id} has no title")
         record["title"] = ""
     status = record.get("status")
-    if status not in IMPORT_STATUSES:
+    if status is None:
+        report.warn(number, "invalid_status", f"{issue_id} status {obj.get('status')!r} is not a status; open used")
+        record["status"] = "open"
+    elif status not in IMPORT_STATUSES:
         report.warn(number, "invalid_status", f"{issue_id} status {status!r} is not a known status; kept as is")
-        if status is None:
-            record["status"] = "open"
-    if not isinstance(record.get("issue_type"), str):
-        if "issue_type" in record:
-            extra["issue_type"] = record["issue_type"]
+    if "issue_type" not in record:
         record["issue_type"] = "task"
-    for key in ("metadata",):
-        if key in record and not isinstance(record[key], (dict, list)) and record[key] is not None:
-            extra[key] = record.pop(key)
+    if "metadata" in record and not isinstance(record["metadata"], (dict, list)):
+        extra["metadata"] = record.pop("metadata")
     if "timeout" in record and (isinstance(record["timeout"], bool) or not isinstance(record["timeout"], int)):
         extra["timeout"] = record.pop("timeout")
     for key in ("pinned", "ephemeral"):
         if key in record and not isinstance(record[key], bool):
-            extra[key] = record.pop(key)
-    for key, value in list(record.items()):
-        if value is not None and key not in _NON_TEXT and not isinstance(value, str):
             extra[key] = record.pop(key)
     labels = obj.get("labels") or []
     if not isinstance(labels, list):
@@ -207,8 +213,10 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
                     report.warn(number, "invalid_comment", f"{issue_id} has a comment without text; ignored")
                     continue
                 c_extra = {k: v for k, v in comment.items() if k not in _COMMENT_FIELDS}
+                cid = comment.get("id", None)
                 comment_rows.append((issue_id, comment.get("author"), comment["text"], comment.get("created_at"),
-                                     _dump(comment["id"]) if "id" in comment else None,
+                                     # Most ids are integers: str() is their JSON, without the encoder.
+                                     None if "id" not in comment else str(cid) if type(cid) is int else _dump(cid),
                                      _dump(c_extra) if c_extra else None))
             event_rows.append((issue_id, "imported", tracker.actor, None, None, f"line {number}", now))
         for chunk_start in range(0, len(replaced), 500):
@@ -270,16 +278,11 @@ def iter_export(tracker: Tracker) -> Iterable[dict]:
         for r in c.execute(f"SELECT {_DEP_COLUMNS} FROM dependencies ORDER BY rowid"):
             deps.setdefault(r[0], []).append(_dep_from_tuple(r))
         comments: dict[str, list[dict]] = {}
-        c.row_factory = sqlite3.Row
-        for r in c.execute("SELECT * FROM comments ORDER BY id"):
-            comments.setdefault(r["issue_id"], []).append(_comment_obj(r))
-        c.row_factory = None
-        cur = c.execute(f"SELECT {_ISSUE_SELECT} FROM issues i ORDER BY id")
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
-    for r in rows:
-        row = dict(zip(cols, r))
-        iid = row["id"]
+        for r in c.execute(f"SELECT {_COMMENT_COLUMNS} FROM comments ORDER BY id"):
+            comments.setdefault(r[1], []).append(_comment_obj(r))
+        rows = c.execute(f"SELECT {_ISSUE_SELECT} FROM issues i ORDER BY id").fetchall()
+    for row in rows:
+        iid = row[0]
         yield _build_issue(row, labels.get(iid), deps.get(iid), comments.get(iid), export=True)
 
 

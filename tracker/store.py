@@ -10,6 +10,7 @@ and ``parent``.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
@@ -198,18 +199,19 @@ class Tracker:
             issue["comments"] = self.comments(issue_id)
         return issue
 
-    def _hydrate(self, rows: Sequence[Mapping[str, Any]], *, counts: bool = True) -> list[dict]:
+    def _hydrate(self, rows: Sequence[tuple] | Sequence[sqlite3.Row], *, counts: bool = True) -> list[dict]:
         """Issue objects for ``rows`` with labels, dependencies, counts and parent.
 
-        Related rows are read with one query per kind for all ``rows`` (ids are
-        passed as one JSON array, so there is no parameter limit to chunk around).
+        ``rows`` are tuples of ``_ISSUE_COLUMNS`` (the fast path) or ``sqlite3.Row``
+        objects of the issues table. Related rows are read with one query per kind
+        for all ``rows`` (ids are passed as one JSON array, so there is no
+        parameter limit to chunk around).
         """
         if not rows:
             return []
         if isinstance(rows[0], sqlite3.Row):
-            keys = rows[0].keys()
-            rows = [dict(zip(keys, r)) for r in rows]
-        id_list = json.dumps([r["id"] for r in rows])
+            rows = [tuple(r[c] for c in _ISSUE_COLUMNS) for r in rows]
+        id_list = json.dumps([r[0] for r in rows])
         labels: dict[str, list[str]] = {}
         deps: dict[str, list[dict]] = {}
         dependents: dict[str, int] = {}
@@ -238,7 +240,7 @@ class Tracker:
                 ).fetchall())
         out = []
         for r in rows:
-            iid = r["id"]
+            iid = r[0]
             issue_deps = deps.get(iid)
             issue = _build_issue(r, labels.get(iid), issue_deps)
             if counts:
@@ -295,13 +297,13 @@ class Tracker:
             cte, cparams = _descendants_cte(parent, descendants)
             where.append("i.id IN (SELECT id FROM scope)")
             params = cparams + params
-        sql = f"{cte} SELECT i.* FROM issues i"
+        sql = f"{cte} SELECT {_ISSUE_SELECT} FROM issues i"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY i.priority, i.created_sort, i.id"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return self._hydrate(self.db.read(sql, tuple(params)))
+        return self._hydrate(self.db.read_tuples(sql, tuple(params))[1])
 
     def ready(
         self,
@@ -330,12 +332,12 @@ class Tracker:
                                           now=now, columns="i.*")
             return [dict(r) for r in self.db.read(sql, params)]
         sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now)
-        cols, rows = self.db.read_tuples(sql, params)
-        return self._hydrate([dict(zip(cols, r)) for r in rows])
+        return self._hydrate(self.db.read_tuples(sql, params)[1])
 
     def _ready_sql(self, *, labels, issue_type, parent, limit, now, columns: str = _ISSUE_SELECT) -> tuple[str, tuple]:
         # ``blocked`` and ``defer_eff`` are kept current by every write (see
         # db.refresh_ready_state), so ready work is one indexed pass over the issues.
+        labels = list(labels)
         where = [
             "i.status = 'open'",
             "i.blocked = 0",
@@ -349,7 +351,7 @@ class Tracker:
             params.append(issue_type)
         else:
             where.append(f"i.issue_type NOT IN {_SQL_NON_WORK}")
-        for label in labels:
+        for label in labels[1:]:
             where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
             params.append(label)
         cte = ""
@@ -357,18 +359,23 @@ class Tracker:
             cte, sparams = _descendants_cte(parent, True)
             where.append("i.id IN (SELECT id FROM scope)")
             params = sparams + params
-        # The plan is chosen here, not left to statistics a fresh workspace lacks: a label
-        # or a scope drives the search (each id checked in a covering index of the open,
-        # unblocked issues); a type alone walks (status, type, ...) in ready order; with
-        # no filter the index of open, unblocked issues is already in ready order, so a
-        # LIMIT stops after a few rows.
-        if labels or parent:
-            index = "issues_ready_by_id"
+        # The plan is chosen here, not left to statistics a fresh workspace lacks. A
+        # label drives the search: its issues, each checked in a covering index of the
+        # open, unblocked issues (a join, not IN, so SQLite never starts from the other
+        # side). A scope does the same through that index. A type alone walks
+        # (status, type, ...) in ready order; with no filter the index of open,
+        # unblocked issues is already in ready order, so a LIMIT stops after a few rows.
+        if labels:
+            source = "labels l0 CROSS JOIN issues i INDEXED BY issues_ready_by_id ON i.id = l0.issue_id"
+            where.append("l0.label = ?")
+            params.append(labels[0])
+        elif parent:
+            source = "issues i INDEXED BY issues_ready_by_id"
         elif issue_type:
-            index = "issues_by_status"
+            source = "issues i INDEXED BY issues_by_status"
         else:
-            index = "issues_ready_order"
-        sql = (f"{cte} SELECT {columns} FROM issues i INDEXED BY {index} WHERE {' AND '.join(where)}"
+            source = "issues i INDEXED BY issues_ready_order"
+        sql = (f"{cte} SELECT {columns} FROM {source} WHERE {' AND '.join(where)}"
                " ORDER BY i.priority, i.created_sort, i.id")
         if limit:
             sql += f" LIMIT {int(limit)}"
@@ -376,9 +383,9 @@ class Tracker:
 
     def blockers(self, issue_id: str) -> list[dict]:
         """Issues that block ``issue_id`` right now (its own ``blocks`` edges to open work)."""
-        rows = self.db.read(
-            "SELECT b.* FROM dependencies d JOIN issues b ON b.id = d.depends_on_id"
-            f" WHERE d.issue_id = ? AND d.type = 'blocks' AND b.status IN {_SQL_BLOCKING} ORDER BY b.id",
+        _, rows = self.db.read_tuples(
+            f"SELECT {_ISSUE_SELECT} FROM dependencies d JOIN issues i ON i.id = d.depends_on_id"
+            f" WHERE d.issue_id = ? AND d.type = 'blocks' AND i.status IN {_SQL_BLOCKING} ORDER BY i.id",
             (issue_id,),
         )
         return self._hydrate(rows, counts=False)
@@ -1000,52 +1007,47 @@ def _last(row: tuple) -> Any:
     return row[-1]
 
 
-def _build_issue(row: Mapping[str, Any], labels: list[str] | None, deps: list[dict] | None,
+def _build_issue(row: tuple, labels: list[str] | None, deps: list[dict] | None,
                  comments: list[dict] | None = None, *, export: bool = False) -> dict:
-    """An issue object from an issues row, in beads' field order, unknown fields last.
+    """An issue object from a row of ``_ISSUE_COLUMNS``, in beads' field order, unknown fields last.
 
     Fields in ``EXPORT_ORDER`` come first (empty ones left out, ``priority``
     always present, ``labels``, ``dependencies`` and ``comments`` in their
     places), then fields an import kept that the model does not know, in their
-    original order. Built in one pass: this is the hot path of ``ready``. With ``export`` a
-    kept original wins over its column: an import that found an invalid
-    ``priority`` or a non-string ``title`` stored a usable value in the column
-    and the original among the extra fields, and the export gives back the original.
+    original order. This is the hot path of ``ready`` and ``export``: the common
+    case is one C-level gather and one comprehension. With ``export`` a kept
+    original wins over its column: an import that found an invalid ``priority``
+    or a non-string ``title`` stored a usable value in the column and the
+    original among the extra fields, and the export gives back the original.
     """
-    extra = json.loads(row["extra"]) if row["extra"] else None
-    out: dict[str, Any] = {}
-    for key, kind in _BUILD_PLAN:
-        if kind == _PLAIN:
-            value = row[key]
-        elif kind == _LABELS:
-            value = labels or None
-        elif kind == _DEPS:
-            value = deps or None
-        elif kind == _COMMENTS:
-            value = comments or None
-        elif kind == _BOOL:
-            value = row[key]
-            value = None if value is None else bool(value)
-        else:  # metadata
-            value = row[key]
-            value = None if value is None else json.loads(value)
-        if extra is not None and key in extra and (value is None or export):
-            out[key] = extra[key]
-        elif value is not None or key == "priority":
-            out[key] = value
-    if extra:
+    values = _EXPORT_GETTER(row + (labels or None, deps or None, comments or None))
+    out = {key: value for key, value in zip(EXPORT_ORDER, values) if value is not None}
+    for key in ("pinned", "ephemeral"):
+        if key in out:
+            out[key] = bool(out[key])
+    if "metadata" in out:
+        out["metadata"] = json.loads(out["metadata"])
+    kept = row[_EXTRA_AT]
+    if kept:
+        extra = json.loads(kept)
+        if not _EXPORT_KEYS.isdisjoint(extra):
+            # A kept value for a modelled field goes in that field's place.
+            out = {key: extra[key] if key in extra and (key not in out or export) else out[key]
+                   for key in EXPORT_ORDER if key in out or key in extra}
         for key, value in extra.items():
             if key not in out:
                 out[key] = value
     return out
 
 
-_PLAIN, _BOOL, _JSON, _LABELS, _DEPS, _COMMENTS = range(6)
-_BUILD_PLAN = tuple(
-    (key, {"pinned": _BOOL, "ephemeral": _BOOL, "metadata": _JSON, "labels": _LABELS,
-           "dependencies": _DEPS, "comments": _COMMENTS}.get(key, _PLAIN))
+_EXPORT_KEYS = frozenset(EXPORT_ORDER)
+_EXTRA_AT = _ISSUE_COLUMNS.index("extra")
+# Where each EXPORT_ORDER field sits in a row of _ISSUE_COLUMNS extended with (labels, deps, comments).
+_EXPORT_GETTER = operator.itemgetter(*(
+    _ISSUE_COLUMNS.index(key) if key in _ISSUE_COLUMNS
+    else len(_ISSUE_COLUMNS) + ("labels", "dependencies", "comments").index(key)
     for key in EXPORT_ORDER
-)
+))
 
 
 def _dep_from_tuple(row: tuple) -> dict:
@@ -1071,14 +1073,24 @@ def _dep_obj(row: sqlite3.Row) -> dict:
     return dep
 
 
-def _comment_obj(row: sqlite3.Row) -> dict:
-    comment: dict[str, Any] = {
-        "id": json.loads(row["ext_id"]) if row["ext_id"] is not None else row["id"],
-        "issue_id": row["issue_id"],
-        "author": row["author"],
-        "text": row["text"],
-        "created_at": row["created_at"],
-    }
-    if row["extra"]:
-        comment.update(json.loads(row["extra"]))
+_COMMENT_COLUMNS = "id, issue_id, author, text, created_at, ext_id, extra"
+
+
+def _comment_obj(row: sqlite3.Row | tuple) -> dict:
+    """A comment object from a comments row (``sqlite3.Row``, or a tuple of ``_COMMENT_COLUMNS``).
+
+    ``ext_id`` is the id the comment had in an imported file (an integer in older
+    beads files, a UUID string in newer ones), kept as JSON so its type survives.
+    """
+    local_id, issue_id, author, text, created_at, ext_id, extra = (
+        tuple(row[c] for c in ("id", "issue_id", "author", "text", "created_at", "ext_id", "extra"))
+        if isinstance(row, sqlite3.Row) else row
+    )
+    if ext_id is not None:
+        # Most ids are plain integers: skip the JSON decoder for them (export of 100k issues).
+        local_id = int(ext_id) if ext_id.isdigit() else json.loads(ext_id)
+    comment: dict[str, Any] = {"id": local_id, "issue_id": issue_id, "author": author, "text": text,
+                               "created_at": created_at}
+    if extra:
+        comment.update(json.loads(extra))
     return comment
