@@ -146,3 +146,24 @@ def test_import_refreshes_ready_state_of_existing_issues(tracker):
 
 def test_encode_line_matches_go():
     assert encode_line({"a": "<x> & \u2028", "b": [1, None]}) == '{"a":"\\u003cx\\u003e \\u0026 \\u2028","b":[1,null]}'
+
+
+def test_newer_import_keeps_comments_written_locally_since_the_export(tmp_path):
+    """Replacing an issue with a newer file version merges comments instead of dropping them."""
+    t = Tracker(tmp_path / "a.db", create=True)
+    issue = t.create("task")
+    t.add_comment(issue["id"], "exported comment", dedupe_key="orch:run-1:1")
+    buf = io.StringIO()
+    export_jsonl(t, buf)
+    t.add_comment(issue["id"], "[orch:vote] written after the export", dedupe_key="orch:run-1:2")
+    newer = json.loads(buf.getvalue().splitlines()[0])
+    newer["title"] = "renamed elsewhere"
+    newer["updated_at"] = "2999-01-01T00:00:00Z"
+    report = import_jsonl(t, io.StringIO(json.dumps(newer) + "\n"))
+    assert report.updated == 1
+    assert t.get(issue["id"])["title"] == "renamed elsewhere"
+    texts = [c["text"] for c in t.comments(issue["id"])]
+    assert texts == ["exported comment", "[orch:vote] written after the export"]
+    # Dedupe keys survive, so a checkpoint still cannot be written twice.
+    assert t.add_comment(issue["id"], "again", dedupe_key="orch:run-1:1")["text"] == "exported comment"
+    assert t.add_comment(issue["id"], "again", dedupe_key="orch:run-1:2")["text"].startswith("[orch:vote]")

@@ -162,7 +162,8 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
     """Import a beads JSONL file into ``tracker`` in one transaction.
 
     New ids are created; known ids are replaced when the file's ``updated_at``
-    is newer, and left alone otherwise.
+    is newer (their local comments missing from the file are kept), and left
+    alone otherwise.
     """
     report = ImportReport()
     if isinstance(source, (str, Path)):
@@ -219,9 +220,24 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
                                      None if "id" not in comment else str(cid) if type(cid) is int else _dump(cid),
                                      _dump(c_extra) if c_extra else None))
             event_rows.append((issue_id, "imported", tracker.actor, None, None, f"line {number}", now))
+        # A newer file replaces an issue's fields, but comments written here since that file was
+        # exported (mesh checkpoints, say) are kept: comments are merged, never lost. Matching
+        # comments keep their dedupe key, so a checkpoint stays unique after the round trip.
+        in_file = {(row[0], row[2], row[3]) for row in comment_rows}
+        local_keys: dict[tuple, str] = {}
+        kept: list[tuple] = []
         for chunk_start in range(0, len(replaced), 500):
             chunk = replaced[chunk_start : chunk_start + 500]
-            c.execute(f"DELETE FROM issues WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            marks = ",".join("?" * len(chunk))
+            for r in c.execute("SELECT issue_id, author, text, created_at, ext_id, dedupe_key, extra FROM comments"
+                               f" WHERE issue_id IN ({marks}) ORDER BY id", chunk).fetchall():
+                key = (r[0], r[2], r[3])
+                if key in in_file:
+                    if r[5]:
+                        local_keys[key] = r[5]
+                else:
+                    kept.append(tuple(r))
+            c.execute(f"DELETE FROM issues WHERE id IN ({marks})", chunk)
         c.executemany(_INSERT_ISSUE, issue_rows)
         c.executemany("INSERT OR IGNORE INTO labels(issue_id, label) VALUES (?, ?)", label_rows)
         c.executemany(
@@ -230,8 +246,9 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
             dep_rows,
         )
         c.executemany(
-            "INSERT INTO comments(issue_id, author, text, created_at, ext_id, extra) VALUES (?,?,?,?,?,?)",
-            comment_rows,
+            "INSERT INTO comments(issue_id, author, text, created_at, ext_id, dedupe_key, extra)"
+            " VALUES (?,?,?,?,?,?,?)",
+            [(*row[:5], local_keys.get((row[0], row[2], row[3])), row[5]) for row in comment_rows] + kept,
         )
         c.executemany(
             "INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"

@@ -24,6 +24,7 @@ from .model import (
     AGENT_STATES,
     BLOCKING_STATUSES,
     EXPORT_ORDER,
+    MODELLED_FIELDS,
     NON_WORK_TYPES,
     TEXT_FIELDS,
     check_priority,
@@ -38,32 +39,8 @@ __all__ = ["Tracker", "find_workspace", "default_db_path", "DB_NAME"]
 DB_NAME = "mesh.db"
 DEFAULT_PREFIX = "bd"
 
-_UPDATABLE = {
-    "title",
-    "description",
-    "design",
-    "acceptance_criteria",
-    "notes",
-    "status",
-    "priority",
-    "issue_type",
-    "assignee",
-    "owner",
-    "close_reason",
-    "defer_until",
-    "due_at",
-    "external_ref",
-    "metadata",
-    "await_type",
-    "await_id",
-    "timeout",
-    "agent_state",
-    "last_activity",
-    "hook_bead",
-    "role_bead",
-    "pinned",
-    "ephemeral",
-}
+# Every modelled field but the id and the timestamps the tracker itself keeps.
+_UPDATABLE = frozenset(MODELLED_FIELDS) - {"id", "created_at", "created_by", "updated_at", "closed_at"}
 _SQL_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 _SQL_NON_WORK = "(" + ",".join(f"'{t}'" for t in NON_WORK_TYPES) + ")"
 _JSON_IDS = "(SELECT value FROM json_each(?))"
