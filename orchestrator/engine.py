@@ -517,7 +517,6 @@ class Engine:
         """``no_response`` twice: switch to the 3-role fallback; a fallback role is asked once more."""
         if self.bus.mode == "full" and role != REVIEWER:
             self.bus.switch_to_fallback(f"{role} gave no response in {round_name}")
-            self.mutations.append(f"mode -> fallback ({role} no_response)")
             if role in self.config.fallback_roles:
                 again = self._ask(role, round_name, inputs, validate=validate)
                 self._account(again)
@@ -614,7 +613,6 @@ class Engine:
         failed = [r for r, res in results.items() if isinstance(res, Attempt) and res.failure == "no_response"]
         if failed and self.bus.mode == "full":
             self.bus.switch_to_fallback(f"no response from {', '.join(failed)} in critique")
-            self.mutations.append(f"mode -> fallback ({', '.join(failed)} no_response)")
             for role in failed:
                 if role in self.config.fallback_roles:
                     again = self._ask(role, "critique", inputs, outbox=self.bus.take_mail(role))
@@ -656,7 +654,6 @@ class Engine:
         failed = [r for r, res in results.items() if isinstance(res, Attempt) and res.failure == "no_response"]
         if failed and self.bus.mode == "full":
             self.bus.switch_to_fallback(f"no response from {', '.join(failed)} in vote")
-            self.mutations.append(f"mode -> fallback ({', '.join(failed)} no_response)")
             voters = self._voters()
             for role in failed:
                 if role in voters:
