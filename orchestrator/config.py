@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-import shlex
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +24,7 @@ from pydantic import (
 )
 
 from orchestrator.validation import parse_allow_entry
+from roles.backends.command import split_command
 
 __all__ = [
     "ConfigError",
@@ -250,14 +250,8 @@ class MeshConfig(_Strict):
     @field_validator("worker_cmd")
     @classmethod
     def _check_worker_cmd(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        try:
-            argv = shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"cannot split {value!r}: {exc}") from None
-        if not argv:
-            raise ValueError("empty command")
+        if value is not None:
+            split_command(value)
         return value
 
     @field_validator("consensus_threshold")

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Mapping, Sequence
 
 from orchestrator.scrub import scrub
+from roles.backends.command import split_command
 
 __all__ = [
     "ARGS_PLACEHOLDER",
@@ -88,12 +89,7 @@ def parse_allow_entry(entry: str) -> list[str]:
     """Split an allowlist entry into its template tokens; ValueError if it is unusable."""
     if _SHELL_SYNTAX.search(entry):
         raise ValueError("shell syntax (; | & < > ` $ or a newline) never matches a command")
-    try:
-        tokens = shlex.split(entry)
-    except ValueError as exc:
-        raise ValueError(f"cannot split: {exc}") from None
-    if not tokens:
-        raise ValueError("empty command")
+    tokens = split_command(entry)
     if tokens[0] in (PATH_PLACEHOLDER, ARGS_PLACEHOLDER):
         raise ValueError("the program itself cannot be a placeholder")
     for index, token in enumerate(tokens):

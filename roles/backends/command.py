@@ -28,6 +28,21 @@ _STDERR_TAIL_CHARS = 2000
 _REAP_TIMEOUT_S = 5.0
 
 
+
+def split_command(text: str) -> list[str]:
+    """``text`` split into argv the way a shell would (without running one).
+
+    Raises ValueError when it cannot be split or is empty.
+    """
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"cannot split {text!r}: {exc}") from None
+    if not argv:
+        raise ValueError("empty command")
+    return argv
+
+
 class CommandBackend(Backend):
     """Run ``worker_cmd`` once per call; calls are independent processes, so thread-safe."""
 
@@ -35,11 +50,9 @@ class CommandBackend(Backend):
 
     def __init__(self, worker_cmd: str, timeout_s: float = 600):
         try:
-            argv = shlex.split(worker_cmd)
+            argv = split_command(worker_cmd)
         except ValueError as exc:
-            raise BackendError(f"cannot split worker command {worker_cmd!r}: {exc}") from None
-        if not argv:
-            raise BackendError("the worker command is empty")
+            raise BackendError(f"worker command: {exc}") from None
         if timeout_s <= 0:
             raise BackendError(f"the worker timeout must be positive, got {timeout_s}")
         executable = shutil.which(argv[0])
