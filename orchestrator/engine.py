@@ -225,6 +225,11 @@ class Engine:
                 return self._finish("synthesis_only")
             self._integrate(self.bus.synthesis, phase="c", step_name="synthesis")
             self._validate(phase="r0")
+            if not self.config.review_required_for_close:
+                # No review gate configured: consensus and a passing validation close the task.
+                if not self.validation_pass:
+                    raise Blocked("validation_failed", "the validation commands did not pass")
+                return self._close()
             return self._review_gate()
         except Blocked as blocked:
             return self._block(blocked)
@@ -907,15 +912,15 @@ class Engine:
     # ================================================================== outcomes
 
     def _close(self) -> RunReport:
+        last_review = self.bus.reviews.get(self.bus.review_cycle)
         conditions = {
             "vote_consensus": self.consensus_ok,
             "validation_pass": bool(self.validation_pass),
-            "review_decision": self.bus.reviews[self.bus.review_cycle]["decision"] == "approve",
-            "open_must_fix_findings": sum(1 for f in self.bus.reviews[self.bus.review_cycle]["findings"]
+            "review_decision": (last_review is not None and last_review["decision"] == "approve")
+            or not self.config.review_required_for_close,
+            "open_must_fix_findings": sum(1 for f in (last_review or {}).get("findings", [])
                                           if f["label"] == "MUST_FIX"),
         }
-        if not self.config.review_required_for_close:
-            conditions["review_decision"] = True
         ok = (conditions["vote_consensus"] and conditions["validation_pass"] and conditions["review_decision"]
               and conditions["open_must_fix_findings"] == 0)
         if not ok:

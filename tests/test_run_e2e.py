@@ -543,3 +543,15 @@ def test_mesh_show_renders_history(ws):
     history = json.loads(res.stdout)
     assert history["task"]["status"] == "closed"
     assert history["runs"][0]["outcome"]["outcome"] == "closed"
+
+
+def test_without_a_required_review_consensus_and_validation_close(ws, tmp_path):
+    cfg = tmp_path / "no-review.toml"
+    head, _, rest = (ws.repo / "mesh.toml").read_text().partition("[validation]")
+    cfg.write_text(head + "review_required_for_close = false\n\n[validation]" + rest)
+    script = happy_script()
+    del script["reviewer"]
+    code, report, res = ws.run(script, "--config", str(cfg))
+    assert code == 0, res.output
+    assert report["outcome"] == "closed" and report["review"]["cycles"] == 0
+    assert "review" not in ws.kinds()
