@@ -561,7 +561,8 @@ class Engine:
         if artifact is None:
             self.bus.note("hydration_failed", {"missing": missing, "failure": attempt.failure if attempt else None})
             return
-        fill = {"acceptance_criteria": artifact["acceptance"], "design": artifact["design"], "notes": artifact["notes"]}
+        fill = {"acceptance_criteria": scrub(artifact["acceptance"]), "design": scrub(artifact["design"]),
+                "notes": scrub(artifact["notes"])}
         changes = {k: v for k, v in fill.items() if k in missing and v.strip()}
         self._checkpoint("hydration", "proposer", "h", f"filled {', '.join(sorted(changes)) or 'nothing'}", artifact,
                          attempt=attempt)
@@ -878,6 +879,7 @@ class Engine:
             for f in findings:
                 if f["finding_id"] in self.bus.review_subtasks:
                     continue
+                f = scrub_obj(f)  # model text becomes issue text: no secret may land there
                 child = self.tracker.create(
                     f"[{f['severity']}/{f['label']}] {f['issue']}"[:200], issue_type="chore",
                     labels=["mesh:finding", f"severity:{f['severity']}", f"label:{f['label']}"],

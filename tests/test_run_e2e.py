@@ -555,3 +555,25 @@ def test_without_a_required_review_consensus_and_validation_close(ws, tmp_path):
     assert code == 0, res.output
     assert report["outcome"] == "closed" and report["review"]["cycles"] == 0
     assert "review" not in ws.kinds()
+
+
+def test_secrets_in_findings_and_hydration_never_reach_issue_fields(ws):
+    secret = "ghp_" + "B" * 36
+    with ws.tracker() as t:
+        t.update(TASK, notes="")
+    script = happy_script()
+    script["proposer"].insert(0, r("hydration", {"acceptance": "a", "design": "d", "notes": f"token {secret}"}))
+    leaky = finding("F1")
+    leaky["evidence"] = f"the log prints {secret}"
+    script["reviewer"] = [r("review", review("request_changes", [leaky])), r("review", review())]
+    script["synthesizer"] += [r("revision-plan", revision_plan(["F1"])), r("vote", vote()),
+                              r("revision", synthesis(PATCH_REVISION))]
+    for role in ("critic_a", "critic_b", "skeptic"):
+        script[role] += [r("critique", critique()), r("vote", vote())]
+    script["proposer"] += [r("vote", vote())]
+    code, report, res = ws.run(script)
+    assert code == 0, res.output
+    res = ws.mesh("tracker", "export")
+    assert res.exit_code == 0
+    assert secret not in res.stdout
+    assert "[REDACTED]" in res.stdout
