@@ -728,6 +728,15 @@ class Engine:
 
         try:
             self.worktree = Worktree.prepare(self.repo, self.task["id"], protected=self.config.protected_branches)
+            earlier = [run for run in self.worktree.runs() if run != self.run_id]
+            if earlier and not self.resumed:
+                # A new run starts from the current HEAD; an earlier attempt's commits are kept
+                # on their own branch rather than stacked under this run's patch.
+                kept = f"{self.worktree.branch}-{earlier[-1]}"
+                self.worktree.set_aside(kept)
+                self.mutations.append(f"earlier attempt kept on branch {kept}")
+                self.worktree = Worktree.prepare(self.repo, self.task["id"],
+                                                 protected=self.config.protected_branches)
         except GitError as exc:
             raise Blocked("patch_refused", f"{exc.reason}: {exc}") from None
         self.mutations.append(f"worktree on branch {self.worktree.branch}")

@@ -411,6 +411,24 @@ class Worktree:
             return False
         return _count_lines(target, stop_at=last) >= last
 
+    def runs(self) -> list[str]:
+        """The ``Mesh-Run`` ids of the commits on the task branch, oldest first, once each."""
+        seen: dict[str, None] = {}
+        for _, trailers in reversed(self._commits()):
+            if trailers.get("mesh-run"):
+                seen.setdefault(trailers["mesh-run"], None)
+        return list(seen)
+
+    def set_aside(self, new_branch: str) -> None:
+        """Keep this branch's commits under ``new_branch`` and free ``mesh/<task>``: the
+        worktree folder goes, the branch is renamed (nothing is deleted)."""
+        if is_protected(new_branch, self.protected):
+            raise GitError("protected_branch", f"{new_branch} matches a protected branch pattern")
+        self.remove()
+        proc = _git(self.repo_root, "branch", "-m", self.branch, new_branch, check=False)
+        if proc.returncode != 0:
+            raise GitError("git_failed", f"git branch -m: {_summary(proc.stderr)}")
+
     def remove(self) -> None:
         """Remove the worktree folder (``git worktree remove --force``) and prune; keep the branch."""
         registered = any(_same_path(e.get("worktree", ""), self.path) for e in _worktree_entries(self.repo_root))

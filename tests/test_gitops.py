@@ -547,3 +547,30 @@ def test_nothing_is_ever_pushed_or_merged(repo, tmp_path):
     assert git(remote, "show-ref") == remote_before
     assert snapshot(repo) == user_before
     assert git(repo, "rev-parse", "main") != git(repo, "rev-parse", f"mesh/{TASK}")
+
+
+def test_runs_and_set_aside_keep_an_earlier_attempt(tmp_path):
+    """runs() lists the Mesh-Run ids on the branch; set_aside() renames the branch, deletes nothing."""
+    import subprocess
+
+    from orchestrator.gitops import Worktree
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "a.txt").write_text("one\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "base"], cwd=repo, check=True)
+    wt = Worktree.prepare(repo, "t-1")
+    wt.apply("--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+two\n")
+    sha = wt.commit("attempt", task_id="t-1", run_id="run-a")
+    assert wt.runs() == ["run-a"]
+    wt.set_aside("mesh/t-1-run-a")
+    branches = subprocess.run(["git", "branch", "--format=%(refname:short)"], cwd=repo, capture_output=True,
+                              text=True, check=True).stdout.split()
+    assert "mesh/t-1-run-a" in branches and "mesh/t-1" not in branches
+    assert subprocess.run(["git", "rev-parse", "mesh/t-1-run-a"], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.strip() == sha
+    fresh = Worktree.prepare(repo, "t-1")
+    assert fresh.runs() == [] and (fresh.path / "a.txt").read_text() == "one\n"

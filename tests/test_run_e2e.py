@@ -577,3 +577,21 @@ def test_secrets_in_findings_and_hydration_never_reach_issue_fields(ws):
     assert res.exit_code == 0
     assert secret not in res.stdout
     assert "[REDACTED]" in res.stdout
+
+
+def test_a_new_run_after_a_blocked_one_starts_from_head_and_keeps_the_old_attempt(ws):
+    broken = PATCH_FEATURE.replace("return celsius\n", "return celsius + 1\n")
+    script = happy_script()
+    script["synthesizer"][0] = r("synthesis", synthesis(broken))
+    code, first, _ = ws.run(script)
+    assert code == 3 and first["block_reason"] == "validation_failed"
+    with ws.tracker() as t:
+        t.update(TASK, status="open")  # the user looked at it and wants another try
+    code, second, res = ws.run(happy_script())
+    assert code == 0, res.output
+    assert second["orch_run_id"] != first["orch_run_id"]
+    kept = f"mesh/{TASK}-{first['orch_run_id']}"
+    assert f"earlier attempt kept on branch {kept}" in second["mutations"]
+    assert ws.git("rev-list", "--count", f"main..mesh/{TASK}").strip() == "1"
+    assert "celsius + 1" in ws.git("show", f"{kept}:temperature.py")
+    assert "celsius + 1" not in ws.git("show", f"mesh/{TASK}:temperature.py")
