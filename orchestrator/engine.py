@@ -338,6 +338,8 @@ class Engine:
                                  dedupe_key=dedupe_key(self.run_id, self.seq))
         self.memo[step] = Checkpoint(kind=kind, summary=summary, payload=payload)
         crash_point("checkpoint")
+        if kind != "preflight":  # the preflight line itself was already printed
+            self.echo(text.split("\n", 1)[0])
         return payload
 
     def _stored(self, kind: str, role: str | None, phase: str) -> dict | None:
