@@ -83,6 +83,11 @@ _THRESHOLD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
+def _over_defaults(defaults: dict[str, Any], value: Any) -> Any:
+    """A user's table laid over the defaults (left alone when it is not a table: pydantic says why)."""
+    return {**defaults, **value} if isinstance(value, dict) else value
+
+
 class ConfigError(Exception):
     """A configuration file or override is unreadable or invalid; the message is one line."""
 
@@ -203,11 +208,7 @@ class PriceTable(_Strict):
     @field_validator("models", mode="before")
     @classmethod
     def _merge_defaults(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        merged: dict[str, Any] = dict(_DEFAULT_PRICE_ROWS)
-        merged.update(value)
-        return merged
+        return _over_defaults(_DEFAULT_PRICE_ROWS, value)
 
     def price_for(self, model: str) -> ModelPrice | None:
         """The price row of ``model``, or None when the table does not know it."""
@@ -269,11 +270,7 @@ class MeshConfig(_Strict):
     @classmethod
     def _merge_models(cls, value: Any) -> Any:
         # A user naming one role's model keeps the defaults of the others.
-        if not isinstance(value, dict):
-            return value
-        merged: dict[str, Any] = dict(DEFAULT_MODELS)
-        merged.update(value)
-        return merged
+        return _over_defaults(DEFAULT_MODELS, value)
 
     @field_validator("models")
     @classmethod
