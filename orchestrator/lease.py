@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tracker.store import Tracker
 
-__all__ = ["Lease", "LeaseHeld", "DEFAULT_TTL_S", "ensure_lease_table", "current_lease"]
+__all__ = ["Lease", "LeaseHeld", "DEFAULT_TTL_S", "ensure_lease_table"]
 
 DEFAULT_TTL_S = 60.0
 
@@ -44,13 +44,6 @@ class LeaseHeld(Exception):
 def ensure_lease_table(tracker: Tracker) -> None:
     with tracker.transaction() as c:
         c.execute(_SCHEMA)
-
-
-def current_lease(tracker: Tracker, task_id: str) -> dict | None:
-    """The lease row of a task, if any (expired or not)."""
-    ensure_lease_table(tracker)
-    rows = tracker.db.read("SELECT * FROM mesh_leases WHERE task_id = ?", (task_id,))
-    return dict(rows[0]) if rows else None
 
 
 @dataclass

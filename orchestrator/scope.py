@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tracker.store import Tracker
 
-__all__ = ["Scope", "ScopeError", "resolve_scope", "select_task", "select_candidates", "scoped_candidates"]
+__all__ = ["Scope", "ScopeError", "resolve_scope", "select_candidates", "scoped_candidates"]
 
 
 class ScopeError(Exception):
@@ -67,9 +67,3 @@ def select_candidates(tracker: Tracker, scope: Scope, ids: Sequence[str] = ()) -
             if not wanted or issue["id"] in wanted:
                 out.append((issue, why))
     return out
-
-
-def select_task(tracker: Tracker, scope: Scope, ids: Sequence[str] = ()) -> tuple[dict | None, str]:
-    """The one task the profile selects and why (``no_runnable_task`` when none)."""
-    found = select_candidates(tracker, scope, ids)
-    return found[0] if found else (None, "no_runnable_task")

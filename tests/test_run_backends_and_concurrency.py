@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from orchestrator.calls import calls_for
-from tests.runkit import TASK, happy_script, make_workspace, r
+from tests.runkit import TASK, happy_script, make_workspace
 
 
 @pytest.fixture
