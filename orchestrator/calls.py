@@ -1,6 +1,6 @@
 """The calls table: every worker call logged to the tracker database (llm's ``responses`` idea).
 
-Prompts and responses are scrubbed of secrets before they are written.
+Prompts, raw responses and error details are scrubbed of secrets before they are written.
 """
 
 from __future__ import annotations
@@ -48,13 +48,15 @@ def ensure_calls_table(tracker: Tracker) -> None:
 def log_call(tracker: Tracker, *, run_id: str, task_id: str, role: str, round: str, attempt: int,
              backend: str, model: str | None, prompt: str, response: str | None, usage: dict[str, Any],
              duration_s: float, error: str | None) -> None:
-    """Append one call (prompt and response scrubbed)."""
+    """Append one call (prompt, response and error scrubbed: a backend's error detail can quote
+    the model's output)."""
     with tracker.transaction() as c:
         c.execute(
             "INSERT INTO mesh_calls(run_id, task_id, role, round, attempt, backend, model, prompt, response,"
             " usage, duration_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, task_id, role, round, attempt, backend, model, scrub(prompt),
-             scrub(response) if response is not None else None, json.dumps(usage), duration_s, error, now_iso()),
+             scrub(response) if response is not None else None, json.dumps(usage), duration_s,
+             scrub(error) if error is not None else None, now_iso()),
         )
 
 

@@ -68,6 +68,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
 
     from orchestrator.report import render_report
     from orchestrator.runner import RunError, RunOptions, run
+    from orchestrator.scrub import scrub
 
     root = ctx.find_root().obj or {}
     options = RunOptions(
@@ -78,12 +79,13 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         actor=root.get("actor"), task=task, force=force,
     )
     try:
-        report = run(options, echo=lambda line: click.echo(line, err=True))
+        # Progress lines and errors are logs: scrubbed like everything mesh records.
+        report = run(options, echo=lambda line: click.echo(scrub(line), err=True))
     except RunError as exc:
         if as_json:
-            click.echo(json.dumps({"error": str(exc), "code": exc.exit_code}), err=True)
+            click.echo(json.dumps({"error": scrub(str(exc)), "code": exc.exit_code}), err=True)
         else:
-            click.echo(f"mesh: {exc}", err=True)
+            click.echo(f"mesh: {scrub(str(exc))}", err=True)
         ctx.exit(exc.exit_code)
         return
     if as_json:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from .engine import RunReport
+from .scrub import scrub
 
 __all__ = ["render_report"]
 
 
 def render_report(report: RunReport) -> str:
-    """Selected task and final state, consensus, validation, mutations, preflight."""
+    """Selected task and final state, consensus, validation, mutations, preflight (scrubbed,
+    like the JSON report: the block detail and commands can quote model output)."""
     if report.outcome == "no_runnable_task":
         scope = report.scope
         where = f"label {scope['plan_label']}" if scope.get("plan_label") else f"epic {scope.get('parent_epic')}"
@@ -42,4 +44,4 @@ def render_report(report: RunReport) -> str:
         lines.append(f"  usage:      {u['calls']} call(s), {u['input_tokens']} in / {u['output_tokens']} out tokens,"
                      f" ${u['cost_usd']:.4f}")
     lines.append(f"  {report.preflight}")
-    return "\n".join(lines)
+    return scrub("\n".join(lines))

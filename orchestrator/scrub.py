@@ -1,17 +1,35 @@
 """Redact credentials from text before it is stored, printed or sent to a model.
 
 Everything mesh records (prompts, responses, validation output, comments) can carry a
-secret a worker or a test suite printed. ``scrub`` replaces known credential shapes with
-``[REDACTED]`` (keeping the key name of a ``KEY=value`` assignment), plus the literal values
-of secret-looking environment variables. It is idempotent, and tuned to leave ordinary code
-alone: ``token = tokens[0]`` or ``key = "name"`` are not credentials.
+secret a worker or a test suite printed. ``scrub`` replaces with ``[REDACTED]``:
+
+- the known secret values (every secret-looking environment variable and
+  ``MESH_SIGNING_KEY``) in each form listed by ``orchestrator.known_secrets``: raw, base64
+  (both alphabets, any alignment inside a longer stream, padded or not), hex, URL-encoded,
+  rot13 and reversed. Values shorter than 8 characters are not hunted, in any form: they
+  would match ordinary text by chance;
+- credentials recognisable by their shape: private key blocks, provider tokens (Anthropic,
+  OpenAI, GitHub, GitLab, Slack, AWS key ids and bare secret access keys, Google, Stripe,
+  Hugging Face ``hf_``, npm ``npm_``, JWTs, Slack hooks), Azure ``AccountKey=``, the password
+  of a ``scheme://user:<password>@host`` URL (user and host kept), authorization headers and
+  the values of secret-named assignments (keeping the key name of ``KEY=value``);
+- all of the above once more in the decoded view of the text (``orchestrator.scrub_view``:
+  JSON escapes read, zero-width characters and soft hyphens dropped, two levels deep), so a
+  secret split by invisible characters or written with escapes is redacted too, escapes and
+  all.
+
+It is idempotent, and tuned to leave ordinary code alone: ``token = tokens[0]`` or
+``key = "name"`` are not credentials, nor are git object ids, uuids or base64 of text.
+``scrub(text) != text`` is therefore a usable test for "this text holds a secret".
 """
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any, Callable
+
+from .known_secrets import MIN_SECRET_LEN, hunted_forms
+from .scrub_view import DecodedView, decode, decoded_view, special_count
 
 __all__ = ["REDACTED", "scrub", "scrub_obj"]
 
@@ -48,15 +66,28 @@ _TOKENS = (
     _token_pattern("rk_", r"(?:live|test)_[0-9A-Za-z]{16,}"),
     _token_pattern("eyJ", r"[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"),
     _token_pattern("https://hooks.slack.com/services/", r"[A-Za-z0-9/]{20,}"),
+    _token_pattern("hf_", r"[A-Za-z0-9]{30,}"),
+    _token_pattern("npm_", r"[A-Za-z0-9]{36,}"),
 )
 # OpenAI keys: "sk-" and a long run holding a digit (checked in code: a lookahead would
 # rescan the run), which keeps CSS-like words such as sk-learn-compatible-thing out.
 _OPENAI_KEY = _token_pattern("sk-", r"(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}")
 
 # The patterns below are case-insensitive. Python's regex search is several times slower
-# with IGNORECASE, so they are written in lower case and run over an ASCII-lowered copy of
-# the text (same length, same offsets); replacements are cut from the original.
+# with IGNORECASE, so they are written in lower case and run over a lower-cased copy of
+# the text (same length, same offsets: _lowered); replacements are cut from the original.
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _lowered(text: str) -> str:
+    """A lower-case copy of ``text`` with the same offsets.
+
+    str.lower is C code at any width, where str.translate is only fast on ASCII text; it
+    keeps every offset unless a character lowers to two (U+0130), and then the ASCII-only
+    table is used instead.
+    """
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
 
 _AUTH_HEADER = re.compile(
     r"(?P<head>authorization[\"']?\s*[:=]\s*[\"']?"
@@ -64,8 +95,16 @@ _AUTH_HEADER = re.compile(
 )
 _BEARER = re.compile(r"(?P<head>bearer\s+)(?P<value>[a-z0-9_\-.~+/]{8,4096}=*)")
 # Anchored on "://" (a literal); the scheme before it stays as it is. Bounded repeats keep
-# a long run without "@" from being rescanned at length.
-_URL_USERINFO = re.compile(r"(?P<head>://[^\s/:@\[\]]{0,256}:)(?P<value>[^\s/@\[\]]{1,256})@")
+# a long run without "@" from being rescanned at length. The user may hold an "@" (an e-mail
+# address) and so may the password: it runs to the last "@" before the path, as a URL parser
+# reads it.
+_URL_USERINFO = re.compile(r"(?P<head>://[^\s/:\[\]]{0,256}:)(?P<value>[^\s/\[\]\"'<>]{1,256})@")
+# Azure storage and service bus connection strings: `AccountKey=<base64>;`. One pattern per
+# name, each starting with a literal (a leading alternation is tried at every position).
+_AZURE_KEYS = tuple(
+    re.compile(rf"(?P<head>{name}\s*=\s*)(?P<value>[a-z0-9+/]{{16,}}={{0,2}})")
+    for name in ("accountkey", "sharedaccesskey")
+)
 
 _STRONG_WORDS = r"password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
 _KEYWORD = rf"(?:{_STRONG_WORDS}|token|[_\-]key)"
@@ -111,9 +150,14 @@ _PY_NAME = re.compile(r"[A-Za-z_]+(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _CODE_LIKE = re.compile(r"[A-Za-z_][A-Za-z_]*(?:[.\-][A-Za-z_][A-Za-z0-9_]*)*")
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_\-/+=.~]+")
 
-_SECRET_ENV_PARTS = frozenset({"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PAT", "CREDENTIALS"})
-_SECRET_ENV_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY")
-_MIN_SECRET_LEN = 8
+# A bare AWS secret access key: 40 characters of the base64 alphabet standing alone, judged
+# by _looks_like_aws_secret. Runs are found on a copy where each alphabet character is "a"
+# and every other one a space, with bytes.find (a regex would try every position).
+_BASE64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_RUN_MAP = bytes(ord("a") if chr(i) in _BASE64_ALPHABET else ord(" ") for i in range(256))
+_RUN_OF_40 = b"a" * 40
+_LOW_SIXTY_FOUR = frozenset(_BASE64_ALPHABET[:32])
+_LOWER_RUN = re.compile(r"[a-z]{3,}")
 
 
 def _credential_like(value: str, *, strong: bool, quoted: bool, code_name: bool = False) -> bool:
@@ -124,7 +168,7 @@ def _credential_like(value: str, *, strong: bool, quoted: bool, code_name: bool 
     need a value shaped like a random token. ``code_name`` marks a lower-case name, as in
     Python code, where ``password=password`` passes a variable along.
     """
-    if len(value) < _MIN_SECRET_LEN or REDACTED in value or _REFERENCE.match(value):
+    if len(value) < MIN_SECRET_LEN or REDACTED in value or _REFERENCE.match(value):
         return False
     if len(set(value)) == 1:
         return False  # a mask like ******** or xxxxxxxx
@@ -197,7 +241,7 @@ def _substitute_assignments(text: str) -> str:
     A bare value is read only up to the next assignment head, so that a chain of heads
     costs linear time and a long declined value cannot hide the assignments inside it.
     """
-    heads = list(_ASSIGN_HEAD.finditer(text.translate(_ASCII_LOWER)))
+    heads = list(_ASSIGN_HEAD.finditer(_lowered(text)))
     if not heads:
         return text
     pieces: list[str] = []
@@ -266,7 +310,7 @@ def _substitute(
     A declined match resumes the search one character on, so that a span which only
     looked like a credential cannot hide one inside it.
     """
-    lowered = text.translate(_ASCII_LOWER)
+    lowered = _lowered(text)
     pieces: list[str] = []
     last = 0
     pos = 0
@@ -284,28 +328,55 @@ def _substitute(
     return "".join(pieces)
 
 
-def _secret_env_name(name: str) -> bool:
-    parts = name.upper().split("_")
-    return any(part in _SECRET_ENV_PARTS or part.endswith(_SECRET_ENV_SUFFIXES) for part in parts)
+def _looks_like_aws_secret(run: str, text: str, end: int) -> bool:
+    """Whether a 40-character base64-alphabet run is a secret access key, not a look-alike.
+
+    Git object ids (hex, one case) lack mixed case; identifiers and paths are mostly
+    lower-case words; base64 of 7-bit text has every fourth character in the lower half of
+    the alphabet (a byte's top bit is 0), which a random key has with odds of 1 in 1024.
+    A run padded with ``=`` is base64 of something else, and one glued to ``-`` or ``_`` is a
+    piece of a longer URL-safe base64 token (a wheel RECORD's sha256, say). About 0.3% of
+    real keys fail these checks; the assignment rules still catch them under a
+    secret-looking name.
+    """
+    start = end - len(run)
+    if len(run) != 40 or text.startswith(("=", "-", "_"), end) or (start and text[start - 1] in "-_"):
+        return False
+    if not any(ch.isupper() for ch in run) or not any(ch.islower() for ch in run):
+        return False
+    if not any(ch.isdigit() or ch in "+/" for ch in run):
+        return False
+    if all(ch in _LOW_SIXTY_FOUR for ch in run[::4]):
+        return False
+    return sum(len(word) for word in _LOWER_RUN.findall(run)) < 20
 
 
-def _environment_secrets() -> list[str]:
-    values = {
-        value
-        for name, value in os.environ.items()
-        if _secret_env_name(name) and len(value) >= _MIN_SECRET_LEN and value not in REDACTED
-    }
-    # Longest first, so a secret that contains another is replaced whole.
-    return sorted(values, key=len, reverse=True)
-
-
-def scrub(text: str) -> str:
-    """``text`` with credentials replaced by ``[REDACTED]``; idempotent."""
-    if not text:
+def _redact_aws_secrets(text: str) -> str:
+    # One byte per character ("?" for any other than ASCII), so offsets are the text's own.
+    runs = text.encode("ascii", "replace").translate(_RUN_MAP)
+    pieces: list[str] = []
+    last = 0
+    start = runs.find(_RUN_OF_40)
+    while start >= 0:
+        end = runs.find(b" ", start)
+        end = len(runs) if end < 0 else end
+        if _looks_like_aws_secret(text[start:end], text, end):
+            pieces.append(text[last:start])
+            pieces.append(REDACTED)
+            last = end
+        start = runs.find(_RUN_OF_40, end)
+    if not pieces:
         return text
-    for secret in _environment_secrets():
-        if secret in text:
-            text = text.replace(secret, REDACTED)
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _patterns(text: str) -> str:
+    """``text`` with every credential recognisable by its shape redacted.
+
+    Each step only replaces spans by ``REDACTED`` (a prefix it matched is written back as it
+    was): _changed_spans relies on that to find what changed.
+    """
     text = _PEM.sub(REDACTED, text)
     for pattern in _TOKENS:
         text = pattern.sub(REDACTED, text)
@@ -313,8 +384,156 @@ def scrub(text: str) -> str:
     text = _substitute(_AUTH_HEADER, text, _redact_header)
     text = _substitute(_BEARER, text, _redact_bearer)
     text = _substitute(_URL_USERINFO, text, _redact_value)
+    for pattern in _AZURE_KEYS:
+        text = _substitute(pattern, text, _redact_value)
     text = _substitute_assignments(text)
-    return text
+    return _redact_aws_secrets(text)
+
+
+def _changed_spans(before: str, after: str) -> list[tuple[int, int]]:
+    """The spans of ``before`` that ``_patterns`` replaced to give ``after``.
+
+    ``after`` is ``before`` with disjoint non-empty spans replaced by the marker, so its
+    pieces between markers appear in ``before`` in order. Where they could sit at more than
+    one place, each span is widened to cover every possible placement: more is redacted,
+    never less.
+    """
+    pieces = after.split(REDACTED)
+    count = len(pieces) - 1
+    first, last = pieces[0], pieces[-1]
+    size = len(before)
+    whole = [(len(first), size - len(last))]
+    if count == 0 or len(first) + len(last) + count > size or not (
+        before.startswith(first) and before.endswith(last)
+    ):
+        return [(0, size)]
+    ends = [len(first)]  # earliest end of each piece, from the left
+    for piece in pieces[1:-1]:
+        at = before.find(piece, ends[-1] + 1)
+        if at < 0:
+            return whole
+        ends.append(at + len(piece))
+    starts = [size - len(last)]  # latest start of each piece, from the right
+    for piece in reversed(pieces[1:-1]):
+        at = before.rfind(piece, 0, starts[-1] - 1)
+        if at < 0:
+            return whole
+        starts.append(at)
+    starts.reverse()
+    return [(a, b) for a, b in zip(ends, starts) if b > a]
+
+
+# How many layers of escapes the decoded view reads: JSON inside a JSON string is common
+# (a logged API response holding a model's JSON answer); deeper nesting is not.
+_VIEW_DEPTH = 2
+# A credential the decoded view finds, and the text as written does not, touches an escape
+# or an invisible character, so it lies within an assignment's longest name and value of
+# one. Where they are few, only those windows are searched.
+_VIEW_WINDOW = _MAX_NAME + _MAX_VALUE + 128
+
+
+def _form_spans(text: str, forms: tuple[str, ...]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for form in forms:
+        at = text.find(form)
+        while at >= 0:
+            spans.append((at, at + len(form)))
+            at = text.find(form, at + len(form))
+    return spans
+
+
+def _pattern_spans(text: str) -> list[tuple[int, int]]:
+    cleaned = _patterns(text)
+    if cleaned == text:
+        return []
+    # A marker already in the text comes back as a "span" of itself: not a finding.
+    return [(a, b) for a, b in _changed_spans(text, cleaned) if text[a:b] != REDACTED]
+
+
+def _window_edge(text: str, index: int, step: int) -> int:
+    """``index`` moved outwards to the nearest whitespace (at most _MAX_NAME characters), so
+    that a window does not cut a word and make a new, shorter one."""
+    limit = max(0, index - _MAX_NAME) if step < 0 else min(len(text), index + _MAX_NAME)
+    while index != limit and not (text[index - 1] if step < 0 else text[index]).isspace():
+        index += step
+    return index
+
+
+def _windowed_pattern_spans(text: str, near: list[int]) -> list[tuple[int, int]]:
+    """``_pattern_spans`` of ``text``, searched only around the positions ``near`` (sorted)."""
+    windows: list[list[int]] = []
+    for pos in near:
+        start, end = max(0, pos - _VIEW_WINDOW), min(len(text), pos + _VIEW_WINDOW)
+        if windows and start <= windows[-1][1]:
+            windows[-1][1] = end
+        else:
+            windows.append([start, end])
+    spans: list[tuple[int, int]] = []
+    for start, end in windows:
+        start, end = _window_edge(text, start, -1), _window_edge(text, end, 1)
+        spans.extend((start + a, start + b) for a, b in _pattern_spans(text[start:end]))
+    return spans
+
+
+def _view_spans(text: str, forms: tuple[str, ...], depth: int) -> list[tuple[int, int]]:
+    """Spans of ``text`` whose decoded view (``depth`` layers deep) shows a secret."""
+    few = len(text) // (2 * _VIEW_WINDOW)
+    count = special_count(text, few + 1)
+    if not count:
+        return []
+    view: DecodedView | None = None
+    if count <= few:
+        # Few escapes: map them (cheap for few) and search only the windows around them.
+        view = decoded_view(text)
+        if view is None:
+            return []
+        view_text = view.text
+        found = _form_spans(view_text, forms) + _windowed_pattern_spans(view_text, view.view_pos)
+    else:
+        decoded = decode(text)
+        if decoded is None:
+            return []
+        view_text = decoded
+        found = _form_spans(view_text, forms) + _pattern_spans(view_text)
+    if depth > 1:
+        found.extend(_view_spans(view_text, forms, depth - 1))
+    if not found:
+        return []
+    view = view or decoded_view(text)
+    if view is None or view.text != view_text:
+        return [(0, len(text))]  # the two decoders disagree: a bug; redact rather than leak
+    return [view.original_span(a, b) for a, b in found]
+
+
+def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each span replaced by the marker (overlapping or touching spans as one)."""
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    pieces: list[str] = []
+    last = 0
+    for start, end in merged:
+        pieces.append(text[last:start])
+        pieces.append(REDACTED)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def scrub(text: str) -> str:
+    """``text`` with credentials replaced by ``[REDACTED]``; idempotent."""
+    if not text:
+        return text
+    forms = hunted_forms()
+    for form in forms:
+        if form in text:
+            text = text.replace(form, REDACTED)
+    text = _patterns(text)
+    spans = _view_spans(text, forms, _VIEW_DEPTH)
+    return _redact_spans(text, spans) if spans else text
 
 
 def _secret_key(key: Any) -> bool:

@@ -14,6 +14,7 @@ __all__ = [
     "ConflictError",
     "CycleError",
     "WorkspaceError",
+    "ImportLineError",
 ]
 
 
@@ -60,3 +61,14 @@ class WorkspaceError(TrackerError):
     """No workspace, or a database that cannot be opened or is damaged."""
 
     code = "workspace_unavailable"
+
+
+class ImportLineError(InvalidValueError):
+    """A line of a JSONL import the tracker will not read (too large or nested too deep);
+    the whole import is refused."""
+
+    code = "invalid_import_line"
+
+    def __init__(self, line: int, message: str):
+        super().__init__(f"line {line}: {message}; nothing was imported")
+        self.line = line

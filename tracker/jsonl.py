@@ -4,18 +4,28 @@ Import keeps every field: the ones the model knows go to columns, the rest are
 kept verbatim (in their order) and written back on export. Dirty data gets a
 warning with its line number, never a crash: a missing priority, a duplicated id
 (the last line wins), git conflict-marker lines, a malformed line.
+
+A line the import will not even parse is an error, not a warning: one longer than
+``MAX_LINE_CHARS`` (16 MiB of text) or nested deeper than ``MAX_DEPTH`` (512 arrays or
+objects). The import is all or nothing: every line is read and checked before the first
+write, and the writes are one transaction, so a refused file leaves the tracker exactly
+as it was.
 """
 
 from __future__ import annotations
 
 import json
+import operator
+import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import accumulate, repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from .db import refresh_ready_state
+from .errors import ImportLineError
 from .model import IMPORT_STATUSES, MODELLED_FIELDS, TEXT_FIELDS, normalize_ts, now_iso
 from .store import (
     _COMMENT_COLUMNS,
@@ -28,7 +38,10 @@ from .store import (
     _dump,
 )
 
-__all__ = ["ImportReport", "import_jsonl", "export_jsonl", "encode_line"]
+__all__ = ["ImportReport", "import_jsonl", "export_jsonl", "encode_line", "MAX_LINE_CHARS", "MAX_DEPTH"]
+
+MAX_LINE_CHARS = 16 * 1024 * 1024
+MAX_DEPTH = 512
 
 _FULL_REFRESH_AT = 2000
 _NESTED = frozenset(("labels", "dependencies", "comments"))
@@ -41,6 +54,11 @@ _INSERT_ISSUE = f"INSERT INTO issues({','.join(_INSERT_COLUMNS)}) VALUES ({','.j
 _CONFLICT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
 _DEP_FIELDS = ("issue_id", "depends_on_id", "type", "created_at", "created_by")
 _COMMENT_FIELDS = ("id", "issue_id", "author", "text", "created_at")
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# Each bracket as a byte that is its depth step plus one (opening 2, closing 0), so that
+# the running depth is summed by C code: accumulate(step - 1).
+_BRACKET_STEP = bytes(2 if chr(i) in "[{" else 0 for i in range(256))
 
 
 @dataclass
@@ -68,21 +86,59 @@ class ImportReport:
         }
 
 
+def _bounded_lines(source: Iterable[str]) -> Iterator[str]:
+    """The lines of ``source``, read at most MAX_LINE_CHARS + 1 characters at a time when it
+    is a file, so that one huge line is never held whole."""
+    readline = getattr(source, "readline", None)
+    if readline is None:
+        yield from source
+        return
+    while raw := readline(MAX_LINE_CHARS + 1):
+        yield raw
+
+
+def _too_deep(line: str) -> bool:
+    """Whether ``line`` nests arrays and objects deeper than MAX_DEPTH.
+
+    Counted without recursion (json.loads itself recurses, and dies with RecursionError on
+    deep input): brackets inside strings are removed, then the running depth is summed.
+    """
+    if line.count("[") + line.count("{") <= MAX_DEPTH:
+        return False
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", line))
+    steps = brackets.encode("ascii").translate(_BRACKET_STEP)
+    depth = 0
+    # In chunks, so that a line that opens thousands of brackets at once stops at the first.
+    for start in range(0, len(steps), 1 << 16):
+        running = list(accumulate(map(operator.sub, steps[start : start + (1 << 16)], repeat(1)), initial=depth))
+        if max(running) > MAX_DEPTH:
+            return True
+        depth = running[-1]
+    return False
+
+
 def _parse_lines(lines: Iterable[str], report: ImportReport) -> dict[str, tuple[int, dict]]:
     records: dict[str, tuple[int, dict]] = {}
-    for number, raw in enumerate(lines, start=1):
+    for number, raw in enumerate(_bounded_lines(lines), start=1):
         report.lines = number
+        if len(raw) > MAX_LINE_CHARS and not raw.endswith("\n"):
+            raise ImportLineError(number, f"longer than {MAX_LINE_CHARS} characters (16 MiB)")
         line = raw.strip()
         if not line:
             continue
         if line.startswith(_CONFLICT_MARKERS):
             report.warn(number, "conflict_marker", f"git conflict marker skipped: {line[:40]!r}")
             continue
+        if _too_deep(line):
+            raise ImportLineError(number, f"nested deeper than {MAX_DEPTH} levels")
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             report.warn(number, "malformed", f"not valid JSON ({exc.msg} at column {exc.colno}); line skipped")
             continue
+        except RecursionError:
+            # Not deep by the count but too deep for this thread's stack: refused all the same.
+            raise ImportLineError(number, "nested too deep to read") from None
         if not isinstance(obj, dict):
             report.warn(number, "malformed", "not a JSON object; line skipped")
             continue
@@ -159,11 +215,12 @@ def _split(number: int, obj: dict, report: ImportReport) -> tuple[dict, dict, li
 
 
 def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
-    """Import a beads JSONL file into ``tracker`` in one transaction.
+    """Import a beads JSONL file into ``tracker`` in one transaction, all or nothing.
 
     New ids are created; known ids are replaced when the file's ``updated_at``
     is newer (their local comments missing from the file are kept), and left
-    alone otherwise.
+    alone otherwise. Raises ``ImportLineError`` (naming the line) for a line that
+    is too large or nested too deep, before anything is written.
     """
     report = ImportReport()
     if isinstance(source, (str, Path)):

@@ -6,8 +6,17 @@ one root (the task's worktree):
 
 - a path is relative to the root; an absolute path, a ``..`` component, or one that
   resolves outside the root (a symlink pointing out, at any depth) is refused;
-- ``.git``, ``.beads`` and ``.mesh`` are refused too: they hold the repository's
-  configuration (remote URLs can carry credentials) and mesh's own state;
+- ``.git``, ``.beads`` and ``.mesh`` are refused too, at any depth and whether a directory
+  or a file (a worktree's ``.git`` file names the repository's real location): they hold the
+  repository's configuration (remote URLs can carry credentials) and mesh's own state, and
+  are never listed or searched;
+- only regular files are read or searched, and only they, folders and symlinks that stay
+  inside are listed: a FIFO (which would block a reader), a device, a socket, or a file
+  with more than one hard link (one may be a link to a file outside the repository) is
+  refused by ``read_file``, left out of ``list_dir`` and skipped by ``grep``. A file is opened without following a final symlink and without blocking, then
+  checked on the open descriptor (``fstat``, and where it really lives through
+  ``/proc/self/fd``), so that swapping it between the check and the read changes nothing;
+  ``grep`` searches those open descriptors, never a path;
 - every output is bounded (lines, entries, characters) and passed through the same
   credential scrubber as everything mesh records.
 
@@ -20,7 +29,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -40,7 +51,11 @@ MAX_MATCHES = 200
 MAX_MATCH_LINE_CHARS = 300
 MAX_PATTERN_CHARS = 500
 GREP_TIMEOUT_S = 10.0
+MAX_GREP_FILES = 20_000
+_GREP_BATCH = 128  # descriptors handed to one grep process
 _PRIVATE_DIRS = frozenset({".git", ".beads", ".mesh"})
+_OPEN_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 TOOL_DEFINITIONS: list[dict[str, Any]] = [
     {
@@ -140,25 +155,122 @@ class RepoTools:
         parts = PurePosixPath(text.replace("\\", "/")).parts
         if ".." in parts:
             raise _Refused(f"{text}: '..' is refused; paths stay inside the repository")
-        if _PRIVATE_DIRS & set(parts):
+        if any(_private(part) for part in parts):
             raise _Refused(f"{text}: {', '.join(sorted(_PRIVATE_DIRS))} are not readable")
         resolved = (self.root / Path(*parts) if parts else self.root).resolve()
         if resolved != self.root and not resolved.is_relative_to(self.root):
             raise _Refused(f"{text}: leads outside the repository (symlink); refused")
         display = resolved.relative_to(self.root).as_posix() if resolved != self.root else "."
-        if _PRIVATE_DIRS & set(PurePosixPath(display).parts):
+        if any(_private(part) for part in PurePosixPath(display).parts):
             raise _Refused(f"{text}: {', '.join(sorted(_PRIVATE_DIRS))} are not readable")
         return resolved, display
+
+    def _inside(self, real: str | Path) -> bool:
+        """Whether a real path lies in the root and outside its private folders."""
+        where = Path(real)
+        if where != self.root and not where.is_relative_to(self.root):
+            return False
+        return not any(_private(part) for part in where.relative_to(self.root).parts)
+
+    def _check_descriptor(self, fd: int, display: str) -> None:
+        """Refuse an open file or folder that does not really live inside the root (a path
+        component swapped for a symlink after it was checked)."""
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return  # no /proc here: the lstat and fstat checks stand alone
+        if not self._inside(real):
+            raise _Refused(f"{display}: leads outside the repository; refused")
+
+    def _open_file(self, path: Path, display: str) -> int:
+        """A descriptor open on ``path``, which must be a regular file with one link.
+
+        Checked before opening (so a FIFO or a device is never opened), opened without
+        following a final symlink and without blocking, and checked again on the descriptor:
+        the file read is the file checked.
+        """
+        try:
+            before = os.lstat(path)
+        except FileNotFoundError:
+            raise _Refused(f"{display}: no such file") from None
+        _require_regular(before, display)
+        fd = os.open(path, _OPEN_FILE)
+        try:
+            now = os.fstat(fd)
+            _require_regular(now, display)
+            if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+                raise _Refused(f"{display}: changed while being opened; refused")
+            self._check_descriptor(fd, display)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _listed_name(self, entry: os.DirEntry, folder: Path) -> str | None:
+        """How a folder entry is listed (``name``, ``name/``, ``name@``), or None when it is
+        not shown: anything but a folder, a regular file with one link, or a symlink to one
+        of those inside the repository."""
+        info = entry.stat(follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            return f"{entry.name}/"
+        if stat.S_ISREG(info.st_mode):
+            return entry.name if info.st_nlink == 1 else None
+        if not stat.S_ISLNK(info.st_mode):
+            return None
+        target = os.path.realpath(folder / entry.name)
+        if not self._inside(target):
+            return None
+        try:
+            info = os.stat(target)
+        except OSError:
+            return None
+        if stat.S_ISDIR(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink == 1):
+            return f"{entry.name}@"
+        return None
+
+    def _walk(self, top: Path, display: str) -> tuple[list[tuple[Path, str]], int, bool]:
+        """The regular, singly linked files under ``top`` (sorted, depth first), how many
+        entries were skipped, and whether the walk stopped at MAX_GREP_FILES. Private folders
+        and files are left out; symlinks are not followed (as ``grep -r`` does)."""
+        files: list[tuple[Path, str]] = []
+        skipped = 0
+        stack = [(top, display)]
+        while stack:
+            folder, shown = stack.pop()
+            try:
+                with os.scandir(folder) as found:
+                    entries = sorted(found, key=lambda e: e.name)
+            except OSError:
+                skipped += 1
+                continue
+            folders = []
+            for entry in entries:
+                if _private(entry.name):
+                    continue
+                child = entry.name if shown == "." else f"{shown}/{entry.name}"
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    skipped += 1
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    folders.append((folder / entry.name, child))
+                elif stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+                    files.append((folder / entry.name, child))
+                    if len(files) >= MAX_GREP_FILES:
+                        return files, skipped, True
+                else:
+                    skipped += 1
+            stack.extend(reversed(folders))
+        return files, skipped, False
 
     # ------------------------------------------------------------------ tools
 
     def _read_file(self, arguments: Mapping[str, Any]) -> str:
         path, display = self.resolve(arguments.get("path"))
-        if not path.is_file():
-            raise _Refused(f"{display}: no such file" if not path.exists() else f"{display}: not a file")
         start = _positive_int(arguments.get("start_line"), "start_line", default=1)
         end = _positive_int(arguments.get("end_line"), "end_line", default=None)
-        with path.open("rb") as handle:
+        with os.fdopen(self._open_file(path, display), "rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
         if b"\x00" in data[:8192]:
             raise _Refused(f"{display}: binary file, not shown")
@@ -180,21 +292,27 @@ class RepoTools:
 
     def _list_dir(self, arguments: Mapping[str, Any]) -> str:
         path, display = self.resolve(arguments.get("path"))
-        if not path.is_dir():
-            raise _Refused(f"{display}: no such directory" if not path.exists() else f"{display}: not a directory")
-        entries = []
-        for entry in sorted(os.scandir(path), key=lambda e: e.name):
-            if entry.name in _PRIVATE_DIRS:
-                continue
-            if entry.is_symlink():
-                entries.append(f"{entry.name}@")
-            elif entry.is_dir():
-                entries.append(f"{entry.name}/")
-            else:
-                entries.append(entry.name)
-        shown = entries[:MAX_ENTRIES]
-        more = f"\n[{len(entries) - len(shown)} more entries not shown]" if len(entries) > len(shown) else ""
-        return f"{display}/ ({len(entries)} entries)\n" + "\n".join(shown) + more
+        try:
+            fd = os.open(path, _OPEN_DIR)
+        except FileNotFoundError:
+            raise _Refused(f"{display}: no such directory") from None
+        except NotADirectoryError:
+            raise _Refused(f"{display}: not a directory") from None
+        try:
+            self._check_descriptor(fd, display)
+            with os.scandir(fd) as found:
+                entries = sorted(found, key=lambda e: e.name)
+            names = [self._listed_name(entry, path) for entry in entries if not _private(entry.name)]
+        finally:
+            os.close(fd)
+        shown = [name for name in names if name is not None]
+        hidden = len(names) - len(shown)
+        listed = shown[:MAX_ENTRIES]
+        more = f"\n[{len(shown) - len(listed)} more entries not shown]" if len(shown) > len(listed) else ""
+        if hidden:
+            more += (f"\n[{hidden} entries not shown: not regular files, hard-linked files or symlinks"
+                     " leaving the repository]")
+        return f"{display}/ ({len(shown)} entries)\n" + "\n".join(listed) + more
 
     def _grep(self, arguments: Mapping[str, Any]) -> str:
         pattern = arguments.get("pattern")
@@ -203,32 +321,88 @@ class RepoTools:
         if len(pattern) > MAX_PATTERN_CHARS or "\n" in pattern:
             raise _Refused(f"pattern must be one line of at most {MAX_PATTERN_CHARS} characters")
         path, display = self.resolve(arguments.get("path"))
-        if not path.exists():
-            raise _Refused(f"{display}: no such file or directory")
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            raise _Refused(f"{display}: no such file or directory") from None
         grep = shutil.which("grep")
         if grep is None:
             raise _Refused("grep is not available on this machine")
-        argv = [grep, "-rnIH", "-E", "--no-messages", "--max-count=50", "--color=never"]
-        argv += [f"--exclude-dir={name}" for name in sorted(_PRIVATE_DIRS)]
+        if not os.path.isdir("/proc/self/fd"):
+            raise _Refused("grep needs /proc on this machine")
+        if stat.S_ISDIR(info.st_mode):
+            files, _, stopped = self._walk(path, display)
+        else:
+            _require_regular(info, display)
+            files, stopped = [(path, display)], False
+        argv = [grep, "-nIH", "-E", "--no-messages", "--max-count=50", "--color=never", "-D", "skip"]
         if arguments.get("ignore_case") is True:
             argv.append("-i")
-        # -e keeps a pattern that starts with '-' a pattern; '--' does the same for the path.
-        argv += ["-e", pattern, "--", display]
+        # -e keeps a pattern that starts with '-' a pattern; '--' ends the options.
+        argv += ["-e", pattern, "--"]
+        deadline = time.monotonic() + GREP_TIMEOUT_S
+        shown: list[str] = []
+        total = 0
+        for first in range(0, len(files), _GREP_BATCH):
+            for line in self._grep_batch(argv, files[first : first + _GREP_BATCH], deadline):
+                total += 1
+                if len(shown) < MAX_MATCHES:
+                    shown.append(_clip(line))
+        if not total:
+            return f"no match for {pattern!r} in {display}"
+        more = f"\n[{total - len(shown)} more matches not shown]" if total > len(shown) else ""
+        if stopped:
+            more += f"\n[search stopped after {MAX_GREP_FILES} files; narrow the path]"
+        return "\n".join(shown) + more
+
+    def _grep_batch(self, argv: list[str], batch: list[tuple[Path, str]], deadline: float) -> list[str]:
+        """Matching lines (``path:line:text``) of one batch of files, searched through open
+        descriptors: grep reads exactly the files that passed the checks."""
+        opened: dict[int, str] = {}
         try:
+            for path, display in batch:
+                try:
+                    opened[self._open_file(path, display)] = display
+                except (_Refused, OSError):
+                    continue  # changed since the walk: skipped like any other special file
+            if not opened:
+                return []
+            names = {f"/proc/self/fd/{fd}": display for fd, display in opened.items()}
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(argv, GREP_TIMEOUT_S)
             # No shell, fixed cwd, a hard timeout: a pathological pattern costs at most that.
-            done = subprocess.run(argv, cwd=self.root, capture_output=True, timeout=GREP_TIMEOUT_S,
-                                  env={"LC_ALL": "C.UTF-8", "PATH": os.environ.get("PATH", "")})
+            done = subprocess.run(argv + list(names), cwd=self.root, capture_output=True, timeout=left,
+                                  pass_fds=tuple(opened), env={"LC_ALL": "C.UTF-8", "PATH": os.environ.get("PATH", "")})
         except subprocess.TimeoutExpired:
             raise _Refused(f"grep took longer than {GREP_TIMEOUT_S:.0f}s; narrow the pattern or the path") from None
-        if done.returncode == 1:
-            return f"no match for {pattern!r} in {display}"
-        if done.returncode != 0:
+        finally:
+            for fd in opened:
+                os.close(fd)
+        if done.returncode not in (0, 1) and not done.stdout:
             message = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
             raise _Refused(f"grep failed: {message[-1] if message else 'exit ' + str(done.returncode)}")
-        lines = done.stdout.decode("utf-8", errors="replace").splitlines()
-        shown = [_clip(line.removeprefix("./")) for line in lines[:MAX_MATCHES]]
-        more = f"\n[{len(lines) - len(shown)} more matches not shown]" if len(lines) > len(shown) else ""
-        return "\n".join(shown) + more
+        out = []
+        for line in done.stdout.decode("utf-8", errors="replace").splitlines():
+            name, _, rest = line.partition(":")
+            if name in names:
+                out.append(f"{names[name]}:{rest}")
+        return out
+
+
+def _private(name: str) -> bool:
+    # Case-folded: on a case-insensitive file system ".GIT" is the same folder, and git
+    # treats it as such.
+    return name.casefold() in _PRIVATE_DIRS
+
+
+def _require_regular(info: os.stat_result, display: str) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise _Refused(f"{display}: not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise _Refused(f"{display}: not a regular file (a FIFO, device, socket or symlink); refused")
+    if info.st_nlink > 1:
+        raise _Refused(f"{display}: has {info.st_nlink} hard links (one may be outside the repository); refused")
 
 
 def _positive_int(value: Any, name: str, *, default: int | None) -> int | None:
