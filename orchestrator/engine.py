@@ -33,11 +33,13 @@ from roles.schemas import ARTIFACT_SCHEMAS
 from tracker.errors import ConflictError
 from tracker.store import Tracker
 
+from .agents import hook_role_agent
 from .bus import ArtifactBus
 from .calls import ensure_calls_table, log_call
 from .checkpoint import Checkpoint, dedupe_key, format_checkpoint, parse_checkpoint, sign_payload, signing_key
 from .config import MeshConfig
 from .faults import crash_point
+from .lease import lease_is_live
 from .scope import Scope
 from .scrub import scrub, scrub_obj
 
@@ -188,6 +190,7 @@ class Engine:
         self._held_tokens = 0
         self._held_usd = 0.0
         self.calls = 0
+        self._agents: dict[str, str] = {}
         self.mutations: list[str] = []
         self.validation: list[dict[str, Any]] = []
         self.validation_pass: bool | None = None
@@ -263,22 +266,18 @@ class Engine:
         except ConflictError as exc:
             raise TaskTaken(str(exc)) from None
         for role in self._all_roles():
-            agent = self.tracker.ensure_agent(f"mesh-{role}")
+            agent = hook_role_agent(self.tracker, role, task_id,
+                                    is_live=lambda other: lease_is_live(self.tracker, other))
+            self._agents[role] = agent["id"]
             role_issue = self.tracker.ensure_role(role)
-            slots = self.tracker.slot_show(agent["id"])
-            if slots["role"] != role_issue["id"]:
+            if self.tracker.slot_show(agent["id"])["role"] != role_issue["id"]:
                 self.tracker.slot_set(agent["id"], "role", role_issue["id"])
-            if slots["hook"] and slots["hook"] != task_id:
-                # The hook slot holds 0..1: clear before replacing (a crashed run left it).
-                self.tracker.slot_clear(agent["id"], "hook")
-            if slots["hook"] != task_id:
-                self.tracker.slot_set(agent["id"], "hook", task_id)
             self.tracker.agent_state(agent["id"], "working")
         self.mutations.append(f"agents mesh-<role> hooked to {task_id}")
 
     def _release_agents(self, state: str) -> None:
         for role in self._all_roles():
-            agent = self.tracker.ensure_agent(f"mesh-{role}")
+            agent = {"id": self._agents[role]} if role in self._agents else self.tracker.ensure_agent(f"mesh-{role}")
             if self.tracker.slot_show(agent["id"])["hook"] == self.task["id"]:
                 self.tracker.slot_clear(agent["id"], "hook")
             self.tracker.agent_state(agent["id"], state)

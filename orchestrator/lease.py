@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tracker.store import Tracker
 
-__all__ = ["Lease", "LeaseHeld", "DEFAULT_TTL_S", "ensure_lease_table"]
+__all__ = ["Lease", "LeaseHeld", "DEFAULT_TTL_S", "ensure_lease_table", "lease_is_live"]
 
 DEFAULT_TTL_S = 60.0
 
@@ -44,6 +44,14 @@ class LeaseHeld(Exception):
 def ensure_lease_table(tracker: Tracker) -> None:
     with tracker.transaction() as c:
         c.execute(_SCHEMA)
+
+
+def lease_is_live(tracker: Tracker, task_id: str, *, now: float | None = None) -> bool:
+    """True while some run holds an unexpired lease on ``task_id``."""
+    ensure_lease_table(tracker)
+    moment = time.time() if now is None else now
+    row = tracker.db.read("SELECT expires_at FROM mesh_leases WHERE task_id = ?", (task_id,))
+    return bool(row) and row[0]["expires_at"] > moment
 
 
 @dataclass

@@ -791,14 +791,18 @@ class Tracker:
             raise InvalidValueError(f"{agent_id} is a {row['issue_type']}, not an agent")
         return row
 
-    def slot_set(self, agent_id: str, slot: str, issue_id: str) -> dict:
-        """Attach ``issue_id`` to an agent's ``hook`` (0..1, refused while held) or ``role`` slot."""
+    def slot_set(self, agent_id: str, slot: str, issue_id: str, *, replace: str | None = None) -> dict:
+        """Attach ``issue_id`` to an agent's ``hook`` (0..1, refused while held) or ``role`` slot.
+
+        ``replace`` names the hook the caller has seen and means to replace (a compare-and-set:
+        refused when the slot holds anything else by then).
+        """
         field = _slot_field(slot)
         with self.transaction() as c:
             row = self._agent(c, agent_id)
             self._row(c, issue_id)
             held = row[field]
-            if slot == "hook" and held and held != issue_id:
+            if slot == "hook" and held and held != issue_id and held != replace:
                 raise ConflictError(f"{agent_id} hook slot is held by {held} (clear it first)")
             self._apply(c, agent_id, _row_obj(row), {field: issue_id}, event_type="slot_set")
         return self.get(agent_id)
