@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install bench clean
+.PHONY: test demo install bench clean sandbox
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,17 +11,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# Validation and command workers run inside bubblewrap: install it where it is missing and we
+# may (root with apt-get), else say the one command to run.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	  else \
+	    echo "mesh needs bwrap (bubblewrap) to sandbox validation; run: sudo apt-get install bubblewrap"; \
+	  fi; }
 
-test: $(STAMP)
+install: $(STAMP) sandbox
+
+test: $(STAMP) sandbox
 	$(BIN)/python -m pytest
 
-demo: $(STAMP)
+demo: $(STAMP) sandbox
 	$(BIN)/mesh demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/tracker_scale.py
 	$(BIN)/python bench/run_overhead.py
+	$(BIN)/python bench/sandbox_cost.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

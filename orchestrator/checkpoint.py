@@ -48,6 +48,7 @@ KINDS = (
     "revision-plan",
     "revision",
     "outcome",
+    "land",
 )
 VERSION = 1
 _HEAD = re.compile(r"^\[orch:([a-z-]+)\]")

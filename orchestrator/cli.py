@@ -55,6 +55,9 @@ def _run_options(f):
         click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
                      help="Config file (default: mesh.toml, or [tool.mesh] in pyproject.toml)."),
         click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object."),
+        click.option("--onto", help="Cut the task from and land approved work onto this integration branch."),
+        click.option("--take-over", "take_over", is_flag=True,
+                     help="Also take a task in progress by someone else (a person working by hand)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -62,7 +65,7 @@ def _run_options(f):
 
 
 def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
-            backend, script, worker_cmd, repo, config_file, as_json) -> None:
+            backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False) -> None:
     import json
     from pathlib import Path
 
@@ -76,7 +79,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         integrate=False if no_integrate else None, strict_output=strict_output, backend=backend,
         script=Path(script) if script else None, worker_cmd=worker_cmd, repo=Path(repo) if repo else None,
         config_file=Path(config_file) if config_file else None, db=Path(root["db"]) if root.get("db") else None,
-        actor=root.get("actor"), task=task, force=force,
+        actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over,
     )
     try:
         # Progress lines and errors are logs: scrubbed like everything mesh records.
@@ -115,6 +118,57 @@ def run_command(ctx: click.Context, **kw) -> None:
 def resume_command(ctx: click.Context, task: str | None, force: bool, **kw) -> None:
     """Continue an interrupted run from its [orch:*] checkpoints (TASK, or the scope's in-progress task)."""
     _do_run(ctx, task, force, **kw)
+
+
+@cli.command("drain")
+@click.option("--jobs", type=click.IntRange(1, 64), help="Tasks in flight at once (default: config drain.jobs, 1).")
+@click.option("--max-tasks", "max_tasks", type=click.IntRange(1), help="Start at most this many tasks.")
+@click.option("--max-usd", "max_usd", type=click.FloatRange(0), help="Start no task the remaining budget cannot cover.")
+@_run_options
+@click.pass_context
+def drain_command(ctx: click.Context, jobs, max_tasks, max_usd, **kw) -> None:
+    """Run every ready task of the scope, in parallel, landing each on the integration branch.
+
+    Exit codes: 0 every task closed (or awaits CI); 2 usage; 3 a task ended blocked;
+    4 tracker unavailable; 130 stopped by a second Ctrl-C (resumable by running it again).
+    """
+    from orchestrator.drain_cli import run_drain_command
+
+    ctx.exit(run_drain_command(ctx.find_root().obj or {}, jobs=jobs, max_tasks=max_tasks, max_usd=max_usd, **kw))
+
+
+@cli.command("status")
+@click.option("--label", help="Scope: the plan label (else env BD_PLAN_LABEL, else --parent).")
+@click.option("--parent", help="Scope: the parent epic id.")
+@click.option("--repo", type=click.Path(file_okay=False), help="Git repository (default: .).")
+@click.option("--onto", help="The integration branch (default: config drain.onto, else mesh/land/<scope>).")
+@click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON.")
+@click.pass_context
+def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> None:
+    """The scope as a tree: epic, tasks, state, blockers, branch, landed commit."""
+    import json
+    from pathlib import Path
+
+    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
+    from orchestrator.scope import ScopeError, resolve_scope
+    from orchestrator.status import render_status, scope_status
+
+    root = ctx.find_root().obj or {}
+    try:
+        scope = resolve_scope(label, parent)
+        config = load_run_config(RunOptions(repo=Path(repo) if repo else None))
+        tracker = open_tracker(Path(root["db"]) if root.get("db") else None, root.get("actor"))
+    except ScopeError as exc:
+        click.echo(f"mesh: {exc}", err=True)
+        ctx.exit(2)
+        return
+    except RunError as exc:
+        click.echo(f"mesh: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+        return
+    with tracker:
+        status = scope_status(tracker, scope, repo=Path(repo or ".").resolve(), onto=onto or config.drain.onto)
+    click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
 
 
 @cli.command("show")

@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.known_secrets import SIGNING_KEY_ENV
+from orchestrator.sandbox import Limits
 from orchestrator.validation import parse_allow_entry
 from roles.backends.command import split_command
 
@@ -97,6 +99,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_env_names(value: list[str]) -> list[str]:
+    """Environment variable names a user passes through; the signing key never is one."""
+    for name in value:
+        if not _ENV_NAME_RE.match(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+        if name == SIGNING_KEY_ENV:
+            raise ValueError(f"{SIGNING_KEY_ENV} never leaves mesh's process")
+    return value
+
+
 class ValidationConfig(_Strict):
     """`[validation]`: which commands may run and how."""
 
@@ -104,6 +119,11 @@ class ValidationConfig(_Strict):
     required: bool = True
     timeout_s: float = Field(default=300.0, gt=0)
     max_output_bytes: int = Field(default=65536, gt=0)
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    env: list[str] = Field(default_factory=list)
+    cpu_limit_s: int = Field(default=600, gt=0)
+    memory_limit_mb: int = Field(default=4096, gt=0)
+    file_size_limit_mb: int = Field(default=1024, gt=0)
 
     @field_validator("allow")
     @classmethod
@@ -115,12 +135,29 @@ class ValidationConfig(_Strict):
                 raise ValueError(f"bad allow entry {entry!r}: {exc}") from None
         return value
 
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, value: list[str]) -> list[str]:
+        return _check_env_names(value)
+
+    @property
+    def limits(self) -> Limits:
+        """The per-process resource limits of a validation command."""
+        return Limits(cpu_s=self.cpu_limit_s, memory_mb=self.memory_limit_mb, file_size_mb=self.file_size_limit_mb)
+
 
 class BudgetConfig(_Strict):
     """`[budget]`: optional ceilings on a run's spend."""
 
     max_usd: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, gt=0)
+
+
+class DrainConfig(_Strict):
+    """`[drain]`: defaults of ``mesh drain``."""
+
+    jobs: int = Field(default=1, ge=1, le=64)
+    onto: str | None = None
 
 
 class PatchConfig(_Strict):
@@ -229,11 +266,14 @@ class MeshConfig(_Strict):
     backend: Literal["replay", "command", "anthropic"] = "replay"
     worker_cmd: str | None = None
     worker_timeout_s: float = Field(default=600.0, gt=0)
+    worker_env: list[str] = Field(default_factory=list)
     models: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODELS))
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     protected_branches: list[str] = Field(default_factory=lambda: list(ALWAYS_PROTECTED))
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     close_mode: Literal["local", "ci"] = "local"
+    lease_ttl_s: float = Field(default=60.0, gt=0)
+    drain: DrainConfig = Field(default_factory=DrainConfig)
     patch: PatchConfig = Field(default_factory=PatchConfig)
     anthropic: AnthropicConfig = Field(default_factory=AnthropicConfig)
     prices: PriceTable = Field(default_factory=PriceTable)
@@ -247,6 +287,11 @@ class MeshConfig(_Strict):
         if len(set(value)) != len(value):
             raise ValueError("a role is listed twice")
         return value
+
+    @field_validator("worker_env")
+    @classmethod
+    def _check_worker_env(cls, value: list[str]) -> list[str]:
+        return _check_env_names(value)
 
     @field_validator("worker_cmd")
     @classmethod

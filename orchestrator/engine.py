@@ -61,6 +61,8 @@ BLOCK_REASONS = (
     "validation_failed",
     "revision_plan_unparsable",
     "budget_exceeded",
+    "merge_conflict",
+    "integration_validation_failed",
 )
 
 
@@ -75,6 +77,10 @@ class Blocked(Exception):
 
 class TaskTaken(Exception):
     """The task was claimed by someone else between selection and start."""
+
+
+class SendBack(Exception):
+    """Control flow: approved work did not land; the task gets a new attempt on the current tip."""
 
 
 def new_run_id() -> str:
@@ -195,6 +201,10 @@ class Engine:
         self.validation: list[dict[str, Any]] = []
         self.validation_pass: bool | None = None
         self.worktree = None
+        # Set by the caller: ``lander`` (orchestrator.landing) cuts the worktree from and lands
+        # approved work onto an integration branch; ``lease`` is re-checked before tracker writes.
+        self.lander = None
+        self.lease = None
         self.tally: dict[str, int] = {"agree": 0, "disagree": 0}
         self.consensus_ok = False
         # Resume: checkpoints of this run by step key, and the next free seq.
@@ -218,7 +228,9 @@ class Engine:
             self._start()  # before anything is written: a lost claim leaves no trace (TaskTaken)
         self.echo(self.preflight)
         self._checkpoint("preflight", None, "preflight", self.preflight, {"line": self.preflight,
-                         "selection_reason": self.selection_reason, "scope": self.scope.to_dict()})
+                         "selection_reason": self.selection_reason, "scope": self.scope.to_dict(),
+                         "sandbox": self.config.validation.sandbox,
+                         "onto": self.lander.branch if self.lander else None})
         try:
             if self.integrate:
                 self._prepare_worktree()
@@ -236,6 +248,8 @@ class Engine:
             return self._review_gate()
         except Blocked as blocked:
             return self._block(blocked)
+        except SendBack:
+            return self._finish("sent_back")
 
     # ================================================================== preflight & ownership
 
@@ -247,6 +261,7 @@ class Engine:
             f" selected_adapter=local selection_reason=fixed_local_profile requested_workers={len(roles)}"
             f" local_cap=1 ids={','.join(self.ids)}"
             f" overrides=max_tasks=1,parallel_tasks=1,adapter=local"
+            f" sandbox={self.config.validation.sandbox}"
         )
 
     def _start(self) -> None:
@@ -333,6 +348,7 @@ class Engine:
         if self.key:
             payload = sign_payload(payload, self.key)
         text = format_checkpoint(kind, scrub(summary), payload, details=scrub(details))
+        self._check_lease()
         self.tracker.add_comment(self.task["id"], text, author=f"mesh/{role or 'orchestrator'}",
                                  dedupe_key=dedupe_key(self.run_id, self.seq))
         self.memo[step] = Checkpoint(kind=kind, summary=summary, payload=payload)
@@ -340,6 +356,11 @@ class Engine:
         if kind != "preflight":  # the preflight line itself was already printed
             self.echo(text.split("\n", 1)[0])
         return payload
+
+    def _check_lease(self) -> None:
+        """Refuse to write for a task whose lease was taken over (TaskTaken)."""
+        if self.lease is not None and not self.lease.holds(self.tracker):
+            raise TaskTaken(f"{self.task['id']}: the lease of run {self.run_id} was taken over")
 
     def _stored(self, kind: str, role: str | None, phase: str) -> dict | None:
         """The payload of a step this run already checkpointed (a resumed run), else None.
@@ -728,7 +749,9 @@ class Engine:
         from .gitops import GitError, Worktree
 
         try:
-            self.worktree = Worktree.prepare(self.repo, self.task["id"], protected=self.config.protected_branches)
+            base = self.lander.tip() if self.lander else "HEAD"
+            self.worktree = Worktree.prepare(self.repo, self.task["id"], protected=self.config.protected_branches,
+                                             base=base)
             earlier = [run for run in self.worktree.runs() if run != self.run_id]
             if earlier and not self.resumed:
                 # A new run starts from the current HEAD; an earlier attempt's commits are kept
@@ -737,7 +760,7 @@ class Engine:
                 self.worktree.set_aside(kept)
                 self.mutations.append(f"earlier attempt kept on branch {kept}")
                 self.worktree = Worktree.prepare(self.repo, self.task["id"],
-                                                 protected=self.config.protected_branches)
+                                                 protected=self.config.protected_branches, base=base)
         except GitError as exc:
             raise Blocked("patch_refused", f"{exc.reason}: {exc}") from None
         self.mutations.append(f"worktree on branch {self.worktree.branch}")
@@ -754,8 +777,10 @@ class Engine:
         source = self.bus.synthesis or {}
         commands = list(source.get("validation_commands") or [])
         cfg = self.config.validation
+        # The sandbox runs exactly this commit's tree: files left uncommitted in the worktree are not there.
         results = run_validation(commands, cwd=self.worktree.path, allow=cfg.allow, timeout_s=cfg.timeout_s,
-                                 max_output_bytes=cfg.max_output_bytes)
+                                 max_output_bytes=cfg.max_output_bytes, commit=self.worktree.head(),
+                                 sandbox=cfg.sandbox, env_names=cfg.env, limits=cfg.limits)
         crash_point("validation")
         self.validation = [r.to_dict() for r in results]
         ran = [r for r in results if not r.rejected]
@@ -937,6 +962,9 @@ class Engine:
               and conditions["open_must_fix_findings"] == 0)
         if not ok:
             raise Blocked("review_not_approved", f"close conditions not met: {conditions}")
+        if self.lander is not None:
+            # Under --onto / mesh drain the close rule gains: the work is on the integration branch.
+            conditions["on_integration_branch"] = self.lander.land(self)
         task_id = self.task["id"]
         if self.config.close_mode == "ci":
             gate = self.tracker.gate_create(f"CI close for {task_id}", blocks=task_id, await_type="ci",
@@ -944,6 +972,7 @@ class Engine:
             self.mutations.append(f"gate {gate['id']} (await ci) blocks {task_id}")
             return self._finish("awaiting_ci", conditions=conditions)
         crash_point("close")
+        self._check_lease()
         try:
             self.tracker.close_issue(task_id, reason=CLOSE_REASON, expect_status=("in_progress",))
             self.mutations.append(f"{task_id}: closed ({CLOSE_REASON})")
@@ -1031,4 +1060,4 @@ def _task_meta(task: Mapping[str, Any]) -> dict[str, Any]:
     return {k: task.get(k) or "" for k in ("id", "title", "description", "design", "acceptance_criteria", "notes")}
 
 
-__all__ += ["Blocked", "Attempt"]
+__all__ += ["Blocked", "Attempt", "SendBack"]

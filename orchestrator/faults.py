@@ -5,7 +5,9 @@ time it reaches the point ``name`` (``n`` defaults to 1). Points: ``checkpoint``
 (after each comment write), ``apply`` (after a patch is applied), ``commit``,
 ``validation`` (after the commands ran, before their proof is written), ``close``
 (before the task is closed), ``review-issue`` and ``finding-issue`` (after each
-issue of the review-findings flow is created). Unset, it costs one dict lookup.
+issue of the review-findings flow is created), ``land-commit`` (a landing's commits are
+made, the integration branch not yet moved) and ``land-ref`` (it moved, its ``[orch:land]``
+checkpoint not yet written). Unset, it costs one dict lookup.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import threading
 
 __all__ = ["crash_point", "POINTS"]
 
-POINTS = ("checkpoint", "apply", "commit", "validation", "close", "review-issue", "finding-issue")
+POINTS = ("checkpoint", "apply", "commit", "validation", "close", "review-issue", "finding-issue", "land-commit",
+          "land-ref")
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tracker.store import Tracker
 
-__all__ = ["Lease", "LeaseHeld", "DEFAULT_TTL_S", "ensure_lease_table", "lease_is_live"]
+__all__ = ["Lease", "LeaseHeld", "DEFAULT_TTL_S", "ensure_lease_table", "lease_is_live", "held_by_person",
+           "holder_is_dead"]
 
 DEFAULT_TTL_S = 60.0
 
@@ -52,6 +53,31 @@ def lease_is_live(tracker: Tracker, task_id: str, *, now: float | None = None) -
     moment = time.time() if now is None else now
     row = tracker.db.read("SELECT expires_at FROM mesh_leases WHERE task_id = ?", (task_id,))
     return bool(row) and row[0]["expires_at"] > moment
+
+
+def held_by_person(tracker: Tracker, task: dict, actor: str) -> bool:
+    """True for an in-progress task assigned to someone else that no mesh run ever leased:
+    a person works it by hand, and mesh leaves it alone unless told to take it over."""
+    if task.get("status") != "in_progress" or not task.get("assignee") or task["assignee"] == actor:
+        return False
+    ensure_lease_table(tracker)
+    return not tracker.db.read("SELECT 1 FROM mesh_leases WHERE task_id = ?", (task["id"],))
+
+
+def holder_is_dead(tracker: Tracker, task_id: str) -> bool:
+    """True when the task's lease belongs to a process of this host that no longer exists
+    (a killed run): its lease can be taken over without waiting for the TTL."""
+    ensure_lease_table(tracker)
+    row = tracker.db.read("SELECT pid, host FROM mesh_leases WHERE task_id = ?", (task_id,))
+    if not row or row[0]["host"] != socket.gethostname() or row[0]["pid"] == os.getpid():
+        return False
+    try:
+        os.kill(row[0]["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 @dataclass
@@ -97,6 +123,11 @@ class Lease:
             n = c.execute("UPDATE mesh_leases SET heartbeat_at = ?, expires_at = ? WHERE task_id = ? AND token = ?",
                           (moment, moment + self.ttl_s, self.task_id, self.token)).rowcount
         return n == 1
+
+    def holds(self, tracker: Tracker) -> bool:
+        """True while this lease (its token) is still the task's lease."""
+        row = tracker.db.read("SELECT token FROM mesh_leases WHERE task_id = ?", (self.task_id,))
+        return bool(row) and row[0]["token"] == self.token
 
     def heartbeat(self) -> None:
         """Renew every third of the TTL from a thread with its own connection."""

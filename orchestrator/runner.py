@@ -10,18 +10,25 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from roles.backends.base import Backend, BackendError, get_backend
+from roles.backends.command import Launcher
 from tracker.errors import NotFoundError, TrackerError, WorkspaceError
 from tracker.store import Tracker
 
 from .checkpoint import Checkpoint
 from .config import ConfigError, MeshConfig, load_config
 from .engine import Engine, RunReport, TaskTaken, load_checkpoints, new_run_id
-from .lease import DEFAULT_TTL_S, Lease, LeaseHeld
+from .lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
+from .sandbox import SandboxUnavailable, require_bwrap, worker_launcher
 from .scope import Scope, ScopeError, resolve_scope, select_candidates
 
-__all__ = ["RunOptions", "RunError", "run", "unfinished_run", "open_tracker", "make_backend"]
+__all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "open_tracker",
+           "make_backend", "require_sandbox"]
+
+if TYPE_CHECKING:
+    from .landing import Lander
 
 DOCTOR_HINT = "run 'mesh tracker doctor --fix'"
 
@@ -52,6 +59,8 @@ class RunOptions:
     actor: str | None = None
     task: str | None = None
     force: bool = False
+    onto: str | None = None
+    take_over: bool = False
 
 
 def open_tracker(db: Path | None, actor: str | None) -> Tracker:
@@ -79,10 +88,37 @@ def make_backend(config: MeshConfig, options: RunOptions) -> Backend:
             cmd = options.worker_cmd or config.worker_cmd
             if not cmd:
                 raise RunError("the command backend needs --worker-cmd CMD (or worker_cmd in config)", 2)
-            return get_backend("command", worker_cmd=cmd, timeout_s=config.worker_timeout_s)
+            return get_backend("command", worker_cmd=cmd, timeout_s=config.worker_timeout_s,
+                               env_names=config.worker_env, launcher=_worker_launcher(config, options))
         return get_backend(name, config=config)
     except BackendError as exc:
         raise RunError(str(exc), 2) from None
+
+
+def _worker_launcher(config: MeshConfig, options: RunOptions) -> Launcher | None:
+    """The bwrap launcher of command workers (None when the user opted out of the sandbox)."""
+    if config.validation.sandbox != "bwrap":
+        return None
+    try:
+        bwrap = require_bwrap()
+    except SandboxUnavailable as exc:
+        raise RunError(str(exc), 2) from None
+    repo = Path(options.repo) if options.repo else Path.cwd()
+    readonly = [repo] + ([Path(options.db).parent] if options.db else [])
+    return worker_launcher(bwrap, readonly=readonly)
+
+
+def require_sandbox(config: MeshConfig) -> None:
+    """Refuse (RunError, exit 2, one line) a run whose sandbox is configured but cannot work here.
+
+    Checked before any worker is called: a run that would validate (``integrate``) or
+    start command workers needs bwrap unless ``validation.sandbox = "none"``.
+    """
+    if config.validation.sandbox == "bwrap" and (config.integrate or config.backend == "command"):
+        try:
+            require_bwrap()
+        except SandboxUnavailable as exc:
+            raise RunError(str(exc), 2) from None
 
 
 def load_run_config(options: RunOptions) -> MeshConfig:
@@ -118,6 +154,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         engine_hook: Callable[[Engine], None] | None = None) -> RunReport:
     """Run (or resume) one task to its outcome. Raises ``RunError`` for usage/tracker problems."""
     config = load_run_config(options)
+    require_sandbox(config)
     repo = Path(options.repo).resolve() if options.repo else Path.cwd()
     scope: Scope | None = None
     try:
@@ -145,9 +182,11 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 repo = repo_root(repo)
             except GitError as exc:
                 raise RunError(f"--repo {repo}: {exc}", 2) from None
+        lander = make_lander(repo, options.onto, config) if options.onto and config.integrate else None
         backend = make_backend(config, options)
         try:
-            return _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook)
+            return _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
+                                   lander)
         except BackendError as exc:
             raise RunError(str(exc), 2) from None
         finally:
@@ -160,7 +199,8 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
 
 def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope,
                     candidates: Sequence[tuple[dict, str]], repo: Path, options: RunOptions,
-                    echo: Callable[[str], None] | None, engine_hook: Callable[[Engine], None] | None) -> RunReport:
+                    echo: Callable[[str], None] | None, engine_hook: Callable[[Engine], None] | None,
+                    lander: "Lander | None" = None) -> RunReport:
     """Run the first candidate whose lease (and, for open tasks, claim) this run can take.
 
     Two runs on one scope never take the same task: the loser of a lease or a claim
@@ -168,46 +208,95 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
     """
     held: list[str] = []
     for task, reason in candidates:
-        checkpoints = load_checkpoints(tracker, task["id"])
-        unfinished = unfinished_run(checkpoints)
-        if options.task and not unfinished and tracker.get(task["id"])["status"] != "in_progress":
-            held.append(f"{task['id']} has no interrupted run to resume (status {tracker.get(task['id'])['status']})")
-            continue
-        run_id = unfinished or new_run_id()
-        lease = None
-        if config.integrate:
-            try:
-                lease = Lease.acquire(tracker, task["id"], run_id, holder=tracker.actor, ttl_s=lease_ttl(),
-                                      force=options.force)
-            except LeaseHeld as exc:
-                held.append(str(exc))
-                continue
-            lease.heartbeat()
-        try:
-            engine = Engine(tracker, backend, config, scope=scope, task=tracker.get(task["id"]),
-                            selection_reason=reason, repo=repo, run_id=run_id, ids=options.ids, echo=echo,
-                            resume_from=checkpoints)
-            if engine_hook:
-                engine_hook(engine)
-            return engine.execute()
-        except TaskTaken as exc:
-            held.append(str(exc))
-            continue
-        finally:
-            if lease:
-                lease.release(tracker)
+        report = run_task(tracker, backend, config, scope, task, reason, repo, options, held, echo=echo,
+                          engine_hook=engine_hook, lander=lander)
+        if report is not None:
+            return report
     if options.task and any("held by run" in h for h in held):
         raise RunError("; ".join(held), 3)
     return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None, outcome="no_runnable_task",
                      mutations=[f"skipped: {h}" for h in held])
 
 
-def lease_ttl() -> float:
-    """Lease time-to-live in seconds (env ``MESH_LEASE_TTL_S``, default 60)."""
+def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope, task: dict, reason: str,
+             repo: Path, options: RunOptions, held: list[str], *, echo: Callable[[str], None] | None = None,
+             engine_hook: Callable[[Engine], None] | None = None, lander: "Lander | None" = None,
+             steal_dead: bool = False) -> RunReport | None:
+    """Run (or resume) one task to its outcome under its lease; None (and why, in ``held``)
+    when this run may not take it.
+
+    A task in progress by hand (``held_by_person``) is left alone without ``take_over``.
+    With a ``lander`` approved work lands on its branch; work that did not land is sent back
+    once and run again, as a new run, on the branch's current tip. ``steal_dead`` takes over a
+    lease whose holder process on this host is gone (a killed drain) without waiting its TTL.
+    """
+    current = tracker.get(task["id"])
+    if not options.take_over and held_by_person(tracker, current, tracker.actor):
+        held.append(f"{task['id']} is in progress by {current['assignee']} (not a mesh run); use --take-over")
+        return None
+    checkpoints = load_checkpoints(tracker, task["id"])
+    unfinished = unfinished_run(checkpoints)
+    if options.task and not unfinished and current["status"] != "in_progress":
+        held.append(f"{task['id']} has no interrupted run to resume (status {current['status']})")
+        return None
+    run_id = unfinished or new_run_id()
+    if lander is None and unfinished:
+        # A run that was landing onto an integration branch (mesh drain, --onto) resumes landing there.
+        onto = next((cp.payload.get("artifact", {}).get("onto") for cp in checkpoints
+                     if cp.kind == "preflight" and cp.run_id == unfinished), None)
+        if onto:
+            lander = make_lander(repo, onto, config)
+    lease = None
+    if config.integrate:
+        try:
+            lease = Lease.acquire(tracker, task["id"], run_id, holder=tracker.actor, ttl_s=lease_ttl(config),
+                                  force=options.force or (steal_dead and holder_is_dead(tracker, task["id"])))
+        except LeaseHeld as exc:
+            held.append(str(exc))
+            return None
+        lease.heartbeat()
     try:
-        return float(os.environ.get("MESH_LEASE_TTL_S", DEFAULT_TTL_S))
+        for _ in range(3):  # the first attempt, at most one send-back, and a resumed send-back
+            engine = Engine(tracker, backend, config, scope=scope, task=tracker.get(task["id"]),
+                            selection_reason=reason, repo=repo, run_id=run_id, ids=options.ids, echo=echo,
+                            resume_from=checkpoints)
+            engine.lease = lease
+            if lander is not None:
+                lander.attach(engine)
+            if engine_hook:
+                engine_hook(engine)
+            report = engine.execute()
+            if report.outcome != "sent_back":
+                return report
+            checkpoints, run_id, reason = load_checkpoints(tracker, task["id"]), new_run_id(), "sent_back"
+        return report
+    except TaskTaken as exc:
+        held.append(str(exc))
+        return None
+    finally:
+        if lease:
+            lease.release(tracker)
+
+
+def make_lander(repo: Path, onto: str, config: MeshConfig, emit=None) -> "Lander":
+    """The integration branch ``onto`` of ``repo`` (created from HEAD when missing); RunError
+    (exit 2) for a protected or checked-out branch."""
+    from .gitops import GitError
+    from .landing import Lander
+
+    try:
+        return Lander(repo, onto, config, emit=emit)
+    except GitError as exc:
+        raise RunError(f"--onto {onto}: {exc}", 2) from None
+
+
+def lease_ttl(config: MeshConfig | None = None) -> float:
+    """Lease time-to-live in seconds: env ``MESH_LEASE_TTL_S``, else config ``lease_ttl_s`` (60)."""
+    default = config.lease_ttl_s if config is not None else DEFAULT_TTL_S
+    try:
+        return float(os.environ.get("MESH_LEASE_TTL_S", default))
     except ValueError:
-        return DEFAULT_TTL_S
+        return default
 
 
 def _scope_of(task: dict) -> Scope:

@@ -91,6 +91,15 @@ def _render_step(step: dict[str, Any]) -> list[str]:
             lines.append("        issues: " + ", ".join(f"{k} -> {v}" for k, v in subtasks.items()))
     elif kind == "revision-plan":
         lines += [f"        {s.get('finding_id')}: {_line(s.get('change', ''), 90)}" for s in art.get("steps", [])]
+    elif kind == "land":
+        if art.get("onto"):
+            lines.append(f"        onto {art.get('branch')} at {art['onto'][:12]}, attempt {art.get('attempt', 1)}"
+                         + (f", {art['duration_s']:.2f}s" if art.get("duration_s") is not None else ""))
+        for r in art.get("validation", []):
+            state = "rejected" if r.get("rejected") else ("pass" if r.get("passed") else f"fail (exit {r.get('exit_code')})")
+            lines.append(f"        {r.get('command')}: {state}")
+        if art.get("detail"):
+            lines.append(f"        {_line(art['detail'], 100)}")
     elif kind == "outcome":
         if art.get("block_reason"):
             lines.append(f"        blocked: {art['block_reason']} {_line(art.get('block_detail') or '', 80)}")

@@ -2,9 +2,16 @@
 
 Validation commands come from model output, so they are untrusted. A command runs only if
 its shlex-split argv matches an entry of the config's allowlist token by token; it runs
-without a shell, in the task's worktree, in its own process group, with a timeout that
-kills the whole group, with output capped to a tail, and with secrets removed from its
-environment. A rejected command is recorded and never executed.
+without a shell, in its own process group, with a timeout that kills the whole group, with
+output capped to a tail, with CPU, memory and file-size limits, and with a minimal
+environment (PATH, LANG, a temporary HOME, the names the user lists; never a secret). A
+rejected command is recorded and never executed.
+
+With ``sandbox="bwrap"`` (the default) the commands run inside bubblewrap
+(``orchestrator.sandbox``) in a writable copy of exactly the committed tree under test,
+materialised from git objects: files a worker left in the worktree without committing
+them are not there, nor is the repository's ``.git``, the tracker or any home directory,
+and there is no network. With ``sandbox="none"`` they run in the worktree itself.
 
 Allowlist entries are exact commands or templates: the token ``{path}`` stands for one
 relative path argument that stays inside the worktree, and a final token ``{args...}`` for
@@ -20,12 +27,15 @@ import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Mapping, Sequence
 
+from orchestrator import sandbox as _sandbox
+from orchestrator.sandbox import Limits
 from orchestrator.scrub import scrub
 from roles.backends.command import split_command
 
@@ -35,8 +45,8 @@ __all__ = [
     "ValidationResult",
     "is_allowed",
     "parse_allow_entry",
+    "materialize_tree",
     "run_validation",
-    "safe_env",
 ]
 
 PATH_PLACEHOLDER = "{path}"
@@ -49,16 +59,6 @@ _SHELL_SYNTAX = re.compile(r"[;|&<>`$\n\r\x00]")
 # can delete or redirect), no '=' (VAR=value injection), no '@' (response files), no quotes,
 # spaces, globs or escapes.
 _PLAIN_ARG = re.compile(r"[A-Za-z0-9_.,/:+%\[\]][A-Za-z0-9_.,/:+%\[\]-]*")
-
-_SECRET_ENV_EXACT = frozenset({"ANTHROPIC_API_KEY", "MESH_SIGNING_KEY"})
-_SECRET_ENV_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "APIKEY", "PRIVATE_KEY",
-                     "ACCESS_KEY", "CREDENTIAL")
-# Variables that would point git (run by a test suite) at a repository other than the
-# worktree the command runs in.
-_GIT_LOCATION_ENV = frozenset({
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
-})
 
 _READER_JOIN_S = 5.0
 
@@ -172,36 +172,118 @@ def _stays_inside(cwd: Path, arg: str) -> bool:
     return target == root or target.startswith(root + os.sep)
 
 
-def _secret_env_name(name: str) -> bool:
-    upper = name.upper()
-    return upper in _SECRET_ENV_EXACT or any(part in upper for part in _SECRET_ENV_PARTS)
-
-
-def safe_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: os.environ) without secrets or git location overrides.
-
-    Dropped: ANTHROPIC_API_KEY, MESH_SIGNING_KEY, every name containing TOKEN, SECRET,
-    PASSWORD, PASSWD, API_KEY, APIKEY, PRIVATE_KEY, ACCESS_KEY or CREDENTIAL, and GIT_DIR
-    and its kin (they would send a test suite's git calls to another repository).
-    """
-    source = os.environ if env is None else env
-    return {
-        name: value
-        for name, value in source.items()
-        if not _secret_env_name(name) and name.upper() not in _GIT_LOCATION_ENV
-    }
-
-
-def _resolve_program(program: str, cwd: Path, env: Mapping[str, str]) -> str | None:
+def _resolve_program(program: str, root: Path, search_path: str) -> str | None:
     if "/" in program:
-        candidate = program if os.path.isabs(program) else os.path.join(cwd, program)
+        candidate = program if os.path.isabs(program) else os.path.join(root, program)
         return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
-    # An empty or relative PATH entry means "the current directory": here the worktree,
-    # whose files the patch controls. Only absolute entries are searched.
-    search = os.pathsep.join(
-        entry for entry in env.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)
-    )
+    # An empty or relative PATH entry means "the current directory": here the tree under
+    # test, whose files the patch controls. Only absolute entries are searched.
+    search = os.pathsep.join(entry for entry in search_path.split(os.pathsep) if os.path.isabs(entry))
     return shutil.which(program, path=search) if search else None
+
+
+def _absolute_path_entries(path: str | None) -> str:
+    return os.pathsep.join(entry for entry in (path or os.defpath).split(os.pathsep) if os.path.isabs(entry))
+
+
+def _git(repo: Path, *args: str) -> bytes:
+    # git's location overrides in mesh's own environment must not redirect these reads.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=env, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise ValueError(f"git {args[0]} in {repo}: {detail[-1] if detail else 'failed'}")
+    return done.stdout
+
+
+def _safe_tree_path(path: bytes) -> bool:
+    parts = path.split(b"/")
+    return not path.startswith(b"/") and all(part not in (b"", b".", b"..", b".git") for part in parts)
+
+
+def _read_exact(stream: IO[bytes], size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = stream.read(size - len(data))
+        if not chunk:
+            raise ValueError("git cat-file ended early")
+        data += chunk
+    return bytes(data)
+
+
+def _blobs(repo: Path, object_ids: Sequence[bytes]):
+    """Yield the contents of ``object_ids`` in order, read through one ``git cat-file --batch``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def feed() -> None:
+        try:
+            for object_id in object_ids:
+                proc.stdin.write(object_id + b"\n")
+        except BrokenPipeError:
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        for object_id in object_ids:
+            header = proc.stdout.readline().split()
+            if len(header) != 3 or header[0] != object_id or header[1] != b"blob":
+                raise ValueError(f"git cat-file: object {object_id.decode()} is not a readable blob")
+            yield _read_exact(proc.stdout, int(header[2]))
+            _read_exact(proc.stdout, 1)
+    finally:
+        proc.kill()
+        proc.wait()
+        writer.join()
+
+
+def materialize_tree(repo: Path, commit: str, dest: Path) -> str:
+    """Write exactly the committed tree of ``commit`` (in checkout ``repo``) into new directory ``dest``.
+
+    Read from git's objects (``ls-tree`` and ``cat-file``), not with ``git archive``, whose
+    ``export-ignore`` attribute would let a committed ``.gitattributes`` hide files from the
+    copy. Executable bits and symlinks are kept; submodule entries (gitlinks) are skipped.
+    Returns the full commit id; ValueError when ``repo`` is no git checkout, ``commit`` no
+    commit, or the tree holds a path that could leave ``dest``.
+    """
+    full = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{commit}^{{commit}}").decode().strip()
+    files: list[tuple[bytes, bytes, bytes]] = []
+    for record in _git(repo, "ls-tree", "-r", "-z", "--full-tree", full).split(b"\0"):
+        if not record:
+            continue
+        meta, path = record.split(b"\t", 1)
+        mode, kind, object_id = meta.split(b" ")
+        if kind == b"commit":
+            continue
+        if not _safe_tree_path(path):
+            raise ValueError(f"commit {full[:12]} holds an unsafe path {path.decode('utf-8', 'replace')!r}")
+        files.append((mode, object_id, path))
+    root = os.fsencode(dest)
+    os.mkdir(root, 0o755)
+    links: list[tuple[bytes, bytes]] = []
+    for (mode, _object_id, path), content in zip(files, _blobs(repo, [f[1] for f in files])):
+        target = os.path.join(root, path)
+        if mode == b"120000":
+            links.append((content, target))
+            continue
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        # O_NOFOLLOW|O_EXCL: no link exists yet (they are made last), and none is written through.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o755 if mode == b"100755" else 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+    for link_target, path in links:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.symlink(link_target, path)
+    return full
 
 
 class _Tail:
@@ -257,20 +339,21 @@ def _rejected(command: str, reason: str, started: float, detail: str = "") -> Va
 def _run_one(
     command: str,
     argv: list[str],
-    program: str,
+    program: str | None,
     *,
     cwd: Path,
     env: dict[str, str],
     timeout_s: float,
     max_output_bytes: int,
     started: float,
+    limits: Limits,
 ) -> ValidationResult:
     out_tail, err_tail = _Tail(max_output_bytes), _Tail(max_output_bytes)
     try:
         proc = subprocess.Popen(
             argv, executable=program, cwd=cwd, env=env, shell=False,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, close_fds=True,
+            start_new_session=True, close_fds=True, preexec_fn=limits.apply,
         )
     except OSError as exc:
         return ValidationResult(
@@ -292,6 +375,8 @@ def _run_one(
         timed_out = True
     # Kill the whole group either way: on timeout to stop the run, and after a normal exit
     # to reap anything it left running in the background (which would also hold our pipes).
+    # Under bwrap the group is bwrap itself; --die-with-parent then ends the sandbox's pid 1,
+    # and the kernel every process left in its pid namespace.
     _kill_group(proc.pid)
     proc.wait()
     for reader in readers:
@@ -309,6 +394,42 @@ def _run_one(
     )
 
 
+@dataclass
+class _Place:
+    """Where commands run: the tree they see, and how a resolved program is launched there."""
+
+    root: Path
+    env: dict[str, str]
+    bwrap: str | None = None
+    # Folders a program's own folder must not contain when bound in: HOME, the checkout.
+    shielded: tuple[str, ...] = ()
+
+    def launch(self, argv: list[str], program: str) -> tuple[list[str], str | None, Path]:
+        """(argv to start, executable, host cwd) for ``program`` run with ``argv``."""
+        if self.bwrap is None:
+            return argv, program, self.root
+        ro_binds: list[tuple[str, str]] = []
+        inside = program
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(program)
+        if program.startswith(str(self.root) + os.sep):
+            inside = _sandbox.SANDBOX_TREE + program[len(str(self.root)):]
+        elif real.startswith(root + os.sep):
+            inside = _sandbox.SANDBOX_TREE + real[len(root):]
+        else:
+            shown = _sandbox.visible_roots()
+            for path in (os.path.dirname(os.path.abspath(program)), os.path.dirname(real)):
+                # A program in HOME itself (or in /) would bring all of HOME along: not bound,
+                # it is simply not found inside.
+                exposes = any(s == path or s.startswith(path.rstrip("/") + "/") for s in self.shielded)
+                if not _sandbox.covered(path, shown) and not exposes:
+                    ro_binds.append((path, path))
+        full = _sandbox.bwrap_argv(self.bwrap, [inside, *argv[1:]], network=False,
+                                   binds=[(str(self.root), _sandbox.SANDBOX_TREE)],
+                                   ro_binds=list(dict.fromkeys(ro_binds)), chdir=_sandbox.SANDBOX_TREE)
+        return full, None, self.root
+
+
 def run_validation(
     commands: Sequence[str],
     *,
@@ -317,40 +438,71 @@ def run_validation(
     timeout_s: float,
     max_output_bytes: int = 65536,
     env: Mapping[str, str] | None = None,
+    commit: str | None = None,
+    sandbox: str = "bwrap",
+    env_names: Sequence[str] = (),
+    limits: Limits | None = None,
 ) -> list[ValidationResult]:
-    """Run each allowed command in ``cwd`` and return one result per command, in order.
+    """Run each allowed command and return one result per command, in order.
 
-    Commands that do not parse or do not match ``allow`` are rejected and never run.
-    Every command is attempted, whatever the outcome of the ones before it.
+    ``cwd`` is a git checkout. With ``sandbox="bwrap"`` the commands run under bubblewrap
+    in a writable copy of the committed tree of ``commit`` (default: the checkout's HEAD),
+    deleted afterwards; with ``sandbox="none"`` in ``cwd`` itself. Either way the
+    environment is PATH, LANG, a temporary HOME, ``PYTHONSAFEPATH=1``,
+    ``PYTHONDONTWRITEBYTECODE=1`` and the variables of ``env`` (default: os.environ)
+    named in ``env_names``, and every process is held to ``limits``. Commands that do not
+    parse or do not match ``allow`` are rejected and never run. Every command is
+    attempted, whatever the outcome of the ones before it.
+
+    Raises ValueError when ``cwd`` is missing, or (bwrap) is no git checkout or lacks
+    ``commit``, and ``SandboxUnavailable`` when bwrap cannot be used.
     """
     cwd = Path(cwd)
     if not cwd.is_dir():
         raise ValueError(f"validation directory {cwd} does not exist")
-    run_env = safe_env(env)
-    results: list[ValidationResult] = []
-    for command in commands:
-        started = time.monotonic()
-        argv = _split(command)
-        if not argv:
-            results.append(_rejected(command, "unparsable", started, "cannot split the command"))
-            continue
-        template = _matching_template(command, allow)
-        if template is None:
-            results.append(_rejected(command, "not_allowed", started, "no allowlist entry matches"))
-            continue
-        if not all(_stays_inside(cwd, arg) for arg in _placeholder_args(argv, template)):
-            results.append(_rejected(command, "not_allowed", started, "a path leaves the worktree"))
-            continue
-        program = _resolve_program(argv[0], cwd, run_env)
-        if program is None:
-            results.append(ValidationResult(
-                command=scrub(command), exit_code=None, passed=False, rejected=False,
-                reason="not_found", duration_s=time.monotonic() - started,
-                stderr_tail=scrub(f"program not found: {argv[0]}"),
-            ))
-            continue
-        results.append(_run_one(
-            command, argv, program, cwd=cwd, env=run_env, timeout_s=timeout_s,
-            max_output_bytes=max_output_bytes, started=started,
-        ))
-    return results
+    if sandbox not in ("bwrap", "none"):
+        raise ValueError(f"unknown sandbox {sandbox!r}; choose 'bwrap' or 'none'")
+    if not commands:
+        return []
+    source = os.environ if env is None else env
+    limits = limits or Limits()
+    with tempfile.TemporaryDirectory(prefix="mesh-validate-", ignore_cleanup_errors=True) as scratch:
+        if sandbox == "bwrap":
+            bwrap = _sandbox.require_bwrap()
+            tree = Path(scratch) / "tree"
+            materialize_tree(cwd, commit or "HEAD", tree)
+            run_env = _sandbox.minimal_env(source, env_names, home=_sandbox.SANDBOX_HOME,
+                                           path=_sandbox.sandbox_path(source.get("PATH")))
+            place = _Place(tree, run_env, bwrap,
+                           shielded=(os.path.realpath(Path.home()), os.path.realpath(cwd)))
+        else:
+            home = Path(scratch) / "home"
+            home.mkdir()
+            run_env = _sandbox.minimal_env(source, env_names, home=str(home),
+                                           path=_absolute_path_entries(source.get("PATH")))
+            place = _Place(cwd, run_env)
+        return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
+                               limits=limits) for command in commands]
+
+
+def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout_s: float,
+                   max_output_bytes: int, limits: Limits) -> ValidationResult:
+    started = time.monotonic()
+    argv = _split(command)
+    if not argv:
+        return _rejected(command, "unparsable", started, "cannot split the command")
+    template = _matching_template(command, allow)
+    if template is None:
+        return _rejected(command, "not_allowed", started, "no allowlist entry matches")
+    if not all(_stays_inside(place.root, arg) for arg in _placeholder_args(argv, template)):
+        return _rejected(command, "not_allowed", started, "a path leaves the worktree")
+    program = _resolve_program(argv[0], place.root, place.env["PATH"])
+    if program is None:
+        return ValidationResult(
+            command=scrub(command), exit_code=None, passed=False, rejected=False,
+            reason="not_found", duration_s=time.monotonic() - started,
+            stderr_tail=scrub(f"program not found: {argv[0]}"),
+        )
+    launch_argv, executable, host_cwd = place.launch(argv, program)
+    return _run_one(command, launch_argv, executable, cwd=host_cwd, env=place.env, timeout_s=timeout_s,
+                    max_output_bytes=max_output_bytes, started=started, limits=limits)

@@ -20,7 +20,7 @@ from orchestrator.demo import prepare_demo, project_root
 from tracker.store import Tracker
 
 TASK = "demo-7kq.1"
-VALIDATE = "python3 -m unittest discover -s tests"
+VALIDATE = "python3 -m unittest discover -s tests -t ."
 _DEMO = json.loads((project_root() / "examples" / "demo-script.json").read_text())
 
 

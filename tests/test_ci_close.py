@@ -121,6 +121,8 @@ def test_revalidation_failure_refuses(ws):
     # so break them to see revalidation refuse.
     (ws.repo / "tests" / "test_temperature.py").write_text("import unittest\n\nclass T(unittest.TestCase):\n"
                                                            "    def test_fail(self):\n        self.fail('x')\n")
+    # Validation runs the committed tree of the checkout, never its uncommitted edits.
+    ws.git("commit", "-qam", "break the tests")
     code, checks, _ = ci_close(ws, "--revalidate")
     assert code == 1
     assert checks[0]["checks"]["revalidation_pass"] is False

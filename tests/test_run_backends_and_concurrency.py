@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -18,17 +19,28 @@ def ws(tmp_path):
     return make_workspace(tmp_path)
 
 
+def worker_home(ws) -> Path:
+    """The HOME the command workers of these tests run with (bwrap binds it writable)."""
+    home = ws.root / "worker-home"
+    home.mkdir(exist_ok=True)
+    return home
+
+
 def write_worker(ws, script: dict, log_name: str = "calls.log") -> str:
-    """A command-backend worker: answers from a per-role script and logs start/end times."""
-    answers = ws.root / "answers.json"
+    """A command-backend worker: answers from a per-role script and logs start/end times.
+
+    Its files live in ``worker_home(ws)``: a sandboxed worker can write only its HOME.
+    """
+    home = worker_home(ws)
+    answers = home / "answers.json"
     answers.write_text(json.dumps(script))
-    log = ws.root / log_name
+    log = home / log_name
     worker = ws.root / "worker.py"
     worker.write_text(textwrap.dedent(f"""
         import fcntl, json, os, sys, time
         prompt = sys.stdin.read()
         role, rnd = os.environ["MESH_ROLE"], os.environ["MESH_ROUND"]
-        state = {str(ws.root / "state.json")!r}
+        state = {str(home / "state.json")!r}
         with open(state, "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             fh.seek(0)
@@ -52,11 +64,11 @@ def write_worker(ws, script: dict, log_name: str = "calls.log") -> str:
 def test_command_backend_runs_the_task_to_close(ws):
     cmd = write_worker(ws, happy_script())
     res = ws.mesh("run", "--label", "plan:demo", "--backend", "command", "--worker-cmd", cmd, "--repo",
-                  str(ws.repo), "--json")
+                  str(ws.repo), "--json", env={"HOME": str(worker_home(ws))})
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["outcome"] == "closed"
-    log = [json.loads(line) for line in (ws.root / "calls.log").read_text().splitlines()]
+    log = [json.loads(line) for line in (worker_home(ws) / "calls.log").read_text().splitlines()]
     assert {e["task"] for e in log} == {TASK}
     assert {e["run"] for e in log} == {report["orch_run_id"]}
     assert {e["attempt"] for e in log} == {"1"}
@@ -77,9 +89,9 @@ def test_critiques_and_votes_of_a_round_run_at_the_same_time(ws):
                 entry["delay_s"] = 0.6
     cmd = write_worker(ws, script)
     res = ws.mesh("run", "--label", "plan:demo", "--backend", "command", "--worker-cmd", cmd, "--repo",
-                  str(ws.repo), "--json")
+                  str(ws.repo), "--json", env={"HOME": str(worker_home(ws))})
     assert res.exit_code == 0, res.output
-    log = [json.loads(line) for line in (ws.root / "calls.log").read_text().splitlines()]
+    log = [json.loads(line) for line in (worker_home(ws) / "calls.log").read_text().splitlines()]
     critiques = [e for e in log if e["round"] == "critique"]
     votes = [e for e in log if e["round"] == "vote"]
     assert len(critiques) == 3 and len(votes) == 5

@@ -128,8 +128,8 @@ _BACKEND_CLASSES = {
 def get_backend(name: str, **options: Any) -> Backend:
     """Build the backend called ``name`` with ``options``.
 
-    ``replay`` takes ``script`` (a path or a mapping), ``command`` takes ``worker_cmd``
-    and ``timeout_s``, ``anthropic`` takes the options of its class. Options whose value
+    ``replay`` takes ``script`` (a path or a mapping), ``command`` takes ``worker_cmd``,
+    ``timeout_s``, ``env_names`` and ``launcher``, ``anthropic`` takes the options of its class. Options whose value
     is None count as not given, so a CLI can pass all of its options through. Raises
     BackendError for an unknown name, an option the backend does not take, or a backend
     whose module cannot be imported.

@@ -1,12 +1,15 @@
 """The ``command`` backend: any program that reads a prompt on stdin and answers on stdout.
 
 Each call spawns the worker command (split like a shell would, run without one) with the
-prompt on stdin and ``MESH_ROLE``, ``MESH_ROUND``, ``MESH_TASK_ID``, ``MESH_RUN_ID`` and
-``MESH_ATTEMPT`` added to its environment; its stdout is the answer. It runs in the
-request's worktree when one is given, so an agent CLI can read the code it works on. A
-non-zero exit or an empty answer is ``no_response``; running past the timeout is
-``timeout``, and the worker's whole process group is killed so no helper it started
-outlives the call.
+prompt on stdin and a minimal environment: PATH, HOME, LANG, the call variables
+``MESH_ROLE``, ``MESH_ROUND``, ``MESH_TASK_ID``, ``MESH_RUN_ID`` and ``MESH_ATTEMPT``, and
+the variables named in ``env_names`` (an agent CLI's own API key, say); never
+``MESH_SIGNING_KEY``. Its stdout is the answer. It runs in the request's worktree when one
+is given, so an agent CLI can read the code it works on. An injected ``launcher`` wraps the
+argv and environment of every call (mesh's runner supplies one that runs the worker
+inside bubblewrap, out of sight of mesh's own process). A non-zero exit or an empty answer
+is ``no_response``; running past the timeout is ``timeout``, and the worker's whole
+process group is killed so no helper it started outlives the call.
 """
 
 from __future__ import annotations
@@ -17,10 +20,18 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 
 from .base import Backend, BackendError, WorkerRequest, WorkerResponse
 
-__all__ = ["CommandBackend"]
+__all__ = ["CommandBackend", "Launcher"]
+
+Launcher = Callable[[Sequence[str], Mapping[str, str], "str | None"], tuple[list[str], dict[str, str]]]
+"""(argv, env, cwd) -> (argv, env): how a worker process is actually started."""
+
+_BASE_ENV = ("PATH", "HOME", "LANG")
+# The key that signs mesh's checkpoints; a worker holding it could forge an approval.
+_NEVER_PASSED = "MESH_SIGNING_KEY"
 
 _STDERR_TAIL_CHARS = 2000
 # After a kill, how long to wait for the pipes to close; a grandchild that left the
@@ -48,7 +59,8 @@ class CommandBackend(Backend):
 
     name = "command"
 
-    def __init__(self, worker_cmd: str, timeout_s: float = 600):
+    def __init__(self, worker_cmd: str, timeout_s: float = 600, *, env_names: Sequence[str] = (),
+                 launcher: Launcher | None = None):
         try:
             argv = split_command(worker_cmd)
         except ValueError as exc:
@@ -61,10 +73,12 @@ class CommandBackend(Backend):
         # Resolved once, so a worktree cwd cannot change which program a relative path names.
         self._argv = [os.path.abspath(executable), *argv[1:]]
         self._timeout_s = float(timeout_s)
+        self._env_names = tuple(name for name in env_names if name != _NEVER_PASSED)
+        self._launcher = launcher
 
     def call(self, request: WorkerRequest) -> WorkerResponse:
         """Run the worker on the request's prompt and return its stdout."""
-        env = dict(os.environ)
+        env = {name: os.environ[name] for name in (*_BASE_ENV, *self._env_names) if name in os.environ}
         env.update(
             MESH_ROLE=request.role,
             MESH_ROUND=request.round,
@@ -72,10 +86,13 @@ class CommandBackend(Backend):
             MESH_RUN_ID=request.run_id,
             MESH_ATTEMPT=str(request.attempt),
         )
+        argv = list(self._argv)
+        if self._launcher is not None:
+            argv, env = self._launcher(argv, env, str(request.worktree) if request.worktree else None)
         started = time.monotonic()
         try:
             process = subprocess.Popen(
-                self._argv,
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

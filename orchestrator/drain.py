@@ -1,0 +1,366 @@
+"""``mesh drain``: run every ready task of a scope, up to ``--jobs`` at a time, and land each
+approved one on the integration branch through the merge queue (``orchestrator.landing``).
+
+Each task runs in a thread of this process exactly as ``mesh run`` runs it
+(``runner.run_task``): its own tracker connection, lease, worktree, branch ``mesh/<task>`` and
+checkpoints. Threads rather than processes because the work is waiting (on workers, git and
+validation subprocesses), the merge queue is then a plain in-process lock granted in approval
+order, and one SIGKILL stops the whole drain at once, which the checkpoints make resumable.
+
+When a slot frees up the scheduler takes the next candidate by ``mesh run``'s selection rules
+(scoped in-progress tasks first, then ready ones; ``--ids`` restricts). A blocked task never
+stops the drain: its dependents simply never become ready. The drain stops when nothing in
+scope is ready or in flight, after ``--max-tasks`` started tasks, or when the budget rule
+says so: no task starts once the remaining ``--max-usd`` cannot cover one more task (and the
+ones in flight) at the average cost of the finished ones.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roles.backends.base import Backend, BackendError
+from tracker.errors import TrackerError, WorkspaceError
+from tracker.store import Tracker
+
+from .engine import RunReport, load_checkpoints
+from .gitops import GitError, _git, repo_root
+from .landing import Lander, integration_branch_for, land_checkpoints
+from .lease import held_by_person
+from .runner import (RunError, RunOptions, load_run_config, make_backend, make_lander, open_tracker,
+                     require_sandbox, run_task)
+from .scope import Scope, ScopeError, resolve_scope, select_candidates
+
+__all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "budget_allows", "drain", "scope_tasks",
+           "verify_landings"]
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class DrainOptions:
+    """``mesh drain``'s options: ``run`` holds what it shares with ``mesh run``."""
+
+    run: RunOptions = field(default_factory=RunOptions)
+    jobs: int | None = None
+    max_tasks: int | None = None
+    max_usd: float | None = None
+    backend: Backend | None = None  # library callers (tests, benchmarks) may bring their own
+
+
+class DrainControl:
+    """Ctrl-C from the outside: ``stop_new()`` once means start no new task."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+
+    def stop_new(self) -> None:
+        """Start no new task; the running ones finish and land."""
+        self.stopping.set()
+
+
+@dataclass
+class TaskRow:
+    """One task of the drain, as the live view and the summary show it."""
+
+    id: str
+    title: str
+    state: str = "running"  # running, closed, awaiting_ci, blocked, error
+    run_id: str = ""
+    round: str = ""
+    cycle: str = ""
+    started: float = 0.0
+    ended: float | None = None
+    cost_usd: float = 0.0
+    calls: int = 0
+    tokens: int = 0
+    block_reason: str | None = None
+    block_detail: str | None = None
+    landed: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as JSON (elapsed seconds instead of clock readings)."""
+        end = self.ended if self.ended is not None else time.monotonic()
+        return {"id": self.id, "title": self.title, "state": self.state, "run_id": self.run_id,
+                "round": self.round, "cycle": self.cycle, "elapsed_s": round(end - self.started, 3),
+                "cost_usd": round(self.cost_usd, 6), "calls": self.calls, "tokens": self.tokens,
+                "block_reason": self.block_reason, "block_detail": self.block_detail, "landed": self.landed}
+
+
+@dataclass
+class DrainReport:
+    """The final summary of a drain (``--json``'s last object)."""
+
+    branch: str
+    scope: dict[str, Any]
+    tasks: list[TaskRow]
+    landings: int = 0
+    conflicts: int = 0
+    wall_s: float = 0.0
+    stop_reason: str = "done"
+    skipped: list[str] = field(default_factory=list)
+    verified: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every task ended closed (or awaiting CI), 3 when any ended blocked."""
+        return 3 if any(row.state in ("blocked", "error") for row in self.tasks) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary object."""
+        rows = [row.to_dict() for row in self.tasks]
+        return {
+            "event": "summary",
+            "branch": self.branch,
+            "scope": self.scope,
+            "closed": [r["id"] for r in rows if r["state"] in ("closed", "awaiting_ci")],
+            "blocked": {r["id"]: r["block_reason"] for r in rows if r["state"] in ("blocked", "error")},
+            "landings": self.landings,
+            "conflicts": self.conflicts,
+            "wall_s": round(self.wall_s, 3),
+            "task_s": round(sum(r["elapsed_s"] for r in rows), 3),
+            "calls": sum(r["calls"] for r in rows),
+            "tokens": sum(r["tokens"] for r in rows),
+            "cost_usd": round(sum(r["cost_usd"] for r in rows), 6),
+            "stop_reason": self.stop_reason,
+            "skipped": self.skipped,
+            "tasks": rows,
+            "exit_code": self.exit_code,
+        }
+
+
+def budget_allows(max_usd: float | None, *, finished: list[float], running: list[float]) -> bool:
+    """May one more task start? ``finished``/``running``: what each finished or running task cost
+    so far. Yes while the remaining budget covers one more task at the average cost of the
+    finished ones, after the running ones are counted at that average too (at least at what
+    they spent). Before any task finished, yes while anything is left."""
+    if max_usd is None:
+        return True
+    spent = sum(finished) + sum(running)
+    if not finished:
+        return spent < max_usd
+    average = sum(finished) / len(finished)
+    still_to_spend = sum(max(average - cost, 0.0) for cost in running)
+    return spent + still_to_spend + average <= max_usd
+
+
+def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
+    """Every task of the scope, closed ones included."""
+    labels = [scope.plan_label] if scope.plan_label else []
+    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
+                        include_closed=True)
+
+
+def verify_landings(tracker: Tracker, lander: Lander, scope: Scope) -> list[dict[str, Any]]:
+    """Check each ``[orch:land]`` landing of the scope against the integration branch: a
+    recorded landing whose commit is not on the branch any more is reported, never redone."""
+    tip = lander.tip()
+    out = []
+    for task in scope_tasks(tracker, scope):
+        for cp in land_checkpoints(load_checkpoints(tracker, task["id"])):
+            artifact = cp.payload.get("artifact") or {}
+            if artifact.get("result") != "landed" or artifact.get("branch") != lander.branch:
+                continue
+            on_branch = _git(lander.repo, "merge-base", "--is-ancestor", artifact["sha"], tip,
+                             check=False).returncode == 0
+            out.append({"task": task["id"], "run_id": cp.run_id, "sha": artifact["sha"], "on_branch": on_branch})
+    return out
+
+
+class _Drain:
+    def __init__(self, options: DrainOptions, emit: Emit, control: DrainControl) -> None:
+        self.options = options
+        self.emit_raw = emit
+        self.control = control
+        self.t0 = time.monotonic()
+        self.rows: dict[str, TaskRow] = {}
+        self.engines: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.landings = 0
+        self.conflicts = 0
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.emit_raw({"event": event, "t": round(time.monotonic() - self.t0, 3), **fields})
+
+    def on_land(self, event: str, fields: dict[str, Any]) -> None:
+        if event == "land_done":
+            with self.lock:
+                if fields.get("result") == "landed":
+                    self.landings += 1
+                    self.rows[fields["task"]].landed = fields.get("sha")
+                elif fields.get("result") == "conflict":
+                    self.conflicts += 1
+        self.emit(event, **fields)
+
+    # ------------------------------------------------------------------ one task (a worker thread)
+
+    def work(self, task: dict, reason: str) -> tuple[RunReport | None, list[str]]:
+        task_id = task["id"]
+        held: list[str] = []
+        tracker = Tracker(self.db, actor=self.actor)
+
+        def hook(engine: Any) -> None:
+            with self.lock:
+                self.engines[task_id] = engine
+                self.rows[task_id].run_id = engine.run_id
+            self.emit("task_run", task=task_id, run_id=engine.run_id, resumed=engine.resumed)
+
+        def echo(line: str) -> None:
+            engine = self.engines.get(task_id)
+            row = self.rows[task_id]
+            kind = line[len("[orch:"):line.index("]")] if line.startswith("[orch:") and "]" in line else "preflight"
+            if engine is not None:
+                row.round = kind
+                row.cycle = f"c{engine.bus.consensus_cycle}/r{engine.bus.review_cycle}"
+                row.cost_usd = engine.usage.cost_usd
+                row.calls = engine.calls
+            self.emit("checkpoint", task=task_id, kind=kind, cycle=row.cycle, line=line,
+                      cost_usd=round(row.cost_usd, 6))
+
+        try:
+            report = run_task(tracker, self.backend, self.config, self.scope, task, reason, self.repo,
+                              self.options.run, held, echo=echo, engine_hook=hook, lander=self.lander,
+                              steal_dead=True)
+        finally:
+            tracker.close()
+        return report, held
+
+    # ------------------------------------------------------------------ the scheduler
+
+    def run(self) -> DrainReport:
+        options = self.options.run
+        self.config = load_run_config(options)
+        if not self.config.integrate:
+            raise RunError("mesh drain lands work: --no-integrate does not apply", 2)
+        require_sandbox(self.config)
+        try:
+            self.scope = resolve_scope(options.label, options.parent)
+        except ScopeError as exc:
+            raise RunError(str(exc), 2) from None
+        try:
+            self.repo = repo_root(Path(options.repo).resolve() if options.repo else Path.cwd())
+        except GitError as exc:
+            raise RunError(f"--repo: {exc}", 2) from None
+        jobs = self.options.jobs or self.config.drain.jobs
+        if jobs < 1:
+            raise RunError("--jobs must be at least 1", 2)
+        branch = options.onto or self.config.drain.onto or integration_branch_for(self.scope)
+        tracker = open_tracker(Path(options.db) if options.db else None, options.actor)
+        self.db, self.actor = tracker.path, tracker.actor
+        try:
+            self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land)
+            self.emit("drain_started", branch=branch, jobs=jobs, scope=self.scope.to_dict(), repo=str(self.repo))
+            verified = verify_landings(tracker, self.lander, self.scope)
+            for v in verified:
+                self.emit("land_verified" if v["on_branch"] else "land_missing", **v)
+            self.backend = self.options.backend or make_backend(self.config, options)
+            try:
+                stop_reason, skipped, errors = self.schedule(tracker, jobs)
+            finally:
+                if self.options.backend is None:
+                    self.backend.close()
+        except TrackerError as exc:
+            raise RunError(str(exc), 4 if isinstance(exc, WorkspaceError) else 2) from None
+        finally:
+            tracker.close()
+        report = DrainReport(branch=branch, scope=self.scope.to_dict(), tasks=list(self.rows.values()),
+                             landings=self.landings, conflicts=self.conflicts, wall_s=time.monotonic() - self.t0,
+                             stop_reason=stop_reason, skipped=skipped, verified=verified)
+        if errors:
+            raise RunError("; ".join(errors), 2)
+        return report
+
+    def budget_allows(self) -> bool:
+        return budget_allows(self.options.max_usd,
+                             finished=[row.cost_usd for row in self.rows.values() if row.ended is not None],
+                             running=[row.cost_usd for row in self.rows.values() if row.ended is None])
+
+    def schedule(self, tracker: Tracker, jobs: int) -> tuple[str, list[str], list[str]]:
+        in_flight: dict[concurrent.futures.Future, str] = {}
+        left_alone: set[str] = set()
+        skipped: list[str] = []
+        errors: list[str] = []
+        started = 0
+        stop_reason = "done"
+        announced = False
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mesh-drain") as pool:
+            while True:
+                if self.control.stopping.is_set():
+                    stop_reason = "interrupted"
+                    if not announced:
+                        announced = True
+                        self.emit("interrupt", mode="finish", running=sorted(in_flight.values()))
+                elif not errors and len(in_flight) < jobs:
+                    busy = set(in_flight.values())
+                    for task, reason in select_candidates(tracker, self.scope, self.options.run.ids):
+                        if len(in_flight) >= jobs:
+                            break
+                        task_id = task["id"]
+                        if task_id in busy or task_id in left_alone or task_id in self.rows:
+                            continue
+                        if not self.options.run.take_over and held_by_person(tracker, task, tracker.actor):
+                            left_alone.add(task_id)
+                            why = f"{task_id} is in progress by {task['assignee']} (not a mesh run); use --take-over"
+                            skipped.append(why)
+                            self.emit("task_skipped", task=task_id, why=why)
+                            continue
+                        if self.options.max_tasks is not None and started >= self.options.max_tasks:
+                            stop_reason = "max_tasks"
+                            break
+                        if not self.budget_allows():
+                            stop_reason = "budget"
+                            break
+                        started += 1
+                        self.rows[task_id] = TaskRow(id=task_id, title=task["title"], started=time.monotonic())
+                        self.emit("task_started", task=task_id, title=task["title"], reason=reason)
+                        in_flight[pool.submit(self.work, task, reason)] = task_id
+                if not in_flight:
+                    break
+                done, _ = concurrent.futures.wait(list(in_flight), timeout=0.25,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    task_id = in_flight.pop(future)
+                    self.finish(task_id, future, skipped, errors, left_alone)
+        return stop_reason, skipped, errors
+
+    def finish(self, task_id: str, future: concurrent.futures.Future, skipped: list[str], errors: list[str],
+               left_alone: set[str]) -> None:
+        row = self.rows[task_id]
+        row.ended = time.monotonic()
+        engine = self.engines.get(task_id)
+        try:
+            report, held = future.result()
+        except (BackendError, GitError, RunError, TrackerError, OSError, ValueError) as exc:
+            row.state, row.block_reason, row.block_detail = "error", "error", str(exc)
+            errors.append(f"{task_id}: {exc}")
+            self.emit("task_finished", task=task_id, **row.to_dict())
+            return
+        if report is None:
+            # Not ours to run after all (a live lease, a person): forget the row, never retry it here.
+            del self.rows[task_id]
+            left_alone.add(task_id)
+            skipped.extend(held)
+            self.emit("task_skipped", task=task_id, why="; ".join(held))
+            return
+        row.state = report.outcome
+        row.run_id = report.orch_run_id
+        row.block_reason, row.block_detail = report.block_reason, report.block_detail
+        usage = report.usage or {}
+        row.cost_usd = usage.get("cost_usd", row.cost_usd)
+        row.calls = usage.get("calls", row.calls)
+        row.tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+        if engine is not None:
+            row.cycle = f"c{engine.bus.consensus_cycle}/r{engine.bus.review_cycle}"
+        self.emit("task_finished", task=task_id, **row.to_dict())
+
+
+def drain(options: DrainOptions, *, emit: Emit | None = None, control: DrainControl | None = None) -> DrainReport:
+    """Drain a scope (see the module docstring). Raises ``RunError`` for usage (2) and tracker (4)
+    problems, and for a backend or git failure of any task (2) after the others finished."""
+    return _Drain(options, emit or (lambda event: None), control or DrainControl()).run()

@@ -1,0 +1,375 @@
+"""Landing: approved work goes onto an integration branch through a one-at-a-time queue.
+
+Under ``mesh run --onto BRANCH`` and ``mesh drain`` each task's worktree is cut from the
+integration branch's tip when the task starts, and after approval the task's commits land:
+
+1. they are re-created one by one on top of the integration tip (a rebase, done in a private
+   index with three-way ``git apply``: no checkout is touched), keeping their messages and
+   trailers; when that conflicts, the task's whole change is squash-merged instead
+   (``git merge-tree``: one commit carrying the ``Mesh-Task``/``Mesh-Run`` trailers), and
+   when that conflicts too the landing fails with ``conflict``;
+2. the task's validation commands run on the resulting commit, in the sandbox every
+   validation uses (``validation.sandbox``);
+3. only when they pass is the integration branch fast-forwarded to it, with a
+   compare-and-set on its old tip (``git update-ref``), so its history stays linear.
+
+One landing runs at a time, in the order tasks reached the queue (their approval order).
+The integration branch is never a protected branch and never the branch checked out in any
+worktree (the user's among them), so the user's checkout is never touched; nothing is pushed.
+
+A result whose tree is exactly the tree the task's own validation passed on (nothing landed
+since the task started) is not validated twice. Every landing is recorded as an
+``[orch:land]`` checkpoint. A landing killed half way is redone from the start (the branch
+had not moved; a scratch worktree of an unsandboxed validation is removed). One
+killed after the branch moved but before its checkpoint is recognised by the ``Mesh-Run``
+trailer of the task's commits on the branch and not repeated. A failed landing sends the
+task back once (``SendBack``: a new run on the current tip, told what went wrong); a second
+failure blocks it with ``merge_conflict`` or ``integration_validation_failed``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import Checkpoint
+from .config import MeshConfig
+from .engine import Blocked, SendBack, load_checkpoints
+from .faults import crash_point
+from .gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary,
+                     _worktree_entries, is_protected, repo_root)
+from .scope import Scope
+
+__all__ = ["LandResult", "Lander", "integration_branch_for", "landed_commits", "land_checkpoints",
+           "SCRATCH_PREFIX"]
+
+SCRATCH_PREFIX = "mesh-land-"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def integration_branch_for(scope: Scope) -> str:
+    """The default integration branch of a scope: ``mesh/land/<label or epic>``."""
+    name = scope.plan_label or scope.parent_epic or "scope"
+    cleaned = _UNSAFE.sub("-", name).strip(".-") or "scope"
+    return f"mesh/land/{cleaned}"
+
+
+@dataclass
+class LandResult:
+    """What one landing did. ``result`` is ``landed``, ``conflict`` or ``validation_failed``;
+    ``method`` is ``rebase``, ``merge``, ``already`` (found on the branch) or ``empty``."""
+
+    result: str
+    branch: str
+    onto: str = ""
+    sha: str = ""
+    method: str = ""
+    detail: str = ""
+    validation: list[dict[str, Any]] = field(default_factory=list)
+    revalidated: bool = False
+    duration_s: float = 0.0
+    validation_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def land_checkpoints(checkpoints: list[Checkpoint]) -> list[Checkpoint]:
+    """The ``[orch:land]`` checkpoints among a task's checkpoints, in order."""
+    return [cp for cp in checkpoints if cp.kind == "land"]
+
+
+def _has_user(root: Path) -> bool:
+    return all(_git(root, "config", "--get", key, check=False).stdout.strip() for key in ("user.name", "user.email"))
+
+
+def landed_commits(repo: Path, branch: str) -> dict[str, list[str]]:
+    """``Mesh-Run`` id -> shas (oldest first) of the commits on ``branch`` that carry one."""
+    ref = f"refs/heads/{branch}"
+    out = _git(repo, "log", "--reverse", "--format=%H%x00%(trailers:only,unfold)%x1e", ref, check=False).stdout
+    runs: dict[str, list[str]] = {}
+    for record in out.split("\x1e"):
+        record = record.strip("\n")
+        if not record:
+            continue
+        sha, _, trailers = record.partition("\x00")
+        for line in trailers.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip().lower() == "mesh-run":
+                runs.setdefault(value.strip(), []).append(sha.strip())
+                break
+    return runs
+
+
+class _Fifo:
+    """A lock granted in arrival order (``threading.Lock`` promises no order)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            while self._serving != ticket:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._serving += 1
+                self._cond.notify_all()
+
+
+class Lander:
+    """The integration branch of one ``mesh run --onto`` or ``mesh drain`` and its merge queue.
+
+    ``emit(event, fields)`` is told about queue and landing events (the live view).
+    """
+
+    def __init__(self, repo: Path, branch: str, config: MeshConfig, *,
+                 emit: Callable[[str, Mapping[str, Any]], None] | None = None) -> None:
+        self.repo = repo_root(repo)
+        self.branch = branch
+        self.ref = f"refs/heads/{branch}"
+        self.config = config
+        self.emit = emit or (lambda event, fields: None)
+        self.queue: list[str] = []
+        self._queue_lock = threading.Lock()
+        self._fifo = _Fifo()
+        self._ensure_branch()
+
+    # ------------------------------------------------------------------ the branch
+
+    def _ensure_branch(self) -> None:
+        """Refuse a protected or checked-out branch; create it from HEAD when missing."""
+        if is_protected(self.branch, self.config.protected_branches):
+            raise GitError("protected_branch", f"{self.branch} is a protected branch; choose another --onto")
+        if _git(self.repo, "check-ref-format", "--branch", self.branch, check=False).returncode != 0:
+            raise GitError("bad_base", f"{self.branch!r} is not a valid branch name")
+        for entry in _worktree_entries(self.repo):
+            if entry.get("branch") == self.ref:
+                raise GitError("branch_in_use", f"{self.branch} is checked out at {entry.get('worktree')}; mesh"
+                               " never moves a checked-out branch")
+        if _git(self.repo, "show-ref", "--verify", "--quiet", self.ref, check=False).returncode != 0:
+            head = _git(self.repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False).stdout.strip()
+            if not head:
+                raise GitError("bad_base", f"{self.repo} has no commit to start {self.branch} from")
+            # A compare-and-set on "no such ref": two drains starting together create it once.
+            _git(self.repo, "update-ref", self.ref, head, "0" * 40, check=False)
+        self.drop_scratch()
+
+    def tip(self) -> str:
+        """The sha the integration branch points at now."""
+        return _git(self.repo, "rev-parse", "--verify", f"{self.ref}^{{commit}}").stdout.strip()
+
+    def drop_scratch(self) -> None:
+        """Remove scratch worktrees a killed landing left behind."""
+        for entry in _worktree_entries(self.repo):
+            path = entry.get("worktree", "")
+            if Path(path).name.startswith(SCRATCH_PREFIX) and "detached" in entry:
+                _git(self.repo, "worktree", "remove", "--force", path, check=False)
+        _git(self.repo, "worktree", "prune", check=False)
+
+    # ------------------------------------------------------------------ engine side
+
+    def attach(self, engine: Any) -> None:
+        """Make ``engine`` cut from and land onto this branch; a task sent back earlier gets
+        what went wrong in its notes, so every role of the new attempt sees it."""
+        engine.lander = self
+        failed = [cp for cp in land_checkpoints(load_checkpoints(engine.tracker, engine.task["id"]))
+                  if cp.run_id != engine.run_id and (cp.payload.get("artifact") or {}).get("result") != "landed"]
+        if not failed:
+            return
+        last = failed[-1].payload["artifact"]
+        meta = dict(engine.bus.task_meta)
+        note = (f"An earlier attempt (run {failed[-1].run_id}) was approved but could not land on {self.branch}:"
+                f" {last.get('result')}: {last.get('detail') or ''}".strip()
+                + f"\nThis attempt starts from the current tip of {self.branch}; make the change fit it.")
+        meta["notes"] = f"{meta.get('notes') or ''}\n\n{note}".strip()
+        engine.bus.set_task_meta(meta)
+
+    def land(self, engine: Any) -> str:
+        """Land ``engine``'s approved work (once, even on resume) and return the landed sha.
+
+        Raises ``SendBack`` on a first failure of the task, ``Blocked`` on a second.
+        """
+        task_id = engine.task["id"]
+        stored = engine._stored("land", None, "land")
+        if stored is None:
+            commands = list((engine.bus.synthesis or {}).get("validation_commands") or [])
+            self.emit("land_queued", {"task": task_id})
+            with self._queue_lock:
+                self.queue.append(task_id)
+            try:
+                with self._fifo.turn():
+                    self.emit("land_started", {"task": task_id})
+                    validated = engine.worktree.head() if engine.validation_pass else None
+                    outcome = self.land_commits(task_id=task_id, run_id=engine.run_id, fork=engine.worktree.base,
+                                                head=engine.worktree.branch, commands=commands, validated=validated)
+            finally:
+                with self._queue_lock:
+                    self.queue.remove(task_id)
+            earlier = [cp for cp in land_checkpoints(load_checkpoints(engine.tracker, task_id))
+                       if cp.run_id != engine.run_id and (cp.payload.get("artifact") or {}).get("result") != "landed"]
+            artifact = outcome.to_dict()
+            artifact["attempt"] = len(earlier) + 1
+            artifact["action"] = ("none" if outcome.result == "landed" else "send_back" if not earlier else "block")
+            summary = (f"{outcome.result} on {self.branch}" + (f" at {outcome.sha[:12]} ({outcome.method})"
+                                                                if outcome.sha else "")
+                       + (f"; {artifact['action'].replace('_', ' ')}" if artifact["action"] != "none" else ""))
+            stored = engine._checkpoint("land", None, "land", summary, artifact, details=outcome.detail)
+            engine.mutations.append(f"land {task_id}: {summary}")
+            self.emit("land_done", {"task": task_id, **{k: artifact[k] for k in ("result", "sha", "method",
+                                                                                "duration_s", "validation_s")}})
+        artifact = stored["artifact"]
+        if artifact["result"] == "landed":
+            return artifact["sha"]
+        reason = "merge_conflict" if artifact["result"] == "conflict" else "integration_validation_failed"
+        if artifact.get("action") == "send_back":
+            raise SendBack(f"{reason}: {artifact.get('detail')}")
+        raise Blocked(reason, artifact.get("detail") or "")
+
+    # ------------------------------------------------------------------ git side
+
+    def land_commits(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
+                     validated: str | None = None) -> LandResult:
+        """Rebase (or squash-merge) ``fork..head`` onto the tip, validate, fast-forward.
+
+        ``validated`` is a commit whose tree already passed these commands (the task's last
+        proof): a result with exactly that tree (nothing landed since the task started) is not
+        validated again. Idempotent: commits of ``run_id`` already on the branch are reported
+        as landed.
+        """
+        started = time.monotonic()
+        onto = self.tip()
+        done = landed_commits(self.repo, self.branch).get(run_id)
+        if done:
+            return LandResult("landed", self.branch, onto=onto, sha=done[-1], method="already",
+                              duration_s=time.monotonic() - started)
+        commits = _git(self.repo, "rev-list", "--reverse", f"{fork}..{head}").stdout.split()
+        if not commits:
+            return LandResult("landed", self.branch, onto=onto, sha=onto, method="empty",
+                              duration_s=time.monotonic() - started)
+        identity = None if _has_user(self.repo) else _MESH_IDENTITY
+        method = "rebase"
+        new = self._replay(commits, onto, identity)
+        if new is None:
+            method = "merge"
+            new, conflict = self._squash(task_id, run_id, onto, head, identity)
+            if new is None:
+                return LandResult("conflict", self.branch, onto=onto, method=method, detail=conflict,
+                                  duration_s=time.monotonic() - started)
+        crash_point("land-commit")
+        checked = time.monotonic()
+        revalidated = not (validated and _tree(self.repo, new) == _tree(self.repo, validated))
+        results, passed = self._validate(new, commands) if revalidated else ([], True)
+        validation_s = time.monotonic() - checked
+        if not passed:
+            failed = [r for r in results if not r["passed"]]
+            detail = "; ".join(f"`{r['command']}` " + ("rejected" if r["rejected"] else f"exit {r['exit_code']}")
+                               + (f": {r['stderr_tail'][-300:]}" if r.get("stderr_tail") else "")
+                               for r in failed) or "no validation command ran"
+            return LandResult("validation_failed", self.branch, onto=onto, sha=new, method=method,
+                              detail=detail, validation=_brief(results), revalidated=True,
+                              duration_s=time.monotonic() - started, validation_s=validation_s)
+        moved = _git(self.repo, "update-ref", self.ref, new, onto, check=False)
+        if moved.returncode != 0:
+            raise GitError("git_failed", f"{self.branch} moved during the landing: {_summary(moved.stderr)}")
+        crash_point("land-ref")
+        return LandResult("landed", self.branch, onto=onto, sha=new, method=method,
+                          validation=_brief(results), revalidated=revalidated,
+                          duration_s=time.monotonic() - started, validation_s=validation_s)
+
+    def _replay(self, commits: list[str], onto: str, identity: Mapping[str, str] | None) -> str | None:
+        """Re-create each commit on top of ``onto`` (a rebase without a checkout: each commit's
+        diff is applied three-way to a private index); the new tip, or None on a conflict.
+        Messages (trailers included), authors and dates are kept."""
+        with tempfile.TemporaryDirectory(prefix="mesh-land-index-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), **(identity or {})}
+            current = onto
+            for commit in commits:
+                _git(self.repo, "read-tree", current, env=env)
+                patch = _git_bytes(self.repo, "diff-tree", "-p", "--binary", "--no-color", "--no-ext-diff",
+                                   "--no-textconv", f"{commit}^", commit)
+                if patch.stdout.strip():
+                    applied = _git_bytes(self.repo, "apply", "--cached", "--3way", "--whitespace=nowarn", "-",
+                                         input=patch.stdout, env=env)
+                    if applied.returncode != 0:
+                        return None
+                tree = _git(self.repo, "write-tree", env=env).stdout.strip()
+                name, email, date, message = _git(self.repo, "log", "-1", "--format=%an%x00%ae%x00%aI%x00%B",
+                                                  commit).stdout.split("\x00", 3)
+                author = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
+                current = _git(self.repo, "commit-tree", tree, "-p", current, "-F", "-", input=message,
+                               env={**(identity or {}), **author}).stdout.strip()
+            return current
+
+    def _squash(self, task_id: str, run_id: str, onto: str, head: str,
+                identity: Mapping[str, str] | None) -> tuple[str | None, str]:
+        """Squash-merge ``head`` onto ``onto`` as one commit: (its sha, "") or (None, the conflict)."""
+        merged = _git(self.repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", onto, head,
+                      check=False)
+        lines = merged.stdout.split()
+        if merged.returncode != 0 or not lines:
+            what = ", ".join(dict.fromkeys(lines[1:])) or _summary(merged.stderr)
+            return None, f"the task's change conflicts with {self.branch} in: {what}"
+        title = _git(self.repo, "log", "-1", "--format=%s", head).stdout.strip() or f"mesh: {task_id}"
+        body = (f"{title}\n\nSquash-merged onto {self.branch}: its commits did not rebase cleanly.\n\n"
+                f"Mesh-Task: {task_id}\nMesh-Run: {run_id}\nMesh-Land: merge\n")
+        sha = _git(self.repo, "commit-tree", lines[0], "-p", onto, "-F", "-", input=body, env=identity).stdout.strip()
+        return sha, ""
+
+    def _validate(self, commit: str, commands: list[str]) -> tuple[list[dict], bool]:
+        """Run ``commands`` on ``commit``'s tree: bwrap materialises it from git objects; without
+        a sandbox it is checked out in a scratch worktree first."""
+        from .validation import run_validation
+
+        cfg = self.config.validation
+        scratch = None
+        if cfg.sandbox == "none" and commands:
+            scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+            added = _git(self.repo, "worktree", "add", "--quiet", "--detach", str(scratch), commit, check=False)
+            if added.returncode != 0:
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise GitError("git_failed", f"git worktree add: {_summary(added.stderr)}")
+        try:
+            results = run_validation(commands, cwd=scratch or self.repo, allow=cfg.allow, timeout_s=cfg.timeout_s,
+                                     max_output_bytes=cfg.max_output_bytes, commit=commit, sandbox=cfg.sandbox,
+                                     env_names=cfg.env, limits=cfg.limits)
+        finally:
+            if scratch is not None:
+                _git(self.repo, "worktree", "remove", "--force", str(scratch), check=False)
+                shutil.rmtree(scratch, ignore_errors=True)
+        dicts = [r.to_dict() for r in results]
+        ran = [r for r in dicts if not r["rejected"]]
+        passed = bool(ran) and all(r["passed"] for r in ran) if (commands or cfg.required) else True
+        return dicts, passed
+
+
+def _git_bytes(cwd: Path, *args: str, input: bytes | None = None,
+               env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``gitops._git`` for bytes: a diff is carried from one git to another undecoded."""
+    return subprocess.run(["git", *_SAFETY_CONFIG, *args], cwd=cwd, input=input, capture_output=True,
+                          env=_env(env), timeout=_GIT_TIMEOUT_S)
+
+
+def _tree(repo: Path, commit: str) -> str:
+    return _git(repo, "rev-parse", f"{commit}^{{tree}}").stdout.strip()
+
+
+def _brief(results: list[dict]) -> list[dict]:
+    return [{k: r.get(k) for k in ("command", "exit_code", "passed", "rejected")} for r in results]

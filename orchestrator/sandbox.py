@@ -1,0 +1,308 @@
+"""Run a program inside a bubblewrap (``bwrap``) sandbox.
+
+Validation commands and ``command`` workers run code that model output controls. Inside
+the sandbox they get new user, pid, ipc and uts namespaces (and, for validation, a new
+network namespace with nothing in it), a read-only view of the system and of the Python
+installation, a fresh ``/proc`` that shows only the sandbox's own processes, an empty
+``/tmp``, and only the folders a caller binds in. The user's repository, its ``.git``, the
+tracker, the home folder and mesh's own files are not there unless a caller binds them.
+
+bwrap is started with the already cleaned environment: inside the sandbox
+``/proc/1/environ`` is bwrap's own environment, so ``--clearenv`` alone would still leave
+the parent's whole environment readable there. Values are never put on bwrap's command
+line either (``--setenv``), because every local user can read a command line with ``ps``.
+
+Limits (CPU time, address space, file size) are set with ``setrlimit`` in the child before
+bwrap is executed, so they hold for bwrap and everything it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "SANDBOX_HOME",
+    "SANDBOX_TREE",
+    "SIGNING_KEY_ENV",
+    "Launcher",
+    "Limits",
+    "SandboxUnavailable",
+    "bwrap_argv",
+    "covered",
+    "minimal_env",
+    "probe",
+    "program_roots",
+    "python_roots",
+    "require_bwrap",
+    "sandbox_path",
+    "visible_roots",
+    "worker_launcher",
+]
+
+SIGNING_KEY_ENV = "MESH_SIGNING_KEY"
+# Where a validation sandbox shows the tree under test, and the empty HOME it gets.
+SANDBOX_TREE = "/mesh/tree"
+SANDBOX_HOME = "/mesh/home"
+Launcher = Callable[[Sequence[str], Mapping[str, str], "str | None"], tuple[list[str], dict[str, str]]]
+
+_INSTALL_FIX = ("install it with 'apt-get install bubblewrap', or set validation.sandbox = \"none\" "
+                "in mesh.toml to run without a sandbox knowingly")
+_NAMESPACE_FIX = ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+                  "kernel.apparmor_restrict_unprivileged_userns=0), or set validation.sandbox = \"none\" "
+                  "in mesh.toml to run without a sandbox knowingly")
+_PROBE_TIMEOUT_S = 20.0
+# The system, read-only. A name that is a symlink on this host (/bin -> usr/bin on merged-/usr
+# systems) is recreated as the same symlink, so paths resolve inside as they do outside.
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+_RESOLV_CONF = "/etc/resolv.conf"
+
+
+class SandboxUnavailable(Exception):
+    """bwrap is missing or cannot create the namespaces; the message is one line with the fix."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-process resource limits of a sandboxed command; None or 0 means no limit.
+
+    ``cpu_s`` is CPU seconds (SIGXCPU, then SIGKILL a second later), ``memory_mb`` the
+    address space (RLIMIT_AS) and ``file_size_mb`` the largest file a process may write.
+    """
+
+    cpu_s: float | None = 600
+    memory_mb: int | None = 8192
+    file_size_mb: int | None = 1024
+
+    def apply(self) -> None:
+        """Set the limits on the calling process (meant to run in a child before exec)."""
+        if self.cpu_s:
+            seconds = max(1, int(self.cpu_s + 0.999))
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+        if self.memory_mb:
+            size = int(self.memory_mb) << 20
+            resource.setrlimit(resource.RLIMIT_AS, (size, size))
+        if self.file_size_mb:
+            size = int(self.file_size_mb) << 20
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+_probe_lock = threading.Lock()
+_probed: dict[str, str | None] = {}
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:200] if lines else "no message"
+
+
+def _try_namespaces(bwrap: str) -> str | None:
+    """None when ``bwrap`` can run ``true`` with every namespace mesh asks for, else why not."""
+    true = shutil.which("true", path="/usr/bin:/bin")
+    if true is None:
+        return "no 'true' program in /usr/bin or /bin to test with"
+    argv = bwrap_argv(bwrap, [true], network=False, chdir="/")
+    try:
+        proc = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"bwrap did not finish within {_PROBE_TIMEOUT_S:g}s"
+    except OSError as exc:
+        return f"cannot run {bwrap}: {exc.strerror or exc}"
+    if proc.returncode != 0:
+        return _first_line(proc.stderr.decode("utf-8", errors="replace")) or f"exit status {proc.returncode}"
+    return None
+
+
+def probe() -> str:
+    """The path of a ``bwrap`` on PATH that can create the sandbox's namespaces.
+
+    Raises SandboxUnavailable (one line: why, and the fix) when there is none. The
+    namespace test runs once per bwrap binary per process; the answer is cached.
+    """
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxUnavailable(f"sandbox unavailable: bwrap (bubblewrap) is not on PATH; {_INSTALL_FIX}")
+    bwrap = os.path.realpath(found)
+    with _probe_lock:
+        if bwrap not in _probed:
+            _probed[bwrap] = _try_namespaces(bwrap)
+        problem = _probed[bwrap]
+    if problem is not None:
+        raise SandboxUnavailable(
+            f"sandbox unavailable: {bwrap} cannot create user, pid, network, ipc and uts namespaces "
+            f"({problem}); {_NAMESPACE_FIX}")
+    return bwrap
+
+
+def covered(path: str, roots: Iterable[str]) -> bool:
+    """True when ``path`` is one of ``roots`` or lies below one of them."""
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def python_roots() -> list[str]:
+    """The installation prefixes of the running interpreter (a virtualenv and its base)."""
+    roots = []
+    for prefix in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix):
+        if prefix and os.path.isabs(prefix) and os.path.isdir(prefix) and prefix not in roots:
+            roots.append(prefix)
+    return roots
+
+
+def program_roots(program: str) -> list[str]:
+    """The folders a program needs visible to run: its own, its target's, and their prefix.
+
+    A program found in a ``bin`` folder brings the prefix above it (a Python's ``lib``
+    lives there), and a program inside a virtualenv brings the virtualenv.
+    """
+    roots: list[str] = []
+    for path in (os.path.abspath(program), os.path.realpath(program)):
+        folder = os.path.dirname(path)
+        parent = os.path.dirname(folder)
+        candidates = [folder]
+        if os.path.basename(folder) == "bin" and parent != "/":
+            candidates = [parent]
+        for candidate in candidates:
+            if candidate not in roots:
+                roots.append(candidate)
+    return roots
+
+
+def _system_args(network: bool) -> list[str]:
+    args: list[str] = []
+    for path in _SYSTEM_PATHS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    if network and os.path.islink(_RESOLV_CONF):
+        # A resolver file kept outside /etc (systemd-resolved's stub under /run) must come
+        # along, or a networked worker cannot resolve names.
+        target = os.path.realpath(_RESOLV_CONF)
+        if os.path.isfile(target) and not covered(target, _SYSTEM_PATHS):
+            args += ["--ro-bind", target, target]
+    return args
+
+
+def _depth(path: str) -> int:
+    return len(Path(path).parts)
+
+
+def require_bwrap() -> str:
+    """The bwrap to use; SandboxUnavailable (one line: why, and the fix) when there is none."""
+    return probe()
+
+
+def visible_roots() -> list[str]:
+    """The folders every sandbox shows read-only: the system and the running Python."""
+    return [*_SYSTEM_PATHS, *python_roots()]
+
+
+def sandbox_path(path: str | None) -> str:
+    """``path`` (a PATH value) cut to the absolute entries a sandbox can see, in order."""
+    shown = visible_roots()
+    kept: list[str] = []
+    for entry in (path or os.defpath).split(os.pathsep):
+        if os.path.isabs(entry) and covered(entry, shown) and entry not in kept:
+            kept.append(entry)
+    return os.pathsep.join(kept)
+
+
+# Names that would send a test suite's git calls to a repository other than the tree under test.
+_GIT_LOCATION_ENV = frozenset({
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
+})
+
+
+def minimal_env(source: Mapping[str, str], names: Sequence[str], *, home: str, path: str) -> dict[str, str]:
+    """The whole environment of a validation command.
+
+    PATH (``path``), LANG (from ``source``, else C.UTF-8), HOME (``home``),
+    ``PYTHONSAFEPATH=1`` (no shadowing from the current folder), ``PYTHONDONTWRITEBYTECODE=1``,
+    and the variables of ``source`` named in ``names``; never the signing key or git's
+    location overrides, even when named.
+    """
+    env = {"PATH": path, "LANG": source.get("LANG") or "C.UTF-8", "HOME": home,
+           "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    for name in names:
+        if name in source and name != SIGNING_KEY_ENV and name.upper() not in _GIT_LOCATION_ENV:
+            env[name] = source[name]
+    return env
+
+
+def bwrap_argv(
+    bwrap: str,
+    command: Sequence[str],
+    *,
+    network: bool,
+    chdir: str,
+    binds: Sequence[tuple[str, str]] = (),
+    ro_binds: Sequence[tuple[str, str]] = (),
+) -> list[str]:
+    """The argv that runs ``command`` in a sandbox.
+
+    The system and the running Python are read-only, ``/proc`` shows only the sandbox,
+    ``/tmp`` is empty, ``SANDBOX_HOME`` exists (empty, writable); ``binds`` (source, target)
+    are writable and ``ro_binds`` read-only, mounted parents first. Without ``network`` the
+    sandbox has its own empty network namespace. The environment is not set here: start
+    bwrap with exactly the environment the command must have (see the module docstring).
+    """
+    argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    if not network:
+        argv.append("--unshare-net")
+    # Run as root, bwrap would keep every capability inside the sandbox's user namespace
+    # (enough to remount a read-only bind writable); drop them all.
+    argv += ["--die-with-parent", "--new-session", "--hostname", "mesh-sandbox", "--cap-drop", "ALL"]
+    argv += _system_args(network)
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]
+    mounts: dict[str, tuple[str, str]] = {}
+    for root in python_roots():
+        if not covered(root, _SYSTEM_PATHS):
+            mounts[root] = ("--ro-bind", root)
+    for kind, pairs in (("--ro-bind", ro_binds), ("--bind", binds)):
+        for source, target in pairs:
+            if os.path.exists(source):
+                mounts[os.path.abspath(target)] = (kind, os.path.abspath(source))
+    for target in sorted(mounts, key=_depth):
+        kind, source = mounts[target]
+        argv += [kind, source, target]
+    argv += ["--chdir", chdir, "--", *command]
+    return argv
+
+
+def worker_launcher(bwrap: str, *, readonly: Sequence[str | Path] = ()) -> Launcher:
+    """A launcher for the ``command`` backend that runs each worker call inside bwrap.
+
+    The worker keeps the network (agent CLIs call an API) and its real ``HOME``, writable
+    (agent CLIs keep their login there). Everything else it sees is read-only: the system,
+    the running Python, the worker program's folders, any absolute path named in the
+    worker command, the ``readonly`` folders (the repository, the tracker) and the call's
+    worktree, which is its working directory. Its own pid namespace keeps mesh's
+    ``/proc/<pid>/environ`` out of reach, and the signing key is dropped from its
+    environment whatever the caller passed.
+    """
+    fixed = [os.path.abspath(path) for path in readonly]
+
+    def launch(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> tuple[list[str], dict[str, str]]:
+        run_env = {name: value for name, value in env.items() if name != SIGNING_KEY_ENV}
+        home = run_env.get("HOME", "")
+        writable = [(home, home)] if os.path.isabs(home) and home != "/" and os.path.isdir(home) else []
+        shown = [*visible_roots(), *(target for _, target in writable)]
+        wanted = [*program_roots(argv[0]), *(arg for arg in argv[1:] if os.path.isabs(arg))]
+        read_only = [(path, path) for path in wanted if os.path.exists(path) and not covered(path, shown)]
+        read_only += [(path, path) for path in fixed]
+        if cwd is not None:
+            read_only.append((os.path.abspath(cwd), os.path.abspath(cwd)))
+        chdir = os.path.abspath(cwd) if cwd is not None else (home if writable else "/")
+        command = bwrap_argv(bwrap, list(argv), network=True, chdir=chdir, binds=writable, ro_binds=read_only)
+        return command, run_env
+
+    return launch

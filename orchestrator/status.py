@@ -1,0 +1,101 @@
+"""``mesh status``: a scope as a tree of epics and tasks, with what mesh did to each.
+
+For every task: its state, its open blockers, its branch ``mesh/<task>`` (when it exists) and
+the commit its work landed as on the integration branch (from its ``[orch:land]``
+checkpoints). Read-only: nothing is written to the tracker or to git.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tracker.store import Tracker
+
+from .engine import load_checkpoints
+from .gitops import GitError, _git, repo_root
+from .landing import integration_branch_for, land_checkpoints
+from .scope import Scope
+
+__all__ = ["scope_status", "render_status"]
+
+
+def _branch_exists(repo: Path | None, branch: str) -> bool:
+    if repo is None:
+        return False
+    return _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0
+
+
+def _task_entry(tracker: Tracker, task: dict, repo: Path | None) -> dict[str, Any]:
+    landed = None
+    last_land = None
+    for cp in land_checkpoints(load_checkpoints(tracker, task["id"])):
+        artifact = cp.payload.get("artifact") or {}
+        last_land = artifact.get("result")
+        if artifact.get("result") == "landed":
+            landed = artifact.get("sha")
+    branch = f"mesh/{task['id']}"
+    return {
+        "id": task["id"],
+        "title": task["title"],
+        "status": task["status"],
+        "assignee": task.get("assignee"),
+        "blockers": [b["id"] for b in tracker.blockers(task["id"])],
+        "branch": branch if _branch_exists(repo, branch) else None,
+        "landed": landed,
+        "last_land": last_land,
+    }
+
+
+def scope_status(tracker: Tracker, scope: Scope, *, repo: Path | None = None,
+                 onto: str | None = None) -> dict[str, Any]:
+    """The scope's tree: ``{"scope", "branch", "epics": [{"id", "title", "status", "tasks": [...]}]}``.
+
+    Tasks without an epic in scope sit under a pseudo-epic with id None.
+    """
+    try:
+        root = repo_root(repo) if repo is not None else None
+    except GitError:
+        root = None
+    labels = [scope.plan_label] if scope.plan_label else []
+    tasks = tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
+                         include_closed=True)
+    epics: dict[str | None, dict[str, Any]] = {}
+    for task in tasks:
+        parent = task.get("parent") or scope.parent_epic
+        if parent not in epics:
+            epic = tracker.get(parent) if parent else None
+            epics[parent] = {"id": parent, "title": epic["title"] if epic else "(no epic)",
+                             "status": epic["status"] if epic else None, "tasks": []}
+        epics[parent]["tasks"].append(_task_entry(tracker, task, root))
+    branch = onto or integration_branch_for(scope)
+    tip = None
+    if root is not None and _branch_exists(root, branch):
+        tip = _git(root, "rev-parse", f"refs/heads/{branch}").stdout.strip()
+    return {"scope": scope.to_dict(), "branch": branch, "branch_tip": tip, "epics": list(epics.values())}
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """The tree as text, one line per epic and per task."""
+    scope = status["scope"]
+    out = [f"scope {scope.get('plan_label') or scope.get('parent_epic')}  integration branch {status['branch']}"
+           + (f" at {status['branch_tip'][:12]}" if status["branch_tip"] else " (not created yet)")]
+    if not status["epics"]:
+        out.append("  no task in scope")
+    for epic in status["epics"]:
+        out.append(f"{epic['id'] or '-'}  {epic['title']}" + (f"  [{epic['status']}]" if epic["status"] else ""))
+        for i, task in enumerate(epic["tasks"]):
+            corner = "└─" if i == len(epic["tasks"]) - 1 else "├─"
+            bits = [task["status"]]
+            if task["assignee"]:
+                bits.append(f"@{task['assignee']}")
+            if task["blockers"]:
+                bits.append("blocked by " + ",".join(task["blockers"]))
+            if task["branch"]:
+                bits.append(task["branch"])
+            if task["landed"]:
+                bits.append(f"landed {task['landed'][:12]}")
+            elif task["last_land"]:
+                bits.append(f"land {task['last_land']}")
+            out.append(f"  {corner} {task['id']}  {task['title'][:50]}  ({'; '.join(bits)})")
+    return "\n".join(out)

@@ -1,0 +1,97 @@
+"""``mesh drain`` crash safety and control: SIGKILL at many points then the same command again,
+Ctrl-C once and twice. The drain runs as a real child process (``MESH_CRASH_AT`` makes it
+SIGKILL itself at a named point)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.drainkit import ROOT, DrainWorkspace, make_drain_workspace
+from tests.test_drain import PROTOCOL, diff
+
+pytestmark = pytest.mark.slow
+
+
+def _child(ws: DrainWorkspace, *extra: str, jobs: int = 1, crash_at: str | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
+    if crash_at:
+        env["MESH_CRASH_AT"] = crash_at
+    return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()",
+                             *ws.drain_args(*extra, jobs=jobs)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _small_graph(ws: DrainWorkspace) -> None:
+    ws.task("A", patch=diff("lib.txt", [], ["a"]))
+    ws.task("B", after=("A",), patch=diff("lib.txt", ["a"], ["a", "b"]))
+    ws.task("C", patch=diff("c.txt", [], ["c"]))
+
+
+@pytest.mark.parametrize("crash_at", ["checkpoint#3", "checkpoint#17", "checkpoint#30", "land-commit#1",
+                                      "land-ref#1", "land-ref#3", "close#2"])
+def test_sigkill_then_rerun_gives_the_same_tree_and_no_duplicates(tmp_path, crash_at):
+    ws = make_drain_workspace(tmp_path)
+    _small_graph(ws)
+    proc = _child(ws, jobs=2, crash_at=crash_at)
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL  # the kill point was reached
+    code, events, res = ws.drain(jobs=2)
+    assert code == 0, res.output
+    tree = ws.tree()
+    assert (tree["lib.txt"], tree["c.txt"]) == ("a\nb\n", "c\n")
+    assert sorted(ws.landed_tasks()) == sorted(ws.ids[n] for n in "ABC")  # no commit landed twice
+    with ws.tracker() as t:
+        for name in "ABC":
+            assert t.get(ws.ids[name])["status"] == "closed"
+            assert [cp.kind for cp in ws.checkpoints(name)] == PROTOCOL
+            assert len(t.comments(ws.ids[name])) == len(PROTOCOL)  # no comment written twice
+            assert len({cp.run_id for cp in ws.checkpoints(name)}) == 1
+        assert len(t.list(issue_type="task", include_closed=True)) == 3
+
+
+def test_ctrl_c_once_finishes_the_running_task_and_starts_no_new_one(tmp_path):
+    ws = make_drain_workspace(tmp_path)
+    ws.task("P", priority=1, patch=diff("p.txt", [], ["p"]), sleep_s=0.05)
+    ws.task("Q", priority=2, patch=diff("q.txt", [], ["q"]), sleep_s=0.05)
+    proc = _child(ws)
+    for line in proc.stdout:
+        if json.loads(line)["event"] == "task_started":
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "starting no new task" in err
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["stop_reason"] == "interrupted"
+    assert (ws.status("P"), ws.status("Q")) == ("closed", "open")
+    assert ws.tree()["p.txt"] == "p\n" and ws.checkpoints("Q") == []
+
+
+def test_ctrl_c_twice_stops_now_and_the_same_command_resumes(tmp_path):
+    ws = make_drain_workspace(tmp_path)
+    ws.task("P", priority=1, patch=diff("p.txt", [], ["p"]), sleep_s=0.05)
+    ws.task("Q", priority=2, patch=diff("q.txt", [], ["q"]), sleep_s=0.05)
+    proc = _child(ws)
+    for line in proc.stdout:
+        event = json.loads(line)
+        if event["event"] == "checkpoint" and event["kind"] == "proposal":
+            break
+    proc.send_signal(signal.SIGINT)
+    assert "starting no new task" in proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130
+    assert "stopping now" in err and "resumable" in err
+    assert ws.status("P") == "in_progress"
+    code, events, res = ws.drain()
+    assert code == 0, res.output
+    runs = [e for e in events if e["event"] == "task_run" and e["task"] == ws.ids["P"]]
+    assert runs and runs[0]["resumed"]
+    assert (ws.status("P"), ws.status("Q")) == ("closed", "closed")
+    assert [cp.kind for cp in ws.checkpoints("P")] == PROTOCOL
