@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roles.backends.base import Backend, BackendError
+from roles.backends.base import Backend
 from tracker.errors import TrackerError, WorkspaceError
 from tracker.store import Tracker
 
@@ -336,7 +336,7 @@ class _Drain:
         engine = self.engines.get(task_id)
         try:
             report, held = future.result()
-        except (BackendError, GitError, RunError, TrackerError, OSError, ValueError) as exc:
+        except Exception as exc:  # a thread's failure becomes the task's typed outcome, never a traceback
             row.state, row.block_reason, row.block_detail = "error", "error", str(exc)
             errors.append(f"{task_id}: {exc}")
             self.emit("task_finished", task=task_id, **row.to_dict())

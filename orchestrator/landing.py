@@ -111,6 +111,13 @@ def landed_commits(repo: Path, branch: str) -> dict[str, list[str]]:
     return runs
 
 
+_MOVED_RETRIES = 5
+
+
+class _BranchMoved(Exception):
+    """The integration branch moved between reading its tip and fast-forwarding it."""
+
+
 class _Fifo:
     """A lock granted in arrival order (``threading.Lock`` promises no order)."""
 
@@ -247,6 +254,18 @@ class Lander:
 
     def land_commits(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
                      validated: str | None = None) -> LandResult:
+        """Land as ``_land_once`` does; when another process moved the branch during the landing
+        (its compare-and-set failed), land again on the new tip."""
+        for _ in range(_MOVED_RETRIES):
+            try:
+                return self._land_once(task_id=task_id, run_id=run_id, fork=fork, head=head, commands=commands,
+                                       validated=validated)
+            except _BranchMoved:
+                continue
+        raise GitError("git_failed", f"{self.branch} kept moving during the landing of {task_id}")
+
+    def _land_once(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
+                   validated: str | None = None) -> LandResult:
         """Rebase (or squash-merge) ``fork..head`` onto the tip, validate, fast-forward.
 
         ``validated`` is a commit whose tree already passed these commands (the task's last
@@ -288,7 +307,9 @@ class Lander:
                               duration_s=time.monotonic() - started, validation_s=validation_s)
         moved = _git(self.repo, "update-ref", self.ref, new, onto, check=False)
         if moved.returncode != 0:
-            raise GitError("git_failed", f"{self.branch} moved during the landing: {_summary(moved.stderr)}")
+            if self.tip() != onto:
+                raise _BranchMoved()
+            raise GitError("git_failed", f"git update-ref {self.branch}: {_summary(moved.stderr)}")
         crash_point("land-ref")
         return LandResult("landed", self.branch, onto=onto, sha=new, method=method,
                           validation=_brief(results), revalidated=revalidated,

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from orchestrator.config import MeshConfig
 from orchestrator.gitops import GitError
 from orchestrator.landing import Lander, landed_commits
-from orchestrator.config import MeshConfig
 from tests.drainkit import BRANCH, LABEL, DrainWorkspace, git, make_drain_workspace
 
 PROTOCOL = ["preflight", "proposal", "critique", "critique", "critique", "synthesis", "vote", "vote", "vote", "vote",
@@ -66,6 +66,8 @@ def test_diamond_lands_every_task_once_on_top_of_its_blockers(tmp_path, jobs):
     status = json.loads(res.stdout)
     rows = {t["id"]: t for e in status["epics"] for t in e["tasks"]}
     assert all(rows[ws.ids[n]]["landed"] for n in "ABCD")
+    text = ws_mesh(ws, "status", "--label", LABEL, "--repo", str(ws.repo)).stdout
+    assert "blocked by" not in text and text.count("landed ") == 4 and "Epic" in text
     shown = ws_mesh(ws, "show", ws.ids["D"]).stdout
     assert "land" in shown and "landed on mesh/land/plan-drain" in shown
 
@@ -346,3 +348,22 @@ def test_live_view_and_plain_lines_show_rows_queue_and_outcomes(tmp_path):
                "cost_usd": 0.0, "skipped": []}
     text = "\n".join(summary_lines(summary))
     assert f"git merge --ff-only {BRANCH}" in text and "blocked dr-1: merge_conflict" in text
+
+
+def test_lander_lands_again_when_another_process_moves_the_branch_mid_landing(tmp_path):
+    ws = make_drain_workspace(tmp_path)
+    config = MeshConfig.model_validate({"validation": {"allow": ["python3 check.py"], "sandbox": "none"}})
+    lander = Lander(ws.repo, "land", config)
+    marker = tmp_path / "moved"
+    # Run as validation the first time only: another landing moves the branch meanwhile.
+    mover = (f"import pathlib, subprocess\nm = pathlib.Path({str(marker)!r})\nif not m.exists():\n"
+             "    m.write_text('x')\n"
+             "    run = lambda *a: subprocess.run(['git', *a], capture_output=True, text=True, check=True).stdout.strip()\n"
+             "    tip = run('rev-parse', 'refs/heads/land')\n"
+             "    new = run('commit-tree', tip + '^{tree}', '-p', tip, '-m', 'another landing')\n"
+             "    run('update-ref', 'refs/heads/land', new, tip)\n")
+    fork, head = _task_branch_with_commits(ws.repo, [{"checks/mover.py": mover}])
+    result = lander.land_commits(task_id="t", run_id="run-1", fork=fork, head=head, commands=["python3 check.py"])
+    assert result.result == "landed" and marker.exists()
+    subjects = git(ws.repo, "log", "--format=%s", "land").split("\n")
+    assert subjects[:3] == ["step 0", "another landing", "base"]

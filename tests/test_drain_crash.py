@@ -95,3 +95,36 @@ def test_ctrl_c_twice_stops_now_and_the_same_command_resumes(tmp_path):
     assert runs and runs[0]["resumed"]
     assert (ws.status("P"), ws.status("Q")) == ("closed", "closed")
     assert [cp.kind for cp in ws.checkpoints("P")] == PROTOCOL
+
+
+def test_mesh_resume_of_a_killed_drain_task_still_lands_on_its_branch(tmp_path):
+    ws = make_drain_workspace(tmp_path)
+    ws.task("A", patch=diff("a.txt", [], ["a"]))
+    proc = _child(ws, crash_at="checkpoint#5")
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    from tests.test_drain import ws_mesh
+
+    res = ws_mesh(ws, "resume", ws.ids["A"], "--force", "--backend", "command", "--worker-cmd", ws.worker_cmd(),
+                  "--repo", str(ws.repo), "--config", str(ws.config), "--json")
+    assert res.exit_code == 0, res.output
+    assert ws.status("A") == "closed"
+    assert ws.tree()["a.txt"] == "a\n"
+    assert [cp.kind for cp in ws.checkpoints("A")] == PROTOCOL
+
+
+def test_sigkill_inside_the_retry_of_a_sent_back_task_then_rerun(tmp_path):
+    ws = make_drain_workspace(tmp_path, files={"shared.txt": "value = 0\n"})
+    for name, value in (("X", "1"), ("Y", "2")):
+        ws.task(name, patch=diff("shared.txt", ["value = 0"], [f"value = {value}"]),
+                retry_files={"shared.txt": "value = 1 + 2\n"})
+    # The second commit made for a landing is the retry's: killed before the branch moves.
+    proc = _child(ws, jobs=2, crash_at="land-commit#2")
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    code, events, res = ws.drain(jobs=2)
+    assert code == 0, res.output
+    assert ws.tree()["shared.txt"] == "value = 1 + 2\n"
+    assert sorted(ws.landed_tasks()) == sorted(ws.ids[n] for n in "XY")
+    lands = sorted([a["result"] for a in ws.lands(n)] for n in "XY")
+    assert lands == [["conflict", "landed"], ["landed"]]
