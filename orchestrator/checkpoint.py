@@ -10,8 +10,8 @@ A checkpoint is one tracker comment::
 
 The payload carries the full artifact, so a run can be rebuilt from comments
 alone. With ``MESH_SIGNING_KEY`` set, payloads carry an HMAC-SHA256 ``sig`` over
-their canonical JSON (task id included, so a signature cannot be moved to
-another task).
+their canonical JSON (task id and kind included, so a signature cannot be moved
+to another task, and the ``[orch:KIND]`` header must name the signed kind).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "verify_payload",
     "dedupe_key",
     "signing_key",
+    "checkpoint_problem",
 ]
 
 KINDS = (
@@ -49,6 +50,7 @@ KINDS = (
     "revision",
     "outcome",
     "land",
+    "run-head",
 )
 VERSION = 1
 _HEAD = re.compile(r"^\[orch:([a-z-]+)\]")
@@ -142,3 +144,23 @@ def parse_checkpoint(text: str, **meta: Any) -> Checkpoint | None:
             payload = loaded
     return Checkpoint(kind=kind, summary=summary, payload=payload, comment_id=meta.get("id"),
                       author=meta.get("author"), created_at=meta.get("created_at"))
+
+
+def checkpoint_problem(cp: Checkpoint, key: bytes | None, *, task_id: str | None = None) -> str | None:
+    """Why ``cp`` cannot be trusted as this task's checkpoint, or None when it can.
+
+    The header kind must equal the payload's kind, the payload must belong to ``task_id``
+    (when given), and with a ``key`` the payload must carry a valid signature. Without a key
+    nothing can be verified, so only the consistency checks apply.
+    """
+    where = f"comment {cp.comment_id}" if cp.comment_id is not None else "checkpoint"
+    if cp.payload.get("kind") != cp.kind:
+        return f"{where}: header kind {cp.kind!r} differs from the signed kind {cp.payload.get('kind')!r}"
+    if task_id is not None and cp.payload.get("task_id") != task_id:
+        return f"{where}: belongs to task {cp.payload.get('task_id')!r}, not {task_id!r}"
+    if key is not None:
+        if "sig" not in cp.payload:
+            return f"{where}: {cp.kind} checkpoint is unsigned"
+        if not verify_payload(cp.payload, key):
+            return f"{where}: {cp.kind} checkpoint has a wrong signature"
+    return None

@@ -1,26 +1,34 @@
-"""``mesh ci-close``: close approved tasks from CI, on the evidence of their checkpoints.
+"""``mesh ci-close``: close approved tasks from CI, on the evidence of their signed run heads.
 
-A task is looked at when it is ``in_progress`` in scope and either waits on an
-open gate of await type ``ci`` or its latest run's latest review approves. Its
-evidence is read from the ``[orch:*]`` payloads of that run (comments alone,
-so it works on a tracker imported from JSONL in a CI checkout):
+A task is looked at when it is ``in_progress`` in scope and either waits on an open gate
+of await type ``ci`` or holds a run head or an approving review. Its evidence is the
+latest ``[orch:run-head]`` of the task (orchestrator.runhead), chosen by the signed
+``(attempt, run_id)`` and never by gate fields (``await_id``), comment order or headers.
+The task is closed only when:
 
-- vote consensus: the latest vote round reached its threshold;
-- validation pass: the latest ``[orch:proof]`` passed (and, with
-  ``--revalidate``, the allowed commands pass again in this checkout);
-- review approve: the latest ``[orch:review]`` approves;
-- no open MUST_FIX findings: none in that review, and no open finding issue
-  labelled ``label:MUST_FIX``.
+- that run head verifies (with ``MESH_SIGNING_KEY`` set, a wrong or missing signature is
+  refused whether or not ``--require-signed`` is given; its header kind must equal its
+  signed kind), and with a key no other checkpoint of that run, and no checkpoint that
+  claims no run, fails to verify;
+- no run of the task started after it without ending (a trusted checkpoint of a run
+  with no run head, after it);
+- its decision is approve, with vote consensus, a passing validation and no open
+  MUST_FIX finding (signed findings, and no open ``label:MUST_FIX`` finding issue);
+- every checkpoint digest it lists matches a comment of that run present on the task;
+- the checkout (``--repo``, default ``.``) holds the approved work: its HEAD tree is the
+  signed tree, or HEAD contains the signed commit and no later commit changed the files
+  the run touched;
+- with ``--revalidate``, the signed validation commands (and only those) pass again in
+  the sandbox on the checkout's HEAD commit.
 
-With ``--require-signed`` every checkpoint used as evidence must carry a valid
-HMAC signature under ``MESH_SIGNING_KEY``; a hand-written approval does not
-close anything. The gate is resolved and the task closed in one transaction,
+Without a key nothing can be verified: unsigned run heads are accepted, the commit
+binding still applies. The gates are resolved and the task closed in one transaction,
 with a compare-and-set on ``in_progress``, so racing closers close it once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +36,18 @@ from typing import Any
 from tracker.errors import ConflictError
 from tracker.store import Tracker
 
-from .checkpoint import Checkpoint, signing_key, verify_payload
+from .checkpoint import checkpoint_problem, signing_key
 from .config import MeshConfig
 from .engine import CLOSE_REASON, load_checkpoints
+from .runhead import (RUN_HEAD, comment_digest, commit_binding, git_checkout_root, headless_runs_after, run_order,
+                      trusted_run_heads)
 from .scope import Scope
 
-__all__ = ["CloseCheck", "ci_close", "check_task"]
+__all__ = ["CloseCheck", "CiCloseError", "ci_close", "check_task", "candidates"]
+
+
+class CiCloseError(Exception):
+    """ci-close cannot look at any task (no git checkout to close for)."""
 
 
 @dataclass
@@ -48,6 +62,8 @@ class CloseCheck:
     result: str = "refused"  # closed | already_closed | refused
     gate: str | None = None
     validation: list[dict[str, Any]] = field(default_factory=list)
+    gates: list[str] = field(default_factory=list)
+    artifact: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -62,99 +78,94 @@ def _ci_gates(tracker: Tracker, task_id: str) -> list[dict]:
     return [b for b in tracker.blockers(task_id) if b.get("issue_type") == "gate" and b.get("await_type") == "ci"]
 
 
-def _latest_run(checkpoints: Sequence[Checkpoint], gate: dict | None) -> str | None:
-    if gate and gate.get("await_id"):
-        return gate["await_id"]
-    runs = [cp.run_id for cp in checkpoints if cp.run_id]
-    return runs[-1] if runs else None
-
-
-def check_task(tracker: Tracker, task: dict, *, require_signed: bool, key: bytes | None) -> CloseCheck:
-    """The evidence check of one task (no mutation)."""
-    gates = _ci_gates(tracker, task["id"])
-    gate = gates[0] if gates else None
-    checkpoints = load_checkpoints(tracker, task["id"])
-    run_id = _latest_run(checkpoints, gate)
-    check = CloseCheck(task_id=task["id"], title=task["title"], run_id=run_id, gate=gate["id"] if gate else None)
-    # Comments that look like checkpoints but belong to no run (hand-written) are evidence too,
-    # so that a forged approval is seen and refused rather than silently skipped.
-    mine = [cp for cp in checkpoints if cp.run_id == run_id or cp.run_id is None]
-
-    def latest(kind: str) -> Checkpoint | None:
-        found = [cp for cp in mine if cp.kind == kind]
-        return found[-1] if found else None
-
-    def trusted(cp: Checkpoint | None, what: str) -> bool:
-        if cp is None:
-            check.problems.append(f"no {what} checkpoint")
-            return False
-        if cp.payload.get("task_id") not in (None, task["id"]):
-            check.problems.append(f"{what} checkpoint belongs to {cp.payload.get('task_id')}")
-            return False
-        if require_signed:
-            if key is None:
-                check.problems.append("--require-signed needs MESH_SIGNING_KEY")
-                return False
-            if "sig" not in cp.payload:
-                check.problems.append(f"{what} checkpoint is unsigned")
-                return False
-            if not verify_payload(cp.payload, key):
-                check.problems.append(f"{what} checkpoint has a wrong signature")
-                return False
-        if not cp.payload.get("artifact"):
-            check.problems.append(f"{what} checkpoint carries no artifact payload")
-            return False
-        return True
-
-    review, proof = latest("review"), latest("proof")
-    votes = [cp for cp in mine if cp.kind == "vote"]
-    last_vote = votes[-1] if votes else None
-    vote_ok = trusted(last_vote, "vote")
-    if vote_ok:
-        # Every vote of the latest vote round must be trusted, not only the last one.
-        phase = last_vote.payload.get("step", [None, None, None])[2]
-        round_votes = [cp for cp in votes if cp.payload.get("step", [None, None, None])[2] == phase]
-        vote_ok = all(trusted(cp, "vote") for cp in round_votes)
-        tally = last_vote.payload.get("tally") or {}
-        needed = last_vote.payload.get("needed")
-        agree = sum(1 for cp in round_votes if (cp.payload.get("artifact") or {}).get("vote") == "agree")
-        vote_ok = vote_ok and needed is not None and agree >= needed and tally.get("agree") == agree
-    check.checks["vote_consensus"] = bool(vote_ok)
-    proof_ok = trusted(proof, "proof") and bool(proof.payload["artifact"].get("passed"))
-    check.checks["validation_pass"] = proof_ok
-    review_ok = trusted(review, "review") and review.payload["artifact"].get("decision") == "approve"
-    check.checks["review_decision"] = "approve" if review_ok else (
-        (review.payload.get("artifact") or {}).get("decision") if review else None)
-    must_fix = 0
-    if review is not None:
-        must_fix = sum(1 for f in (review.payload.get("artifact") or {}).get("findings", [])
-                       if f.get("label") == "MUST_FIX")
-    open_finding_issues = [
-        i["id"] for i in tracker.list(labels=["label:MUST_FIX"], include_closed=False)
-        if (i.get("metadata") or {}).get("task_id") == task["id"]
-    ]
-    must_fix += len(open_finding_issues)
-    check.checks["open_must_fix_findings"] = must_fix
-    if not vote_ok:
-        check.problems.append("no vote consensus in the latest vote round")
-    if not proof_ok and proof is not None:
+def check_task(tracker: Tracker, task: dict, *, require_signed: bool, key: bytes | None,
+               repo: Path) -> CloseCheck:
+    """The evidence check of one task against the checkout ``repo`` (no mutation)."""
+    task_id = task["id"]
+    gates = _ci_gates(tracker, task_id)
+    check = CloseCheck(task_id=task_id, title=task["title"], run_id=None, gate=gates[0]["id"] if gates else None,
+                       gates=[g["id"] for g in gates])
+    check.checks = {"vote_consensus": False, "validation_pass": False, "review_decision": None,
+                    "open_must_fix_findings": 0, "commit_binding": None}
+    if require_signed and key is None:
+        check.problems.append("--require-signed needs MESH_SIGNING_KEY")
+        return check
+    checkpoints = load_checkpoints(tracker, task_id)
+    heads, bad_heads = trusted_run_heads(checkpoints, key, task_id)
+    check.problems.extend(bad_heads)
+    if not heads:
+        check.problems.append("no trusted run head")
+        return check
+    latest = max(heads, key=run_order)
+    run_id = latest.run_id
+    check.run_id = run_id
+    art = check.artifact = latest.payload["artifact"]
+    if art.get("run_id") != run_id or art.get("task_id") != task_id:
+        check.problems.append(f"comment {latest.comment_id}: run head names another run or task")
+        return check
+    for later in headless_runs_after(checkpoints, key, task_id, latest):
+        check.problems.append(f"run {later} started after {run_id} and has not ended (no run head)")
+    if key is not None:
+        # A forged comment in the approved run (or claiming no run) is refused, not skipped.
+        for cp in checkpoints:
+            if cp.kind != RUN_HEAD and cp.run_id in (run_id, None):
+                why = checkpoint_problem(cp, key, task_id=task_id)
+                if why:
+                    check.problems.append(why)
+    present = {comment_digest(c["text"]) for c in tracker.comments(task_id)
+               if any(cp.comment_id == c["id"] and cp.run_id == run_id for cp in checkpoints)}
+    listed = art.get("checkpoints")
+    if not isinstance(listed, list) or not listed:
+        check.problems.append("the run head lists no checkpoint")
+    else:
+        missing = [d for d in listed if d not in present]
+        if missing:
+            check.problems.append(f"{len(missing)} checkpoint(s) listed by the run head are missing or altered")
+    conditions = art.get("conditions") if isinstance(art.get("conditions"), dict) else {}
+    validation = art.get("validation") if isinstance(art.get("validation"), dict) else {}
+    findings = [f for f in art.get("findings") or [] if isinstance(f, dict)]
+    check.checks["vote_consensus"] = conditions.get("vote_consensus") is True
+    check.checks["validation_pass"] = validation.get("passed") is True
+    check.checks["review_decision"] = art.get("decision")
+    must_fix = {f.get("issue") for f in findings if f.get("label") == "MUST_FIX" and f.get("status") != "closed"}
+    # Tracker state is unsigned: it can only add refusals, never remove one.
+    must_fix |= {i["id"] for i in tracker.list(labels=["label:MUST_FIX"], include_closed=False)
+                 if (i.get("metadata") or {}).get("task_id") == task_id}
+    check.checks["open_must_fix_findings"] = len(must_fix)
+    if not check.checks["vote_consensus"]:
+        check.problems.append("no vote consensus in the approved run")
+    if not check.checks["validation_pass"]:
         check.problems.append("latest validation did not pass")
-    if review is not None and not review_ok:
-        check.problems.append(f"latest review is not an approval ({check.checks['review_decision']})")
+    if art.get("decision") != "approve":
+        check.problems.append(f"latest run is not an approval ({art.get('outcome')}, decision {art.get('decision')})")
     if must_fix:
-        check.problems.append(f"{must_fix} open MUST_FIX finding(s)")
+        check.problems.append(f"{len(must_fix)} open MUST_FIX finding(s)")
+    binding, why = commit_binding(repo, art)
+    check.checks["commit_binding"] = binding
+    if why:
+        check.problems.append(why)
     return check
 
 
-def _revalidate(check: CloseCheck, tracker: Tracker, config: MeshConfig, repo: Path) -> bool:
+def _revalidate(check: CloseCheck, config: MeshConfig, repo: Path, trust_config_sandbox: bool = False) -> bool:
+    """Run the signed validation commands in the sandbox on the checkout's HEAD commit."""
+    from .sandbox import SandboxUnavailable
     from .validation import run_validation
 
-    checkpoints = [cp for cp in load_checkpoints(tracker, check.task_id) if cp.run_id == check.run_id]
-    source = [cp for cp in checkpoints if cp.kind in ("synthesis", "revision")]
-    commands = list((source[-1].payload.get("artifact") or {}).get("validation_commands", [])) if source else []
+    validation = check.artifact.get("validation") or {}
+    commands = [c for c in validation.get("commands") or [] if isinstance(c, str)]
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "HEAD^{commit}"], capture_output=True,
+                          text=True, timeout=60).stdout.strip()
     cfg = config.validation
-    results = run_validation(commands, cwd=repo, allow=cfg.allow, timeout_s=cfg.timeout_s,
-                             max_output_bytes=cfg.max_output_bytes)
+    check.checks["revalidation_pass"] = False
+    try:
+        results = run_validation(commands, cwd=repo, allow=cfg.allow, timeout_s=cfg.timeout_s,
+                                 max_output_bytes=cfg.max_output_bytes, commit=head or None,
+                                 sandbox=cfg.sandbox if trust_config_sandbox else "bwrap",
+                                 env_names=cfg.env, limits=cfg.limits)
+    except (SandboxUnavailable, ValueError) as exc:
+        check.problems.append("revalidation refused: " + " ".join(str(exc).split()))
+        return False
     check.validation = [{k: r.to_dict()[k] for k in ("command", "exit_code", "passed", "rejected")} for r in results]
     ran = [r for r in results if not r.rejected]
     ok = bool(ran) and all(r.passed for r in ran)
@@ -165,7 +176,8 @@ def _revalidate(check: CloseCheck, tracker: Tracker, config: MeshConfig, repo: P
 
 
 def candidates(tracker: Tracker, scope: Scope) -> list[dict]:
-    """In-progress scoped tasks waiting on a CI gate or holding an approval."""
+    """In-progress scoped tasks waiting on a CI gate or holding a run head or an approval
+    (what is looked at, not what is trusted: check_task decides)."""
     labels = [scope.plan_label] if scope.plan_label else []
     found = []
     for task in tracker.list(status="in_progress", labels=labels, issue_type="task", parent=scope.parent_epic,
@@ -173,29 +185,43 @@ def candidates(tracker: Tracker, scope: Scope) -> list[dict]:
         if _ci_gates(tracker, task["id"]):
             found.append(task)
             continue
-        reviews = [cp for cp in load_checkpoints(tracker, task["id"]) if cp.kind == "review"]
-        if reviews and (reviews[-1].payload.get("artifact") or {}).get("decision") == "approve":
+        checkpoints = load_checkpoints(tracker, task["id"])
+        reviews = [cp for cp in checkpoints if cp.kind == "review"]
+        if any(cp.kind == RUN_HEAD for cp in checkpoints) or (
+                reviews and (reviews[-1].payload.get("artifact") or {}).get("decision") == "approve"):
             found.append(task)
     return found
 
 
 def ci_close(tracker: Tracker, config: MeshConfig, scope: Scope, *, repo: Path, revalidate: bool = False,
-             require_signed: bool = False) -> list[CloseCheck]:
-    """Check and close every eligible task in scope; returns what happened to each."""
+             require_signed: bool = False, trust_config_sandbox: bool = False) -> list[CloseCheck]:
+    """Check and close every eligible task in scope; returns what happened to each.
+
+    Revalidation runs in the bwrap sandbox whatever ``config`` says, unless
+    ``trust_config_sandbox``: a config read from the checked-out branch is untrusted, and a
+    later commit must not be able to switch the sandbox off with ``validation.sandbox = "none"``.
+
+    Raises ``CiCloseError`` when ``repo`` is not in a git checkout: the approved commit and
+    tree are compared with the checkout's HEAD, so there is nothing to close for without one.
+    """
+    root = git_checkout_root(repo)
+    if root is None:
+        raise CiCloseError(f"{repo} is not a git checkout: ci-close compares the approved commit with the checked-out"
+                           " one (run it in the checkout, or give --repo)")
     key = signing_key()
     out = []
     for task in candidates(tracker, scope):
-        check = check_task(tracker, task, require_signed=require_signed, key=key)
+        check = check_task(tracker, task, require_signed=require_signed, key=key, repo=root)
         evidence = (check.checks["vote_consensus"] and check.checks["validation_pass"]
                     and check.checks["review_decision"] == "approve" and check.checks["open_must_fix_findings"] == 0
-                    and not check.problems)
+                    and bool(check.checks["commit_binding"]) and not check.problems)
         if evidence and revalidate:
-            evidence = _revalidate(check, tracker, config, repo)
+            evidence = _revalidate(check, config, root, trust_config_sandbox)
         if evidence:
             try:
                 with tracker.transaction():
-                    if check.gate:
-                        tracker.gate_resolve(check.gate, reason="ci-close: evidence verified")
+                    for gate in check.gates:
+                        tracker.gate_resolve(gate, reason=f"ci-close: run head of {check.run_id} verified")
                     tracker.close_issue(task["id"], reason=CLOSE_REASON, expect_status=("in_progress",))
                 check.result = "closed"
             except ConflictError as exc:

@@ -129,8 +129,9 @@ def resume_command(ctx: click.Context, task: str | None, force: bool, **kw) -> N
 def drain_command(ctx: click.Context, jobs, max_tasks, max_usd, **kw) -> None:
     """Run every ready task of the scope, in parallel, landing each on the integration branch.
 
-    Exit codes: 0 every task closed (or awaits CI); 2 usage; 3 a task ended blocked;
-    4 tracker unavailable; 130 stopped by a second Ctrl-C (resumable by running it again).
+    Exit codes: 0 every task closed (or awaits CI); 2 usage; 3 a task of the scope is blocked
+    (by this drain or an earlier one); 4 tracker unavailable; 130 stopped by a second Ctrl-C
+    (resumable by running it again).
     """
     from orchestrator.drain_cli import run_drain_command
 
@@ -200,10 +201,12 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
 @cli.command("ci-close")
 @click.option("--label", help="Scope: the plan label (else env BD_PLAN_LABEL, else --parent).")
 @click.option("--parent", help="Scope: the parent epic id.")
-@click.option("--revalidate", is_flag=True, help="Re-run the allowed validation commands in this checkout first.")
+@click.option("--revalidate", is_flag=True,
+              help="Re-run the run head's signed validation commands, sandboxed, on this checkout's HEAD first.")
 @click.option("--require-signed", "require_signed", is_flag=True,
               help="Refuse evidence whose checkpoints are not signed with MESH_SIGNING_KEY.")
-@click.option("--repo", type=click.Path(file_okay=False), help="Checkout to revalidate in (default: .).")
+@click.option("--repo", type=click.Path(file_okay=False),
+              help="The git checkout the tasks are closed for: its HEAD must hold the approved tree (default: .).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="Config file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per task looked at, as an array.")
 @click.pass_context
@@ -212,13 +215,14 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
     """Close approved tasks from CI after checking their evidence (exit 1 if any task fails).
 
     Looks at in-progress tasks in scope that wait on a CI gate or hold an approval, checks
-    vote consensus, validation pass, review approve and no open MUST_FIX findings from their
-    [orch:*] checkpoints, then resolves the gate and closes the task.
+    the latest signed run head ([orch:run-head]: vote consensus, validation pass, review
+    approve, no open MUST_FIX findings, the approved commit and tree against this checkout),
+    then resolves the gate and closes the task.
     """
     import json
     from pathlib import Path
 
-    from orchestrator.ci_close import ci_close
+    from orchestrator.ci_close import CiCloseError, ci_close
     from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
     from orchestrator.scope import ScopeError, resolve_scope
 
@@ -237,8 +241,16 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
         ctx.exit(exc.exit_code)
         return
     with tracker:
-        checks = ci_close(tracker, config, scope, repo=Path(repo or ".").resolve(), revalidate=revalidate,
-                          require_signed=require_signed)
+        try:
+            checkout = Path(repo or ".").resolve()
+            # Only a config file from outside the checkout (CI's own) may switch the sandbox off.
+            outside = bool(config_file) and not Path(config_file).resolve().is_relative_to(checkout)
+            checks = ci_close(tracker, config, scope, repo=checkout, revalidate=revalidate,
+                              require_signed=require_signed, trust_config_sandbox=outside)
+        except CiCloseError as exc:
+            click.echo(f"mesh: {exc}", err=True)
+            ctx.exit(2)
+            return
     if as_json:
         click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
     else:

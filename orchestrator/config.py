@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from orchestrator.known_secrets import SIGNING_KEY_ENV
+from orchestrator.policy import check_pattern
 from orchestrator.sandbox import Limits
 from orchestrator.validation import parse_allow_entry
 from roles.backends.command import split_command
@@ -161,10 +162,19 @@ class DrainConfig(_Strict):
 
 
 class PatchConfig(_Strict):
-    """`[patch]`: size limits on the synthesizer's diff."""
+    """`[patch]`: size limits on the synthesizer's diff, and its protected-path policy
+    (``protected`` adds glob patterns to ``orchestrator.policy.DEFAULT_PROTECTED``,
+    ``allow`` permits patterns the defaults refuse)."""
 
     max_bytes: int = Field(default=1_000_000, gt=0)
     max_files: int = Field(default=200, gt=0)
+    protected: list[str] = Field(default_factory=list)
+    allow: list[str] = Field(default_factory=list)
+
+    @field_validator("protected", "allow")
+    @classmethod
+    def _check_patterns(cls, value: list[str]) -> list[str]:
+        return [check_pattern(pattern) for pattern in value]
 
 
 class AnthropicConfig(_Strict):

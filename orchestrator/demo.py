@@ -95,4 +95,8 @@ def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
         return report.exit_code
     finally:
         if not keep:
+            from .gitops import worktree_home
+
+            # The task worktree lives in the user's cache, not in the folder: it goes too.
+            shutil.rmtree(worktree_home(folder / "demo-repo" / ".git"), ignore_errors=True)
             shutil.rmtree(folder, ignore_errors=True)

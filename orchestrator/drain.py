@@ -20,7 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,16 +29,17 @@ from roles.backends.base import Backend
 from tracker.errors import TrackerError, WorkspaceError
 from tracker.store import Tracker
 
+from .checkpoint import signing_key
 from .engine import RunReport, load_checkpoints
 from .gitops import GitError, _git, repo_root
 from .landing import Lander, integration_branch_for, land_checkpoints
 from .lease import held_by_person
 from .runner import (RunError, RunOptions, load_run_config, make_backend, make_lander, open_tracker,
-                     require_sandbox, run_task)
+                     require_sandbox, run_task, unfinished_run)
 from .scope import Scope, ScopeError, resolve_scope, select_candidates
 
-__all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "budget_allows", "drain", "scope_tasks",
-           "verify_landings"]
+__all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
+           "interrupted_runs", "scope_tasks", "verify_landings"]
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -106,11 +107,13 @@ class DrainReport:
     stop_reason: str = "done"
     skipped: list[str] = field(default_factory=list)
     verified: list[dict[str, Any]] = field(default_factory=list)
+    blocked_before: dict[str, str] = field(default_factory=dict)  # scope tasks already blocked: id -> reason
 
     @property
     def exit_code(self) -> int:
-        """0 when every task ended closed (or awaiting CI), 3 when any ended blocked."""
-        return 3 if any(row.state in ("blocked", "error") for row in self.tasks) else 0
+        """0 when every task of the scope ended closed (or awaiting CI), 3 when any ended blocked
+        (in this drain or an earlier one: the same command run again says the same)."""
+        return 3 if self.blocked_before or any(row.state in ("blocked", "error") for row in self.tasks) else 0
 
     def to_dict(self) -> dict[str, Any]:
         """The summary object."""
@@ -120,7 +123,8 @@ class DrainReport:
             "branch": self.branch,
             "scope": self.scope,
             "closed": [r["id"] for r in rows if r["state"] in ("closed", "awaiting_ci")],
-            "blocked": {r["id"]: r["block_reason"] for r in rows if r["state"] in ("blocked", "error")},
+            "blocked": {**self.blocked_before,
+                        **{r["id"]: r["block_reason"] for r in rows if r["state"] in ("blocked", "error")}},
             "landings": self.landings,
             "conflicts": self.conflicts,
             "wall_s": round(self.wall_s, 3),
@@ -155,6 +159,43 @@ def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
     labels = [scope.plan_label] if scope.plan_label else []
     return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
                         include_closed=True)
+
+
+def interrupted_runs(tracker: Tracker, scope: Scope, ids: Sequence[str] = ()) -> list[tuple[dict, str]]:
+    """Scope tasks the selection rules no longer offer (closed, blocked, or in progress behind
+    a gate) whose latest run was killed after it had decided (its run head, its outcome or a
+    landing of its work is stored) but before it ended. Resuming such a run only writes what
+    it had not written yet; a run that had not decided is never resumed on a task a person
+    closed or blocked in the meantime."""
+    key = signing_key()
+    wanted = set(ids)
+    runnable = {task["id"] for task, _ in select_candidates(tracker, scope, ids)}
+    out = []
+    for task in scope_tasks(tracker, scope):
+        if task["status"] == "open" or task["id"] in runnable or (wanted and task["id"] not in wanted):
+            continue
+        checkpoints = load_checkpoints(tracker, task["id"])
+        run_id = unfinished_run(checkpoints, key)
+        if run_id and any(cp.run_id == run_id and (cp.kind in ("run-head", "outcome") or (
+                cp.kind == "land" and (cp.payload.get("artifact") or {}).get("result") == "landed"))
+                for cp in checkpoints):
+            out.append((task, "finish_interrupted_run"))
+    return out
+
+
+def blocked_in_scope(tracker: Tracker, scope: Scope, ids: Sequence[str] = (), *,
+                     exclude: Collection[str] = ()) -> dict[str, str]:
+    """Blocked tasks of the scope (``ids`` restricts them) outside ``exclude``, with the reason
+    of their latest ``[orch:outcome]`` (``blocked`` when no mesh run blocked them)."""
+    wanted = set(ids)
+    out = {}
+    for task in scope_tasks(tracker, scope):
+        if task["status"] != "blocked" or task["id"] in exclude or (wanted and task["id"] not in wanted):
+            continue
+        outcomes = [cp for cp in load_checkpoints(tracker, task["id"]) if cp.kind == "outcome"]
+        reason = (outcomes[-1].payload.get("artifact") or {}).get("block_reason") if outcomes else None
+        out[task["id"]] = reason if isinstance(reason, str) and reason else "blocked"
+    return out
 
 
 def verify_landings(tracker: Tracker, lander: Lander, scope: Scope) -> list[dict[str, Any]]:
@@ -262,6 +303,7 @@ class _Drain:
             self.backend = self.options.backend or make_backend(self.config, options)
             try:
                 stop_reason, skipped, errors = self.schedule(tracker, jobs)
+                blocked_before = blocked_in_scope(tracker, self.scope, options.ids, exclude=set(self.rows))
             finally:
                 if self.options.backend is None:
                     self.backend.close()
@@ -271,7 +313,8 @@ class _Drain:
             tracker.close()
         report = DrainReport(branch=branch, scope=self.scope.to_dict(), tasks=list(self.rows.values()),
                              landings=self.landings, conflicts=self.conflicts, wall_s=time.monotonic() - self.t0,
-                             stop_reason=stop_reason, skipped=skipped, verified=verified)
+                             stop_reason=stop_reason, skipped=skipped, verified=verified,
+                             blocked_before=blocked_before)
         if errors:
             raise RunError("; ".join(errors), 2)
         return report
@@ -289,6 +332,8 @@ class _Drain:
         started = 0
         stop_reason = "done"
         announced = False
+        # Runs killed after deciding but before their end are finished first.
+        interrupted = interrupted_runs(tracker, self.scope, self.options.run.ids)
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mesh-drain") as pool:
             while True:
                 if self.control.stopping.is_set():
@@ -298,7 +343,7 @@ class _Drain:
                         self.emit("interrupt", mode="finish", running=sorted(in_flight.values()))
                 elif not errors and len(in_flight) < jobs:
                     busy = set(in_flight.values())
-                    for task, reason in select_candidates(tracker, self.scope, self.options.run.ids):
+                    for task, reason in interrupted + select_candidates(tracker, self.scope, self.options.run.ids):
                         if len(in_flight) >= jobs:
                             break
                         task_id = task["id"]

@@ -36,11 +36,13 @@ from tracker.store import Tracker
 from .agents import hook_role_agent
 from .bus import ArtifactBus
 from .calls import ensure_calls_table, log_call
-from .checkpoint import Checkpoint, dedupe_key, format_checkpoint, parse_checkpoint, sign_payload, signing_key
+from .checkpoint import (Checkpoint, checkpoint_problem, dedupe_key, format_checkpoint, parse_checkpoint,
+                         sign_payload, signing_key)
 from .config import MeshConfig
 from .faults import crash_point
 from .lease import lease_is_live
 from .scope import Scope
+from .runhead import write_close_head, write_run_head
 from .scrub import scrub, scrub_obj
 
 __all__ = ["CLOSE_REASON", "Engine", "RunReport", "BLOCK_REASONS", "TaskTaken", "new_run_id", "load_checkpoints"]
@@ -63,6 +65,8 @@ BLOCK_REASONS = (
     "budget_exceeded",
     "merge_conflict",
     "integration_validation_failed",
+    "tampered_checkpoint",
+    "policy_violation",
 )
 
 
@@ -210,11 +214,19 @@ class Engine:
         # Resume: checkpoints of this run by step key, and the next free seq.
         self.memo: dict[tuple, Checkpoint] = {}
         self.seq = 0
+        # With a signing key, a checkpoint of this run that does not verify is never reused:
+        # the first one found stops the run (tampered_checkpoint), naming its comment.
+        self.tampered: str | None = None
         for cp in resume_from:
             if cp.run_id == self.run_id:
-                self.seq = max(self.seq, cp.seq or 0)
+                if isinstance(cp.seq, int):
+                    self.seq = max(self.seq, cp.seq)
+                why = checkpoint_problem(cp, self.key, task_id=task["id"]) if self.key else None
+                if why:
+                    self.tampered = self.tampered or why
+                    continue
                 step = cp.payload.get("step")
-                if step:
+                if isinstance(step, list) and len(step) == 3:
                     self.memo[tuple(step)] = cp
         self.resumed = bool(self.memo)
         self.preflight = self._preflight_line()
@@ -232,6 +244,8 @@ class Engine:
                          "sandbox": self.config.validation.sandbox,
                          "onto": self.lander.branch if self.lander else None})
         try:
+            if self.tampered:
+                raise Blocked("tampered_checkpoint", self.tampered)
             if self.integrate:
                 self._prepare_worktree()
             self._hydrate()
@@ -269,13 +283,18 @@ class Engine:
         task_id = self.task["id"]
         actor = self.tracker.actor
         status, assignee = self.task["status"], self.task.get("assignee")
+        landed = self.memo.get(("land", "", "land"))
+        # Killed between closing the task and writing its outcome: the close was this run's own.
+        closed_here = status == "closed" and landed is not None and (
+            landed.payload.get("artifact") or {}).get("result") == "landed"
+        self._check_lease()
         try:
             if status == "in_progress" and assignee != actor:
                 # This run holds the task's lease, so the earlier holder's run is gone: take over.
                 self.task = self.tracker.update(task_id, expect={"status": "in_progress", "assignee": assignee},
                                                 assignee=actor)
                 self.mutations.append(f"{task_id}: taken over from {assignee or 'nobody'} by {actor}")
-            elif status != "in_progress":
+            elif status != "in_progress" and not closed_here:
                 self.task = self.tracker.claim(task_id)
                 self.mutations.append(f"{task_id}: status -> in_progress (claimed by {actor})")
         except ConflictError as exc:
@@ -592,6 +611,7 @@ class Engine:
             current = self.tracker.get(self.task["id"])
             still_missing = {k: v for k, v in changes.items() if not (current.get(k) or "").strip()}
             if still_missing:
+                self._check_lease()
                 self.tracker.update(self.task["id"], **still_missing)
                 self.mutations.append(f"{self.task['id']}: hydrated {', '.join(sorted(still_missing))}")
         meta.update(changes)
@@ -719,6 +739,7 @@ class Engine:
         """Check and apply a patch in the task worktree, then commit it (once, even on resume)."""
         from .gitops import GitError
         from .patchcheck import PatchRefused, check_patch
+        from .policy import PatchPolicy, PolicyViolation
 
         patch = artifact["patch"]
         if patch.startswith("NO_DIFF:"):
@@ -727,15 +748,21 @@ class Engine:
         marker = f"{step_name}:{phase}:{self.bus.review_cycle}"
         if self.worktree.find_commit(run_id=self.run_id, trailer="Mesh-Step", value=marker):
             return
+        policy = PatchPolicy.from_config(self.config.patch)
         try:
-            check_patch(patch, max_bytes=self.config.patch.max_bytes, max_files=self.config.patch.max_files)
+            summary = check_patch(patch, max_bytes=self.config.patch.max_bytes, max_files=self.config.patch.max_files)
+            policy.check(summary, root=self.worktree.path)
         except PatchRefused as exc:
             raise Blocked("patch_refused", f"{exc.reason}: {exc.detail}") from None
+        except PolicyViolation as exc:
+            raise Blocked("policy_violation", exc.detail) from None
         if not self.worktree.is_applied(patch):
             try:
-                self.worktree.apply(patch)
+                self.worktree.apply(patch, policy=policy)
             except GitError as exc:
-                raise Blocked("patch_does_not_apply", str(exc)) from None
+                # "patch_refused": what the worktree holds (a planted symlink, FIFO, hard link).
+                reason = exc.reason if exc.reason in ("patch_refused", "policy_violation") else "patch_does_not_apply"
+                raise Blocked(reason, str(exc)) from None
             crash_point("apply")
         sha = self.worktree.commit(
             f"mesh: {self.task['title']}\n\n{step_name} for {self.task['id']} (review cycle {self.bus.review_cycle})",
@@ -902,6 +929,7 @@ class Engine:
         open_ids = {f["finding_id"] for f in findings if f["label"] != "CAN_IGNORE"}
         task_id = self.task["id"]
         if not approved and findings and self.bus.review_issue is None:
+            self._check_lease()
             parent = self.tracker.create(
                 f"Review findings for {task_id}: {self.task['title']}"[:200], issue_type="chore",
                 labels=["mesh:review"], parent=task_id,
@@ -915,6 +943,7 @@ class Engine:
                 if f["finding_id"] in self.bus.review_subtasks:
                     continue
                 f = scrub_obj(f)  # model text becomes issue text: no secret may land there
+                self._check_lease()
                 child = self.tracker.create(
                     f"[{f['severity']}/{f['label']}] {f['issue']}"[:200], issue_type="chore",
                     labels=["mesh:finding", f"severity:{f['severity']}", f"label:{f['label']}"],
@@ -939,6 +968,7 @@ class Engine:
                 self._close_quietly(self.bus.review_issue, "all findings resolved")
 
     def _close_quietly(self, issue_id: str, reason: str) -> None:
+        self._check_lease()
         try:
             self.tracker.close_issue(issue_id, reason=reason, force=True, expect_status=("open", "in_progress",
                                                                                       "blocked"))
@@ -965,8 +995,12 @@ class Engine:
         if self.lander is not None:
             # Under --onto / mesh drain the close rule gains: the work is on the integration branch.
             conditions["on_integration_branch"] = self.lander.land(self)
+        # The signed run head comes before the close (or the CI gate): a CI closer racing this
+        # close, or a resume after a kill here, finds the approval bound to its commit and tree.
+        write_close_head(self, "awaiting_ci" if self.config.close_mode == "ci" else "closed", conditions)
         task_id = self.task["id"]
         if self.config.close_mode == "ci":
+            self._check_lease()
             gate = self.tracker.gate_create(f"CI close for {task_id}", blocks=task_id, await_type="ci",
                                             await_id=self.run_id, idempotency_key=f"{self.run_id}:ci-gate")
             self.mutations.append(f"gate {gate['id']} (await ci) blocks {task_id}")
@@ -988,6 +1022,7 @@ class Engine:
         if self.integrate:
             current = self.tracker.get(task_id)
             if current["status"] not in ("blocked", "closed"):
+                self._check_lease()
                 self.tracker.update(task_id, status="blocked")
                 self.mutations.append(f"{task_id}: status -> blocked ({blocked.reason})")
         return self._finish("blocked", block=blocked)
@@ -1016,6 +1051,7 @@ class Engine:
                    "review_cycles": self.bus.review_cycle, "review_issue": self.bus.review_issue,
                    "review_subtasks": self.bus.review_subtasks, "conditions": dict(conditions or {}),
                    "usage": self.usage.to_dict()}
+        write_run_head(self, summary)
         self._checkpoint("outcome", None, "outcome", lines[0], summary, details="\n".join(lines[1:]))
         return report
 

@@ -1,9 +1,13 @@
 """Git integration: the task's worktree on branch ``mesh/<task-id>``.
 
-The worktree lives under the repository's common git directory
-(``<git-common-dir>/mesh-worktrees/<task-id>``), so the user's checkout, HEAD and index are
-never touched and ``git status`` there never shows it. Patches are applied there with
-``git apply --index`` after ``--check``, and only what a patch staged is committed, with
+The worktree lives in the user's cache directory, outside the repository's ``.git``
+(``$XDG_CACHE_HOME/mesh/worktrees/<repo>-<hash>/<task-id>``, ``~/.cache`` by default), so the
+user's checkout, HEAD and index are never touched, ``git status`` there never shows it, and
+nothing run in it sits next to the repository's hooks and config. A worktree of an older mesh
+(``<git-common-dir>/mesh-worktrees/<task-id>``) is still found and reused. Patches are applied
+there with ``git apply --index`` after ``--check`` and a look at the worktree itself: no path
+component a patch writes through may be a symlink, and no file it changes may be a hard link,
+FIFO, socket or device (a worker may have planted one). Only what a patch staged is committed, with
 the trailers ``Mesh-Task:`` and ``Mesh-Run:``. Nothing is ever pushed, merged or checked
 out in the user's working tree, and nothing is committed on a protected branch.
 
@@ -20,15 +24,18 @@ remove them.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import re
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from orchestrator.patchcheck import PatchRefused, check_patch
+from orchestrator.policy import PatchPolicy, PolicyViolation
 
-__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "is_protected", "repo_root"]
+__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "is_protected", "repo_root", "worktree_home"]
 
 ALWAYS_PROTECTED: tuple[str, ...] = ("main", "master")
 
@@ -59,7 +66,7 @@ class GitError(Exception):
 
     ``reason`` is a short code: ``not_a_repo``, ``bad_task_id``, ``bad_base``,
     ``protected_branch``, ``wrong_branch``, ``detached_head``, ``branch_in_use``,
-    ``worktree_conflict``, ``patch_refused``, ``does_not_apply``, ``bad_trailer``,
+    ``worktree_conflict``, ``patch_refused``, ``policy_violation``, ``does_not_apply``, ``bad_trailer``,
     ``git_timeout`` or ``git_failed``.
     """
 
@@ -145,6 +152,24 @@ def _same_path(a: str | Path, b: str | Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def cache_dir() -> Path:
+    """The user's cache directory: ``$XDG_CACHE_HOME`` when it is an absolute path, else ``~/.cache``."""
+    configured = os.environ.get("XDG_CACHE_HOME", "")
+    if configured and os.path.isabs(configured):
+        return Path(configured)
+    return Path.home() / ".cache"
+
+
+def worktree_home(common_dir: Path) -> Path:
+    """The folder holding the task worktrees of the repository whose common git directory is
+    ``common_dir``: ``<cache>/mesh/worktrees/<repo name>-<12 hex of the directory's path>``."""
+    common = Path(os.path.realpath(common_dir))
+    name = common.parent.name if common.name == ".git" else common.name.removesuffix(".git")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")[:48] or "repo"
+    digest = hashlib.sha256(os.fsencode(common)).hexdigest()[:12]
+    return cache_dir() / "mesh" / "worktrees" / f"{name}-{digest}"
+
+
 class Worktree:
     """The worktree of one task, on its own branch ``mesh/<task-id>``.
 
@@ -196,7 +221,9 @@ class Worktree:
         common = Path(_git(root, "rev-parse", "--git-common-dir").stdout.strip())
         if not common.is_absolute():
             common = root / common
-        path = common.resolve() / "mesh-worktrees" / task_id
+        common = common.resolve()
+        path = worktree_home(common) / task_id
+        legacy = common / "mesh-worktrees" / task_id
         resolved = _git(root, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False)
         if resolved.returncode != 0:
             raise GitError("bad_base", f"{base!r} does not name a commit in {root}")
@@ -205,6 +232,11 @@ class Worktree:
         ref = f"refs/heads/{branch}"
         entries = _worktree_entries(root)
         mine = next((e for e in entries if _same_path(e.get("worktree", ""), path)), None)
+        if mine is None and legacy.is_dir():
+            # A run started by an older mesh left its worktree inside .git: resume it there.
+            old = next((e for e in entries if _same_path(e.get("worktree", ""), legacy)), None)
+            if old is not None and old.get("branch") == ref:
+                path, mine = legacy, old
         if mine is not None and not path.is_dir():
             # Registered but its folder is gone (removed by hand): forget it and start over.
             _git(root, "worktree", "prune")
@@ -222,7 +254,7 @@ class Worktree:
                 raise GitError("branch_in_use", f"{branch} is checked out at {elsewhere.get('worktree')}")
             if path.exists() and (not path.is_dir() or any(path.iterdir())):
                 raise GitError("worktree_conflict", f"{path} exists and is not the worktree of {branch}")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             has_branch = _git(root, "show-ref", "--verify", "--quiet", ref, check=False).returncode == 0
             if has_branch:
                 added = _git(root, "worktree", "add", "--quiet", str(path), branch, check=False)
@@ -243,17 +275,29 @@ class Worktree:
         # git apply needs every line, the last one included, to end with a newline.
         return patch if patch.endswith("\n") else patch + "\n"
 
-    def apply(self, patch: str) -> None:
+    def apply(self, patch: str, *, policy: PatchPolicy | None = None) -> None:
         """Apply ``patch`` to the worktree and its index.
 
-        The patch is checked (``check_patch``'s path and content rules, without size caps)
-        and dry-run with ``git apply --check`` first, so a patch that fails leaves the
-        worktree exactly as it was: GitError("patch_refused" or "does_not_apply").
+        The patch is checked (``check_patch``'s path and content rules, without size caps),
+        every path it touches is looked at in the worktree (``patch_refused`` with a detail
+        starting ``symlink:`` or ``special_file:`` when a component is a symlink or the target
+        a hard link, FIFO, socket or device), then judged by ``policy`` (the default
+        ``PatchPolicy()`` when None: GitError("policy_violation") naming the paths), and it
+        is dry-run with ``git apply --check``, so a patch that fails leaves the worktree
+        exactly as it was: GitError("patch_refused", "policy_violation" or "does_not_apply").
         """
         try:
-            check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30)
+            summary = check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30)
         except PatchRefused as exc:
             raise GitError("patch_refused", str(exc)) from None
+        for name in summary.files:
+            problem = _unsafe_target(self.path, name)
+            if problem:
+                raise GitError("patch_refused", problem)
+        try:
+            (policy or PatchPolicy()).check(summary, root=self.path)
+        except PolicyViolation as exc:
+            raise GitError("policy_violation", exc.detail) from None
         text = self._patch_text(patch)
         options = ("apply", "--index", "--whitespace=nowarn")
         dry_run = _git(self.path, *options, "--check", "-", input=text, check=False)
@@ -266,8 +310,11 @@ class Worktree:
     def is_applied(self, patch: str) -> bool:
         """True when ``patch`` is already in the worktree: its reverse applies cleanly."""
         try:
-            check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30)
+            summary = check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30)
         except PatchRefused:
+            return False
+        # git would read the targets: a planted FIFO would hang it, a symlink lead it outside.
+        if any(_unsafe_target(self.path, name) for name in summary.files):
             return False
         proc = _git(
             self.path, "apply", "--reverse", "--check", "--whitespace=nowarn", "-",
@@ -437,6 +484,41 @@ class Worktree:
             if proc.returncode != 0:
                 raise GitError("git_failed", f"git worktree remove: {_summary(proc.stderr)}")
         _git(self.repo_root, "worktree", "prune")
+
+
+def _unsafe_target(root: Path, name: str) -> str | None:
+    """Why writing ``name`` (a path git will touch) in the worktree ``root`` is unsafe, or None.
+
+    Each component is looked at with ``lstat`` as it is on disk, not as the patch spells it:
+    a symlink anywhere on the way would carry the write out of the worktree (into its
+    ``.git``, say), and an existing hard link, FIFO, socket or device at the target would
+    make git write into, or block on, something that is not a file of this tree.
+    """
+    current = str(root)
+    parts = [part for part in name.split("/") if part]
+    for index, part in enumerate(parts):
+        current = os.path.join(current, part)
+        shown = "/".join(parts[: index + 1])
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return None  # nothing there yet: git creates the rest as plain folders and a file
+        except OSError as exc:
+            return f"special_file: {shown} cannot be inspected ({exc.strerror})"
+        if stat.S_ISLNK(info.st_mode):
+            return f"symlink: {shown} is a symlink in the worktree"
+        last = index == len(parts) - 1
+        if not last:
+            if not stat.S_ISDIR(info.st_mode):
+                return None  # a file where a folder should be: git apply refuses the patch
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return f"special_file: {shown} is not a regular file (FIFO, socket or device)"
+        if info.st_nlink > 1:
+            return f"special_file: {shown} is a hard link ({info.st_nlink} names)"
+    return None
 
 
 def _count_lines(path: str, *, stop_at: int) -> int:

@@ -3,9 +3,10 @@
 Under ``mesh run --onto BRANCH`` and ``mesh drain`` each task's worktree is cut from the
 integration branch's tip when the task starts, and after approval the task's commits land:
 
-1. they are re-created one by one on top of the integration tip (a rebase, done in a private
-   index with three-way ``git apply``: no checkout is touched), keeping their messages and
-   trailers; when that conflicts, the task's whole change is squash-merged instead
+1. when nothing landed since the task started they go on as they are (a fast-forward);
+   otherwise they are re-created one by one on top of the integration tip (a rebase, done in
+   a private index with three-way ``git apply``: no checkout is touched), keeping their
+   messages and trailers; when that conflicts, the task's whole change is squash-merged instead
    (``git merge-tree``: one commit carrying the ``Mesh-Task``/``Mesh-Run`` trailers), and
    when that conflicts too the landing fails with ``conflict``;
 2. the task's validation commands run on the resulting commit, in the sandbox every
@@ -66,7 +67,8 @@ def integration_branch_for(scope: Scope) -> str:
 @dataclass
 class LandResult:
     """What one landing did. ``result`` is ``landed``, ``conflict`` or ``validation_failed``;
-    ``method`` is ``rebase``, ``merge``, ``already`` (found on the branch) or ``empty``."""
+    ``method`` is ``fast-forward`` (nothing landed since the task started: its own commits),
+    ``rebase``, ``merge``, ``already`` (found on the branch) or ``empty``."""
 
     result: str
     branch: str
@@ -93,10 +95,15 @@ def _has_user(root: Path) -> bool:
     return all(_git(root, "config", "--get", key, check=False).stdout.strip() for key in ("user.name", "user.email"))
 
 
-def landed_commits(repo: Path, branch: str) -> dict[str, list[str]]:
-    """``Mesh-Run`` id -> shas (oldest first) of the commits on ``branch`` that carry one."""
+def landed_commits(repo: Path, branch: str, *, run_id: str | None = None) -> dict[str, list[str]]:
+    """``Mesh-Run`` id -> shas (oldest first) of the commits on ``branch`` that carry one.
+
+    With ``run_id`` only that run's: git's own message search picks the candidates, so a long
+    history is not formatted commit by commit; their trailers still decide."""
     ref = f"refs/heads/{branch}"
-    out = _git(repo, "log", "--reverse", "--format=%H%x00%(trailers:only,unfold)%x1e", ref, check=False).stdout
+    narrow = ["--fixed-strings", f"--grep=Mesh-Run: {run_id}"] if run_id else []
+    out = _git(repo, "log", "--reverse", *narrow, "--format=%H%x00%(trailers:only,unfold)%x1e", ref,
+               check=False).stdout
     runs: dict[str, list[str]] = {}
     for record in out.split("\x1e"):
         record = record.strip("\n")
@@ -108,7 +115,7 @@ def landed_commits(repo: Path, branch: str) -> dict[str, list[str]]:
             if sep and key.strip().lower() == "mesh-run":
                 runs.setdefault(value.strip(), []).append(sha.strip())
                 break
-    return runs
+    return {key: shas for key, shas in runs.items() if key == run_id} if run_id else runs
 
 
 _MOVED_RETRIES = 5
@@ -275,7 +282,7 @@ class Lander:
         """
         started = time.monotonic()
         onto = self.tip()
-        done = landed_commits(self.repo, self.branch).get(run_id)
+        done = landed_commits(self.repo, self.branch, run_id=run_id).get(run_id)
         if done:
             return LandResult("landed", self.branch, onto=onto, sha=done[-1], method="already",
                               duration_s=time.monotonic() - started)
@@ -284,8 +291,12 @@ class Lander:
             return LandResult("landed", self.branch, onto=onto, sha=onto, method="empty",
                               duration_s=time.monotonic() - started)
         identity = None if _has_user(self.repo) else _MESH_IDENTITY
-        method = "rebase"
-        new = self._replay(commits, onto, identity)
+        if onto == _git(self.repo, "rev-parse", "--verify", f"{fork}^{{commit}}").stdout.strip():
+            # Nothing landed since the task started: its commits go on as they are, so the branch
+            # holds the very commits that were validated and reviewed (what a signed run head names).
+            method, new = "fast-forward", commits[-1]
+        else:
+            method, new = "rebase", self._replay(commits, onto, identity)
         if new is None:
             method = "merge"
             new, conflict = self._squash(task_id, run_id, onto, head, identity)

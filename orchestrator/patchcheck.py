@@ -2,10 +2,12 @@
 
 The synthesizer's patch is untrusted. ``check_patch`` parses it as ``git apply`` would
 (plain and git-style unified diffs) and refuses it, with a reason code, if it is malformed
-or would touch anything mesh must not let a worker touch: paths outside the worktree, git's
-own directory, the tracker's ``.beads/``, mesh's ``.mesh/`` and ``mesh.toml``, CI
-configuration, ``.gitmodules``, symlinks, submodules, binary content, or more bytes or
-files than the configured caps.
+or would touch anything no configuration may let a worker touch: paths outside the
+worktree, git's own directory, the tracker's ``.beads/``, mesh's ``.mesh/`` and
+``mesh.toml``, symlinks, submodules, binary content, or more bytes or files than the
+configured caps. What a project may adjust (CI files, hooks, test-runner configuration, ...)
+is ``orchestrator.policy``'s, judged on the summary this returns: ``changes`` holds every
+reading of every name, and each file's hunks.
 
 The parser errs on the side of refusing. Every name a header could mean is checked: each
 way of splitting an unquoted ``diff --git`` line, each prefix of a traditional name that
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "REFUSAL_REASONS",
+    "FileChange",
+    "Hunk",
     "PatchRefused",
     "PatchSummary",
     "check_patch",
@@ -28,7 +32,7 @@ __all__ = [
 
 REFUSAL_REASONS = frozenset({
     "empty", "malformed", "too_large", "too_many_files", "path_outside_worktree", "git_dir",
-    "beads_dir", "mesh_dir", "ci_workflow", "symlink", "submodule", "binary",
+    "beads_dir", "mesh_dir", "symlink", "submodule", "binary",
 })
 
 _HUNK_RE = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(?:[ \t].*)?")
@@ -67,12 +71,45 @@ class PatchRefused(Exception):
 
 
 @dataclass
+class Hunk:
+    """One hunk: where it starts in the old file and its lines, each with its marker."""
+
+    old_start: int
+    old_count: int
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FileChange:
+    """One file section of a patch.
+
+    ``paths`` holds every name the section's headers could mean as ``git apply -p1``
+    reads them (each reading of an ambiguous header), so a policy that looks at names sees
+    at least what git will; ``created`` is true when the section makes a new file
+    (``/dev/null`` old side, ``new file mode``, a rename or copy target), ``deleted`` when it
+    removes one (``/dev/null`` new side, ``deleted file mode``), ``moved`` when it renames or
+    copies (the new file's text is then the old file's, not only its hunks).
+    """
+
+    paths: list[str] = field(default_factory=list)
+    created: bool = False
+    deleted: bool = False
+    moved: bool = False
+    hunks: list[Hunk] = field(default_factory=list)
+
+
+@dataclass
 class PatchSummary:
-    """What a patch that passed the checks touches."""
+    """What a patch that passed the checks touches.
+
+    ``changes`` is the per-file detail (names and hunks) for policy checks; it takes no
+    part in comparing two summaries.
+    """
 
     files: list[str] = field(default_factory=list)
     added: int = 0
     removed: int = 0
+    changes: list[FileChange] = field(default_factory=list, compare=False, repr=False)
 
 
 def _unquote(text: str) -> tuple[str, str]:
@@ -145,16 +182,6 @@ def _check_path(path: str) -> None:
                 raise PatchRefused("beads_dir", path)
             if name in (".mesh", "mesh.toml"):
                 raise PatchRefused("mesh_dir", path)
-            if name == ".gitmodules":
-                raise PatchRefused("submodule", path)
-            if name in (
-                ".gitlab-ci.yml", ".gitlab-ci.yaml", ".circleci", ".ci", "jenkinsfile",
-                "azure-pipelines.yml", "azure-pipelines.yaml", ".travis.yml",
-            ):
-                raise PatchRefused("ci_workflow", path)
-        for first, second in zip(normalized, normalized[1:]):
-            if first == ".github" and second in ("workflows", "actions"):
-                raise PatchRefused("ci_workflow", path)
 
 
 def _check_mode(text: str, line: str) -> None:
@@ -188,6 +215,19 @@ class _Parser:
         self.added = 0
         self.removed = 0
         self.sections = 0
+        self.changes: list[FileChange] = []
+
+    def start_change(self) -> FileChange:
+        change = FileChange()
+        self.changes.append(change)
+        return change
+
+    def note_name(self, name: str) -> None:
+        # Every reading git could make of a header name (it applies with -p1) is what a
+        # policy must judge.
+        stripped = _strip_component(name)
+        if self.changes and stripped and stripped not in self.changes[-1].paths:
+            self.changes[-1].paths.append(stripped)
 
     def line(self, offset: int = 0) -> str | None:
         position = self.index + offset
@@ -225,6 +265,7 @@ class _Parser:
     def parse_git_section(self) -> None:
         header = self.header_text(self.lines[self.index])
         self.sections += 1
+        change = self.start_change()
         listed = self.git_header_names(header[len("diff --git ") :])
         self.index += 1
         has_old = has_new = False
@@ -233,15 +274,21 @@ class _Parser:
             if text.startswith("--- "):
                 if has_old:
                     raise PatchRefused("malformed", f"second '---' line in one file at line {self.index + 1}")
-                self.traditional_name(text[4:], git=True)
+                if self.traditional_name(text[4:], git=True) is None:
+                    change.created = True
                 has_old = True
             elif text.startswith("+++ "):
                 if not has_old or has_new:
                     raise PatchRefused("malformed", f"misplaced '+++' line at line {self.index + 1}")
-                self.traditional_name(text[4:], git=True)
+                if self.traditional_name(text[4:], git=True) is None:
+                    change.deleted = True
                 has_new = True
             elif text.startswith(("old mode ", "new mode ", "deleted file mode ", "new file mode ")):
                 self.check_mode_line(text)
+                if text.startswith("new file mode "):
+                    change.created = True
+                elif text.startswith("deleted file mode "):
+                    change.deleted = True
             elif text.startswith("index "):
                 match = _INDEX_RE.fullmatch(text[len("index ") :])
                 if not match:
@@ -282,6 +329,12 @@ class _Parser:
                 # rename and copy names are written without the a/ b/ prefix.
                 _check_path(name)
                 self.add_file(name)
+                change = self.changes[-1]
+                if name not in change.paths:
+                    change.paths.append(name)
+                change.moved = True
+                if prefix in ("copy to ", "rename new ", "rename to "):
+                    change.created = True
                 return
 
     def git_header_names(self, rest: str) -> list[str]:
@@ -312,6 +365,8 @@ class _Parser:
         for old, new in pairs:
             _check_path(old)
             _check_path(new)
+            self.note_name(old)
+            self.note_name(new)
         # List names only from a reading that is certain: a single split, or the one where
         # both sides name the same file (the common case); renames list via their lines.
         if len(pairs) == 1:
@@ -338,18 +393,23 @@ class _Parser:
             return None
         for candidate in candidates:
             _check_path(candidate)
+            self.note_name(candidate)
+        self.note_name(name)
         stripped = _strip_component(name)
         self.add_file(stripped)
         return stripped
 
     def parse_traditional_section(self) -> None:
         self.sections += 1
+        change = self.start_change()
         old_line = self.header_text(self.lines[self.index])
         new_line = self.header_text(self.lines[self.index + 1])
         old = self.traditional_name(old_line[4:], git=False)
         new = self.traditional_name(new_line[4:], git=False)
         if old is None and new is None:
             raise PatchRefused("malformed", f"both sides are /dev/null at line {self.index + 1}")
+        change.created = old is None
+        change.deleted = new is None
         self.index += 2
         line = self.line()
         if line is None or not line.startswith("@@"):
@@ -364,10 +424,12 @@ class _Parser:
                 raise PatchRefused("malformed", f"bad hunk header {header!r} at line {self.index + 1}")
             old_count = int(match.group(2)) if match.group(2) is not None else 1
             new_count = int(match.group(4)) if match.group(4) is not None else 1
+            hunk = Hunk(old_start=int(match.group(1)), old_count=old_count)
+            self.changes[-1].hunks.append(hunk)
             self.index += 1
-            self.parse_hunk_body(old_count, new_count, header)
+            self.parse_hunk_body(old_count, new_count, header, hunk)
 
-    def parse_hunk_body(self, old_count: int, new_count: int, header: str) -> None:
+    def parse_hunk_body(self, old_count: int, new_count: int, header: str, hunk: Hunk) -> None:
         changed = False
         while old_count > 0 or new_count > 0:
             line = self.line()
@@ -395,6 +457,8 @@ class _Parser:
                 )
             if old_count < 0 or new_count < 0:
                 raise PatchRefused("malformed", f"hunk {header!r} has more lines than its header says")
+            if marker != "\\":
+                hunk.lines.append(line if marker else " ")
             self.index += 1
         if not changed:
             raise PatchRefused("malformed", f"hunk {header!r} changes nothing")
@@ -435,7 +499,7 @@ def check_patch(patch: str, *, max_bytes: int = 1_000_000, max_files: int = 200)
         raise PatchRefused("malformed", "no file header ('diff --git' or '---'/'+++') found")
     if len(parser.files) > max_files:
         raise PatchRefused("too_many_files", f"{len(parser.files)} files > {max_files}")
-    return PatchSummary(files=parser.files, added=parser.added, removed=parser.removed)
+    return PatchSummary(files=parser.files, added=parser.added, removed=parser.removed, changes=parser.changes)
 
 
 _NAME_LINE = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$")

@@ -17,10 +17,11 @@ from roles.backends.command import Launcher
 from tracker.errors import NotFoundError, TrackerError, WorkspaceError
 from tracker.store import Tracker
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, checkpoint_problem, signing_key
 from .config import ConfigError, MeshConfig, load_config
 from .engine import Engine, RunReport, TaskTaken, load_checkpoints, new_run_id
 from .lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
+from .gitops import cache_dir
 from .sandbox import SandboxUnavailable, require_bwrap, worker_launcher
 from .scope import Scope, ScopeError, resolve_scope, select_candidates
 
@@ -105,7 +106,11 @@ def _worker_launcher(config: MeshConfig, options: RunOptions) -> Launcher | None
         raise RunError(str(exc), 2) from None
     repo = Path(options.repo) if options.repo else Path.cwd()
     readonly = [repo] + ([Path(options.db).parent] if options.db else [])
-    return worker_launcher(bwrap, readonly=readonly)
+    # Every task's worktree lives under the cache folder inside HOME, which the worker may
+    # write: keep the worktrees (other tasks' included, under a drain) read-only.
+    worktrees = cache_dir() / "mesh"
+    worktrees.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return worker_launcher(bwrap, readonly=[*readonly, worktrees])
 
 
 def require_sandbox(config: MeshConfig) -> None:
@@ -137,12 +142,16 @@ def load_run_config(options: RunOptions) -> MeshConfig:
     return config.with_overrides(**overrides) if overrides else config
 
 
-def unfinished_run(checkpoints: Sequence[Checkpoint]) -> str | None:
-    """The run id of the latest run on a task that has checkpoints but no outcome."""
+def unfinished_run(checkpoints: Sequence[Checkpoint], key: bytes | None = None) -> str | None:
+    """The run id of the latest run on a task that has checkpoints but no outcome.
+
+    With a signing key, checkpoints that do not verify are ignored here: a forged comment
+    neither starts nor finishes a run.
+    """
     last_run = None
     finished: set[str] = set()
     for cp in checkpoints:
-        if not cp.run_id:
+        if not cp.run_id or (key is not None and checkpoint_problem(cp, key) is not None):
             continue
         last_run = cp.run_id
         if cp.kind == "outcome":
@@ -235,15 +244,18 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
         held.append(f"{task['id']} is in progress by {current['assignee']} (not a mesh run); use --take-over")
         return None
     checkpoints = load_checkpoints(tracker, task["id"])
-    unfinished = unfinished_run(checkpoints)
+    unfinished = unfinished_run(checkpoints, signing_key())
     if options.task and not unfinished and current["status"] != "in_progress":
         held.append(f"{task['id']} has no interrupted run to resume (status {current['status']})")
         return None
     run_id = unfinished or new_run_id()
     if lander is None and unfinished:
         # A run that was landing onto an integration branch (mesh drain, --onto) resumes landing there.
+        # With a key, only a verified preflight names it: a forged one must not pick a branch.
+        key = signing_key()
         onto = next((cp.payload.get("artifact", {}).get("onto") for cp in checkpoints
-                     if cp.kind == "preflight" and cp.run_id == unfinished), None)
+                     if cp.kind == "preflight" and cp.run_id == unfinished
+                     and (key is None or checkpoint_problem(cp, key, task_id=task["id"]) is None)), None)
         if onto:
             lander = make_lander(repo, onto, config)
     lease = None

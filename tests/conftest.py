@@ -24,3 +24,18 @@ def tracker(tmp_path):
     t = Tracker.init(tmp_path, prefix="tt", actor="tester")
     yield t
     t.close()
+
+
+# ----------------------------------------------------------------- worktrees
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_home(tmp_path_factory):
+    """Task worktrees live under the user's cache directory: keep the tests' out of ~/.cache.
+
+    Session-wide (and in os.environ, so that subprocesses a test starts inherit it); a test
+    that checks the location sets its own with monkeypatch.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield

@@ -243,7 +243,7 @@ def test_a_tiny_budget_blocks_before_crossing_it_and_keeps_earlier_checkpoints(w
                                             budget=budget)
     assert code == 3, res.output
     assert report["outcome"] == "blocked" and report["block_reason"] == "budget_exceeded"
-    assert ws.kinds() == ["preflight", "proposal", "outcome"]
+    assert ws.kinds() == ["preflight", "proposal", "run-head", "outcome"]
     assert [req.role for req in fake.message_requests] == ["proposer"]
     outcome = ws.checkpoints()[-1].payload["artifact"]
     assert outcome["block_reason"] == "budget_exceeded" and outcome["usage"]["input_tokens"] == 10_000_000

@@ -345,3 +345,22 @@ def test_the_preflight_records_the_sandbox_that_ran(tmp_path):
     assert report["preflight"].endswith(" sandbox=bwrap")
     [preflight] = [cp for cp in ws.checkpoints() if cp.kind == "preflight"]
     assert preflight.payload["artifact"]["sandbox"] == "bwrap"
+
+
+def test_a_command_worker_cannot_write_into_the_worktrees_under_its_home(tmp_path):
+    """The worktrees live in the cache folder inside HOME, which workers may write: not there."""
+    import subprocess as sp
+
+    from orchestrator.sandbox import require_bwrap, worker_launcher
+
+    home = tmp_path / "home"
+    worktrees = home / ".cache" / "mesh"
+    (worktrees / "worktrees" / "other-task").mkdir(parents=True)
+    launch = worker_launcher(require_bwrap(), readonly=[worktrees])
+    script = ("echo ok > \"$HOME/note\"; "
+              "echo evil > \"$HOME/.cache/mesh/worktrees/other-task/.git\" 2>/dev/null || echo refused")
+    argv, env = launch(["/bin/sh", "-c", script], {"HOME": str(home), "PATH": "/usr/bin:/bin"}, None)
+    out = sp.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert "refused" in out.stdout, out.stderr
+    assert (home / "note").read_text() == "ok\n"
+    assert not (worktrees / "worktrees" / "other-task" / ".git").exists()

@@ -39,9 +39,19 @@ def awaiting_ci(ws, *, signed: bool = True):
     return report
 
 
-def ci_close(ws, *args, key: str | None = KEY):
+def task_checkout(ws) -> Path:
+    """A CI-style clone of the task branch: the checkout ci-close closes for."""
+    clone = ws.root / "ci-checkout"
+    if not clone.exists():
+        subprocess.run(["git", "clone", "-q", "--branch", f"mesh/{TASK}", str(ws.repo), str(clone)], check=True)
+        for k, v in (("user.email", "ci@example.invalid"), ("user.name", "ci")):
+            subprocess.run(["git", "config", k, v], cwd=clone, check=True)
+    return clone
+
+
+def ci_close(ws, *args, key: str | None = KEY, repo: Path | None = None):
     env = {"MESH_SIGNING_KEY": key or ""}
-    res = ws.mesh("ci-close", "--label", "plan:demo", "--repo", str(ws.repo), "--json", *args, env=env)
+    res = ws.mesh("ci-close", "--label", "plan:demo", "--repo", str(repo or ws.repo), "--json", *args, env=env)
     return res.exit_code, (json.loads(res.stdout) if res.stdout.strip().startswith("[") else None), res
 
 
@@ -67,13 +77,13 @@ def test_ci_mode_stops_after_approval_behind_a_ci_gate(ws):
 
 def test_ci_close_checks_evidence_resolves_gate_and_closes(ws):
     awaiting_ci(ws)
-    code, checks, res = ci_close(ws, "--revalidate", "--require-signed")
+    code, checks, res = ci_close(ws, "--revalidate", "--require-signed", repo=task_checkout(ws))
     assert code == 0, res.output
     assert len(checks) == 1
     check = checks[0]
     assert check["result"] == "closed"
     assert check["checks"] == {"vote_consensus": True, "validation_pass": True, "review_decision": "approve",
-                               "open_must_fix_findings": 0, "revalidation_pass": True}
+                               "open_must_fix_findings": 0, "commit_binding": "tree", "revalidation_pass": True}
     with ws.tracker() as t:
         task = t.get(TASK)
         assert task["status"] == "closed" and task["close_reason"] == CLOSE_REASON
@@ -107,24 +117,30 @@ def test_wrongly_signed_evidence_is_refused(ws):
     assert any("wrong signature" in p for p in checks[0]["problems"])
 
 
-def test_unsigned_run_is_refused_only_when_signatures_are_required(ws):
+def test_unsigned_run_is_refused_whenever_a_key_is_configured(ws):
     awaiting_ci(ws, signed=False)
-    code, checks, _ = ci_close(ws, "--require-signed")
+    code, checks, _ = ci_close(ws, "--require-signed", repo=task_checkout(ws))
     assert code == 1 and checks[0]["result"] == "refused"
-    code, checks, _ = ci_close(ws)
+    code, checks, _ = ci_close(ws, repo=task_checkout(ws))
+    assert code == 1 and any("unsigned" in p for p in checks[0]["problems"])
+    # Without a key nothing can be verified: the unsigned run head is taken, bound to the tree.
+    code, checks, _ = ci_close(ws, repo=task_checkout(ws), key=None)
     assert code == 0 and checks[0]["result"] == "closed"
 
 
 def test_revalidation_failure_refuses(ws):
     awaiting_ci(ws)
-    # The CI checkout (here the user's main checkout) lacks the task's change: its tests pass,
-    # so break them to see revalidation refuse.
-    (ws.repo / "tests" / "test_temperature.py").write_text("import unittest\n\nclass T(unittest.TestCase):\n"
-                                                           "    def test_fail(self):\n        self.fail('x')\n")
+    # A later commit that leaves the task's files alone still holds the approval, so
+    # revalidation is what catches the failing test it adds.
+    clone = task_checkout(ws)
+    (clone / "tests" / "test_later.py").write_text("import unittest\n\nclass T(unittest.TestCase):\n"
+                                                   "    def test_fail(self):\n        self.fail('x')\n")
     # Validation runs the committed tree of the checkout, never its uncommitted edits.
-    ws.git("commit", "-qam", "break the tests")
-    code, checks, _ = ci_close(ws, "--revalidate")
+    subprocess.run(["git", "add", "tests/test_later.py"], cwd=clone, check=True)
+    subprocess.run(["git", "commit", "-qm", "break the tests"], cwd=clone, check=True)
+    code, checks, _ = ci_close(ws, "--revalidate", repo=clone)
     assert code == 1
+    assert checks[0]["checks"]["commit_binding"] == "contains"
     assert checks[0]["checks"]["revalidation_pass"] is False
 
 

@@ -82,14 +82,15 @@ def baseline(tmp_path_factory):
     return state(ws)
 
 
-# The demo flow writes 28 checkpoints (asserted below), so every boundary is a kill point.
-ALL_POINTS = [f"checkpoint#{i}" for i in range(1, 29)] + [
+# The demo flow writes 29 checkpoints (asserted below), so every boundary is a kill point.
+ALL_POINTS = [f"checkpoint#{i}" for i in range(1, 30)] + [
     "apply#1", "apply#2", "commit#1", "commit#2", "validation#1", "validation#2", "close#1",
     "review-issue#1", "finding-issue#1", "finding-issue#2"]
 
 
 def test_baseline_has_the_expected_number_of_checkpoints(baseline):
-    assert len(baseline["kinds"]) == 28, baseline["kinds"]
+    assert len(baseline["kinds"]) == 29, baseline["kinds"]
+    assert baseline["kinds"][-2:] == ["run-head", "outcome"]
 
 
 @pytest.mark.parametrize("crash_at", ALL_POINTS)

@@ -16,6 +16,14 @@ PROTOCOL = ["preflight", "proposal", "critique", "critique", "critique", "synthe
             "vote", "proof", "review", "review-cycle", "land", "outcome"]
 
 
+def protocol(checkpoints) -> list[str]:
+    """The kinds of ``checkpoints`` in order without the run heads, after checking there is
+    exactly one run head per run (where it sits among the others is ``runhead``'s business)."""
+    kinds = [cp.kind for cp in checkpoints]
+    assert kinds.count("run-head") == len({cp.run_id for cp in checkpoints}), kinds
+    return [kind for kind in kinds if kind != "run-head"]
+
+
 def diff(path: str, old: list[str], new: list[str]) -> str:
     """A one-hunk unified diff replacing the whole of ``path`` (``old`` empty: a new file)."""
     head = f"--- a/{path}\n" if old else "--- /dev/null\n"
@@ -58,7 +66,7 @@ def test_diamond_lands_every_task_once_on_top_of_its_blockers(tmp_path, jobs):
     assert landed[0] == ws.ids["A"] and landed[-1] == ws.ids["D"]
     for name in "ABCD":
         assert ws.status(name) == "closed"
-        assert [cp.kind for cp in ws.checkpoints(name)] == PROTOCOL
+        assert protocol(ws.checkpoints(name)) == PROTOCOL
     # Linear: no merge commit on the integration branch.
     assert git(ws.repo, "rev-list", "--merges", BRANCH) == ""
     _assert_untouched_checkout(ws, head)
@@ -153,6 +161,10 @@ def test_blocked_middle_task_does_not_stop_the_drain(tmp_path):
     assert [ws.status(n) for n in "ABCD"] == ["closed", "blocked", "open", "closed"]
     assert ws.checkpoints("C") == []
     assert sorted(ws.landed_tasks()) == sorted([ws.ids["A"], ws.ids["D"]])
+    # The same command again starts nothing and says the same: the scope still holds a blocked task.
+    code, events, res = ws.drain(jobs=2)
+    assert code == 3, res.output
+    assert events[-1]["blocked"] == {ws.ids["B"]: "patch_does_not_apply"} and events[-1]["tasks"] == []
 
 
 def test_human_assigned_task_is_left_alone_unless_taken_over(tmp_path):
@@ -176,6 +188,21 @@ def test_human_assigned_task_is_left_alone_unless_taken_over(tmp_path):
     code, events, res = ws.drain("--take-over")
     assert code == 0, res.output
     assert ws.status("H") == "closed"
+
+
+def test_close_mode_ci_lands_then_waits_for_ci_and_its_dependents_wait_too(tmp_path):
+    ws = make_drain_workspace(tmp_path)
+    ws.config.write_text('close_mode = "ci"\n' + ws.config.read_text())
+    ws.task("A", patch=diff("a.txt", [], ["a"]))
+    ws.task("B", after=("A",), patch=diff("a.txt", ["a"], ["a", "b"]))
+    code, events, res = ws.drain()
+    assert code == 0, res.output
+    assert events[-1]["closed"] == [ws.ids["A"]] and events[-1]["tasks"][0]["state"] == "awaiting_ci"
+    assert (ws.status("A"), ws.status("B")) == ("in_progress", "open")
+    assert ws.tree()["a.txt"] == "a\n" and ws.checkpoints("B") == []
+    # Nothing landed before A: the branch holds the very commit its run head names.
+    head = next(cp for cp in ws.checkpoints("A") if cp.kind == "run-head").payload["artifact"]
+    git(ws.repo, "merge-base", "--is-ancestor", head["commit"], BRANCH)  # raises when it is not
 
 
 def test_max_tasks_stops_starting_new_tasks(tmp_path):
@@ -232,6 +259,9 @@ def test_drain_with_the_replay_backend_and_the_bwrap_sandbox(tmp_path):
     # B started from the tip holding A: the tree it validated is the tree that lands.
     land = ws.lands("B")[0]
     assert (land["result"], land["revalidated"], land["validation"]) == ("landed", False, [])
+    # ... and the commits that land are the very ones that were validated and reviewed.
+    assert land["method"] == "fast-forward"
+    assert land["sha"] == git(ws.repo, "rev-parse", f"mesh/{ws.ids['B']}").strip()
 
 
 def _task_branch_with_commits(repo, steps: list[dict[str, str]], *, base: str = "main") -> tuple[str, str]:
@@ -263,6 +293,8 @@ def test_lander_merges_when_rebase_conflicts_but_merge_does_not_and_is_idempoten
     assert result.validation[0]["passed"]  # in the bwrap sandbox, on the merged tree
     assert ws.tree("land")["f.txt"] == "y\n" and ws.tree("land")["g.txt"] == "g\n"
     assert landed_commits(ws.repo, "land")["run-1"] == [result.sha]
+    assert landed_commits(ws.repo, "land", run_id="run-1") == {"run-1": [result.sha]}
+    assert landed_commits(ws.repo, "land", run_id="run-2") == {}
     again = lander.land_commits(task_id="t", run_id="run-1", fork=fork, head=head, commands=["python3 check.py"])
     assert (again.result, again.method, again.sha) == ("landed", "already", result.sha)
     assert git(ws.repo, "rev-list", "--count", "land").strip() == "3"
@@ -297,6 +329,31 @@ def test_engine_writes_nothing_once_its_lease_was_taken_over(tmp_path):
     assert report.outcome == "no_runnable_task"
     assert any("lease" in m and "taken over" in m for m in report.mutations)
     assert ws.kinds(TASK) == []
+    with ws.tracker() as t:
+        assert t.get(TASK)["status"] == "open"  # not even claimed
+
+
+def test_a_run_whose_lease_was_taken_mid_review_files_no_finding_issue(tmp_path):
+    from orchestrator.lease import Lease
+    from orchestrator.runner import RunOptions, run
+    from tests.runkit import TASK, demo_script, make_workspace
+
+    ws = make_workspace(tmp_path)
+    script = ws.write_script(demo_script())
+
+    def echo(line: str) -> None:
+        # The first review requests changes; the next tracker write would file its findings.
+        if line.startswith("[orch:review]"):
+            with ws.tracker() as t:
+                Lease.acquire(t, TASK, "run-thief", holder="thief", ttl_s=300, force=True)
+
+    report = run(RunOptions(label="plan:demo", backend="replay", script=script, repo=ws.repo, db=ws.db,
+                            actor="tester", ids=[TASK]), echo=echo)
+    assert report.outcome == "no_runnable_task"
+    assert ws.kinds(TASK)[-1] == "review"
+    with ws.tracker() as t:
+        assert t.list(labels=["mesh:review"], include_closed=True) == []
+        assert t.list(labels=["mesh:finding"], include_closed=True) == []
 
 
 def test_budget_rule_starts_no_task_the_remaining_budget_cannot_cover():

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.gitops import GitError, Worktree, is_protected, repo_root
+from orchestrator.gitops import GitError, Worktree, is_protected, repo_root, worktree_home
+from orchestrator.policy import PatchPolicy
 
 TASK = "bd-a1b.2"
 
@@ -136,7 +137,8 @@ def test_prepare_makes_a_hidden_worktree_on_the_task_branch(repo):
     before = snapshot(repo)
     wt = Worktree.prepare(repo, TASK)
     assert wt.branch == f"mesh/{TASK}"
-    assert wt.path == (repo / ".git" / "mesh-worktrees" / TASK).resolve()
+    assert wt.path == worktree_home(repo / ".git") / TASK
+    assert ".git" not in wt.path.parts
     assert wt.repo_root == repo.resolve()
     assert wt.base == before["head"].strip() == wt.head()
     assert git(wt.path, "symbolic-ref", "--short", "HEAD").strip() == wt.branch
@@ -178,7 +180,7 @@ def test_prepare_from_a_subfolder_or_from_inside_the_worktree(repo):
     wt = Worktree.prepare(repo / "sub", TASK)
     assert Worktree.prepare(wt.path, TASK).path == wt.path
     other = Worktree.prepare(wt.path, "bd-other")
-    assert other.path == (repo / ".git" / "mesh-worktrees" / "bd-other").resolve()
+    assert other.path == worktree_home(repo / ".git") / "bd-other"
 
 
 def test_prepare_from_another_base(repo):
@@ -195,7 +197,7 @@ def test_prepare_refuses_task_ids_that_cannot_be_a_branch_and_folder(repo, task_
     with pytest.raises(GitError) as info:
         Worktree.prepare(repo, task_id)
     assert info.value.reason == "bad_task_id"
-    assert not (repo / ".git" / "mesh-worktrees").exists()
+    assert not worktree_home(repo / ".git").exists()
 
 
 def test_prepare_refuses_a_protected_task_branch(repo):
@@ -226,7 +228,7 @@ def test_prepare_refuses_a_branch_checked_out_by_the_user(repo):
 
 
 def test_prepare_refuses_a_foreign_folder_in_its_place(repo):
-    squatter = repo / ".git" / "mesh-worktrees" / TASK
+    squatter = worktree_home(repo / ".git") / TASK
     squatter.mkdir(parents=True)
     (squatter / "precious.txt").write_text("keep me")
     with pytest.raises(GitError) as info:
@@ -483,8 +485,10 @@ def test_diff_from_base_is_cumulative_and_ignores_external_drivers(repo):
     wt = Worktree.prepare(repo, TASK)
     wt.apply(PATCH)
     wt.commit("a", task_id=TASK, run_id="r")
+    # .gitattributes is protected by default; a project that permits it still gets no driver run.
     wt.apply("diff --git a/.gitattributes b/.gitattributes\nnew file mode 100644\n--- /dev/null\n"
-             "+++ b/.gitattributes\n@@ -0,0 +1 @@\n+*.md diff=evil\n" + NEW_FILE)
+             "+++ b/.gitattributes\n@@ -0,0 +1 @@\n+*.md diff=evil\n" + NEW_FILE,
+             policy=PatchPolicy(allow=(".gitattributes",)))
     wt.commit("b", task_id=TASK, run_id="r")
     (repo / "notes.txt").write_text("user's own later edit\n")
     diff = wt.diff_from_base()
@@ -530,7 +534,7 @@ def test_remove_keeps_the_branch_and_is_idempotent(repo):
     wt.remove()
     assert not wt.path.exists()
     assert git(repo, "rev-parse", f"mesh/{TASK}").strip() == sha
-    assert f"mesh-worktrees/{TASK}" not in git(repo, "worktree", "list")
+    assert str(wt.path) not in git(repo, "worktree", "list")
 
 
 def test_nothing_is_ever_pushed_or_merged(repo, tmp_path):

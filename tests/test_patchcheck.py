@@ -18,6 +18,7 @@ from orchestrator.patchcheck import (
     check_patch,
     extract_touched_files,
 )
+from orchestrator.policy import PatchPolicy, PolicyViolation
 
 GIT_MODIFY = """\
 diff --git a/src/app.py b/src/app.py
@@ -277,15 +278,6 @@ def test_binary(patch):
         (".mesh/state", "mesh_dir"),
         ("mesh.toml", "mesh_dir"),
         ("MESH.TOML", "mesh_dir"),
-        (".github/workflows/ci.yml", "ci_workflow"),
-        (".GitHub/Workflows/ci.yml", "ci_workflow"),
-        (".github/actions/setup/action.yml", "ci_workflow"),
-        (".gitlab-ci.yml", "ci_workflow"),
-        (".circleci/config.yml", "ci_workflow"),
-        (".ci/run", "ci_workflow"),
-        ("Jenkinsfile", "ci_workflow"),
-        ("azure-pipelines.yml", "ci_workflow"),
-        (".gitmodules", "submodule"),
     ],
 )
 def test_dangerous_paths_are_refused_in_every_header(path, reason):
@@ -297,6 +289,26 @@ def test_dangerous_paths_are_refused_in_every_header(path, reason):
     assert refused(rename).reason == reason
     copy = f"diff --git a/ok.txt b/ok2.txt\ncopy from {path}\ncopy to ok2.txt\n"
     assert refused(copy).reason == reason
+
+
+@pytest.mark.parametrize("path", [
+    ".github/workflows/ci.yml", ".GitHub/Workflows/ci.yml", ".github/actions/setup/action.yml",
+    ".gitlab-ci.yml", ".circleci/config.yml", ".ci/run", "Jenkinsfile", "azure-pipelines.yml", ".gitmodules",
+    "sub/conftest.py", ".github./CODEOWNERS", ".v\u200cscode/tasks.json",
+])
+def test_protected_paths_parse_and_the_policy_refuses_them_in_every_header(path):
+    # The parser leaves what a project may permit to the policy, which judges every name
+    # a header could mean.
+    patches = [
+        git_file_patch(path),
+        git_file_patch("ok.txt", header_path=path),
+        plain_patch(f"a/{path}", f"b/{path}"),
+        f"diff --git a/ok.txt b/ok2.txt\nrename from ok.txt\nrename to {path}\n",
+        f"diff --git a/ok.txt b/ok2.txt\ncopy from {path}\ncopy to ok2.txt\n",
+    ]
+    for patch in patches:
+        summary = check_patch(patch)
+        assert PatchPolicy().violations(summary), patch
 
 
 def test_legacy_rename_old_new_lines_are_checked():
@@ -422,8 +434,8 @@ def test_a_path_is_refused_exactly_when_a_component_is_dangerous(components):
     path = "/".join(components)
     dangerous = any(component in _DANGEROUS for component in components)
     try:
-        check_patch(git_file_patch(path))
-    except PatchRefused as error:
+        PatchPolicy().check(check_patch(git_file_patch(path)))
+    except (PatchRefused, PolicyViolation) as error:
         assert dangerous, (path, error)
     else:
         assert not dangerous, path
@@ -523,9 +535,11 @@ def test_fuzzed_patches_git_reads_never_touch_more_than_the_check_saw(tmp_path_f
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     patch = "".join(_fuzz_section(*section) for section in sections)
     try:
-        files = check_patch(patch).files
-    except PatchRefused:
+        summary = check_patch(patch)
+        PatchPolicy().check(summary)
+    except (PatchRefused, PolicyViolation):
         return
+    files = summary.files
     touched = _git_numstat(repo, patch)
     if touched is None:
         return  # git refuses it too

@@ -100,7 +100,7 @@ def _close_by_resume(db, repo, script, start):
         os._exit(0)
 
 
-def _close_by_ci(db, repo, start):
+def _close_by_ci(db, checkout, start):
     from orchestrator.ci_close import ci_close
     from orchestrator.config import load_config
     from orchestrator.scope import Scope
@@ -110,7 +110,7 @@ def _close_by_ci(db, repo, start):
         time.sleep(0.001)
     try:
         with Tracker(db, actor="ci") as tracker:
-            ci_close(tracker, load_config(repo), Scope("label", plan_label="plan:demo"), repo=repo)
+            ci_close(tracker, load_config(checkout), Scope("label", plan_label="plan:demo"), repo=checkout)
     finally:
         os._exit(0)
 
@@ -137,6 +137,21 @@ def test_local_run_and_ci_close_racing_close_once(tmp_path):
     path = template.write_script(happy_script())
     _kill_before_close(template, path)
     resume_script = template.write_script({}, "empty.json")  # every answer is checkpointed already
+    # CI closes for its own checkout of the task branch: the run head binds the approval to it.
+    checkout = tmp_path / "ci-checkout"
+    subprocess.run(["git", "clone", "-q", "--branch", f"mesh/{TASK}", str(template.repo), str(checkout)], check=True)
+    with template.tracker() as t:
+        assert [cp.kind for cp in load_checkpoints(t, TASK)][-1] == "run-head", "the killed run must hold its head"
+        t.db.conn.execute(f"VACUUM INTO '{tmp_path / 'ci-alone.db'}'")
+    # Alone, the CI closer closes the task: in the race below it is a real contender.
+    from orchestrator.ci_close import ci_close
+    from orchestrator.config import load_config
+    from orchestrator.scope import Scope
+    from tracker.store import Tracker
+
+    with Tracker(tmp_path / "ci-alone.db", actor="ci") as t:
+        alone = ci_close(t, load_config(checkout), Scope("label", plan_label="plan:demo"), repo=checkout)
+        assert [c.result for c in alone] == ["closed"], [c.to_dict() for c in alone]
     ctx = multiprocessing.get_context("fork")
     for i in range(50):
         db = tmp_path / f"race-{i}.db"
@@ -144,13 +159,11 @@ def test_local_run_and_ci_close_racing_close_once(tmp_path):
             t.db.conn.execute(f"VACUUM INTO '{db}'")
         start = time.time() + 0.3
         procs = [ctx.Process(target=_close_by_resume, args=(db, template.repo, resume_script, start)),
-                 ctx.Process(target=_close_by_ci, args=(db, template.repo, start))]
+                 ctx.Process(target=_close_by_ci, args=(db, checkout, start))]
         for p in procs:
             p.start()
         for p in procs:
             p.join(120)
-        from tracker.store import Tracker
-
         with Tracker(db) as t:
             closes = [e for e in t.events(TASK) if e["field"] == "status" and e["new_value"] == "closed"]
             assert t.get(TASK)["status"] == "closed", i

@@ -53,7 +53,8 @@ def test_happy_path_closes_task_with_exact_reason(ws):
         task = t.get(TASK)
     assert task["close_reason"] == CLOSE_REASON
     assert ws.kinds() == ["preflight", "proposal", "critique", "critique", "critique", "synthesis",
-                          "vote", "vote", "vote", "vote", "vote", "proof", "review", "review-cycle", "outcome"]
+                          "vote", "vote", "vote", "vote", "vote", "proof", "review", "review-cycle", "run-head",
+                          "outcome"]
     # The preflight line is printed before any worker is called, and persisted.
     assert res.stderr.startswith("orch_preflight orch_run_id=")
     assert "scope_mode=label plan_label=plan:demo" in res.stderr
@@ -461,18 +462,18 @@ def test_failing_validation_blocks_after_review(ws):
     assert report["validation"][0]["passed"] is False
 
 
-@pytest.mark.parametrize("path, reason", [
-    ("../outside.txt", "path_outside_worktree"),
-    (".git/hooks/post-commit", "git_dir"),
-    (".beads/issues.jsonl", "beads_dir"),
-    (".github/workflows/ci.yml", "ci_workflow"),
+@pytest.mark.parametrize("path, block, reason", [
+    ("../outside.txt", "patch_refused", "path_outside_worktree"),
+    (".git/hooks/post-commit", "patch_refused", "git_dir"),
+    (".beads/issues.jsonl", "patch_refused", "beads_dir"),
+    (".github/workflows/ci.yml", "policy_violation", ".github/workflows/ci.yml is protected"),
 ])
-def test_patch_refusal_blocks_and_leaves_worktree_untouched(ws, path, reason):
+def test_patch_refusal_blocks_and_leaves_worktree_untouched(ws, path, block, reason):
     evil = f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+boom\n"
     script = happy_script()
     script["synthesizer"][0] = r("synthesis", synthesis(evil))
     code, report, _ = ws.run(script)
-    assert code == 3 and report["block_reason"] == "patch_refused"
+    assert code == 3 and report["block_reason"] == block
     assert reason in report["block_detail"]
     assert not (ws.repo.parent / "outside.txt").exists()
     # The task branch holds no commit beyond main.

@@ -1,0 +1,251 @@
+"""The signed run head: the one checkpoint that binds a run's approval to a commit and a tree.
+
+Every run ends (closed, blocked, awaiting_ci, sent_back) with one ``[orch:run-head]``
+checkpoint, written just before its ``[orch:outcome]`` (for an approved run, before the task
+is closed or its CI gate created, so a CI closer racing a local close finds it). Its artifact
+holds the task id, the run id, the attempt (1 + the highest attempt of the task's earlier
+trusted run heads), the sha256 of each checkpoint comment of the run before it, in seq
+order, the final decision and outcome, the
+commit and tree that were validated and reviewed (null when nothing was integrated), the
+files the run's commits touched, the validation commands and results, and the finding
+issues with their status. With ``MESH_SIGNING_KEY`` set the payload is signed like every
+checkpoint, so ``mesh ci-close`` reads its evidence from here and from nothing unsigned.
+
+A run is ordered among the task's runs by its signed ``(attempt, run_id)``: comment order,
+gate fields and headers never decide which run is the latest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracker.store import Tracker
+
+from .checkpoint import Checkpoint, checkpoint_problem, parse_checkpoint
+from .gitops import GitError
+from .gitops import _git as gitops_git
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["RUN_HEAD", "comment_digest", "run_comment_digests", "trusted_run_heads", "run_order", "next_attempt",
+           "write_run_head", "write_close_head", "headless_runs_after", "commit_binding", "git_checkout_root"]
+
+RUN_HEAD = "run-head"
+_CLOSING = ("closed", "awaiting_ci")
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+def comment_digest(text: str) -> str:
+    """The sha256 (hex) of a checkpoint comment's exact text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _parsed_comments(tracker: Tracker, task_id: str) -> list[tuple[Checkpoint, str]]:
+    out = []
+    for comment in tracker.comments(task_id):
+        cp = parse_checkpoint(comment["text"], id=comment["id"], author=comment.get("author"),
+                              created_at=comment.get("created_at"))
+        if cp is not None:
+            out.append((cp, comment["text"]))
+    return out
+
+
+def run_comment_digests(tracker: Tracker, task_id: str, run_id: str, key: bytes | None) -> list[str]:
+    """Digests of the run's trusted checkpoint comments (run head excluded), in seq order.
+
+    With a key only comments that verify count, so a comment forged into the run before its
+    head is written is not vouched for; a repeated seq counts once (its first comment).
+    """
+    by_seq: dict[int, str] = {}
+    for cp, text in _parsed_comments(tracker, task_id):
+        if cp.run_id != run_id or cp.kind == RUN_HEAD or not isinstance(cp.seq, int):
+            continue
+        if checkpoint_problem(cp, key, task_id=task_id) is None:
+            by_seq.setdefault(cp.seq, comment_digest(text))
+    return [by_seq[seq] for seq in sorted(by_seq)]
+
+
+def run_order(cp: Checkpoint) -> tuple[int, str]:
+    """The sort key of a run head among its task's runs: its signed attempt, then run id."""
+    artifact = cp.payload.get("artifact") or {}
+    attempt = artifact.get("attempt")
+    return (attempt if isinstance(attempt, int) else 0, str(cp.payload.get("run_id") or ""))
+
+
+def trusted_run_heads(checkpoints: Sequence[Checkpoint], key: bytes | None,
+                      task_id: str) -> tuple[list[Checkpoint], list[str]]:
+    """(run heads that verify, problems of those that do not). A comment is a run head when
+    its header or its payload says so, so a relabelled comment is caught either way."""
+    good, bad = [], []
+    for cp in checkpoints:
+        if cp.kind != RUN_HEAD and cp.payload.get("kind") != RUN_HEAD:
+            continue
+        why = checkpoint_problem(cp, key, task_id=task_id)
+        if why is None and not isinstance(cp.payload.get("artifact"), dict):
+            why = f"comment {cp.comment_id}: run head carries no artifact"
+        if why:
+            bad.append(why)
+        else:
+            good.append(cp)
+    return good, bad
+
+
+def next_attempt(checkpoints: Sequence[Checkpoint], key: bytes | None, task_id: str, run_id: str) -> int:
+    """1 + the highest signed attempt among the task's other trusted run heads."""
+    heads, _ = trusted_run_heads(checkpoints, key, task_id)
+    return 1 + max((run_order(cp)[0] for cp in heads if cp.run_id != run_id), default=0)
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    # The checkout is untrusted (CI's branch): hooks and fsmonitor stay off, paths are literal.
+    return gitops_git(Path(repo), "--literal-pathspecs", *args, check=False)
+
+
+def git_checkout_root(repo: Path) -> Path | None:
+    """The top of the git checkout ``repo`` is in, or None when it is not in one."""
+    if not Path(repo).is_dir():
+        return None
+    try:
+        proc = _git(repo, "rev-parse", "--show-toplevel")
+    except GitError:
+        return None
+    return Path(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def _run_span(repo: Path, commit: str, run_id: str) -> tuple[str | None, list[str]]:
+    """(tree of ``commit``, files changed by the run's commits on top of ``commit``'s history).
+
+    The run's commits are the newest consecutive ones carrying ``Mesh-Run: run_id``; their
+    base is the first commit below them.
+    """
+    tree = _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{tree}}")
+    if tree.returncode != 0:
+        return None, []
+    log = _git(repo, "log", "-n", "500", "--format=%H%x00%(trailers:key=Mesh-Run,valueonly,unfold)%x1e", commit)
+    base = _EMPTY_TREE
+    for record in log.stdout.split("\x1e"):
+        record = record.strip("\n")
+        if not record:
+            continue
+        sha, _, value = record.partition("\x00")
+        if value.strip() != run_id:
+            base = sha.strip()
+            break
+    names = _git(repo, "diff", "--no-renames", "--name-only", "-z", base, commit)
+    return tree.stdout.strip(), sorted(n for n in names.stdout.split("\x00") if n)
+
+
+def _validated_commit(engine: "Engine") -> str | None:
+    proofs = [cp for step, cp in engine.memo.items() if step[0] == "proof"]
+    proofs.sort(key=lambda cp: cp.seq or 0)
+    commit = (proofs[-1].payload.get("artifact") or {}).get("commit") if proofs else None
+    return commit if isinstance(commit, str) and commit else None
+
+
+def write_run_head(engine: "Engine", outcome_artifact: Mapping[str, Any]) -> dict:
+    """Write the run's ``[orch:run-head]`` (once: a resumed run reuses it) from its stored
+    outcome; returns its payload."""
+    from .engine import load_checkpoints
+
+    tracker, task_id, run_id = engine.tracker, engine.task["id"], engine.run_id
+    outcome = outcome_artifact.get("outcome")
+    review_decision = outcome_artifact.get("review_decision")
+    commit = _validated_commit(engine) if engine.integrate else None
+    tree, files = _run_span(engine.repo, commit, run_id) if commit and engine.repo else (None, [])
+    if tree is None:
+        commit = None
+    findings = []
+    for finding_id, issue_id in sorted((outcome_artifact.get("review_subtasks") or {}).items()):
+        issue = tracker.get(issue_id)
+        label = next((lab.split(":", 1)[1] for lab in issue.get("labels") or [] if lab.startswith("label:")), None)
+        findings.append({"finding_id": finding_id, "issue": issue_id, "status": issue["status"], "label": label})
+    validation = list(outcome_artifact.get("validation") or [])
+    ran = [v for v in validation if not v.get("rejected")]
+    artifact = {
+        "task_id": task_id,
+        "run_id": run_id,
+        "attempt": next_attempt(load_checkpoints(tracker, task_id), engine.key, task_id, run_id),
+        "checkpoints": run_comment_digests(tracker, task_id, run_id, engine.key),
+        "outcome": outcome,
+        "block_reason": outcome_artifact.get("block_reason"),
+        "decision": "approve" if outcome in _CLOSING else (review_decision if review_decision != "approve"
+                                                            else None) or "none",
+        "review_decision": review_decision,
+        "conditions": dict(outcome_artifact.get("conditions") or {}),
+        "commit": commit,
+        "tree": tree,
+        "files": files,
+        "validation": {
+            "commands": [v["command"] for v in validation],
+            "results": [{k: v.get(k) for k in ("command", "exit_code", "passed", "rejected")} for v in validation],
+            "passed": bool(ran) and all(v.get("passed") for v in ran),
+        },
+        "findings": findings,
+    }
+    summary = (f"{outcome} attempt {artifact['attempt']} decision={artifact['decision']}"
+               f" commit={(commit or 'none')[:12]} checkpoints={len(artifact['checkpoints'])}")
+    return engine._checkpoint(RUN_HEAD, None, RUN_HEAD, summary, artifact)
+
+
+def write_close_head(engine: "Engine", outcome: str, conditions: Mapping[str, Any]) -> dict:
+    """Write the run head of an approved run before it closes or waits for CI (once)."""
+    last = engine.bus.reviews[max(engine.bus.reviews)] if engine.bus.reviews else None
+    return write_run_head(engine, {"outcome": outcome, "conditions": dict(conditions),
+                                   "review_decision": last["decision"] if last else None,
+                                   "validation": engine.validation,
+                                   "review_subtasks": dict(engine.bus.review_subtasks)})
+
+
+def headless_runs_after(checkpoints: Sequence[Checkpoint], key: bytes | None, task_id: str,
+                        head: Checkpoint) -> list[str]:
+    """Runs with trusted checkpoints after ``head`` (in comment order) but no trusted run head.
+
+    A later run that has not ended (still running, or killed) makes ``head`` stale. Comment
+    order here can only add a refusal: it never picks which head is read.
+    """
+    headed = {cp.run_id for cp in trusted_run_heads(checkpoints, key, task_id)[0]}
+    ids = [cp.comment_id for cp in checkpoints]
+    after = checkpoints[ids.index(head.comment_id) + 1:] if head.comment_id in ids else []
+    found: dict[str, None] = {}
+    for cp in after:
+        if cp.run_id and cp.run_id not in headed and checkpoint_problem(cp, key, task_id=task_id) is None:
+            found.setdefault(cp.run_id, None)
+    return list(found)
+
+
+def commit_binding(repo: Path, artifact: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """How the checkout at ``repo`` holds the signed commit: ("tree", None) when its HEAD tree
+    is the signed tree, ("contains", None) when HEAD contains the signed commit and no later
+    commit changed the files the run touched, else (None, why)."""
+    try:
+        return _commit_binding(repo, artifact)
+    except GitError as exc:
+        return None, f"cannot compare the checkout with the approved commit: {exc}"
+
+
+def _commit_binding(repo: Path, artifact: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    commit, tree, files = artifact.get("commit"), artifact.get("tree"), artifact.get("files")
+    if not isinstance(commit, str) or not isinstance(tree, str) or not commit or not tree:
+        return None, "the approved run integrated no commit"
+    head_tree = _git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{tree}")
+    if head_tree.returncode != 0:
+        return None, f"{repo} has no commit checked out"
+    if head_tree.stdout.strip() == tree:
+        return "tree", None
+    if _git(repo, "merge-base", "--is-ancestor", commit, "HEAD").returncode != 0:
+        return None, f"the checked-out tree differs from the approved tree {tree[:12]} and HEAD does not contain" \
+                     f" the approved commit {commit[:12]}"
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+        return None, "the approved run names no files to compare"
+    changed = _git(repo, "diff", "--no-renames", "--name-only", "-z", commit, "HEAD", "--", *files)
+    if changed.returncode != 0:
+        return None, "cannot compare the checkout with the approved commit"
+    later = sorted(n for n in changed.stdout.split("\x00") if n)
+    if later:
+        return None, f"the task's files changed after approval: {', '.join(later[:5])}"
+    return "contains", None
