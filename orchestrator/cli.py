@@ -150,23 +150,12 @@ def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> No
     import json
     from pathlib import Path
 
-    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
-    from orchestrator.scope import ScopeError, resolve_scope
     from orchestrator.status import render_status, scope_status
 
-    root = ctx.find_root().obj or {}
-    try:
-        scope = resolve_scope(label, parent)
-        config = load_run_config(RunOptions(repo=Path(repo) if repo else None))
-        tracker = open_tracker(Path(root["db"]) if root.get("db") else None, root.get("actor"))
-    except ScopeError as exc:
-        click.echo(f"mesh: {exc}", err=True)
-        ctx.exit(2)
+    opened = _open_scope(ctx, label, parent, repo, None)
+    if opened is None:
         return
-    except RunError as exc:
-        click.echo(f"mesh: {exc}", err=True)
-        ctx.exit(exc.exit_code)
-        return
+    scope, config, tracker = opened
     with tracker:
         status = scope_status(tracker, scope, repo=Path(repo or ".").resolve(), onto=onto or config.drain.onto)
     click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
@@ -223,23 +212,11 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
     from pathlib import Path
 
     from orchestrator.ci_close import CiCloseError, ci_close
-    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
-    from orchestrator.scope import ScopeError, resolve_scope
 
-    root = ctx.find_root().obj or {}
-    try:
-        scope = resolve_scope(label, parent)
-        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
-                                            config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(Path(root["db"]) if root.get("db") else None, root.get("actor"))
-    except ScopeError as exc:
-        click.echo(f"mesh: {exc}", err=True)
-        ctx.exit(2)
+    opened = _open_scope(ctx, label, parent, repo, config_file)
+    if opened is None:
         return
-    except RunError as exc:
-        click.echo(f"mesh: {exc}", err=True)
-        ctx.exit(exc.exit_code)
-        return
+    scope, config, tracker = opened
     with tracker:
         try:
             checkout = Path(repo or ".").resolve()
@@ -278,3 +255,28 @@ def demo_command(ctx: click.Context, keep: bool) -> None:
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="mesh")
+
+
+def _open_scope(ctx: click.Context, label, parent, repo, config_file):
+    """The scope, config and tracker of a scoped command, or None after printing one line and
+    setting the exit code (2 for a usage error, the runner's code for the rest)."""
+    from pathlib import Path
+
+    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
+    from orchestrator.scope import ScopeError, resolve_scope
+
+    root = ctx.find_root().obj or {}
+    try:
+        scope = resolve_scope(label, parent)
+        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
+                                            config_file=Path(config_file) if config_file else None))
+        tracker = open_tracker(Path(root["db"]) if root.get("db") else None, root.get("actor"))
+    except ScopeError as exc:
+        click.echo(f"mesh: {exc}", err=True)
+        ctx.exit(2)
+        return None
+    except RunError as exc:
+        click.echo(f"mesh: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+        return None
+    return scope, config, tracker
