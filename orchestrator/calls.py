@@ -11,7 +11,7 @@ from typing import Any
 from tracker.model import now_iso
 from tracker.store import Tracker
 
-from .scrub import scrub
+from redact import scrub
 
 __all__ = ["ensure_calls_table", "log_call", "calls_for", "logged_response"]
 

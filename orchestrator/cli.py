@@ -71,7 +71,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
 
     from orchestrator.report import render_report
     from orchestrator.runner import RunError, RunOptions, run
-    from orchestrator.scrub import scrub
+    from redact import scrub
 
     root = ctx.find_root().obj or {}
     options = RunOptions(

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.known_secrets import SIGNING_KEY_ENV
+from redact.known import SIGNING_KEY_ENV
 from orchestrator.policy import check_pattern
 from orchestrator.sandbox import Limits
 from orchestrator.validation import parse_allow_entry

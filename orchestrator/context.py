@@ -30,7 +30,7 @@ import subprocess
 from collections.abc import Hashable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
-from .scrub import scrub
+from redact import scrub
 
 __all__ = ["CHARS_PER_TOKEN", "build_repo_context", "code_names", "named_paths", "patch_paths"]
 

@@ -19,7 +19,7 @@ import click
 from .drain import DrainControl, DrainOptions, drain
 from .live import LineSink, LiveSink, NdjsonSink, summary_lines
 from .runner import RunError, RunOptions
-from .scrub import scrub
+from redact import scrub
 
 __all__ = ["run_drain_command", "install_interrupts"]
 

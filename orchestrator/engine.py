@@ -43,7 +43,7 @@ from .faults import crash_point
 from .lease import lease_is_live
 from .scope import Scope
 from .runhead import write_close_head, write_run_head
-from .scrub import scrub, scrub_obj
+from redact import scrub, scrub_obj
 
 __all__ = ["CLOSE_REASON", "Engine", "RunReport", "BLOCK_REASONS", "TaskTaken", "new_run_id", "load_checkpoints"]
 

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import IO, Any
 
-from .scrub import scrub, scrub_obj
+from redact import scrub, scrub_obj
 
 __all__ = ["NdjsonSink", "LineSink", "LiveSink", "summary_lines"]
 

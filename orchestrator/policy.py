@@ -20,7 +20,7 @@ This module holds the policy on top of it, refused with the block reason
   a directory on ``sys.path``: the repository root, ``src/``, or a directory pytest's default
   (``prepend``) import mode inserts, i.e. the first directory above a test file or
   ``conftest.py`` that is not a package;
-- a secret value in the added text or in a file name (``orchestrator.scrub`` is the
+- a secret value in the added text or in a file name (``redact`` is the
   detector); the detail names the file, never the value.
 
 Patterns are globs matched without regard to case (and as a case-insensitive or
@@ -103,7 +103,7 @@ class PolicyViolation(Exception):
     """The patch breaks the policy; ``problems`` says how, one entry per path or finding."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        from .scrub import scrub
+        from redact import scrub
 
         self.problems = list(problems)
         shown = "; ".join(self.problems[:_MAX_LISTED])
@@ -468,7 +468,7 @@ class PatchPolicy:
         the hunks change. Without it every file counts as new and every change is read
         from the patch alone, which can only refuse more.
         """
-        from .scrub import scrub
+        from redact import scrub
 
         problems: list[str] = []
         changes = list(summary.changes)
@@ -493,7 +493,7 @@ class PatchPolicy:
         return list(dict.fromkeys(problems))
 
     def _content_problems(self, change: "FileChange", root: Path | None) -> list[str]:
-        from .scrub import scrub
+        from redact import scrub
 
         problems = []
         name = change.paths[-1] if change.paths else "?"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .engine import RunReport
-from .scrub import scrub
+from redact import scrub
 
 __all__ = ["render_report"]
 

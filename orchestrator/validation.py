@@ -36,7 +36,7 @@ from typing import IO, Mapping, Sequence
 
 from orchestrator import sandbox as _sandbox
 from orchestrator.sandbox import Limits
-from orchestrator.scrub import scrub
+from redact import scrub
 from roles.backends.command import split_command
 
 __all__ = [

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.known_secrets import encoded_forms, known_secrets
-from orchestrator.scrub import REDACTED, scrub, scrub_obj
-from orchestrator.scrub_view import INVISIBLE, decode, decoded_view
+from redact.known import encoded_forms, known_secrets
+from redact import REDACTED, scrub, scrub_obj
+from redact.view import INVISIBLE, decode, decoded_view
 
 # A value with characters that URL encoding, JSON and base64 alignment all treat differently.
 SECRET = "Zq8vLm3x Tr9w/Kp2+sNf7h!"

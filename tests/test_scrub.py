@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.scrub import REDACTED, scrub, scrub_obj
+from redact import REDACTED, scrub, scrub_obj
 
 # Fake credentials, shaped like the real ones (none of them is live).
 ANTHROPIC = "sk-ant-api03-" + "Ab3dEf6hIj9" * 8

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.sandbox import SANDBOX_HOME, SANDBOX_TREE
-from orchestrator.scrub import REDACTED
+from redact import REDACTED
 from orchestrator.validation import (
     ValidationResult,
     is_allowed,

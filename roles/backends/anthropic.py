@@ -59,7 +59,7 @@ from ..schemas import OutboxMessage
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
 from .tools import MAX_OUTPUT_CHARS, TOOL_DEFINITIONS, RepoTools
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the run's config is passed in; roles/ never imports the orchestrator
     from orchestrator.config import MeshConfig
 
 __all__ = ["AnthropicBackend", "output_model", "CHARS_PER_TOKEN_BOUND"]
@@ -93,11 +93,8 @@ class AnthropicBackend(Backend):
     name = "anthropic"
 
     def __init__(self, config: MeshConfig | None = None, *, api_key: str | None = None):
-        from orchestrator.config import ConfigError, MeshConfig
-
         if config is None:
-            config = MeshConfig()
-        self._config_error = ConfigError
+            raise BackendError("the anthropic backend needs the run's config (models, prices, anthropic settings)")
         key = (api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")).strip()
         if not key:
             raise BackendError("the anthropic backend needs an API key: set ANTHROPIC_API_KEY")
@@ -214,7 +211,7 @@ class AnthropicBackend(Backend):
     def _model(self, role: str) -> str:
         try:
             return self._config.model_for(role)
-        except self._config_error as exc:  # a role the config has no model for
+        except Exception as exc:  # noqa: BLE001 - the config's error for a role it has no model for
             raise BackendError(str(exc)) from None
 
     def _usage(self, model: str, reported: Any) -> Usage:

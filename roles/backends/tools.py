@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from orchestrator.scrub import scrub
+from redact import scrub
 
 __all__ = ["TOOL_DEFINITIONS", "TOOL_NAMES", "ToolResult", "RepoTools"]
 

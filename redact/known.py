@@ -8,7 +8,7 @@ rot13, hex (lower and upper case), URL encoding (upper and lower case escapes, `
 ``%20`` for spaces) and base64 in both alphabets, whole (padded or not) and as the part of a
 longer base64 stream that is fully determined by the value, at each of the three byte
 alignments it can start at. Forms split by invisible characters or written with JSON escapes
-are found by the scrubber's decoded view (``orchestrator.scrub_view``), not listed here.
+are found by the scrubber's decoded view (``redact.view``), not listed here.
 
 Values shorter than ``MIN_SECRET_LEN`` (8) characters are not hunted at all, in any form:
 their encodings are short enough to occur by chance in ordinary text, and redacting them
@@ -37,7 +37,7 @@ _SECRET_ENV_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY")
 # Whole-name endings: a connection string carries its password or account key inside.
 _SECRET_ENV_ENDINGS = ("CONNECTION_STRING", "CONNECTIONSTRING", "CONN_STR")
 _PERCENT_ESCAPE = re.compile("%[0-9A-F]{2}")
-# orchestrator.scrub.REDACTED (that module imports this one, so it is not imported here).
+# redact.REDACTED (that module imports this one, so it is not imported here).
 _MARKER = "[REDACTED]"
 _URLSAFE = str.maketrans("+/", "-_")
 

@@ -4,7 +4,7 @@ Everything mesh records (prompts, responses, validation output, comments) can ca
 secret a worker or a test suite printed. ``scrub`` replaces with ``[REDACTED]``:
 
 - the known secret values (every secret-looking environment variable and
-  ``MESH_SIGNING_KEY``) in each form listed by ``orchestrator.known_secrets``: raw, base64
+  ``MESH_SIGNING_KEY``) in each form listed by ``redact.known``: raw, base64
   (both alphabets, any alignment inside a longer stream, padded or not), hex, URL-encoded,
   rot13 and reversed. Values shorter than 8 characters are not hunted, in any form: they
   would match ordinary text by chance;
@@ -13,7 +13,7 @@ secret a worker or a test suite printed. ``scrub`` replaces with ``[REDACTED]``:
   Hugging Face ``hf_``, npm ``npm_``, JWTs, Slack hooks), Azure ``AccountKey=``, the password
   of a ``scheme://user:<password>@host`` URL (user and host kept), authorization headers and
   the values of secret-named assignments (keeping the key name of ``KEY=value``);
-- all of the above once more in the decoded view of the text (``orchestrator.scrub_view``:
+- all of the above once more in the decoded view of the text (``redact.view``:
   JSON escapes read, zero-width characters and soft hyphens dropped, two levels deep), so a
   secret split by invisible characters or written with escapes is redacted too, escapes and
   all.
@@ -28,8 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .known_secrets import MIN_SECRET_LEN, hunted_forms
-from .scrub_view import DecodedView, decode, decoded_view, special_count
+from .known import MIN_SECRET_LEN, hunted_forms
+from .view import DecodedView, decode, decoded_view, special_count
 
 __all__ = ["REDACTED", "scrub", "scrub_obj"]
 
