@@ -123,6 +123,8 @@ CREATE TABLE IF NOT EXISTS idempotency (
 class Database:
     """A tracker database file with explicit, re-entrant write transactions."""
 
+    engine = "sqlite"
+
     def __init__(self, path: Path | str, *, create: bool = False):
         self.path = Path(path)
         if not create and not self.path.exists():
