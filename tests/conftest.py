@@ -16,12 +16,59 @@ def beads_real_files() -> list[Path]:
     return sorted(BEADS_REAL.glob("*.jsonl")) if BEADS_REAL.is_dir() else []
 
 
+ENGINES = ("sqlite", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A throwaway PostgreSQL server for the session (tests/pgserver.py), or a skip with the
+    reason; with MESH_REQUIRE_POSTGRES=1 (CI, ``make test``) a missing server is a failure."""
+    import os
+
+    from tests.pgserver import start_server
+
+    server, why = start_server()
+    if server is None:
+        if os.environ.get("MESH_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here (MESH_REQUIRE_POSTGRES=1): {why}")
+        pytest.skip(why)
+    yield server
+    server.stop()
+
+
+_databases = iter(range(1, 1 << 30))
+
+
 @pytest.fixture
-def tracker(tmp_path):
-    """A fresh tracker workspace (prefix ``tt``) in a temporary folder."""
+def pg_url(pg_server):
+    """The URL of a new, empty database on the session's server (dropped afterwards)."""
+    name = f"t{next(_databases)}"
+    url = pg_server.create_database(name)
+    yield url
+    pg_server.drop_database(name)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    """Each engine in turn: the tracker tests run on SQLite and on PostgreSQL."""
+    return request.param
+
+
+@pytest.fixture
+def db_target(engine, tmp_path, request):
+    """Where a test's tracker lives on ``engine``: None (the workspace's SQLite file) or a
+    PostgreSQL URL of a fresh database."""
+    if engine == "sqlite":
+        return None
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def tracker(tmp_path, db_target):
+    """A fresh tracker workspace (prefix ``tt``) in a temporary folder, on each engine."""
     from tracker.store import Tracker
 
-    t = Tracker.init(tmp_path, prefix="tt", actor="tester")
+    t = Tracker.init(tmp_path, prefix="tt", actor="tester", db_path=db_target)
     yield t
     t.close()
 
@@ -38,4 +85,13 @@ def _private_cache_home(tmp_path_factory):
     """
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_config_home(tmp_path_factory):
+    """Config loading reads the user's stored price table (``mesh prices --update-from``):
+    keep a developer's ~/.config/mesh out of the tests' configs."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
         yield

@@ -20,10 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def ws(tmp_path, monkeypatch):
-    """A workspace folder with an initialised tracker; the CLI runs from inside it."""
+def ws(tmp_path, monkeypatch, db_target):
+    """A workspace folder with an initialised tracker on each engine (MESH_DB names the
+    PostgreSQL database); the CLI runs from inside it."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MESH_DB", raising=False)
+    if db_target:
+        monkeypatch.setenv("MESH_DB", db_target)
+    else:
+        monkeypatch.delenv("MESH_DB", raising=False)
     monkeypatch.setenv("MESH_ACTOR", "alice")
     result = CliRunner().invoke(cli, ["tracker", "init", "--prefix", "cl"])
     assert result.exit_code == 0, result.output
@@ -218,17 +222,22 @@ def test_slots_and_agent_state(ws):
     assert json.loads(not_agent.stderr)["code"] == "invalid_value"
 
 
-def test_where_status_doctor(ws):
+def test_where_status_doctor(ws, engine):
     mesh("tracker", "create", "t")
     where = mesh_json("tracker", "where")
-    assert where["database_path"].endswith(os.path.join(".beads", "mesh.db")) and where["prefix"] == "cl"
+    first_check = "integrity" if engine == "sqlite" else "server"
+    if engine == "sqlite":
+        assert where["database_path"].endswith(os.path.join(".beads", "mesh.db"))
+    else:
+        assert where["database_path"] == os.environ["MESH_DB"] and where["engine"] == "postgresql"
+    assert where["prefix"] == "cl"
     status = mesh_json("tracker", "status")
     assert status["summary"]["total_issues"] == 1 and status["summary"]["ready_issues"] == 1
     doctor = mesh_json("tracker", "doctor")
-    assert doctor["ok"] and {c["name"] for c in doctor["checks"]} >= {"integrity", "ready_state"}
+    assert doctor["ok"] and {c["name"] for c in doctor["checks"]} >= {first_check, "foreign_keys", "ready_state"}
     fixed = mesh_json("tracker", "doctor", "--fix")
     assert "ready state rebuilt" in fixed["fixed"]
-    assert "integrity" in mesh("tracker", "doctor").stdout
+    assert first_check in mesh("tracker", "doctor").stdout
 
 
 def test_import_export_round_trip(ws, tmp_path):

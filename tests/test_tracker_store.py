@@ -11,7 +11,8 @@ import sqlite3
 import pytest
 
 from tracker import ids
-from tracker.db import SCHEMA_VERSION, ready_state_changes
+from tracker.db import ready_state_changes
+from tracker.schema import SCHEMA_VERSION
 from tracker.jsonl import import_jsonl
 from tracker.model import normalize_ts, parse_duration
 from tracker.store import Tracker
@@ -214,6 +215,7 @@ def test_schema_1_database_is_migrated_on_open(tmp_path):
     conn.execute("ALTER TABLE issues DROP COLUMN blocked")
     conn.execute("ALTER TABLE issues DROP COLUMN defer_eff")
     conn.execute("UPDATE config SET value = '1' WHERE key = 'schema_version'")
+    conn.execute("DROP TABLE schema_version")  # files of schema 1 and 2 kept the version in config only
     conn.commit()
     conn.close()
     reopened = Tracker(path)

@@ -1,8 +1,10 @@
-"""SQLite connection, schema and transactions of the tracker.
+"""The tracker's database: opening either engine, and SQLite's connection and transactions.
 
-One file, WAL journal, a busy timeout, foreign keys on, and every write
-transaction opened with ``BEGIN IMMEDIATE`` so that two writers never both read
-then write (the claim compare-and-set depends on it).
+``open_database`` takes a file path (or ``sqlite:///path``) or a PostgreSQL URL
+(``postgres.PostgresDatabase``); both give the same interface. SQLite is one file,
+WAL journal, a busy timeout, foreign keys on, and every write transaction opened
+with ``BEGIN IMMEDIATE`` so that two writers never both read then write (the claim
+compare-and-set depends on it). The schema and its versions are in ``schema``.
 """
 
 from __future__ import annotations
@@ -11,113 +13,41 @@ import contextlib
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .dialect import is_url, sqlite_path
 from .errors import WorkspaceError
 from .model import BLOCKING_STATUSES
+from .schema import ensure_schema
 
-__all__ = ["Database", "SCHEMA_VERSION", "refresh_ready_state", "ready_state_changes"]
 
-SCHEMA_VERSION = 2
+def open_database(target: Path | str, *, create: bool = False):
+    """The tracker database at ``target``: a SQLite file, or a PostgreSQL server for a
+    ``postgresql://`` URL. Brings its schema up to date (see ``schema``)."""
+    if is_url(target):
+        from .postgres import PostgresDatabase
+
+        db = PostgresDatabase(str(target))
+        where = db.display
+    else:
+        db = Database(sqlite_path(target), create=create)
+        where = str(db.path)
+    try:
+        ensure_schema(db, create=create, where=where)
+    except sqlite3.DatabaseError as exc:  # a damaged file surfaces at the first query
+        db.close()
+        raise WorkspaceError(f"cannot open tracker database {where}: {exc}") from None
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+__all__ = ["Database", "open_database", "refresh_ready_state", "ready_state_changes"]
+
 BUSY_TIMEOUT_MS = 30_000
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS config (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS issues (
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    title TEXT NOT NULL DEFAULT '',
-    description TEXT,
-    design TEXT,
-    acceptance_criteria TEXT,
-    notes TEXT,
-    status TEXT NOT NULL DEFAULT 'open',
-    priority INTEGER NOT NULL DEFAULT 2,
-    issue_type TEXT NOT NULL DEFAULT 'task',
-    assignee TEXT,
-    owner TEXT,
-    created_at TEXT,
-    created_by TEXT,
-    updated_at TEXT,
-    closed_at TEXT,
-    close_reason TEXT,
-    defer_until TEXT,
-    due_at TEXT,
-    external_ref TEXT,
-    metadata TEXT,
-    await_type TEXT,
-    await_id TEXT,
-    timeout INTEGER,
-    agent_state TEXT,
-    last_activity TEXT,
-    hook_bead TEXT,
-    role_bead TEXT,
-    pinned INTEGER,
-    ephemeral INTEGER,
-    extra TEXT,
-    created_sort TEXT,
-    defer_sort TEXT,
-    blocked INTEGER NOT NULL DEFAULT 0,
-    defer_eff TEXT
-);
-CREATE INDEX IF NOT EXISTS issues_by_status ON issues(status, issue_type, priority, created_sort, id);
-CREATE INDEX IF NOT EXISTS issues_ready_order ON issues(priority, created_sort, id)
-    WHERE status = 'open' AND blocked = 0;
-CREATE INDEX IF NOT EXISTS issues_ready_by_id ON issues(id, issue_type, priority, created_sort, defer_eff, ephemeral, pinned)
-    WHERE status = 'open' AND blocked = 0;
-CREATE INDEX IF NOT EXISTS issues_by_assignee ON issues(assignee) WHERE assignee IS NOT NULL;
-CREATE TABLE IF NOT EXISTS labels (
-    issue_id TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE ON UPDATE CASCADE,
-    label TEXT NOT NULL,
-    UNIQUE (issue_id, label)
-);
-CREATE INDEX IF NOT EXISTS labels_by_label ON labels(label, issue_id);
-CREATE TABLE IF NOT EXISTS dependencies (
-    issue_id TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE ON UPDATE CASCADE,
-    depends_on_id TEXT NOT NULL,
-    type TEXT NOT NULL DEFAULT 'blocks',
-    created_at TEXT,
-    created_by TEXT,
-    extra TEXT,
-    UNIQUE (issue_id, depends_on_id, type)
-);
-CREATE INDEX IF NOT EXISTS deps_by_target ON dependencies(depends_on_id, type, issue_id);
-CREATE INDEX IF NOT EXISTS deps_by_type ON dependencies(type, issue_id, depends_on_id);
-CREATE TABLE IF NOT EXISTS comments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    issue_id TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE ON UPDATE CASCADE,
-    author TEXT,
-    text TEXT NOT NULL,
-    created_at TEXT,
-    ext_id TEXT,
-    dedupe_key TEXT UNIQUE,
-    extra TEXT
-);
-CREATE INDEX IF NOT EXISTS comments_by_issue ON comments(issue_id, id);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    issue_id TEXT NOT NULL,
-    event_type TEXT NOT NULL,
-    actor TEXT,
-    field TEXT,
-    old_value TEXT,
-    new_value TEXT,
-    created_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_issue ON events(issue_id, id);
-CREATE TABLE IF NOT EXISTS child_counters (
-    parent_id TEXT PRIMARY KEY,
-    last_child INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS idempotency (
-    key TEXT PRIMARY KEY,
-    issue_id TEXT NOT NULL
-);
-"""
 
 
 class Database:
@@ -147,25 +77,17 @@ class Database:
             # lose the last transactions, never corrupt the file.
             self.conn.execute("PRAGMA synchronous = NORMAL")
             self.conn.execute("PRAGMA foreign_keys = ON")
-            columns = {r[1] for r in self.conn.execute("PRAGMA table_info(issues)")}
-            if not columns and not create:
-                raise WorkspaceError(f"{self.path} is not a mesh tracker database")
-            if columns and "blocked" not in columns:
-                _migrate_v1(self.conn)
-            if create:
-                self.conn.executescript(SCHEMA)
-                self.conn.execute(
-                    "INSERT OR IGNORE INTO config(key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
         except sqlite3.DatabaseError as exc:
             raise WorkspaceError(f"cannot open tracker database {self.path}: {exc}") from exc
         self._lock = threading.RLock()
         self._depth = 0
 
+    display = property(lambda self: str(self.path))
+
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction; nested calls join the outer one."""
+    def transaction(self, *, exclusive: bool = True) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction; nested calls join the outer one. SQLite has one
+        writer at a time, so every transaction is ``exclusive``."""
         with self._lock:
             if self._depth:
                 self._depth += 1
@@ -198,6 +120,16 @@ class Database:
             cur.row_factory = None
             rows = cur.execute(sql, params).fetchall()
             return [d[0] for d in cur.description], rows
+
+    def now(self) -> float:
+        """The clock leases are measured with: this machine's (a SQLite file has one host)."""
+        return time.time()
+
+    def table_exists(self, name: str) -> bool:
+        return bool(self.read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+
+    def columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.read(f"PRAGMA table_info({table})")}
 
     def close(self) -> None:
         self.conn.close()
@@ -309,21 +241,3 @@ def _lineage(issue_id: str, parents: dict[str, list[str]]) -> set[str]:
                 seen.add(parent)
                 stack.append(parent)
     return seen
-
-
-def _migrate_v1(conn: sqlite3.Connection) -> None:
-    """Schema 1 to 2: add the cached ready-work state and fill it."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(issues)")}
-        if "blocked" not in columns:  # another process may have migrated while we waited
-            conn.execute("ALTER TABLE issues ADD COLUMN blocked INTEGER NOT NULL DEFAULT 0")
-            conn.execute("ALTER TABLE issues ADD COLUMN defer_eff TEXT")
-            refresh_ready_state(conn)
-            conn.execute("INSERT OR REPLACE INTO config(key, value) VALUES ('schema_version', ?)",
-                         (str(SCHEMA_VERSION),))
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    conn.executescript(SCHEMA)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import operator
 import re
-import sqlite3
 from collections.abc import Iterable, Iterator
 from itertools import accumulate, repeat
 from dataclasses import dataclass, field
@@ -296,10 +295,10 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
                     kept.append(tuple(r))
             c.execute(f"DELETE FROM issues WHERE id IN ({marks})", chunk)
         c.executemany(_INSERT_ISSUE, issue_rows)
-        c.executemany("INSERT OR IGNORE INTO labels(issue_id, label) VALUES (?, ?)", label_rows)
+        c.executemany("INSERT INTO labels(issue_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", label_rows)
         c.executemany(
-            "INSERT OR IGNORE INTO dependencies(issue_id, depends_on_id, type, created_at, created_by, extra)"
-            " VALUES (?,?,?,?,?,?)",
+            "INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by, extra)"
+            " VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
             dep_rows,
         )
         c.executemany(
@@ -319,7 +318,7 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
     return report
 
 
-def _existing_updated(c: sqlite3.Connection, ids: list[str]) -> dict[str, str | None]:
+def _existing_updated(c: Any, ids: list[str]) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
@@ -342,19 +341,18 @@ def encode_line(obj: dict) -> str:
 
 def iter_export(tracker: Tracker) -> Iterable[dict]:
     """Every issue (tombstones included) as its full JSONL object, sorted by id."""
+    read = tracker.db.read_tuples
     with tracker.db._lock:
-        c = tracker.db.conn.cursor()
-        c.row_factory = None
         labels: dict[str, list[str]] = {}
-        for issue_id, label in c.execute("SELECT issue_id, label FROM labels ORDER BY rowid"):
+        for issue_id, label in read("SELECT issue_id, label FROM labels ORDER BY rowid")[1]:
             labels.setdefault(issue_id, []).append(label)
         deps: dict[str, list[dict]] = {}
-        for r in c.execute(f"SELECT {_DEP_COLUMNS} FROM dependencies ORDER BY rowid"):
+        for r in read(f"SELECT {_DEP_COLUMNS} FROM dependencies ORDER BY rowid")[1]:
             deps.setdefault(r[0], []).append(_dep_from_tuple(r))
         comments: dict[str, list[dict]] = {}
-        for r in c.execute(f"SELECT {_COMMENT_COLUMNS} FROM comments ORDER BY id"):
-            comments.setdefault(r[1], []).append(_comment_obj(r))
-        rows = c.execute(f"SELECT {_ISSUE_SELECT} FROM issues i ORDER BY id").fetchall()
+        for r in read(f"SELECT {_COMMENT_COLUMNS} FROM comments ORDER BY id")[1]:
+            comments.setdefault(r[1], []).append(_comment_obj(tuple(r)))
+        rows = read(f"SELECT {_ISSUE_SELECT} FROM issues i ORDER BY id")[1]
     for row in rows:
         iid = row[0]
         yield _build_issue(row, labels.get(iid), deps.get(iid), comments.get(iid), export=True)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import operator
 import os
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import ids as idgen
-from .db import Database, ready_state_changes, refresh_ready_state
+from .db import open_database, ready_state_changes, refresh_ready_state
+from .dialect import JSON_IDS, display_target, is_url
 from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError, TrackerError, WorkspaceError
 from .model import (
     AGENT_STATES,
@@ -43,11 +43,15 @@ DEFAULT_PREFIX = "bd"
 _UPDATABLE = frozenset(MODELLED_FIELDS) - {"id", "created_at", "created_by", "updated_at", "closed_at"}
 _SQL_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 _SQL_NON_WORK = "(" + ",".join(f"'{t}'" for t in NON_WORK_TYPES) + ")"
-_JSON_IDS = "(SELECT value FROM json_each(?))"
+_JSON_IDS = JSON_IDS
 # The columns an issue object is built from (the hot path reads only these).
 _ISSUE_COLUMNS = ("id", *TEXT_FIELDS, "priority", "pinned", "ephemeral", "metadata", "timeout", "extra")
 _ISSUE_SELECT = ", ".join(f"i.{c}" for c in _ISSUE_COLUMNS)
 _DEP_COLUMNS = "issue_id, depends_on_id, type, created_at, created_by, extra"
+# A connection inside a transaction (sqlite3's, or postgres' adapter) and a row read by
+# position or column name (sqlite3.Row, postgres.Row).
+Conn = Any
+Row = Any
 
 
 def find_workspace(start: Path | None = None) -> Path | None:
@@ -59,11 +63,12 @@ def find_workspace(start: Path | None = None) -> Path | None:
     return None
 
 
-def default_db_path(start: Path | None = None) -> Path | None:
-    """``MESH_DB`` if set, else ``.beads/mesh.db`` of the enclosing workspace."""
+def default_db_path(start: Path | None = None) -> Path | str | None:
+    """``MESH_DB`` if set (a path or a PostgreSQL URL), else ``.beads/mesh.db`` of the
+    enclosing workspace."""
     env = os.environ.get("MESH_DB")
     if env:
-        return Path(env)
+        return env if is_url(env) else Path(env)
     root = find_workspace(start)
     return root / ".beads" / DB_NAME if root else None
 
@@ -77,10 +82,15 @@ def _load(text: str | None) -> Any:
 
 
 class Tracker:
-    """A beads-compatible issue tracker stored in one SQLite file."""
+    """A beads-compatible issue tracker stored in a SQLite file or on a PostgreSQL server.
+
+    ``path`` is a file path, ``sqlite:///path`` or a ``postgresql://`` URL; ``self.path``
+    is what reopens the same database (hand it to threads), ``self.db.display`` what may
+    be printed.
+    """
 
     def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
-        self.db = Database(path, create=create)
+        self.db = open_database(path, create=create)
         self.path = self.db.path
         self.actor = actor or os.environ.get("MESH_ACTOR") or os.environ.get("USER") or "mesh"
 
@@ -94,7 +104,8 @@ class Tracker:
         The issue prefix is ``prefix`` when given, else the one already stored,
         else ``issue-prefix`` of ``<root>/.beads/config.yaml``, else ``bd``.
         """
-        tracker = cls(Path(db_path) if db_path else root / ".beads" / DB_NAME, actor=actor, create=True)
+        target = (db_path if is_url(db_path) else Path(db_path)) if db_path else root / ".beads" / DB_NAME
+        tracker = cls(target, actor=actor, create=True)
         if prefix:
             tracker.set_config("issue_prefix", prefix)
         elif tracker.get_config("issue_prefix") is None:
@@ -104,7 +115,7 @@ class Tracker:
     @classmethod
     def open(cls, path: Path | str | None = None, *, actor: str | None = None) -> "Tracker":
         """Open an existing database (``path``, ``MESH_DB`` or the enclosing workspace)."""
-        target = Path(path) if path else default_db_path()
+        target = (path if is_url(path) else Path(path)) if path else default_db_path()
         if target is None:
             raise WorkspaceError("no .beads/ workspace found here or above (run 'mesh tracker init')")
         return cls(target, actor=actor)
@@ -128,7 +139,8 @@ class Tracker:
 
     def set_config(self, key: str, value: str) -> None:
         with self.transaction() as c:
-            c.execute("INSERT OR REPLACE INTO config(key, value) VALUES (?, ?)", (key, value))
+            c.execute("INSERT INTO config(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                      (key, value))
 
     @property
     def prefix(self) -> str:
@@ -136,7 +148,7 @@ class Tracker:
 
     # ----------------------------------------------------------------- events
 
-    def _event(self, c: sqlite3.Connection, issue_id: str, event_type: str, field: str | None = None,
+    def _event(self, c: Conn, issue_id: str, event_type: str, field: str | None = None,
                old: Any = None, new: Any = None, *, at: str | None = None) -> None:
         c.execute(
             "INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
@@ -154,7 +166,7 @@ class Tracker:
 
     # ----------------------------------------------------------------- reads
 
-    def _row(self, c: sqlite3.Connection, issue_id: str) -> sqlite3.Row:
+    def _row(self, c: Conn, issue_id: str) -> Row:
         row = c.execute("SELECT * FROM issues WHERE id = ?", (issue_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no issue {issue_id!r}")
@@ -176,7 +188,7 @@ class Tracker:
             issue["comments"] = self.comments(issue_id)
         return issue
 
-    def _hydrate(self, rows: Sequence[tuple] | Sequence[sqlite3.Row], *, counts: bool = True) -> list[dict]:
+    def _hydrate(self, rows: Sequence[tuple] | Sequence[Row], *, counts: bool = True) -> list[dict]:
         """Issue objects for ``rows`` with labels, dependencies, counts and parent.
 
         ``rows`` are tuples of ``_ISSUE_COLUMNS`` (the fast path) or ``sqlite3.Row``
@@ -186,35 +198,34 @@ class Tracker:
         """
         if not rows:
             return []
-        if isinstance(rows[0], sqlite3.Row):
+        if hasattr(rows[0], "keys"):  # whole rows of the issues table
             rows = [tuple(r[c] for c in _ISSUE_COLUMNS) for r in rows]
         id_list = json.dumps([r[0] for r in rows])
         labels: dict[str, list[str]] = {}
         deps: dict[str, list[dict]] = {}
         dependents: dict[str, int] = {}
         ncomments: dict[str, int] = {}
+        read = self.db.read_tuples
         with self.db._lock:
-            c = self.db.conn.cursor()
-            c.row_factory = None
             # Through the (issue_id, ...) indexes, then back into insertion order: an
             # ORDER BY rowid in SQL would make SQLite scan the whole table instead.
-            for issue_id, label, _ in sorted(c.execute(
+            for issue_id, label, _ in sorted(read(
                 f"SELECT issue_id, label, rowid FROM labels WHERE issue_id IN {_JSON_IDS}", (id_list,)
-            ), key=_last):
+            )[1], key=_last):
                 labels.setdefault(issue_id, []).append(label)
-            for r in sorted(c.execute(
+            for r in sorted(read(
                 f"SELECT {_DEP_COLUMNS}, rowid FROM dependencies WHERE issue_id IN {_JSON_IDS}", (id_list,)
-            ), key=_last):
+            )[1], key=_last):
                 deps.setdefault(r[0], []).append(_dep_from_tuple(r))
             if counts:
-                dependents = dict(c.execute(
+                dependents = dict(read(
                     f"SELECT depends_on_id, count(*) FROM dependencies WHERE depends_on_id IN {_JSON_IDS}"
                     " GROUP BY depends_on_id", (id_list,)
-                ).fetchall())
-                ncomments = dict(c.execute(
+                )[1])
+                ncomments = dict(read(
                     f"SELECT issue_id, count(*) FROM comments WHERE issue_id IN {_JSON_IDS} GROUP BY issue_id",
                     (id_list,),
-                ).fetchall())
+                )[1])
         out = []
         for r in rows:
             iid = r[0]
@@ -417,7 +428,7 @@ class Tracker:
                 self._row(c, parent)
                 n = c.execute(
                     "INSERT INTO child_counters(parent_id, last_child) VALUES (?, 1)"
-                    " ON CONFLICT(parent_id) DO UPDATE SET last_child = last_child + 1 RETURNING last_child",
+                    " ON CONFLICT(parent_id) DO UPDATE SET last_child = child_counters.last_child + 1 RETURNING last_child",
                     (parent,),
                 ).fetchone()[0]
                 new_id = idgen.child_id(parent, n)
@@ -452,7 +463,7 @@ class Tracker:
                 record["closed_at"] = now
             self._insert_row(c, record)
             for label in dict.fromkeys(labels):
-                c.execute("INSERT OR IGNORE INTO labels(issue_id, label) VALUES (?, ?)", (new_id, label))
+                c.execute("INSERT INTO labels(issue_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", (new_id, label))
             if parent:
                 c.execute(
                     "INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)"
@@ -466,7 +477,7 @@ class Tracker:
             self._event(c, new_id, "created", None, None, title, at=now)
         return self.get(new_id)
 
-    def _new_hash_id(self, c: sqlite3.Connection, seed: str) -> str:
+    def _new_hash_id(self, c: Conn, seed: str) -> str:
         n = c.execute("SELECT COALESCE(MAX(seq), 0) FROM issues").fetchone()[0]
         length = idgen.adaptive_length(n + 1)
         prefix = self.prefix
@@ -476,7 +487,7 @@ class Tracker:
                 return candidate
         raise TrackerError("could not find a free issue id")  # pragma: no cover - 64 collisions
 
-    def _insert_row(self, c: sqlite3.Connection, record: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
+    def _insert_row(self, c: Conn, record: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
         cols = ["id", "priority", *TEXT_FIELDS, "metadata", "timeout", "pinned", "ephemeral", "extra",
                 "created_sort", "defer_sort"]
         values = []
@@ -534,7 +545,7 @@ class Tracker:
             self._apply(c, issue_id, current, changes)
         return self.get(issue_id)
 
-    def _apply(self, c: sqlite3.Connection, issue_id: str, current: Mapping[str, Any], changes: Mapping[str, Any],
+    def _apply(self, c: Conn, issue_id: str, current: Mapping[str, Any], changes: Mapping[str, Any],
                *, event_type: str = "updated") -> None:
         now = now_iso()
         sets, params = [], []
@@ -571,32 +582,70 @@ class Tracker:
             return
         sets.append("updated_at = ?")
         params.append(now)
-        kept = c.execute("SELECT extra FROM issues WHERE id = ?", (issue_id,)).fetchone()[0]
-        if kept:
-            # An original value kept from an import (an invalid priority, a null) is
-            # superseded by the new one: drop it so an export writes the new value.
-            originals = json.loads(kept)
-            if not originals.keys().isdisjoint(changes):
-                rest = {k: v for k, v in originals.items() if k not in changes}
-                sets.append("extra = ?")
-                params.append(_dump(rest) if rest else None)
         c.execute(f"UPDATE issues SET {', '.join(sets)} WHERE id = ?", (*params, issue_id))
+        _drop_kept_originals(c, issue_id, changes)
         if "status" in changes or "defer_until" in changes:
             refresh_ready_state(c, [issue_id])
 
     def claim(self, issue_id: str, actor: str | None = None) -> dict:
-        """Compare-and-set: take an open, unassigned issue (or one already the actor's)."""
+        """Compare-and-set: take an open, unassigned issue (or one already the actor's).
+
+        One ``UPDATE ... WHERE`` on the values just read decides: of two claimers of
+        one issue, on any engine and any machine, exactly one gets it, and neither
+        waits for writers of other issues.
+        """
         who = actor or self.actor
-        with self.transaction() as c:
-            row = self._row(c, issue_id)
-            status, assignee = row["status"], row["assignee"]
-            mine = assignee == who
-            if not ((status == "open" and (not assignee or mine)) or (status == "in_progress" and mine)):
-                holder = f" by {assignee}" if assignee else ""
-                raise ConflictError(f"{issue_id} cannot be claimed: it is {status}{holder}")
-            current = _row_obj(row)
-            self._apply(c, issue_id, current, {"status": "in_progress", "assignee": who}, event_type="claimed")
+        with self.db.transaction(exclusive=False) as c:
+            if not self._claim_in(c, issue_id, who):
+                row = self._row(c, issue_id)
+                holder = f" by {row['assignee']}" if row["assignee"] else ""
+                raise ConflictError(f"{issue_id} cannot be claimed: it is {row['status']}{holder}")
         return self.get(issue_id)
+
+    def claim_next(self, actor: str | None = None, *, labels: Sequence[str] = (), issue_type: str | None = None,
+                   parent: str | None = None, skip: Iterable[str] = ()) -> dict | None:
+        """Claim the first ready issue (ready order) that no one else is claiming, or None.
+
+        On PostgreSQL the candidates are read ``FOR UPDATE SKIP LOCKED``: N runners asking at
+        once each lock a different row instead of queueing behind the first one.
+        """
+        who = actor or self.actor
+        avoid = set(skip)
+        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent,
+                                      limit=len(avoid) + 8, now=None, columns="i.id")
+        if self.db.engine == "postgresql":
+            sql += " FOR UPDATE OF i SKIP LOCKED"
+        with self.db.transaction(exclusive=False) as c:
+            for (issue_id,) in c.execute(sql, params).fetchall():
+                if issue_id not in avoid and self._claim_in(c, issue_id, who):
+                    break
+            else:
+                return None
+        return self.get(issue_id)
+
+    def _claim_in(self, c: Conn, issue_id: str, who: str) -> bool:
+        """The claim's compare-and-set inside a transaction: False when the issue is not
+        claimable by ``who`` (or someone else changed it first)."""
+        row = c.execute("SELECT status, assignee FROM issues WHERE id = ?", (issue_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no issue {issue_id!r}")
+        status, assignee = row[0], row[1]
+        if not ((status == "open" and (not assignee or assignee == who)) or (status == "in_progress" and assignee == who)):
+            return False
+        now = now_iso()
+        won = c.execute(
+            "UPDATE issues SET status = 'in_progress', assignee = ?, updated_at = ?"
+            " WHERE id = ? AND status = ? AND COALESCE(assignee, '') = ? RETURNING id",
+            (who, now, issue_id, status, assignee or ""),
+        ).fetchone()
+        if won is None:
+            return False
+        _drop_kept_originals(c, issue_id, ("status", "assignee"))
+        if status != "in_progress":
+            self._event(c, issue_id, "claimed", "status", status, "in_progress", at=now)
+        if assignee != who:
+            self._event(c, issue_id, "claimed", "assignee", assignee, who, at=now)
+        return True
 
     def close_issue(self, issue_id: str, *, reason: str = "", force: bool = False,
                     expect_status: Sequence[str] | None = None) -> dict:
@@ -642,13 +691,13 @@ class Tracker:
                 if row:
                     return _comment_obj(row)
             now = now_iso()
-            cur = c.execute(
-                "INSERT INTO comments(issue_id, author, text, created_at, dedupe_key) VALUES (?,?,?,?,?)",
+            comment_id = c.execute(
+                "INSERT INTO comments(issue_id, author, text, created_at, dedupe_key) VALUES (?,?,?,?,?) RETURNING id",
                 (issue_id, author or self.actor, text, now, dedupe_key),
-            )
+            ).fetchone()[0]
             c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
             self._event(c, issue_id, "commented", None, None, text[:200], at=now)
-            row = c.execute("SELECT * FROM comments WHERE id = ?", (cur.lastrowid,)).fetchone()
+            row = c.execute("SELECT * FROM comments WHERE id = ?", (comment_id,)).fetchone()
         return _comment_obj(row)
 
     def comments(self, issue_id: str) -> list[dict]:
@@ -679,7 +728,7 @@ class Tracker:
             if dep_type in ("blocks", "parent-child"):
                 # Would depends_on_id reach issue_id through edges of the same kind?
                 hit = c.execute(
-                    "WITH RECURSIVE reach(id) AS (SELECT ? UNION SELECT d.depends_on_id FROM dependencies d"
+                    "WITH RECURSIVE reach(id) AS (SELECT id FROM issues WHERE id = ? UNION SELECT d.depends_on_id FROM dependencies d"
                     " JOIN reach r ON d.issue_id = r.id AND d.type = ?) SELECT 1 FROM reach WHERE id = ?",
                     (depends_on_id, dep_type, issue_id),
                 ).fetchone()
@@ -693,8 +742,8 @@ class Tracker:
                     raise ConflictError(f"{issue_id} already has parent {existing[0]}")
             now = now_iso()
             cur = c.execute(
-                "INSERT OR IGNORE INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)"
-                " VALUES (?,?,?,?,?)",
+                "INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)"
+                " VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
                 (issue_id, depends_on_id, dep_type, now, self.actor),
             )
             if cur.rowcount:
@@ -730,7 +779,8 @@ class Tracker:
             raise InvalidValueError("label must not be empty")
         with self.transaction() as c:
             self._row(c, issue_id)
-            if c.execute("INSERT OR IGNORE INTO labels(issue_id, label) VALUES (?, ?)", (issue_id, label)).rowcount:
+            if c.execute("INSERT INTO labels(issue_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                         (issue_id, label)).rowcount:
                 now = now_iso()
                 c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
                 self._event(c, issue_id, "label_added", "labels", None, label, at=now)
@@ -785,7 +835,7 @@ class Tracker:
                 due.append(row["id"])
         return [self.gate_resolve(g, reason="timer elapsed") for g in due]
 
-    def _agent(self, c: sqlite3.Connection, agent_id: str) -> sqlite3.Row:
+    def _agent(self, c: Conn, agent_id: str) -> Row:
         row = self._row(c, agent_id)
         if row["issue_type"] != "agent":
             raise InvalidValueError(f"{agent_id} is a {row['issue_type']}, not an agent")
@@ -851,6 +901,11 @@ class Tracker:
     # ----------------------------------------------------------------- workspace status
 
     def where(self) -> dict:
+        """The workspace folder, the database (a URL without its password) and the prefix."""
+        if self.db.engine != "sqlite":
+            root = find_workspace()
+            return {"path": str(root) if root else None, "database_path": self.db.display, "prefix": self.prefix,
+                    "engine": self.db.engine}
         root = self.path.parent.parent if self.path.parent.name == ".beads" else self.path.parent
         return {"path": str(root), "database_path": str(self.path), "prefix": self.prefix}
 
@@ -877,12 +932,22 @@ class Tracker:
         repairs, so ``ok`` says whether a problem is left; ``fixed`` lists the repairs.
         """
         checks = []
-        integrity = self.db.read("PRAGMA integrity_check")[0][0]
-        checks.append({"name": "integrity", "ok": integrity == "ok", "detail": integrity})
-        fk = self.db.read("PRAGMA foreign_key_check")
+        sqlite = self.db.engine == "sqlite"
+        if sqlite:
+            integrity = self.db.read("PRAGMA integrity_check")[0][0]
+            checks.append({"name": "integrity", "ok": integrity == "ok", "detail": integrity})
+            fk = self.db.read("PRAGMA foreign_key_check")
+            mode = self.db.read("PRAGMA journal_mode")[0][0]
+        else:
+            server = self.db.read("SHOW server_version")[0][0]
+            checks.append({"name": "server", "ok": True, "detail": f"PostgreSQL {server}"})
+            fk = self.db.read(" UNION ALL ".join(
+                f"SELECT issue_id FROM {table} WHERE issue_id NOT IN (SELECT id FROM issues)"
+                for table in ("labels", "comments", "dependencies")))
+            mode = "wal"  # the server's own write-ahead log
         checks.append({"name": "foreign_keys", "ok": not fk, "detail": f"{len(fk)} violation(s)"})
-        mode = self.db.read("PRAGMA journal_mode")[0][0]
-        checks.append({"name": "journal_mode", "ok": mode == "wal", "detail": mode})
+        if sqlite:
+            checks.append({"name": "journal_mode", "ok": mode == "wal", "detail": mode})
         dangling = self.db.read(
             "SELECT count(*) FROM dependencies d LEFT JOIN issues i ON i.id = d.depends_on_id WHERE i.id IS NULL"
         )[0][0]
@@ -913,13 +978,13 @@ class Tracker:
             fixed.append("ready state rebuilt")
             if fk:
                 fixed.append("orphan rows removed")
-            if mode != "wal":
+            if sqlite and mode != "wal":
                 self.db.conn.execute("PRAGMA journal_mode = WAL")
                 fixed.append("journal mode set to WAL")
-            self.db.conn.execute("PRAGMA optimize")
+            self.db.conn.execute("PRAGMA optimize" if sqlite else "ANALYZE")
             return dict(self.doctor(), fixed=fixed)
         ok = all(ch["ok"] for ch in checks)
-        return {"ok": ok, "checks": checks, "fixed": fixed, "database_path": str(self.path)}
+        return {"ok": ok, "checks": checks, "fixed": fixed, "database_path": self.db.display}
 
 
 # --------------------------------------------------------------------- helpers
@@ -936,6 +1001,17 @@ def _prefix_from_yaml(path: Path) -> str | None:
             value = value.split(" #", 1)[0].strip()
             return value.strip("\"'") or None
     return None
+
+
+def _drop_kept_originals(c: Conn, issue_id: str, changed: Iterable[str]) -> None:
+    """An original value kept from an import (an invalid priority, a null) is superseded
+    by a new one: drop it so an export writes the new value."""
+    kept = c.execute("SELECT extra FROM issues WHERE id = ?", (issue_id,)).fetchone()[0]
+    if kept:
+        originals = json.loads(kept)
+        if not originals.keys().isdisjoint(changed):
+            rest = {k: v for k, v in originals.items() if k not in set(changed)}
+            c.execute("UPDATE issues SET extra = ? WHERE id = ?", (_dump(rest) if rest else None, issue_id))
 
 
 def _slot_field(slot: str) -> str:
@@ -966,7 +1042,7 @@ def _event_text(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _row_obj(row: sqlite3.Row) -> dict:
+def _row_obj(row: Row) -> dict:
     """Every modelled field of an issues row (None where absent): the current values
     that updates compare against and ``expect`` checks."""
     out: dict[str, Any] = {"id": row["id"]}
@@ -1043,7 +1119,7 @@ def _dep_from_tuple(row: tuple) -> dict:
     return dep
 
 
-def _dep_obj(row: sqlite3.Row) -> dict:
+def _dep_obj(row: Row) -> dict:
     dep: dict[str, Any] = {"issue_id": row["issue_id"], "depends_on_id": row["depends_on_id"], "type": row["type"]}
     if row["created_at"] is not None:
         dep["created_at"] = row["created_at"]
@@ -1057,7 +1133,7 @@ def _dep_obj(row: sqlite3.Row) -> dict:
 _COMMENT_COLUMNS = "id, issue_id, author, text, created_at, ext_id, extra"
 
 
-def _comment_obj(row: sqlite3.Row | tuple) -> dict:
+def _comment_obj(row: Row | tuple) -> dict:
     """A comment object from a comments row (``sqlite3.Row``, or a tuple of ``_COMMENT_COLUMNS``).
 
     ``ext_id`` is the id the comment had in an imported file (an integer in older
@@ -1065,7 +1141,7 @@ def _comment_obj(row: sqlite3.Row | tuple) -> dict:
     """
     local_id, issue_id, author, text, created_at, ext_id, extra = (
         tuple(row[c] for c in ("id", "issue_id", "author", "text", "created_at", "ext_id", "extra"))
-        if isinstance(row, sqlite3.Row) else row
+        if hasattr(row, "keys") else row
     )
     if ext_id is not None:
         # Most ids are plain integers: skip the JSON decoder for them (export of 100k issues).

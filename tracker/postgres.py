@@ -1,0 +1,238 @@
+"""The tracker on PostgreSQL: connections, transactions and errors (psycopg 3).
+
+``PostgresDatabase`` has the interface of ``db.Database`` (``transaction``,
+``read``, ``read_tuples``, ``now``, ``table_exists``, ``close``), so the store
+reads the same for both engines; the SQL is rewritten by ``dialect.to_postgres``.
+
+- The first tracker a process opens connects directly, so a wrong host or password
+  is reported as the server says it. Later ones (a drain's task threads, lease
+  heartbeats: a process that holds connections for long) take theirs from one
+  ``psycopg_pool.ConnectionPool`` per URL and give it back on close.
+- A write transaction takes a transaction-scoped advisory lock first, so writers of
+  one tracker database run one at a time: what SQLite's ``BEGIN IMMEDIATE`` gives the
+  store's read-then-write code. Hot single-statement paths (claiming the next ready
+  task, leases) use ``transaction(exclusive=False)`` and rely on row locks
+  (``FOR UPDATE SKIP LOCKED``) and compare-and-set ``UPDATE`` instead.
+- Times that must agree across machines (lease expiry) come from the server: ``now()``.
+- An unreachable server, refused credentials or a connection dropped mid-way become a
+  ``WorkspaceError`` with code ``tracker_unavailable``: one line, no traceback; the
+  open transaction is rolled back by the server, so nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .dialect import display_target, to_postgres
+from .errors import InvalidValueError, WorkspaceError
+
+__all__ = ["PostgresDatabase", "Row", "UNAVAILABLE"]
+
+UNAVAILABLE = "tracker_unavailable"
+# The advisory lock every exclusive write transaction takes ("mesh" in ASCII).
+WRITE_LOCK_KEY = 0x6D657368
+CONNECT_TIMEOUT_S = 10
+POOL_WAIT_S = 60
+POOL_MAX = 64
+
+_pools: dict[str, Any] = {}
+_connected: set[str] = set()
+_pools_lock = threading.Lock()
+
+
+class Row(tuple):
+    """A result row read by position or by column name, like ``sqlite3.Row``."""
+
+    __slots__ = ()
+    _names: tuple[str, ...] = ()
+    _index: dict[str, int] = {}
+
+    def __getitem__(self, key):  # type: ignore[override]
+        if isinstance(key, str):
+            try:
+                return tuple.__getitem__(self, self._index[key])
+            except KeyError:
+                raise IndexError(f"no column {key!r}") from None
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+@functools.lru_cache(maxsize=512)
+def _row_class(names: tuple[str, ...]) -> type[Row]:
+    return type("Row", (Row,), {"__slots__": (), "_names": names,
+                                "_index": {name: i for i, name in enumerate(names)}})
+
+
+def _row_factory(cursor: Any):
+    names = tuple(column.name for column in cursor.description or ())
+    cls = _row_class(names)
+    return lambda values: tuple.__new__(cls, values)
+
+
+def unavailable(target: str, exc: BaseException) -> WorkspaceError:
+    """The one-line error for a server that cannot be used (no password in it)."""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return WorkspaceError(f"tracker unavailable: PostgreSQL at {display_target(target)}: {detail}",
+                          code=UNAVAILABLE)
+
+
+class _Connection:
+    """A psycopg connection that speaks the store's SQL (``?`` placeholders, SQLite DDL)."""
+
+    def __init__(self, pg: Any, target: str):
+        self.pg = pg
+        self._target = target
+
+    def execute(self, sql: str, params: Sequence[Any] | dict = (), *, tuples: bool = False) -> Any:
+        """Run one statement; ``tuples`` reads plain tuples (the bulk-read fast path)."""
+        import psycopg
+        from psycopg.rows import tuple_row
+
+        args = tuple(params) if not isinstance(params, dict) else params
+        try:
+            if tuples:
+                return self.pg.cursor(row_factory=tuple_row).execute(to_postgres(sql), args)
+            return self.pg.execute(to_postgres(sql), args)
+        except psycopg.OperationalError as exc:
+            raise unavailable(self._target, exc) from None
+        except psycopg.DataError as exc:
+            # Text PostgreSQL cannot store (a NUL character) is bad input, not a broken server.
+            raise InvalidValueError(f"PostgreSQL refused a value: {' '.join(str(exc).split())}") from None
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        import psycopg
+
+        try:
+            with self.pg.cursor() as cur:
+                cur.executemany(to_postgres(sql), [tuple(r) for r in rows])
+        except psycopg.OperationalError as exc:
+            raise unavailable(self._target, exc) from None
+        except psycopg.DataError as exc:
+            raise InvalidValueError(f"PostgreSQL refused a value: {' '.join(str(exc).split())}") from None
+
+
+class PostgresDatabase:
+    """A tracker database on a PostgreSQL server, with re-entrant write transactions."""
+
+    engine = "postgresql"
+
+    def __init__(self, url: str):
+        self.path = url  # what reopens it (threads, heartbeats); print ``display`` instead
+        self.display = display_target(url)
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._exclusive = False
+        self._pool = None
+        pg = self._connect(url)
+        self.conn = _Connection(pg, url)
+
+    # ------------------------------------------------------------------ connections
+
+    def _connect(self, url: str) -> Any:
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError as exc:  # pragma: no cover - declared dependencies
+            raise WorkspaceError(f"the PostgreSQL tracker needs psycopg 3: {exc}", code=UNAVAILABLE) from None
+        with _pools_lock:
+            first = url not in _connected
+            _connected.add(url)
+            if not first and url not in _pools:
+                _pools[url] = psycopg_pool.ConnectionPool(
+                    url, min_size=1, max_size=POOL_MAX, open=True, name="mesh-tracker",
+                    kwargs={"autocommit": True, "row_factory": _row_factory,
+                            "connect_timeout": CONNECT_TIMEOUT_S, "application_name": "mesh"})
+            pool = None if first else _pools[url]
+        try:
+            if pool is None:
+                return psycopg.connect(url, autocommit=True, row_factory=_row_factory,
+                                       connect_timeout=CONNECT_TIMEOUT_S, application_name="mesh")
+            self._pool = pool
+            return pool.getconn(timeout=POOL_WAIT_S)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            with _pools_lock:
+                if first:
+                    _connected.discard(url)
+            raise unavailable(url, exc) from None
+
+    def close(self) -> None:
+        pg = self.conn.pg
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                self._pool.putconn(pg)
+        else:
+            with contextlib.suppress(Exception):
+                pg.close()
+
+    # ------------------------------------------------------------------ transactions and reads
+
+    @contextlib.contextmanager
+    def transaction(self, *, exclusive: bool = True) -> Iterator[_Connection]:
+        """A write transaction; nested calls join the outer one.
+
+        ``exclusive`` (the default) serialises it with every other exclusive writer of the
+        database; a non-exclusive one relies on its own row locks.
+        """
+        import psycopg
+
+        with self._lock:
+            if self._depth:
+                if exclusive and not self._exclusive:
+                    self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_KEY,))
+                    self._exclusive = True
+                self._depth += 1
+                try:
+                    yield self.conn
+                finally:
+                    self._depth -= 1
+                return
+            self.conn.execute("BEGIN")
+            self._depth = 1
+            try:
+                if exclusive:
+                    self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_KEY,))
+                    self._exclusive = True
+                yield self.conn
+            except BaseException:
+                self._depth, self._exclusive = 0, False
+                with contextlib.suppress(psycopg.Error, WorkspaceError):
+                    self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self._depth, self._exclusive = 0, False
+                try:
+                    self.conn.execute("COMMIT")
+                except psycopg.Error as exc:  # a serialisation or constraint failure at commit
+                    with contextlib.suppress(psycopg.Error, WorkspaceError):
+                        self.conn.execute("ROLLBACK")
+                    raise unavailable(self.path, exc) from None
+
+    def read(self, sql: str, params: tuple | dict = ()) -> list[Row]:
+        """All rows of a query (read by position or column name)."""
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    def read_tuples(self, sql: str, params: tuple | dict = ()) -> tuple[list[str], list[tuple]]:
+        """Column names and rows of a query."""
+        with self._lock:
+            cur = self.conn.execute(sql, params, tuples=True)
+            rows = cur.fetchall()
+            return [d.name for d in cur.description or ()], rows
+
+    def now(self) -> float:
+        """The server's clock, in epoch seconds: every runner agrees on lease expiry."""
+        return float(self.read("SELECT EXTRACT(EPOCH FROM clock_timestamp())")[0][0])
+
+    def table_exists(self, name: str) -> bool:
+        return self.read("SELECT to_regclass(?) IS NOT NULL", (name,))[0][0]
+
+    def columns(self, table: str) -> set[str]:
+        return {r[0] for r in self.read(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = ?", (table,))}

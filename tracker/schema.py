@@ -1,0 +1,185 @@
+"""The tracker's schema and its versions, for both engines.
+
+The schema is written once, in SQLite's DDL; ``dialect.to_postgres`` turns it into
+PostgreSQL's. The version lives in the ``schema_version`` table (one row per
+migration applied, with when). Opening a database applies the forward migrations
+it lacks, in one write transaction (all or nothing; two processes opening an old
+database at once migrate it once), and refuses a database newer than this code
+with a clear error instead of misreading it.
+
+Versions: 1 the first schema; 2 the cached ready state (``blocked``, ``defer_eff``);
+3 the ``schema_version`` table (earlier SQLite files kept the version in ``config``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import WorkspaceError
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "current_version", "ensure_schema", "statements"]
+
+SCHEMA_VERSION = 3
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS config (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS issues (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL DEFAULT '',
+    description TEXT,
+    design TEXT,
+    acceptance_criteria TEXT,
+    notes TEXT,
+    status TEXT NOT NULL DEFAULT 'open',
+    priority INTEGER NOT NULL DEFAULT 2,
+    issue_type TEXT NOT NULL DEFAULT 'task',
+    assignee TEXT,
+    owner TEXT,
+    created_at TEXT,
+    created_by TEXT,
+    updated_at TEXT,
+    closed_at TEXT,
+    close_reason TEXT,
+    defer_until TEXT,
+    due_at TEXT,
+    external_ref TEXT,
+    metadata TEXT,
+    await_type TEXT,
+    await_id TEXT,
+    timeout INTEGER,
+    agent_state TEXT,
+    last_activity TEXT,
+    hook_bead TEXT,
+    role_bead TEXT,
+    pinned INTEGER,
+    ephemeral INTEGER,
+    extra TEXT,
+    created_sort TEXT,
+    defer_sort TEXT,
+    blocked INTEGER NOT NULL DEFAULT 0,
+    defer_eff TEXT
+);
+CREATE INDEX IF NOT EXISTS issues_by_status ON issues(status, issue_type, priority, created_sort, id);
+CREATE INDEX IF NOT EXISTS issues_ready_order ON issues(priority, created_sort, id)
+    WHERE status = 'open' AND blocked = 0;
+CREATE INDEX IF NOT EXISTS issues_ready_by_id ON issues(id, issue_type, priority, created_sort, defer_eff, ephemeral, pinned)
+    WHERE status = 'open' AND blocked = 0;
+CREATE INDEX IF NOT EXISTS issues_by_assignee ON issues(assignee) WHERE assignee IS NOT NULL;
+CREATE TABLE IF NOT EXISTS labels (
+    issue_id TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE ON UPDATE CASCADE,
+    label TEXT NOT NULL,
+    UNIQUE (issue_id, label)
+);
+CREATE INDEX IF NOT EXISTS labels_by_label ON labels(label, issue_id);
+CREATE TABLE IF NOT EXISTS dependencies (
+    issue_id TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE ON UPDATE CASCADE,
+    depends_on_id TEXT NOT NULL,
+    type TEXT NOT NULL DEFAULT 'blocks',
+    created_at TEXT,
+    created_by TEXT,
+    extra TEXT,
+    UNIQUE (issue_id, depends_on_id, type)
+);
+CREATE INDEX IF NOT EXISTS deps_by_target ON dependencies(depends_on_id, type, issue_id);
+CREATE INDEX IF NOT EXISTS deps_by_type ON dependencies(type, issue_id, depends_on_id);
+CREATE TABLE IF NOT EXISTS comments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    issue_id TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE ON UPDATE CASCADE,
+    author TEXT,
+    text TEXT NOT NULL,
+    created_at TEXT,
+    ext_id TEXT,
+    dedupe_key TEXT UNIQUE,
+    extra TEXT
+);
+CREATE INDEX IF NOT EXISTS comments_by_issue ON comments(issue_id, id);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    issue_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    actor TEXT,
+    field TEXT,
+    old_value TEXT,
+    new_value TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_issue ON events(issue_id, id);
+CREATE TABLE IF NOT EXISTS child_counters (
+    parent_id TEXT PRIMARY KEY,
+    last_child INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY,
+    issue_id TEXT NOT NULL
+);
+"""
+
+VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER PRIMARY KEY,
+    applied_at TEXT NOT NULL
+)
+"""
+
+
+def statements(script: str) -> list[str]:
+    """The statements of a DDL script (the schema has no ``;`` inside a statement)."""
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def current_version(db: Any) -> int:
+    """The schema version of an open database: 0 when it holds no tracker at all."""
+    if db.table_exists("schema_version"):
+        row = db.read("SELECT MAX(version) FROM schema_version")
+        if row and row[0][0] is not None:
+            return int(row[0][0])
+    if not db.table_exists("issues"):
+        return 0
+    row = db.read("SELECT value FROM config WHERE key = 'schema_version'") if db.table_exists("config") else []
+    if row and str(row[0][0]).isdigit():
+        return int(row[0][0])
+    return 2 if "blocked" in db.columns("issues") else 1
+
+
+def ensure_schema(db: Any, *, create: bool, where: str) -> None:
+    """Bring the database at ``where`` to ``SCHEMA_VERSION`` (creating it when ``create``)."""
+    version = current_version(db)
+    if version == SCHEMA_VERSION:
+        return
+    _check(version, create, where)
+    with db.transaction() as c:
+        version = current_version(db)  # another process may have migrated while we waited
+        _check(version, create, where)
+        if version == 0:
+            for statement in statements(SCHEMA):
+                c.execute(statement)
+        elif version < 2:
+            c.execute("ALTER TABLE issues ADD COLUMN blocked INTEGER NOT NULL DEFAULT 0")
+            c.execute("ALTER TABLE issues ADD COLUMN defer_eff TEXT")
+            for statement in statements(SCHEMA):  # the indexes over the new columns
+                c.execute(statement)
+            from .db import refresh_ready_state
+
+            refresh_ready_state(c)
+        if version < SCHEMA_VERSION:
+            from .model import now_iso
+
+            c.execute(VERSION_TABLE)
+            now = now_iso()
+            for v in range(max(version, 0) + 1, SCHEMA_VERSION + 1):
+                c.execute("INSERT INTO schema_version(version, applied_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                          (v, now))
+            c.execute("INSERT INTO config(key, value) VALUES ('schema_version', ?)"
+                      " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+
+
+def _check(version: int, create: bool, where: str) -> None:
+    if version > SCHEMA_VERSION:
+        raise WorkspaceError(f"{where} has tracker schema version {version}, newer than this mesh understands"
+                             f" ({SCHEMA_VERSION}): upgrade mesh to use it")
+    if version == 0 and not create:
+        raise WorkspaceError(f"{where} is not a mesh tracker database (run 'mesh tracker init')")
