@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install bench clean sandbox
+.PHONY: test demo install bench clean sandbox chromium beads-ui postgres claude-code
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,20 +11,57 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# Validation and command workers run inside bubblewrap: install it where it is missing and we
-# may (root with apt-get), else say the one command to run.
-sandbox:
-	@command -v bwrap >/dev/null 2>&1 || { \
+# $(call need,CHECK,PACKAGES,WHO NEEDS THEM): when CHECK fails, install Debian's PACKAGES where
+# we may (root with apt-get), else say the one command to run.
+define need
+	@$(1) >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2); \
 	  else \
-	    echo "mesh needs bwrap (bubblewrap) to sandbox validation; run: sudo apt-get install bubblewrap"; \
+	    echo "$(3): install $(2) first; run: sudo apt-get install $(2)"; \
 	  fi; }
+endef
 
-install: $(STAMP) sandbox
+# $(call npm_tool,FOLDER,PACKAGE@RANGE,FILE IT PROVIDES,TEST THAT SKIPS WITHOUT IT)
+define npm_tool
+	@if command -v npm >/dev/null 2>&1 && [ ! -e $(1)/$(3) ]; then \
+	  npm install --silent --no-audit --no-fund --prefix $(1) '$(2)' \
+	    || echo "could not install $(2): $(4) will skip"; \
+	fi
+endef
 
-test: $(STAMP) sandbox
-	$(BIN)/python -m pytest
+# Validation and command workers run inside bubblewrap.
+sandbox:
+	$(call need,command -v bwrap,bubblewrap,mesh's validation sandbox)
+
+# The PostgreSQL tracker's tests start a throwaway server with initdb + pg_ctl from Debian's
+# postgresql package. `make test` requires it (MESH_REQUIRE_POSTGRES=1: those tests fail
+# instead of skipping when no server can be started).
+postgres:
+	$(call need,ls /usr/lib/postgresql/*/bin/initdb,postgresql,the PostgreSQL tracker tests)
+
+# The HTML report's browser tests (tests/test_report_html.py) render it in headless chromium
+# (they skip, saying so, without it).
+chromium:
+	$(call need,command -v chromium,chromium,the HTML report tests)
+
+# tests/test_bd_clients.py runs beads-ui (npm) against the bd shim; tests/test_presets_claude.py
+# drives the real Claude Code CLI (its npm package ships the native binary) against the fake
+# Messages API. Both are installed beside the venv; each test skips, saying so, without it.
+BEADS_UI := $(VENV)/beads-ui
+CLAUDE_CODE := $(VENV)/claude-code
+beads-ui:
+	$(call need,command -v npm,nodejs npm,the beads-ui test)
+	$(call npm_tool,$(BEADS_UI),beads-ui@>=0.12 <0.13,node_modules/beads-ui/package.json,tests/test_bd_clients.py (beads-ui))
+
+claude-code:
+	$(call need,command -v npm,nodejs npm,the Claude Code preset test)
+	$(call npm_tool,$(CLAUDE_CODE),@anthropic-ai/claude-code@>=2.1 <3,node_modules/.bin/claude,tests/test_presets_claude.py)
+
+install: $(STAMP) sandbox chromium beads-ui postgres claude-code
+
+test: $(STAMP) sandbox chromium beads-ui postgres claude-code
+	MESH_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest
 
 demo: $(STAMP) sandbox
 	$(BIN)/mesh demo

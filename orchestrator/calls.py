@@ -1,6 +1,8 @@
 """The calls table: every worker call logged to the tracker database (llm's ``responses`` idea).
 
 Prompts, raw responses and error details are scrubbed of secrets before they are written.
+On SQLite the prompts and responses are indexed for full-text search (FTS5, table
+``mesh_calls_fts``), kept in sync by triggers; ``mesh logs -q`` reads it.
 """
 
 from __future__ import annotations
@@ -8,12 +10,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import sqlite_utils
+
 from tracker.model import now_iso
 from tracker.store import Tracker
 
 from redact import scrub
 
-__all__ = ["ensure_calls_table", "log_call", "calls_for", "logged_response"]
+__all__ = ["ensure_calls_table", "has_search_index", "log_call", "calls_for", "logged_response",
+           "SEARCH_COLUMNS"]
+
+# The columns ``mesh logs -q`` searches.
+SEARCH_COLUMNS = ("prompt", "response")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS mesh_calls (
@@ -38,11 +46,32 @@ CREATE INDEX IF NOT EXISTS mesh_calls_by_task ON mesh_calls(task_id, id);
 
 
 def ensure_calls_table(tracker: Tracker) -> None:
-    """Create the calls table if this database does not have it yet."""
+    """Create the calls table, and on SQLite its full-text index, where this database lacks
+    them. Idempotent, and all in one write transaction: a database made before the index
+    existed gets it (filled from the rows already logged) on first use."""
+    sqlite = tracker.db.engine == "sqlite"
+    if sqlite and has_search_index(tracker):
+        return
     with tracker.transaction() as c:
         for statement in _SCHEMA.strip().split(";"):
             if statement.strip():
                 c.execute(statement)
+        if sqlite:
+            # sqlite-utils 4 runs its DDL as single statements inside an open transaction (no
+            # implicit COMMIT); replace=True re-checks under our lock and repairs a table
+            # whose triggers are missing. No plugins and no PRAGMA on the tracker's connection.
+            calls = sqlite_utils.Database(c, recursive_triggers=False, execute_plugins=False)["mesh_calls"]
+            calls.enable_fts(SEARCH_COLUMNS, create_triggers=True, replace=True)
+
+
+def has_search_index(tracker: Tracker) -> bool:
+    """Whether the calls table has its full-text index and the triggers that keep it in sync
+    (always False on PostgreSQL, which searches without one)."""
+    if tracker.db.engine != "sqlite":
+        return False
+    rows = tracker.db.read("SELECT name FROM sqlite_master WHERE name IN (?, ?, ?, ?)",
+                           ("mesh_calls_fts", "mesh_calls_ai", "mesh_calls_ad", "mesh_calls_au"))
+    return len(rows) == 4
 
 
 def log_call(tracker: Tracker, *, run_id: str, task_id: str, role: str, round: str, attempt: int,

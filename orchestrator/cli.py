@@ -1,6 +1,6 @@
 """The ``mesh`` command line: a thin layer over the ``tracker`` and ``orchestrator`` libraries.
 
-Heavy modules (GitPython, pydantic models, jinja2, rich, the anthropic SDK) are
+Heavy modules (pydantic models, jinja2, rich, the anthropic SDK, llm, psycopg) are
 imported inside the commands that need them, so ``mesh --help`` and the tracker
 commands start fast.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from tracker.bd_shim import bd_command
 from tracker.cli import tracker_group
 
 __all__ = ["main", "cli"]
@@ -34,6 +35,7 @@ def cli(ctx: click.Context, db_path: str | None, actor: str | None) -> None:
 
 
 cli.add_command(tracker_group)
+cli.add_command(bd_command)
 
 
 def _run_options(f):
@@ -46,11 +48,14 @@ def _run_options(f):
                      help="Synthesis only: apply nothing, run nothing, change no status."),
         click.option("--strict-output", "strict_output", is_flag=True, default=None,
                      help="Require every worker answer to be a JSON envelope {role, task_id, artifact, outbox?}."),
-        click.option("--backend", type=click.Choice(["replay", "command", "anthropic"]),
+        click.option("--backend", type=click.Choice(["replay", "command", "anthropic", "llm"]),
                      help="Worker backend (default from config: replay)."),
         click.option("--script", type=click.Path(exists=True, dir_okay=False),
                      help="Replay script (JSON: role -> list of responses)."),
         click.option("--worker-cmd", "worker_cmd", help="Command backend: an agent CLI reading the prompt on stdin."),
+        # The names live in roles.backends.presets; importing it here would slow `mesh --help`.
+        click.option("--worker", type=click.Choice(["claude-code", "codex", "opencode"]),
+                     help="An agent CLI preset for every role (a command worker; implies --backend command)."),
         click.option("--repo", type=click.Path(file_okay=False), help="Git repository to integrate into (default: .)."),
         click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
                      help="Config file (default: mesh.toml, or [tool.mesh] in pyproject.toml)."),
@@ -58,6 +63,8 @@ def _run_options(f):
         click.option("--onto", help="Cut the task from and land approved work onto this integration branch."),
         click.option("--take-over", "take_over", is_flag=True,
                      help="Also take a task in progress by someone else (a person working by hand)."),
+        click.option("--remote", help="A git remote shared by several runners: cut from and land on its"
+                                      " integration branch, push task branches (default: config drain.remote)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -65,25 +72,43 @@ def _run_options(f):
 
 
 def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
-            backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False) -> None:
+            backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False, remote=None,
+            worker=None) -> None:
     import json
+    import sys
     from pathlib import Path
 
     from orchestrator.report import render_report
     from orchestrator.runner import RunError, RunOptions, run
+    from orchestrator.safe_text import printable
     from redact import scrub
 
     root = ctx.find_root().obj or {}
     options = RunOptions(
         label=label, parent=parent, ids=[i.strip() for i in (ids or "").split(",") if i.strip()],
         integrate=False if no_integrate else None, strict_output=strict_output, backend=backend,
-        script=Path(script) if script else None, worker_cmd=worker_cmd, repo=Path(repo) if repo else None,
-        config_file=Path(config_file) if config_file else None, db=Path(root["db"]) if root.get("db") else None,
-        actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over,
+        script=Path(script) if script else None, worker_cmd=worker_cmd, worker=worker,
+        repo=Path(repo) if repo else None, config_file=Path(config_file) if config_file else None, db=root.get("db"),
+        actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over, remote=remote,
     )
+    progress = None
+    if not as_json and sys.stderr.isatty():
+        from rich.console import Console
+
+        from orchestrator.live import live_run_progress
+
+        progress = live_run_progress(Console(stderr=True), onto=onto)
     try:
-        # Progress lines and errors are logs: scrubbed like everything mesh records.
-        report = run(options, echo=lambda line: click.echo(scrub(line), err=True))
+        if progress is not None:
+            try:
+                report = run(options, echo=progress.echo, engine_hook=progress.hook)
+                progress.finish(report)
+            finally:
+                progress.close()
+        else:
+            # Progress lines and errors are logs: scrubbed like everything mesh records. They
+            # quote model text: its terminal escapes are shown, never sent.
+            report = run(options, echo=lambda line: click.echo(scrub(printable(line)), err=True))
     except RunError as exc:
         if as_json:
             click.echo(json.dumps({"error": scrub(str(exc)), "code": exc.exit_code}), err=True)
@@ -182,7 +207,7 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
             click.echo(json.dumps({"error": str(exc), "code": exc.code}), err=True)
         else:
             click.echo(f"mesh: {exc}", err=True)
-        ctx.exit(4 if exc.code == "workspace_unavailable" else 1)
+        ctx.exit(4 if exc.code in ("workspace_unavailable", "tracker_unavailable") else 1)
         return
     click.echo(json.dumps(history, indent=2) if as_json else render_history(history))
 
@@ -252,6 +277,198 @@ def demo_command(ctx: click.Context, keep: bool) -> None:
     ctx.exit(run_demo(keep=keep, echo=click.echo))
 
 
+def _config_options(f):
+    """``--repo`` and ``--config``: where the price table in use comes from."""
+    f = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+                     help="Config file (default: mesh.toml, or [tool.mesh] in pyproject.toml).")(f)
+    return click.option("--repo", type=click.Path(file_okay=False),
+                        help="The project whose config (and [prices]) applies (default: .).")(f)
+
+
+def _terminal() -> tuple[int, bool]:
+    """Width and colour of the tables: the terminal's, or 120 columns of plain text in a pipe."""
+    import os
+    import shutil
+    import sys
+
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((100, 24)).columns, "NO_COLOR" not in os.environ
+    return 120, False
+
+
+def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
+    """The config and tracker of ``logs`` and ``usage``, or None after one line and the exit code."""
+    from pathlib import Path
+
+    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
+
+    root = ctx.find_root().obj or {}
+    try:
+        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
+                                            config_file=Path(config_file) if config_file else None))
+        tracker = open_tracker(root.get("db"), root.get("actor"), config)
+    except RunError as exc:
+        _fail(ctx, str(exc), exc.exit_code, as_json)
+        return None
+    return config, tracker
+
+
+def _fail(ctx: click.Context, message: str, code: int, as_json: bool) -> None:
+    import json
+
+    click.echo(json.dumps({"error": message, "code": code}) if as_json else f"mesh: {message}", err=True)
+    ctx.exit(code)
+
+
+@cli.command("logs")
+@click.option("--task", help="Only this task's calls.")
+@click.option("--run", "run_id", help="Only this run's calls.")
+@click.option("--role", help="Only this role's calls (proposer, critic_a, ...).")
+@click.option("--round", "round_name", help="Only this round's calls (proposal, critique, synthesis, vote, ...).")
+@click.option("--model", help="Only calls to this model.")
+@click.option("--backend", help="Only calls through this backend (replay, command, anthropic, ...).")
+@click.option("--errors", is_flag=True, help="Only calls that failed.")
+@click.option("-n", "--count", "count", type=click.IntRange(0), default=None,
+              help="How many calls, newest first (default 20; 0: all).")
+@click.option("-q", "--query", help="Only calls whose prompt or response holds every word of this text.")
+@click.option("-v", "--verbose", is_flag=True, help="Show (with --json: include) each call's prompt and response.")
+@click.option("--json", "as_json", is_flag=True, help="Print an array of call objects.")
+@_config_options
+@click.pass_context
+def logs_command(ctx: click.Context, task, run_id, role, round_name, model, backend, errors, count, query, verbose,
+                 as_json, repo, config_file) -> None:
+    """Logged worker calls, newest first: role, round, model, tokens, cost, time, error.
+
+    Costs are worked out with the price table in use and dated by it (see mesh prices).
+    """
+    import json
+
+    from orchestrator.logs import DEFAULT_LIMIT, list_calls, render_calls
+    from orchestrator.usage import CallsUnavailable, UsageError
+
+    opened = _calls_context(ctx, repo, config_file, as_json)
+    if opened is None:
+        return
+    config, tracker = opened
+    with tracker:
+        try:
+            records = list_calls(tracker, prices=config.prices, task=task, run=run_id, role=role,
+                                 round_name=round_name, model=model, backend=backend, errors=errors, query=query,
+                                 limit=DEFAULT_LIMIT if count is None else count, verbose=verbose)
+        except UsageError as exc:
+            _fail(ctx, str(exc), 4 if isinstance(exc, CallsUnavailable) else 2, as_json)
+            return
+    if as_json:
+        click.echo(json.dumps(records, indent=2))
+        return
+    width, color = _terminal()
+    click.echo(render_calls(records, prices_as_of=config.prices.as_of, verbose=verbose, width=width, color=color))
+
+
+@cli.command("usage")
+@click.option("--task", help="Only this task's calls.")
+@click.option("--since", help="Only calls from then on: YYYY-MM-DD (UTC), an ISO date-time, or 12h / 7d / 2w ago.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@_config_options
+@click.pass_context
+def usage_command(ctx: click.Context, task, since, as_json, repo, config_file) -> None:
+    """Tokens, cache reads and writes, and dollars by task, role, model and day.
+
+    Also the share of input served from the cache. Dollars are dated by the price table
+    in use (see mesh prices).
+    """
+    import json
+
+    from orchestrator.usage import CallsUnavailable, UsageError, parse_since, render_usage, usage_summary
+
+    opened = _calls_context(ctx, repo, config_file, as_json)
+    if opened is None:
+        return
+    config, tracker = opened
+    with tracker:
+        try:
+            summary = usage_summary(tracker, prices=config.prices, task_id=task,
+                                    since=parse_since(since) if since else None)
+        except UsageError as exc:
+            _fail(ctx, str(exc), 4 if isinstance(exc, CallsUnavailable) else 2, as_json)
+            return
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    width, color = _terminal()
+    click.echo(render_usage(summary, width=width, color=color))
+
+
+@cli.command("prices")
+@click.option("--update-from", "update_from", type=click.Path(dir_okay=False),
+              help="Check this JSON or TOML price table and store it for every project of this user.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table in use as JSON.")
+@_config_options
+@click.pass_context
+def prices_command(ctx: click.Context, update_from, as_json, repo, config_file) -> None:
+    """The model price table in use, with its date; --update-from replaces the stored one.
+
+    The stored table lives at $XDG_CONFIG_HOME/mesh/prices.json (~/.config/mesh/prices.json)
+    and lies over the built-in rows; a project's [prices] lies over it.
+    """
+    import json
+    from pathlib import Path
+
+    from orchestrator.config import ConfigError, load_config
+    from orchestrator.prices import describe_prices, install_prices, render_prices
+
+    try:
+        if update_from:
+            table, path, models = install_prices(Path(update_from))
+            message = f"stored prices as of {table.as_of} for {len(models)} model(s) in {path}"
+            click.echo(json.dumps({"as_of": table.as_of, "stored_file": str(path)}) if as_json else message)
+            return
+        config = load_config(Path(repo) if repo else None, Path(config_file) if config_file else None)
+    except ConfigError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return
+    description = describe_prices(config.prices)
+    if as_json:
+        click.echo(json.dumps(description, indent=2))
+        return
+    width, color = _terminal()
+    click.echo(render_prices(description, width=width, color=color))
+
+
+@cli.command("report")
+@click.argument("task")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="The HTML file to write (default: mesh-report-<task>.html in the current directory).")
+@_config_options
+@click.pass_context
+def report_command(ctx: click.Context, task: str, output, repo, config_file) -> None:
+    """Write one self-contained HTML page of a task: rounds, votes, patch, validation, review,
+    landing and costs (no script, nothing fetched when it is viewed)."""
+    from pathlib import Path
+
+    from orchestrator.report_html import default_report_path, write_report
+    from tracker.errors import NotFoundError, TrackerError
+
+    opened = _calls_context(ctx, repo, config_file, False)
+    if opened is None:
+        return
+    config, tracker = opened
+    target = Path(output) if output else default_report_path(task)
+    with tracker:
+        try:
+            path = write_report(tracker, task, target, prices=config.prices)
+        except NotFoundError as exc:
+            _fail(ctx, str(exc), 2, False)
+            return
+        except TrackerError as exc:
+            _fail(ctx, str(exc), 4, False)
+            return
+        except OSError as exc:
+            _fail(ctx, f"cannot write {target}: {exc.strerror or exc}", 1, False)
+            return
+    click.echo(str(path))
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="mesh")
@@ -270,7 +487,7 @@ def _open_scope(ctx: click.Context, label, parent, repo, config_file):
         scope = resolve_scope(label, parent)
         config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
                                             config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(Path(root["db"]) if root.get("db") else None, root.get("actor"))
+        tracker = open_tracker(root.get("db"), root.get("actor"), config)
     except ScopeError as exc:
         click.echo(f"mesh: {exc}", err=True)
         ctx.exit(2)

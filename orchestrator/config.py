@@ -9,6 +9,8 @@ changed copy that command-line flags need.
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -28,6 +30,7 @@ from orchestrator.policy import check_pattern
 from orchestrator.sandbox import Limits
 from orchestrator.validation import parse_allow_entry
 from roles.backends.command import split_command
+from roles.backends.presets import PRESET_NAMES, WORKER_NAMES
 
 __all__ = [
     "ConfigError",
@@ -38,6 +41,7 @@ __all__ = [
     "KNOWN_ROLES",
     "ALWAYS_PROTECTED",
     "AnthropicConfig",
+    "LlmConfig",
     "BudgetConfig",
     "MeshConfig",
     "ModelPrice",
@@ -45,6 +49,10 @@ __all__ = [
     "PriceTable",
     "ValidationConfig",
     "load_config",
+    "price_file_data",
+    "read_price_file",
+    "user_price_table",
+    "user_prices_path",
 ]
 
 KNOWN_ROLES: tuple[str, ...] = (
@@ -84,6 +92,8 @@ _DEFAULT_PRICE_ROWS: dict[str, dict[str, float]] = {
 
 _THRESHOLD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_MODEL_NAME_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
+PRICE_FILE_MAX_BYTES = 1_000_000
 
 
 def _over_defaults(defaults: dict[str, Any], value: Any) -> Any:
@@ -159,6 +169,17 @@ class DrainConfig(_Strict):
 
     jobs: int = Field(default=1, ge=1, le=64)
     onto: str | None = None
+    # A git remote shared by several runners: task branches are cut from and landed on its
+    # integration branch (``--remote``); None pushes nothing.
+    remote: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class TrackerConfig(_Strict):
+    """`[tracker]`: where the tracker lives when neither ``--db`` nor ``MESH_DB`` says."""
+
+    # A SQLite path, ``sqlite:///relative`` / ``sqlite:////absolute`` or ``postgresql://user@host/db``. Keep passwords out
+    # of files: PGPASSWORD or ~/.pgpass are read by the driver.
+    url: str | None = None
 
 
 class PatchConfig(_Strict):
@@ -187,6 +208,15 @@ class AnthropicConfig(_Strict):
     context_tokens: int = Field(default=20000, gt=0)
 
 
+class LlmConfig(_Strict):
+    """`[llm]`: settings of the backend that calls models through the ``llm`` library."""
+
+    timeout_s: float = Field(default=600.0, gt=0)
+    # llm options per model name as written in [models] ("gpt-4.1" = {temperature = 0.2});
+    # each model's own Options class checks them when the backend starts.
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
 class ModelPrice(_Strict):
     """USD per million tokens for one model.
 
@@ -194,10 +224,11 @@ class ModelPrice(_Strict):
     reads at 0.1x, 5-minute writes at 1.25x.
     """
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_read: float = Field(ge=0)
-    cache_write: float = Field(ge=0)
+    # A price of infinity would turn every cost figure and budget check into inf.
+    input: float = Field(ge=0, allow_inf_nan=False)
+    output: float = Field(ge=0, allow_inf_nan=False)
+    cache_read: float = Field(ge=0, allow_inf_nan=False)
+    cache_write: float = Field(ge=0, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -257,6 +288,15 @@ class PriceTable(_Strict):
     def _merge_defaults(cls, value: Any) -> Any:
         return _over_defaults(_DEFAULT_PRICE_ROWS, value)
 
+    @field_validator("models")
+    @classmethod
+    def _check_model_names(cls, value: dict[str, ModelPrice]) -> dict[str, ModelPrice]:
+        # Names are printed in tables on a terminal: no control characters, no blanks.
+        for name in value:
+            if not _MODEL_NAME_RE.match(name):
+                raise ValueError(f"bad model name {name!r}")
+        return value
+
     def price_for(self, model: str) -> ModelPrice | None:
         """The price row of ``model``, or None when the table does not know it."""
         return self.models.get(model)
@@ -273,10 +313,15 @@ class MeshConfig(_Strict):
     review_required_for_close: bool = True
     strict_output: bool = False
     integrate: bool = True
-    backend: Literal["replay", "command", "anthropic"] = "replay"
+    backend: Literal["replay", "command", "anthropic", "llm"] = "replay"
     worker_cmd: str | None = None
+    worker: str | None = None  # an agent CLI preset for every role of the command backend
+    workers: dict[str, str] = Field(default_factory=dict)  # role -> preset (or "command": worker_cmd)
     worker_timeout_s: float = Field(default=600.0, gt=0)
     worker_env: list[str] = Field(default_factory=list)
+    # The HOME a command worker sees (orchestrator.sandbox.worker_launcher): "auto" gives the
+    # agent-CLI presets a private one holding only their own login folders.
+    worker_home: Literal["auto", "private", "real"] = "auto"
     models: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODELS))
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     protected_branches: list[str] = Field(default_factory=lambda: list(ALWAYS_PROTECTED))
@@ -284,8 +329,10 @@ class MeshConfig(_Strict):
     close_mode: Literal["local", "ci"] = "local"
     lease_ttl_s: float = Field(default=60.0, gt=0)
     drain: DrainConfig = Field(default_factory=DrainConfig)
+    tracker: TrackerConfig = Field(default_factory=TrackerConfig)
     patch: PatchConfig = Field(default_factory=PatchConfig)
     anthropic: AnthropicConfig = Field(default_factory=AnthropicConfig)
+    llm: LlmConfig = Field(default_factory=LlmConfig)
     prices: PriceTable = Field(default_factory=PriceTable)
 
     @field_validator("roles", "fallback_roles")
@@ -308,6 +355,31 @@ class MeshConfig(_Strict):
     def _check_worker_cmd(cls, value: str | None) -> str | None:
         if value is not None:
             split_command(value)
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _presets_choose_command(cls, data: Any) -> Any:
+        # A worker preset is a command worker: naming one is enough to choose that backend.
+        if isinstance(data, dict) and "backend" not in data and (data.get("worker") or data.get("workers")):
+            data = {**data, "backend": "command"}
+        return data
+
+    @field_validator("worker")
+    @classmethod
+    def _check_worker(cls, value: str | None) -> str | None:
+        if value is not None and value not in PRESET_NAMES:
+            raise ValueError(f"unknown worker {value!r} (known: {', '.join(PRESET_NAMES)})")
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, value: dict[str, str]) -> dict[str, str]:
+        for role, name in value.items():
+            if role not in KNOWN_ROLES:
+                raise ValueError(f"unknown role {role!r} (known: {', '.join(KNOWN_ROLES)})")
+            if name not in WORKER_NAMES:
+                raise ValueError(f"unknown worker {name!r} for {role} (known: {', '.join(WORKER_NAMES)})")
         return value
 
     @field_validator("consensus_threshold")
@@ -417,22 +489,27 @@ def _error_key(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc if not isinstance(part, int)) or "(top level)"
 
 
+def _one_line(exc: ValidationError, source: str, key_prefix: str = "") -> str:
+    """A validation error as one line naming the source and the first bad key."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    key = key_prefix + _error_key(first["loc"])
+    if first["type"] == "extra_forbidden":
+        message = f"{source}: unknown key {key!r}"
+    elif not first["loc"]:
+        message = f"{source}: {first['msg']}"
+    else:
+        message = f"{source}: invalid value for {key!r}: {first['msg']}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    return message.replace("\n", " ")
+
+
 def _validate(data: dict[str, Any], source: str, key_prefix: str = "") -> MeshConfig:
     try:
         return MeshConfig.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = errors[0]
-        key = key_prefix + _error_key(first["loc"])
-        if first["type"] == "extra_forbidden":
-            message = f"{source}: unknown key {key!r}"
-        elif not first["loc"]:
-            message = f"{source}: {first['msg']}"
-        else:
-            message = f"{source}: invalid value for {key!r}: {first['msg']}"
-        if len(errors) > 1:
-            message += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
-        raise ConfigError(message.replace("\n", " ")) from None
+        raise ConfigError(_one_line(exc, source, key_prefix)) from None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -451,23 +528,106 @@ def load_config(repo: Path | None = None, config_file: Path | None = None) -> Me
     """Load the configuration of ``repo`` (default: the current directory).
 
     An explicit ``config_file`` (shaped like ``mesh.toml``) wins; else ``<repo>/mesh.toml``;
-    else ``[tool.mesh]`` in ``<repo>/pyproject.toml``; else the defaults. Any problem raises
-    ConfigError with a one-line message naming the file and the key.
+    else ``[tool.mesh]`` in ``<repo>/pyproject.toml``; else the defaults. The price table
+    is the one exception to "files are never merged": the user's stored table
+    (``user_prices_path``) is laid over the built-in rows, and the project's ``[prices]``
+    over that. Any problem raises ConfigError with a one-line message naming the file and
+    the key.
     """
     if config_file is not None:
         path = Path(config_file)
-        return _validate(_read_toml(path), str(path))
+        return _validate(_with_user_prices(_read_toml(path)), str(path))
     root = Path(repo) if repo is not None else Path.cwd()
     mesh_toml = root / "mesh.toml"
     if mesh_toml.is_file():
-        return _validate(_read_toml(mesh_toml), str(mesh_toml))
+        return _validate(_with_user_prices(_read_toml(mesh_toml)), str(mesh_toml))
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         tool = _read_toml(pyproject).get("tool", {})
         section = tool.get("mesh") if isinstance(tool, dict) else None
         if section is None:
-            return MeshConfig()
+            return _validate(_with_user_prices({}), "defaults")
         if not isinstance(section, dict):
             raise ConfigError(f"{pyproject}: [tool.mesh] must be a table")
-        return _validate(section, f"{pyproject} [tool.mesh]")
-    return MeshConfig()
+        return _validate(_with_user_prices(section), f"{pyproject} [tool.mesh]")
+    return _validate(_with_user_prices({}), "defaults")
+
+
+# ------------------------------------------------------------------ the user's price table
+
+
+def user_prices_path() -> Path:
+    """Where ``mesh prices --update-from`` stores the user's price table:
+    ``$XDG_CONFIG_HOME/mesh/prices.json``, ``~/.config/mesh/prices.json`` when that variable
+    is unset or not an absolute path (the XDG rule)."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
+    return root / "mesh" / "prices.json"
+
+
+def read_price_file(path: Path) -> PriceTable:
+    """A dated price table from a JSON or TOML file (``price_file_data``), its rows laid over
+    the built-in ones. Raises ConfigError with one line naming the file."""
+    data = price_file_data(path)
+    try:
+        return PriceTable.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, str(path))) from None
+
+
+def price_file_data(path: Path) -> dict[str, Any]:
+    """The price table a JSON or TOML file holds, not yet validated: ``{"as_of": ...,
+    "models": {...}}``, or the same under a ``prices`` table (a ``mesh.toml`` holding only
+    ``[prices]``). A file opening with ``{`` is read as JSON, any other as TOML. ``as_of``
+    and at least one model row are required. ConfigError with one line naming the file
+    otherwise."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > PRICE_FILE_MAX_BYTES:
+            raise ConfigError(f"{path}: larger than {PRICE_FILE_MAX_BYTES} bytes, not a price table")
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: invalid JSON: {exc.msg} (line {exc.lineno})") from None
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}".replace("\n", " ")) from None
+    if isinstance(data, dict) and set(data) == {"prices"}:
+        data = data["prices"]
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a price table (expected as_of and models)")
+    if "as_of" not in data:
+        raise ConfigError(f"{path}: missing 'as_of' (the date these prices are valid for)")
+    if not isinstance(data.get("models"), dict) or not data["models"]:
+        raise ConfigError(f"{path}: no model prices (a 'models' table of rows)")
+    return data
+
+
+def user_price_table() -> PriceTable:
+    """The price table without a project: the built-in rows with the user's stored table
+    (when there is one) laid over them. ConfigError if the stored table is damaged."""
+    path = user_prices_path()
+    return read_price_file(path) if path.is_file() else PriceTable()
+
+
+def _with_user_prices(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the user's stored price table under its own ``[prices]`` (row by row,
+    and ``as_of`` unless the project dates its own table)."""
+    path = user_prices_path()
+    project = data.get("prices", {})
+    if not path.is_file() or not isinstance(project, dict) or not isinstance(project.get("models", {}), dict):
+        return data  # a malformed [prices] is reported by validation, naming the project's file
+    base = read_price_file(path)
+    rows = {name: row.model_dump() for name, row in base.models.items()}
+    prices = {**project, "as_of": project.get("as_of", base.as_of), "models": {**rows, **project.get("models", {})}}
+    return {**data, "prices": prices}

@@ -28,8 +28,10 @@ def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
 
 
-def prepare_demo(dest: Path, *, root: Path | None = None) -> tuple[Path, Path, Path]:
-    """Lay the demo out in ``dest``: the git repo (with ``.beads/``), its tracker db and the script."""
+def prepare_demo(dest: Path, *, root: Path | None = None,
+                 db: str | None = None) -> tuple[Path, Path | str, Path]:
+    """Lay the demo out in ``dest``: the git repo (with ``.beads/``), its tracker db (the
+    workspace's file, or ``db``: a PostgreSQL URL of an empty database) and the script."""
     from tracker.jsonl import import_jsonl
     from tracker.store import Tracker
 
@@ -43,14 +45,14 @@ def prepare_demo(dest: Path, *, root: Path | None = None) -> tuple[Path, Path, P
     _git(repo, "config", "user.name", "mesh demo")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "demo project")
-    tracker = Tracker.init(repo, actor="mesh-demo")
+    tracker = Tracker.init(repo, actor="mesh-demo", db_path=db)
     try:
         report = import_jsonl(tracker, src / ".beads-example" / "issues.jsonl")
         if report.warnings:
             raise RuntimeError(f"example workspace has warnings: {report.warnings}")
     finally:
         tracker.close()
-    return repo, repo / ".beads" / "mesh.db", src / "examples" / "demo-script.json"
+    return repo, db or repo / ".beads" / "mesh.db", src / "examples" / "demo-script.json"
 
 
 def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:

@@ -33,16 +33,19 @@ from .checkpoint import signing_key
 from .engine import RunReport, load_checkpoints
 from .gitops import GitError, _git, repo_root
 from .landing import Lander, integration_branch_for, land_checkpoints
-from .lease import held_by_person
+from .lease import held_by_person, lease_is_live
 from .runner import (RunError, RunOptions, load_run_config, make_backend, make_lander, open_tracker,
                      require_sandbox, run_task, unfinished_run)
-from .scope import Scope, ScopeError, resolve_scope, select_candidates
+from .scope import Scope, ScopeError, resolve_scope, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
            "interrupted_runs", "scope_tasks", "verify_landings"]
 
 Emit = Callable[[dict[str, Any]], None]
 
+
+# How often a drain with nothing to run looks again at tasks other runners hold.
+_OTHERS_POLL_S = 1.0
 
 @dataclass
 class DrainOptions:
@@ -221,6 +224,7 @@ class _Drain:
         self.control = control
         self.t0 = time.monotonic()
         self.rows: dict[str, TaskRow] = {}
+        self.retry_at: dict[str, float] = {}  # tasks another run held when we tried: look again then
         self.engines: dict[str, Any] = {}
         self.lock = threading.Lock()
         self.landings = 0
@@ -292,10 +296,11 @@ class _Drain:
         if jobs < 1:
             raise RunError("--jobs must be at least 1", 2)
         branch = options.onto or self.config.drain.onto or integration_branch_for(self.scope)
-        tracker = open_tracker(Path(options.db) if options.db else None, options.actor)
+        tracker = open_tracker(options.db, options.actor, self.config)
         self.db, self.actor = tracker.path, tracker.actor
         try:
-            self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land)
+            self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land,
+                                      remote=options.remote or self.config.drain.remote)
             self.emit("drain_started", branch=branch, jobs=jobs, scope=self.scope.to_dict(), repo=str(self.repo))
             verified = verify_landings(tracker, self.lander, self.scope)
             for v in verified:
@@ -318,6 +323,12 @@ class _Drain:
         if errors:
             raise RunError("; ".join(errors), 2)
         return report
+
+    def others_hold(self, tracker: Tracker) -> bool:
+        """True while a task of the scope is in progress under a live lease of another run."""
+        return any(lease_is_live(tracker, task["id"])
+                   for task in scoped_candidates(tracker, self.scope, status="in_progress")
+                   if task["id"] not in self.rows or self.rows[task["id"]].ended is not None)
 
     def budget_allows(self) -> bool:
         return budget_allows(self.options.max_usd,
@@ -349,6 +360,8 @@ class _Drain:
                         task_id = task["id"]
                         if task_id in busy or task_id in left_alone or task_id in self.rows:
                             continue
+                        if self.retry_at.get(task_id, 0.0) > time.monotonic():
+                            continue
                         if not self.options.run.take_over and held_by_person(tracker, task, tracker.actor):
                             left_alone.add(task_id)
                             why = f"{task_id} is in progress by {task['assignee']} (not a mesh run); use --take-over"
@@ -366,7 +379,13 @@ class _Drain:
                         self.emit("task_started", task=task_id, title=task["title"], reason=reason)
                         in_flight[pool.submit(self.work, task, reason)] = task_id
                 if not in_flight:
-                    break
+                    if self.control.stopping.is_set() or errors or stop_reason != "done" \
+                            or not self.others_hold(tracker):
+                        break
+                    # Another runner (here or on another machine) holds a task of the scope: wait,
+                    # then take what it frees or leaves behind (its lease runs out if it died).
+                    time.sleep(_OTHERS_POLL_S)
+                    continue
                 done, _ = concurrent.futures.wait(list(in_flight), timeout=0.25,
                                                   return_when=concurrent.futures.FIRST_COMPLETED)
                 for future in done:
@@ -387,10 +406,18 @@ class _Drain:
             self.emit("task_finished", task=task_id, **row.to_dict())
             return
         if report is None:
-            # Not ours to run after all (a live lease, a person): forget the row, never retry it here.
+            # Not ours to run after all: a person's task is left alone for good; one another
+            # runner holds (its lease) is looked at again shortly, and taken over once its lease
+            # runs out or finished by that runner.
             del self.rows[task_id]
-            left_alone.add(task_id)
-            skipped.extend(held)
+            if any("not a mesh run" in h for h in held):
+                left_alone.add(task_id)
+                skipped.extend(held)
+            else:
+                if task_id in self.retry_at:
+                    self.retry_at[task_id] = time.monotonic() + _OTHERS_POLL_S
+                    return  # said once already
+                self.retry_at[task_id] = time.monotonic() + _OTHERS_POLL_S
             self.emit("task_skipped", task=task_id, why="; ".join(held))
             return
         row.state = report.outcome

@@ -776,7 +776,7 @@ class Engine:
         from .gitops import GitError, Worktree
 
         try:
-            base = self.lander.tip() if self.lander else "HEAD"
+            base = self.lander.cut_base() if self.lander else "HEAD"
             self.worktree = Worktree.prepare(self.repo, self.task["id"], protected=self.config.protected_branches,
                                              base=base)
             earlier = [run for run in self.worktree.runs() if run != self.run_id]

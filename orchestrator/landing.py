@@ -14,9 +14,18 @@ integration branch's tip when the task starts, and after approval the task's com
 3. only when they pass is the integration branch fast-forwarded to it, with a
    compare-and-set on its old tip (``git update-ref``), so its history stays linear.
 
-One landing runs at a time, in the order tasks reached the queue (their approval order).
-The integration branch is never a protected branch and never the branch checked out in any
-worktree (the user's among them), so the user's checkout is never touched; nothing is pushed.
+One landing runs at a time, in the order tasks reached the queue (their approval order),
+and across processes and machines too: each landing holds the tracker's named lock
+``land:<remote or repo>:<branch>`` (``locks.named_lock``), so runners sharing a tracker take
+turns. The integration branch is never a protected branch and never the branch checked out
+in any worktree (the user's among them), so the user's checkout is never touched.
+
+Nothing is pushed unless a ``remote`` is given (``--remote``, ``drain.remote``). Then task
+worktrees are cut from the remote's integration branch (fetched first), each approved task
+branch is pushed as ``mesh/<task>``, and a landing moves the remote branch with a push that
+carries ``--force-with-lease=<branch>:<tip it started from>``: when another runner landed
+first the push is refused, and the landing starts over on the new tip (fetch, rebase,
+re-validate). The local integration branch follows the remote's.
 
 A result whose tree is exactly the tree the task's own validation passed on (nothing landed
 since the task started) is not validated twice. Every landing is recorded as an
@@ -43,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint
+from .locks import named_lock
 from .config import MeshConfig
 from .engine import Blocked, SendBack, load_checkpoints
 from .faults import crash_point
@@ -155,11 +165,14 @@ class Lander:
     """
 
     def __init__(self, repo: Path, branch: str, config: MeshConfig, *,
-                 emit: Callable[[str, Mapping[str, Any]], None] | None = None) -> None:
+                 emit: Callable[[str, Mapping[str, Any]], None] | None = None, remote: str | None = None) -> None:
         self.repo = repo_root(repo)
         self.branch = branch
         self.ref = f"refs/heads/{branch}"
         self.config = config
+        self.remote = remote
+        where = self._remote_url() if remote else str(self.repo)
+        self.lock_name = f"land:{where}:{branch}"
         self.emit = emit or (lambda event, fields: None)
         self.queue: list[str] = []
         self._queue_lock = threading.Lock()
@@ -178,13 +191,77 @@ class Lander:
             if entry.get("branch") == self.ref:
                 raise GitError("branch_in_use", f"{self.branch} is checked out at {entry.get('worktree')}; mesh"
                                " never moves a checked-out branch")
+        if self.remote:
+            self.sync()
         if _git(self.repo, "show-ref", "--verify", "--quiet", self.ref, check=False).returncode != 0:
             head = _git(self.repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False).stdout.strip()
             if not head:
                 raise GitError("bad_base", f"{self.repo} has no commit to start {self.branch} from")
             # A compare-and-set on "no such ref": two drains starting together create it once.
             _git(self.repo, "update-ref", self.ref, head, "0" * 40, check=False)
+        if self.remote and not self._remote_tip():
+            # The first runner publishes the branch; "must not exist yet" is the lease.
+            self._push(self.tip(), self.branch, expect="")
+            self.sync()
         self.drop_scratch()
+
+    # ------------------------------------------------------------------ the shared remote
+
+    def _remote_url(self) -> str:
+        got = _git(self.repo, "remote", "get-url", "--", self.remote, check=False)
+        if got.returncode != 0:
+            raise GitError("bad_remote", f"no git remote named {self.remote!r} in {self.repo}")
+        return got.stdout.strip()
+
+    def _remote_tip(self) -> str:
+        """The sha of the integration branch on the remote ('' when it has none)."""
+        got = _git(self.repo, "ls-remote", "--heads", "--", self.remote, self.ref, check=False)
+        if got.returncode != 0:
+            raise GitError("remote_unavailable", f"git ls-remote {self.remote}: {_summary(got.stderr)}")
+        return got.stdout.split()[0] if got.stdout.strip() else ""
+
+    def sync(self) -> str:
+        """Fetch the remote's integration branch and move the local one to it (unless the local
+        one already holds it); returns the local tip. Without a remote, just the tip."""
+        if not self.remote:
+            return self.tip()
+        remote_tip = self._remote_tip()
+        if not remote_tip and not self._local_tip():
+            return ""  # neither side has it yet: _ensure_branch creates and publishes it
+        if remote_tip:
+            fetched = _git(self.repo, "fetch", "--quiet", "--no-tags", "--", self.remote,
+                           f"+{self.ref}:refs/remotes/{self.remote}/{self.branch}", check=False)
+            if fetched.returncode != 0:
+                raise GitError("remote_unavailable", f"git fetch {self.remote}: {_summary(fetched.stderr)}")
+            local = self._local_tip()
+            if not local or _git(self.repo, "merge-base", "--is-ancestor", remote_tip, local,
+                                 check=False).returncode != 0:
+                _git(self.repo, "update-ref", self.ref, remote_tip)
+        return self.tip()
+
+    def _local_tip(self) -> str:
+        return _git(self.repo, "rev-parse", "--verify", "--quiet", f"{self.ref}^{{commit}}", check=False).stdout.strip()
+
+    def cut_base(self) -> str:
+        """Where a task's worktree starts: the integration branch's tip (the remote's, fetched)."""
+        return self.sync()
+
+    def _push(self, sha: str, branch: str, *, expect: str | None) -> bool:
+        """Push ``sha`` to the remote's ``branch``. ``expect`` is the lease: the sha the remote branch
+        must still hold ('' = must not exist); None force-pushes (mesh's own task branches).
+        False when the remote refused because the branch moved."""
+        if is_protected(branch, self.config.protected_branches):
+            raise GitError("protected_branch", f"mesh never pushes the protected branch {branch}")
+        ref = f"refs/heads/{branch}"
+        lease = [] if expect is None else [f"--force-with-lease={ref}:{expect}"]
+        spec = f"+{sha}:{ref}" if expect is None else f"{sha}:{ref}"
+        pushed = _git(self.repo, "push", "--quiet", "--no-verify", "--porcelain", *lease, "--", self.remote, spec,
+                      check=False)
+        if pushed.returncode == 0:
+            return True
+        if "stale info" in pushed.stdout + pushed.stderr or "rejected" in pushed.stdout + pushed.stderr:
+            return False
+        raise GitError("remote_unavailable", f"git push {self.remote} {branch}: {_summary(pushed.stderr)}")
 
     def tip(self) -> str:
         """The sha the integration branch points at now."""
@@ -229,9 +306,13 @@ class Lander:
             with self._queue_lock:
                 self.queue.append(task_id)
             try:
-                with self._fifo.turn():
+                with self._fifo.turn(), named_lock(
+                        engine.tracker, self.lock_name, holder=f"{engine.tracker.actor}:{engine.run_id}",
+                        on_wait=lambda holder: self.emit("land_waiting", {"task": task_id, "holder": holder})):
                     self.emit("land_started", {"task": task_id})
                     validated = engine.worktree.head() if engine.validation_pass else None
+                    if self.remote:
+                        self._push(engine.worktree.head(), engine.worktree.branch, expect=None)
                     outcome = self.land_commits(task_id=task_id, run_id=engine.run_id, fork=engine.worktree.base,
                                                 head=engine.worktree.branch, commands=commands, validated=validated)
             finally:
@@ -281,7 +362,7 @@ class Lander:
         as landed.
         """
         started = time.monotonic()
-        onto = self.tip()
+        onto = self.sync()
         done = landed_commits(self.repo, self.branch, run_id=run_id).get(run_id)
         if done:
             return LandResult("landed", self.branch, onto=onto, sha=done[-1], method="already",
@@ -316,6 +397,8 @@ class Lander:
             return LandResult("validation_failed", self.branch, onto=onto, sha=new, method=method,
                               detail=detail, validation=_brief(results), revalidated=True,
                               duration_s=time.monotonic() - started, validation_s=validation_s)
+        if self.remote and not self._push(new, self.branch, expect=onto):
+            raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
         moved = _git(self.repo, "update-ref", self.ref, new, onto, check=False)
         if moved.returncode != 0:
             if self.tip() != onto:

@@ -1,9 +1,11 @@
 """A lease per task: one run works a task at a time.
 
-The lease is a row in the tracker database, taken in a ``BEGIN IMMEDIATE``
-transaction (compare-and-set), kept alive by a heartbeat thread, and released
-at the end of the run. A lease left by a killed process expires after its TTL;
-``mesh resume`` takes it over then, or at once with ``--force``.
+The lease is a row in the tracker database, taken in a write transaction
+(compare-and-set), kept alive by a heartbeat thread, and released at the end of
+the run. A lease left by a killed process expires after its TTL; ``mesh resume``
+takes it over then, or at once with ``--force``. Every time a lease is measured
+against comes from the database's clock (``tracker.db.now()``: the server's on
+PostgreSQL), so runners on machines whose clocks differ agree on when it expires.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import os
 import secrets
 import socket
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def ensure_lease_table(tracker: Tracker) -> None:
 def lease_is_live(tracker: Tracker, task_id: str, *, now: float | None = None) -> bool:
     """True while some run holds an unexpired lease on ``task_id``."""
     ensure_lease_table(tracker)
-    moment = time.time() if now is None else now
+    moment = tracker.db.now() if now is None else now
     row = tracker.db.read("SELECT expires_at FROM mesh_leases WHERE task_id = ?", (task_id,))
     return bool(row) and row[0]["expires_at"] > moment
 
@@ -84,7 +85,7 @@ def holder_is_dead(tracker: Tracker, task_id: str) -> bool:
 class Lease:
     """A held lease; ``heartbeat()`` starts the renewing thread, ``release()`` ends it."""
 
-    db_path: Path
+    db_path: Path | str  # a SQLite file or a PostgreSQL URL (what Tracker() reopens)
     task_id: str
     run_id: str
     ttl_s: float
@@ -102,24 +103,30 @@ class Lease:
         """
         ensure_lease_table(tracker)
         token = secrets.token_hex(8)
-        moment = time.time() if now is None else now
-        with tracker.transaction() as c:
-            row = c.execute("SELECT * FROM mesh_leases WHERE task_id = ?", (task_id,)).fetchone()
-            if row is not None and row["expires_at"] > moment and not force:
+        # One compare-and-set statement: insert the lease, or replace one that lapsed (or any, with
+        # ``force``). Runners taking different tasks never wait for each other.
+        with tracker.transaction(exclusive=False) as c:
+            moment = tracker.db.now() if now is None else now
+            won = c.execute(
+                "INSERT INTO mesh_leases(task_id, run_id, token, holder, pid, host, acquired_at,"
+                " heartbeat_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(task_id) DO UPDATE SET"
+                " run_id = excluded.run_id, token = excluded.token, holder = excluded.holder, pid = excluded.pid,"
+                " host = excluded.host, acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,"
+                " expires_at = excluded.expires_at WHERE mesh_leases.expires_at <= ? OR ? = 1 RETURNING token",
+                (task_id, run_id, token, holder, os.getpid(), socket.gethostname(), moment, moment, moment + ttl_s,
+                 moment, int(force)),
+            ).fetchone()
+            if won is None or won[0] != token:
+                row = c.execute("SELECT * FROM mesh_leases WHERE task_id = ?", (task_id,)).fetchone()
                 raise LeaseHeld(
                     f"{task_id} is held by run {row['run_id']} ({row['holder']}, pid {row['pid']} on {row['host']})"
                     f" for {row['expires_at'] - moment:.0f}s more; use --force if that run is dead")
-            c.execute(
-                "INSERT OR REPLACE INTO mesh_leases(task_id, run_id, token, holder, pid, host, acquired_at,"
-                " heartbeat_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (task_id, run_id, token, holder, os.getpid(), socket.gethostname(), moment, moment, moment + ttl_s),
-            )
         return cls(db_path=tracker.path, task_id=task_id, run_id=run_id, ttl_s=ttl_s, token=token, holder=holder)
 
     def renew(self, tracker: Tracker) -> bool:
         """Extend the lease; False when it was taken over (our token is gone)."""
-        moment = time.time()
-        with tracker.transaction() as c:
+        with tracker.transaction(exclusive=False) as c:
+            moment = tracker.db.now()
             n = c.execute("UPDATE mesh_leases SET heartbeat_at = ?, expires_at = ? WHERE task_id = ? AND token = ?",
                           (moment, moment + self.ttl_s, self.task_id, self.token)).rowcount
         return n == 1
@@ -134,16 +141,20 @@ class Lease:
         self._stop = threading.Event()
 
         def beat() -> None:
-            tracker = Tracker(self.db_path, actor=self.holder)
+            tracker = None
             try:
                 while not self._stop.wait(self.ttl_s / 3):
                     try:
+                        tracker = tracker or Tracker(self.db_path, actor=self.holder)
                         if not self.renew(tracker):
                             return
-                    except Exception:  # a busy database must not kill the run; the next beat retries
-                        continue
+                    except Exception:  # a busy or dropped database must not kill the run:
+                        if tracker is not None:  # the next beat retries on a new connection
+                            tracker.close()
+                        tracker = None
             finally:
-                tracker.close()
+                if tracker is not None:
+                    tracker.close()
 
         self._thread = threading.Thread(target=beat, name=f"lease-{self.task_id}", daemon=True)
         self._thread.start()

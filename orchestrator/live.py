@@ -8,7 +8,12 @@ start):
 - ``LiveSink``: a rich live table on a terminal: one row per task (id, title, round and
   cycle, elapsed time, cost, outcome), the landing queue, and totals.
 
-Every text that leaves mesh here is scrubbed like the rest of its logs.
+``mesh run`` shows the same live table for its one task on a terminal: ``RunProgress`` turns
+the engine's progress lines into these events (``live_run_progress``); without a terminal
+it prints the engine's lines as they are.
+
+Every text that leaves mesh here is scrubbed like the rest of its logs; rich renders it as
+plain text, never as markup (a task title or a block detail can hold ``[/bold]``).
 """
 
 from __future__ import annotations
@@ -16,11 +21,15 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from redact import scrub, scrub_obj
 
-__all__ = ["NdjsonSink", "LineSink", "LiveSink", "summary_lines"]
+from .safe_text import clip
+
+__all__ = ["NdjsonSink", "LineSink", "LiveSink", "RunProgress", "live_run_progress", "checkpoint_fields",
+           "summary_lines"]
 
 
 class NdjsonSink:
@@ -62,6 +71,10 @@ def _plain(event: dict[str, Any]) -> str | None:
         return f"{stamp} {task}: queued for landing"
     if kind == "land_started":
         return f"{stamp} {task}: landing"
+    if kind == "land_waiting":
+        holder = event.get("holder") or {}
+        who = f"{holder.get('holder')} (pid {holder.get('pid')} on {holder.get('host')})" if holder else "another runner"
+        return f"{stamp} {task}: waiting for the landing lock held by {who}"
     if kind == "land_done":
         sha = (event.get("sha") or "")[:12]
         return f"{stamp} {task}: land {event['result']}" + (f" at {sha} ({event.get('method')})" if sha else "")
@@ -93,16 +106,24 @@ class LineSink:
 
 
 class LiveSink:
-    """A rich live table redrawn on every event (and four times a second for the clocks)."""
+    """A rich live table redrawn on every event (and four times a second for the clocks).
 
-    def __init__(self, console: Any) -> None:
+    ``title`` heads the table (``onto <branch>`` is added once the branch is known);
+    ``landing`` shows the landing queue and count; ``lines`` also prints each checkpoint's
+    line above the table, as the plain output would."""
+
+    def __init__(self, console: Any, *, title: str = "mesh drain", branch: str = "", landing: bool = True,
+                 lines: bool = False) -> None:
         from rich.live import Live
 
         self.rows: dict[str, dict[str, Any]] = {}
         self.queue: list[str] = []
         self.landing: str | None = None
         self.landed = 0
-        self.branch = ""
+        self.title = title
+        self.branch = branch
+        self.show_landing = landing
+        self.show_lines = lines
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.live = Live(self._render(), console=console, refresh_per_second=4, get_renderable=self._render)
@@ -110,6 +131,11 @@ class LiveSink:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind, task = event["event"], event.get("task")
+        if kind == "checkpoint" and self.show_lines:
+            from rich.text import Text
+
+            # Outside self.lock: the refresh thread holds the console while it asks for a frame.
+            self.live.console.print(Text(scrub(clip(event["line"], 400))), soft_wrap=True)
         with self.lock:
             if kind == "drain_started":
                 self.branch = event["branch"]
@@ -124,6 +150,7 @@ class LiveSink:
                                        outcome=event["state"] + (f" ({event['block_reason']})"
                                                                  if event.get("block_reason") else ""))
             elif kind == "task_skipped":
+                # Held by another runner: off the table until it is started here again.
                 self.rows.pop(task, None)
             elif kind == "land_queued":
                 self.queue.append(task)
@@ -140,7 +167,8 @@ class LiveSink:
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=f"mesh drain onto {self.branch}", expand=False)
+        title = f"{self.title} onto {self.branch}" if self.branch else self.title
+        table = Table(title=Text(clip(title, 120)), expand=False)
         for name in ("task", "title", "round", "cycle", "elapsed", "cost", "outcome"):
             table.add_column(name, justify="right" if name in ("elapsed", "cost") else "left")
         now = time.monotonic()
@@ -150,17 +178,80 @@ class LiveSink:
             landing = self.landing
         for row in rows:
             elapsed = (row["end"] or now) - row["start"]
-            table.add_row(row["id"], scrub(row["title"])[:40], row["round"], row["cycle"], f"{elapsed:.1f}s",
-                          f"${row['cost']:.4f}", row["outcome"])
+            cells = (row["id"], scrub(row["title"]), row["round"], row["cycle"], f"{elapsed:.1f}s",
+                     f"${row['cost']:.4f}", row["outcome"])
+            table.add_row(*(Text(clip(str(cell), 40)) for cell in cells))
         done = sum(1 for r in rows if r["end"] is not None)
-        lines = Text(f"landing: {landing or '-'}   queue: {', '.join(queue) or '-'}   "
-                     f"tasks: {done} done / {len(rows) - done} running   landed: {self.landed}   "
+        queued = f"landing: {clip(landing, 40) or '-'}   queue: {clip(', '.join(queue), 80) or '-'}   " \
+            if self.show_landing else ""
+        landed = f"   landed: {self.landed}" if self.show_landing else ""
+        lines = Text(f"{queued}tasks: {done} done / {len(rows) - done} running{landed}   "
                      f"cost: ${sum(r['cost'] for r in rows):.4f}   wall: {now - self.started:.1f}s")
         return Group(table, lines)
 
     def close(self) -> None:
         """Draw the last frame and give the terminal back."""
         self.live.stop()
+
+
+def checkpoint_fields(engine: Any, line: str) -> dict[str, Any]:
+    """The fields of a ``checkpoint`` event for one of ``engine``'s progress lines: the kind
+    (``preflight`` for the preflight line), the cycle, the run's cost so far and the line."""
+    kind = line[len("[orch:"):line.index("]")] if line.startswith("[orch:") and "]" in line else "preflight"
+    if engine is None:
+        return {"kind": kind, "cycle": "", "cost_usd": 0.0, "line": line}
+    return {"kind": kind, "cycle": f"c{engine.bus.consensus_cycle}/r{engine.bus.review_cycle}",
+            "cost_usd": round(engine.usage.cost_usd, 6), "line": line}
+
+
+class RunProgress:
+    """``mesh run``'s progress as drain events for a sink: ``hook`` (the runner's engine hook)
+    starts the task's row, ``echo`` (the runner's echo) turns each progress line into a
+    ``checkpoint`` event, ``finish`` ends the row with the run's outcome and cost, ``close``
+    gives the terminal back."""
+
+    def __init__(self, sink: Callable[[dict[str, Any]], None]) -> None:
+        self.sink = sink
+        self.t0 = time.monotonic()
+        self.engine: Any = None
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        self.sink({"event": event, "t": round(time.monotonic() - self.t0, 3), **fields})
+
+    def _task(self) -> str:
+        return self.engine.task["id"] if self.engine is not None else ""
+
+    def hook(self, engine: Any) -> None:
+        """The engine of the run (a sent-back task gets a new one: same row, new run id)."""
+        first = self.engine is None
+        self.engine = engine
+        if first:
+            self._emit("task_started", task=self._task(), title=engine.task.get("title") or "")
+        self._emit("task_run", task=self._task(), run_id=engine.run_id, resumed=engine.resumed)
+
+    def echo(self, line: str) -> None:
+        """One progress line of the engine."""
+        self._emit("checkpoint", task=self._task(), **checkpoint_fields(self.engine, line))
+
+    def finish(self, report: Any) -> None:
+        """The run's report: its outcome and cost end the task's row."""
+        if self.engine is None:
+            return
+        self._emit("task_finished", task=self._task(), state=report.outcome, block_reason=report.block_reason,
+                   block_detail=report.block_detail, elapsed_s=round(time.monotonic() - self.t0, 3),
+                   cost_usd=round(self.engine.usage.cost_usd, 6))
+
+    def close(self) -> None:
+        """Draw the last frame and give the terminal back."""
+        close = getattr(self.sink, "close", None)
+        if close is not None:
+            close()
+
+
+def live_run_progress(console: Any, *, onto: str | None = None) -> RunProgress:
+    """``mesh run``'s live table on a rich ``console``: the task's row (round, cycle, time,
+    cost, outcome) under the checkpoint lines; the landing queue only with ``onto``."""
+    return RunProgress(LiveSink(console, title="mesh run", branch=onto or "", landing=bool(onto), lines=True))
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:

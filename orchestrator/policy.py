@@ -79,6 +79,10 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     ".zuul.yml", "zuul.yaml", "zuul.d", ".zuul.d", ".harness", "wercker.yml",
     # environments and editors that run code when a folder is opened or entered
     ".envrc", ".env", ".vscode", ".idea", ".devcontainer", ".devcontainer.json", ".gitpod.yml",
+    # agent CLIs' project settings, hooks, MCP servers and plugins: the next worker call (a
+    # claude-code, codex or opencode preset) would load them
+    ".claude", "claude.md", ".mcp.json", ".codex", "agents.md", ".opencode", "opencode.json",
+    "opencode.jsonc", ".cursor", ".cursorrules", ".windsurf", ".aider.conf.yml",
     # Python start-up hooks
     "sitecustomize.py", "usercustomize.py", "*.pth",
     # review routing

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from .engine import RunReport
 from redact import scrub
+
+from .engine import RunReport
+from .safe_text import printable
 
 __all__ = ["render_report"]
 
@@ -16,11 +18,12 @@ def render_report(report: RunReport) -> str:
         where = f"label {scope['plan_label']}" if scope.get("plan_label") else f"epic {scope.get('parent_epic')}"
         return f"no runnable task in scope ({where})"
     task = report.task or {}
-    lines = [f"task {task.get('id')}: {task.get('title')}",
+    # The title and details are text from the tracker and the models: no terminal escapes.
+    lines = [f"task {task.get('id')}: {printable(str(task.get('title')), one_line=True)}",
              f"  outcome:    {report.outcome}" + (f" ({report.block_reason})" if report.block_reason else ""),
              f"  status:     {task.get('final_status')}"]
     if report.block_detail:
-        lines.append(f"  detail:     {report.block_detail}")
+        lines.append(f"  detail:     {printable(report.block_detail, one_line=True)}")
     c = report.consensus
     if c:
         lines.append(f"  consensus:  {c['tally']['agree']} agree / {c['tally']['disagree']} disagree,"

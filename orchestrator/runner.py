@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from roles.backends.base import Backend, BackendError, get_backend
 from roles.backends.command import Launcher
+from roles.backends.presets import command_workers
 from tracker.errors import NotFoundError, TrackerError, WorkspaceError
+from tracker.dialect import is_url
 from tracker.store import Tracker
 
 from .checkpoint import Checkpoint, checkpoint_problem, signing_key
@@ -54,18 +56,23 @@ class RunOptions:
     backend: str | None = None
     script: Path | None = None
     worker_cmd: str | None = None
+    worker: str | None = None  # an agent CLI preset for every role (--worker), on the command backend
     repo: Path | None = None
     config_file: Path | None = None
-    db: Path | None = None
+    db: Path | str | None = None  # a SQLite file or a PostgreSQL URL
     actor: str | None = None
     task: str | None = None
     force: bool = False
     onto: str | None = None
     take_over: bool = False
+    remote: str | None = None  # a shared git remote (else config drain.remote): push and land there
 
 
-def open_tracker(db: Path | None, actor: str | None) -> Tracker:
-    """Open the tracker and run the prechecks (``where``, ``status``); exit 4 when unusable."""
+def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | None = None) -> Tracker:
+    """Open the tracker (``db``, else ``MESH_DB``, else the config's ``tracker.url``, else the
+    workspace's file) and run the prechecks (``where``, ``status``); exit 4 when unusable."""
+    if not db and not os.environ.get("MESH_DB") and config is not None:
+        db = config.tracker.url
     try:
         tracker = Tracker.open(db, actor=actor or os.environ.get("MESH_ACTOR") or "mesh")
         tracker.where()
@@ -86,14 +93,24 @@ def make_backend(config: MeshConfig, options: RunOptions) -> Backend:
                 raise RunError("the replay backend needs --script FILE", 2)
             return get_backend("replay", script=Path(options.script))
         if name == "command":
-            cmd = options.worker_cmd or config.worker_cmd
-            if not cmd:
-                raise RunError("the command backend needs --worker-cmd CMD (or worker_cmd in config)", 2)
-            return get_backend("command", worker_cmd=cmd, timeout_s=config.worker_timeout_s,
-                               env_names=config.worker_env, launcher=_worker_launcher(config, options))
+            return _command_backend(config, options)
         return get_backend(name, config=config)
     except BackendError as exc:
         raise RunError(str(exc), 2) from None
+
+
+def _command_backend(config: MeshConfig, options: RunOptions) -> Backend:
+    """The command backend's workers. A flag picks one worker for every role for this run
+    (``--worker NAME`` or ``--worker-cmd CMD``); else the config's ``workers``, ``worker``
+    and ``worker_cmd`` do, role by role."""
+    if options.worker or options.worker_cmd:
+        worker, workers = options.worker, {}
+        cmd = options.worker_cmd or (None if options.worker else config.worker_cmd)
+    else:
+        worker, workers, cmd = config.worker, config.workers, config.worker_cmd
+    return command_workers(roles=config.roles, worker_cmd=cmd, worker=worker, workers=workers,
+                           models=config.models, timeout_s=config.worker_timeout_s, env_names=config.worker_env,
+                           launcher=_worker_launcher(config, options))
 
 
 def _worker_launcher(config: MeshConfig, options: RunOptions) -> Launcher | None:
@@ -105,12 +122,14 @@ def _worker_launcher(config: MeshConfig, options: RunOptions) -> Launcher | None
     except SandboxUnavailable as exc:
         raise RunError(str(exc), 2) from None
     repo = Path(options.repo) if options.repo else Path.cwd()
-    readonly = [repo] + ([Path(options.db).parent] if options.db else [])
+    readonly = [repo] + ([Path(options.db).parent] if options.db and not is_url(options.db) else [])
     # Every task's worktree lives under the cache folder inside HOME, which the worker may
     # write: keep the worktrees (other tasks' included, under a drain) read-only.
     worktrees = cache_dir() / "mesh"
     worktrees.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return worker_launcher(bwrap, readonly=[*readonly, worktrees])
+    # Private worker HOMEs live beside the worktrees, not under them (those are shown read-only).
+    return worker_launcher(bwrap, readonly=[*readonly, worktrees], home=config.worker_home,
+                           private_root=cache_dir() / "mesh-worker-homes")
 
 
 def require_sandbox(config: MeshConfig) -> None:
@@ -139,6 +158,13 @@ def load_run_config(options: RunOptions) -> MeshConfig:
         overrides["strict_output"] = options.strict_output
     if options.backend:
         overrides["backend"] = options.backend
+    if options.worker:
+        if options.worker_cmd:
+            raise RunError("give --worker NAME or --worker-cmd CMD, not both", 2)
+        if options.backend not in (None, "command"):
+            raise RunError(f"--worker {options.worker} is a command worker; it cannot run with --backend"
+                           f" {options.backend}", 2)
+        overrides["backend"] = "command"
     return config.with_overrides(**overrides) if overrides else config
 
 
@@ -171,7 +197,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
     except ScopeError as exc:
         if not options.task:
             raise RunError(str(exc), 2) from None
-    tracker = open_tracker(Path(options.db) if options.db else None, options.actor)
+    tracker = open_tracker(options.db, options.actor, config)
     try:
         if options.task:
             try:
@@ -191,7 +217,11 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 repo = repo_root(repo)
             except GitError as exc:
                 raise RunError(f"--repo {repo}: {exc}", 2) from None
-        lander = make_lander(repo, options.onto, config) if options.onto and config.integrate else None
+        remote = options.remote or config.drain.remote
+        onto = options.onto or (config.drain.onto if remote else None)
+        if remote and not onto and config.integrate:
+            raise RunError("--remote needs an integration branch: pass --onto BRANCH (or set drain.onto)", 2)
+        lander = make_lander(repo, onto, config, remote=remote) if onto and config.integrate else None
         backend = make_backend(config, options)
         try:
             return _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
@@ -257,7 +287,7 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
                      if cp.kind == "preflight" and cp.run_id == unfinished
                      and (key is None or checkpoint_problem(cp, key, task_id=task["id"]) is None)), None)
         if onto:
-            lander = make_lander(repo, onto, config)
+            lander = make_lander(repo, onto, config, remote=options.remote or config.drain.remote)
     lease = None
     if config.integrate:
         try:
@@ -290,14 +320,15 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
             lease.release(tracker)
 
 
-def make_lander(repo: Path, onto: str, config: MeshConfig, emit=None) -> "Lander":
-    """The integration branch ``onto`` of ``repo`` (created from HEAD when missing); RunError
-    (exit 2) for a protected or checked-out branch."""
+def make_lander(repo: Path, onto: str, config: MeshConfig, emit=None, *, remote: str | None = None) -> "Lander":
+    """The integration branch ``onto`` of ``repo`` (created from HEAD when missing; with a
+    ``remote``, from the remote's branch, published when the remote has none); RunError
+    (exit 2) for a protected or checked-out branch or an unusable remote."""
     from .gitops import GitError
     from .landing import Lander
 
     try:
-        return Lander(repo, onto, config, emit=emit)
+        return Lander(repo, onto, config, emit=emit, remote=remote)
     except GitError as exc:
         raise RunError(f"--onto {onto}: {exc}", 2) from None
 

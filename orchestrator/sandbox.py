@@ -23,6 +23,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -278,30 +279,64 @@ def bwrap_argv(
     return argv
 
 
-def worker_launcher(bwrap: str, *, readonly: Sequence[str | Path] = ()) -> Launcher:
+# What each agent CLI keeps under HOME and needs between calls: its login, settings and state.
+# A worker run with a private HOME sees these folders of the real HOME and nothing else of it.
+AGENT_HOME_PATHS: dict[str, tuple[str, ...]] = {
+    "claude": (".claude", ".claude.json", ".config/claude"),
+    "codex": (".codex",),
+    "opencode": (".local/share/opencode", ".config/opencode", ".local/state/opencode", ".cache/opencode"),
+}
+WORKER_HOMES = ("auto", "private", "real")
+
+
+def worker_launcher(bwrap: str, *, readonly: Sequence[str | Path] = (), home: str = "auto",
+                    private_root: Path | None = None) -> Launcher:
     """A launcher for the ``command`` backend that runs each worker call inside bwrap.
 
-    The worker keeps the network (agent CLIs call an API) and its real ``HOME``, writable
-    (agent CLIs keep their login there). Everything else it sees is read-only: the system,
-    the running Python, the worker program's folders, any absolute path named in the
-    worker command, the ``readonly`` folders (the repository, the tracker) and the call's
-    worktree, which is its working directory. Its own pid namespace keeps mesh's
-    ``/proc/<pid>/environ`` out of reach, and the signing key is dropped from its
-    environment whatever the caller passed.
+    The worker keeps the network (agent CLIs call an API). Its ``HOME`` is, by ``home``:
+
+    - ``private``: a folder of its own (``private_root/<program>``, kept between calls), on
+      which only the program's entries of ``AGENT_HOME_PATHS`` from the real HOME are mounted
+      (writable: the CLI keeps its login and state there). ``~/.ssh``, other tools' keys and
+      dotfiles are not there to read or plant.
+    - ``real``: the real HOME, writable (a custom agent CLI that keeps its login elsewhere).
+    - ``auto`` (the default): ``private`` for the agent CLIs mesh knows (``claude``, ``codex``,
+      ``opencode``: the presets), ``real`` for any other command.
+
+    Everything else it sees is read-only: the system, the running Python, the worker
+    program's folders, any absolute path named in the worker command, the ``readonly``
+    folders (the repository, the tracker) and the call's worktree, which is its working
+    directory. Its own pid namespace keeps mesh's ``/proc/<pid>/environ`` out of reach, and
+    the signing key is dropped from its environment whatever the caller passed.
     """
+    if home not in WORKER_HOMES:
+        raise ValueError(f"worker home must be one of {', '.join(WORKER_HOMES)}, not {home!r}")
     fixed = [os.path.abspath(path) for path in readonly]
 
     def launch(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> tuple[list[str], dict[str, str]]:
         run_env = {name: value for name, value in env.items() if name != SIGNING_KEY_ENV}
-        home = run_env.get("HOME", "")
-        writable = [(home, home)] if os.path.isabs(home) and home != "/" and os.path.isdir(home) else []
-        shown = [*visible_roots(), *(target for _, target in writable)]
+        real_home = run_env.get("HOME", "")
+        usable = os.path.isabs(real_home) and real_home != "/" and os.path.isdir(real_home)
+        program = os.path.basename(argv[0]) if argv else ""
+        private = home == "private" or (home == "auto" and program in AGENT_HOME_PATHS)
+        writable: list[tuple[str, str]] = []
+        if usable and private:
+            own = (private_root or Path(tempfile.gettempdir()) / f"mesh-worker-homes-{os.getuid()}") / (program or "worker")
+            own.mkdir(parents=True, exist_ok=True, mode=0o700)
+            writable.append((str(own), real_home))
+            writable += [(os.path.join(real_home, entry), os.path.join(real_home, entry))
+                         for entry in AGENT_HOME_PATHS.get(program, ())]
+        elif usable:
+            writable.append((real_home, real_home))
+        # Under a private HOME, the real one is not shown: the program's own folders there
+        # (~/.local/bin/claude) are mounted read-only one by one below.
+        shown = [*visible_roots(), *([] if private else [target for _, target in writable])]
         wanted = [*program_roots(argv[0]), *(arg for arg in argv[1:] if os.path.isabs(arg))]
         read_only = [(path, path) for path in wanted if os.path.exists(path) and not covered(path, shown)]
         read_only += [(path, path) for path in fixed]
         if cwd is not None:
             read_only.append((os.path.abspath(cwd), os.path.abspath(cwd)))
-        chdir = os.path.abspath(cwd) if cwd is not None else (home if writable else "/")
+        chdir = os.path.abspath(cwd) if cwd is not None else (real_home if writable else "/")
         command = bwrap_argv(bwrap, list(argv), network=True, chdir=chdir, binds=writable, ro_binds=read_only)
         return command, run_env
 

@@ -7,6 +7,7 @@ from typing import Any
 from tracker.store import Tracker
 
 from .engine import load_checkpoints
+from .safe_text import printable
 
 __all__ = ["task_history", "render_history"]
 
@@ -16,7 +17,8 @@ def task_history(tracker: Tracker, task_id: str) -> dict[str, Any]:
     task = tracker.get(task_id)
     runs: dict[str, dict[str, Any]] = {}
     for cp in load_checkpoints(tracker, task_id):
-        run_id = cp.run_id or "(unknown run)"
+        # Any comment can carry a checkpoint: a run id that is not a string must not break the page.
+        run_id = cp.run_id if isinstance(cp.run_id, str) and cp.run_id else "(unknown run)"
         run = runs.setdefault(run_id, {"run_id": run_id, "steps": [], "outcome": None})
         p = cp.payload
         step = {
@@ -40,7 +42,8 @@ def task_history(tracker: Tracker, task_id: str) -> dict[str, Any]:
 
 
 def _line(text: str, width: int = 110) -> str:
-    text = " ".join(str(text).split())
+    """One printable line: model text may hold terminal escapes or bidirectional overrides."""
+    text = printable(" ".join(str(text).split()), one_line=True)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -48,7 +51,7 @@ def render_history(history: dict[str, Any]) -> str:
     """Human-readable rendering of ``task_history``: rounds, votes with reasons, findings,
     validation and outcome."""
     task = history["task"]
-    out = [f"{task['id']}  {task['title']}", f"  status: {task['status']}"
+    out = [f"{task['id']}  {_line(task['title'])}", f"  status: {task['status']}"
            + (f"  ({task['close_reason']})" if task.get("close_reason") else "")]
     if not history["runs"]:
         out.append("  no mesh runs recorded")
@@ -56,7 +59,13 @@ def render_history(history: dict[str, Any]) -> str:
         out.append("")
         out.append(f"run {run['run_id']}")
         for step in run["steps"]:
-            out.extend(_render_step(step))
+            try:
+                out.extend(_render_step(step))
+            except (TypeError, AttributeError, ValueError, KeyError, IndexError):
+                # A forged or damaged checkpoint (a null seq, a list where a mapping belongs) is
+                # shown as such; ``mesh show`` never fails on what the tracker holds.
+                out.append(f"  #{_line(str(step.get('seq')), 6):<3} {_line(str(step.get('kind')), 13):<13}"
+                           f" (artifact not readable: not in the shape mesh writes)")
     return "\n".join(out)
 
 

@@ -14,6 +14,10 @@ Token usage of a successful message is counted the same way every time, unless a
 fixes it: ``ceil(chars / 4)`` of the text sent, with a simulated prompt cache keyed by the
 exact prefix up to each ``cache_control`` breakpoint (tools, then system, then messages).
 A prefix seen before is a cache read, a new one a cache write, the rest plain input.
+
+A request with ``"stream": true`` (Claude Code sends them) gets a successful message as the
+API's server-sent events (``message_start``, one ``content_block_*`` trio per block,
+``message_delta``, ``message_stop``); errors stay plain JSON, as the real API sends them.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ __all__ = [
     "malformed",
     "message",
     "segments",
+    "sse_events",
     "tool_use",
 ]
 
@@ -311,10 +316,15 @@ class FakeAnthropic:
                                        for b in payload.get("content") or [])
                     payload["usage"] = reply.usage or fake._usage(body or {}, text_out)
                     record.usage = payload["usage"]
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                streamed = (reply.status == 200 and isinstance(payload, dict) and payload.get("type") == "message"
+                            and bool((body or {}).get("stream")))
+                if streamed:
+                    data = sse_events(payload)
+                else:
+                    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:
                     self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", "text/event-stream" if streamed else "application/json")
                     self.send_header("content-length", str(len(data)))
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
@@ -324,6 +334,32 @@ class FakeAnthropic:
                     pass  # the client gave up (its timeout): nothing to answer
 
         return Handler
+
+
+def sse_events(message_body: Mapping[str, Any]) -> bytes:
+    """A complete message as the Messages API streams it: server-sent events, text in one
+    delta per block and tool input as one ``input_json_delta``."""
+    usage = dict(message_body.get("usage") or {})
+    start = {**message_body, "content": [], "stop_reason": None, "stop_sequence": None,
+             "usage": {**usage, "output_tokens": 1}}
+    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
+    for index, block in enumerate(message_body.get("content") or []):
+        if block.get("type") == "tool_use":
+            opening = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input") or {})}
+        else:
+            opening = {**block, "text": ""}
+            delta = {"type": "text_delta", "text": block.get("text", "")}
+        events += [("content_block_start", {"type": "content_block_start", "index": index,
+                                            "content_block": opening}),
+                   ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
+                   ("content_block_stop", {"type": "content_block_stop", "index": index})]
+    events += [("message_delta", {"type": "message_delta",
+                                  "delta": {"stop_reason": message_body.get("stop_reason"),
+                                            "stop_sequence": message_body.get("stop_sequence")},
+                                  "usage": {"output_tokens": usage.get("output_tokens", 0)}}),
+               ("message_stop", {"type": "message_stop"})]
+    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
 
 
 def segments(body: Mapping[str, Any]) -> list[tuple[str, bool]]:

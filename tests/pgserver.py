@@ -2,7 +2,8 @@
 
 The server runs as an unprivileged user (``postgres`` when the tests run as root, the
 current user otherwise) from a temporary folder, listening on 127.0.0.1 at a free port
-and on a socket in that folder, with trust authentication for that one user (``mesh``);
+and on a socket in that folder, with trust authentication for that one user (``mesh``),
+or with ``password=`` password authentication (SCRAM) for every user, ``mesh`` included;
 ``stop()`` shuts it down and removes the folder. Durability settings are relaxed
 (``fsync=off``): the server lives for one test session.
 
@@ -58,13 +59,16 @@ class PgServer:
     port: int
     run_as: str | None
     databases: list[str] = field(default_factory=list)
+    password: str | None = None
 
     @property
     def socket_dir(self) -> Path:
         return self.folder / "sock"
 
-    def url(self, database: str = "postgres", *, user: str = USER) -> str:
-        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "postgres", *, user: str = USER, password: str | None = None) -> str:
+        """The URL of ``database`` as ``user`` (the server's own user with its password, if any)."""
+        secret = password if password is not None else (self.password if user == USER else None)
+        return f"postgresql://{user}{':' + secret if secret else ''}@127.0.0.1:{self.port}/{database}"
 
     def create_database(self, name: str) -> str:
         """A new empty database; returns its URL."""
@@ -94,8 +98,9 @@ class PgServer:
                               env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C"})
 
 
-def start_server(*, max_connections: int = 300) -> tuple[PgServer | None, str]:
-    """A running server, or None and the reason it could not be started."""
+def start_server(*, max_connections: int = 300, password: str | None = None) -> tuple[PgServer | None, str]:
+    """A running server, or None and the reason it could not be started. With ``password``
+    every connection must authenticate (SCRAM), ``mesh`` with that password."""
     bindir, why = find_binaries()
     if bindir is None:
         return None, why
@@ -108,13 +113,19 @@ def start_server(*, max_connections: int = 300) -> tuple[PgServer | None, str]:
             return None, "running as root and there is no 'postgres' user to run the server as"
         run_as = "postgres"
     folder = Path(tempfile.mkdtemp(prefix="mesh-pg-"))
-    server = PgServer(bindir=bindir, folder=folder, port=_free_port(), run_as=run_as)
+    server = PgServer(bindir=bindir, folder=folder, port=_free_port(), run_as=run_as, password=password)
     server.socket_dir.mkdir()
+    auth = ["--auth=trust"]
+    if password:
+        pwfile = folder / "pwfile"
+        pwfile.write_text(password + "\n")
+        auth = ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
     if run_as:
+        for path in folder.iterdir():
+            shutil.chown(path, run_as)
         shutil.chown(folder, run_as)
-        shutil.chown(server.socket_dir, run_as)
     try:
-        server._run(str(bindir / "initdb"), "-D", str(folder / "data"), "-U", USER, "--auth=trust",
+        server._run(str(bindir / "initdb"), "-D", str(folder / "data"), "-U", USER, *auth,
                     "-E", "UTF8", "--locale=C", "--no-sync")
         options = (f"-p {server.port} -k {server.socket_dir} -c listen_addresses=127.0.0.1"
                    f" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"

@@ -95,7 +95,7 @@ class Workspace:
 
     root: Path
     repo: Path
-    db: Path
+    db: Path | str
 
     def tracker(self) -> Tracker:
         return Tracker(self.db, actor="tester")
@@ -135,6 +135,7 @@ class Workspace:
         return subprocess.run(["git", *args], cwd=self.repo, capture_output=True, text=True, check=True).stdout
 
 
-def make_workspace(tmp_path: Path) -> Workspace:
-    repo, db, _ = prepare_demo(tmp_path)
+def make_workspace(tmp_path: Path, db: str | None = None) -> Workspace:
+    """The demo workspace; ``db`` puts its tracker on PostgreSQL (a URL of an empty database)."""
+    repo, db, _ = prepare_demo(tmp_path, db=db)
     return Workspace(root=tmp_path, repo=repo, db=db)

@@ -253,6 +253,9 @@ ISSUE_PATHS = [
     "azure-pipelines.yml", ".buildkite/pipeline.yml", "bitbucket-pipelines.yml", ".drone.yml", "appveyor.yml",
     ".woodpecker/ci.yml", "conftest.py", "tests/conftest.py", "pytest.ini", "tox.ini", "setup.cfg",
     "sub/dir/.VSCode/settings.json", "Tox.ini",
+    # what an agent-CLI worker (presets) loads from the worktree on its next call
+    ".claude/settings.json", "CLAUDE.md", ".mcp.json", ".codex/config.toml", "AGENTS.md",
+    ".opencode/plugin/evil.js", "opencode.json", "opencode.jsonc",
 ]
 
 

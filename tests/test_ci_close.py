@@ -18,8 +18,9 @@ KEY = "test-signing-key-0123456789"
 
 
 @pytest.fixture
-def ws(tmp_path):
-    return make_workspace(tmp_path)
+def ws(tmp_path, db_target):
+    """The demo workspace on each engine: CI closes against a PostgreSQL tracker directly."""
+    return make_workspace(tmp_path, db_target)
 
 
 def ci_config(ws) -> Path:

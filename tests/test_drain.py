@@ -11,6 +11,9 @@ from orchestrator.config import MeshConfig
 from orchestrator.gitops import GitError
 from orchestrator.landing import Lander, landed_commits
 from tests.drainkit import BRANCH, LABEL, DrainWorkspace, git, make_drain_workspace
+from click.testing import CliRunner
+
+from orchestrator.cli import cli
 
 PROTOCOL = ["preflight", "proposal", "critique", "critique", "critique", "synthesis", "vote", "vote", "vote", "vote",
             "vote", "proof", "review", "review-cycle", "land", "outcome"]
@@ -203,6 +206,27 @@ def test_close_mode_ci_lands_then_waits_for_ci_and_its_dependents_wait_too(tmp_p
     # Nothing landed before A: the branch holds the very commit its run head names.
     head = next(cp for cp in ws.checkpoints("A") if cp.kind == "run-head").payload["artifact"]
     git(ws.repo, "merge-base", "--is-ancestor", head["commit"], BRANCH)  # raises when it is not
+
+
+def test_ci_close_accepts_a_task_that_landed_rebased(tmp_path):
+    """Two tasks cut from the same tip: the second lands as a rebased copy, not the commit its
+    run reviewed; its run head also signs the landed commit, so CI closes both on the branch."""
+    ws = make_drain_workspace(tmp_path)
+    ws.config.write_text('close_mode = "ci"\n' + ws.config.read_text())
+    ws.task("A", patch=diff("a.txt", [], ["a"]), sleep_s=0.02)
+    ws.task("B", patch=diff("b.txt", [], ["b"]), sleep_s=0.02)
+    code, events, res = ws.drain(jobs=2)
+    assert code == 0, res.output
+    methods = sorted(land["method"] for name in "AB" for land in ws.lands(name))
+    assert methods == ["fast-forward", "rebase"]
+    checkout = tmp_path / "ci-checkout"
+    git(tmp_path, "clone", "--quiet", "-b", BRANCH, str(ws.repo), str(checkout))
+    res = CliRunner().invoke(cli, ["--db", str(ws.db), "--actor", "ci", "ci-close", "--label", LABEL,
+                                   "--repo", str(checkout), "--config", str(ws.config), "--json"])
+    assert res.exit_code == 0, res.output
+    checks = {c["task_id"]: c for c in json.loads(res.stdout)}
+    assert {checks[ws.ids[n]]["checks"]["commit_binding"] for n in "AB"} == {"contains", "landed"}
+    assert (ws.status("A"), ws.status("B")) == ("closed", "closed")
 
 
 def test_max_tasks_stops_starting_new_tasks(tmp_path):
@@ -424,3 +448,45 @@ def test_lander_lands_again_when_another_process_moves_the_branch_mid_landing(tm
     assert result.result == "landed" and marker.exists()
     subjects = git(ws.repo, "log", "--format=%s", "land").split("\n")
     assert subjects[:3] == ["step 0", "another landing", "base"]
+
+
+def test_remote_landing_refused_by_the_lease_fetches_rebases_and_lands_on_the_new_tip(tmp_path):
+    """With a shared remote, another runner pushes the integration branch while this landing
+    validates: the push with --force-with-lease is refused, and the landing starts over on the
+    remote's new tip. The task branch is pushed as mesh/<task>; nothing else is."""
+    ws = make_drain_workspace(tmp_path)
+    remote = tmp_path / "origin.git"
+    git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(remote))
+    git(ws.repo, "remote", "add", "origin", str(remote))
+    other = tmp_path / "other-runner"
+    config = MeshConfig.model_validate({"validation": {"allow": ["python3 check.py"], "sandbox": "none"}})
+    lander = Lander(ws.repo, "land", config, remote="origin")
+    assert git(remote, "rev-parse", "refs/heads/land").strip() == git(ws.repo, "rev-parse", "land").strip()
+    marker = tmp_path / "moved"
+    # The first validation: another runner, in its own clone, lands a commit on the remote.
+    mover = (f"import pathlib, subprocess\nm = pathlib.Path({str(marker)!r})\nif not m.exists():\n"
+             "    m.write_text('x')\n"
+             "    run = lambda *a, cwd=None: subprocess.run(['git', *a], cwd=cwd, capture_output=True, text=True,"
+             " check=True).stdout.strip()\n"
+             f"    run('clone', '--quiet', '-b', 'land', {str(remote)!r}, {str(other)!r})\n"
+             f"    run('-c', 'user.name=o', '-c', 'user.email=o@x', 'commit', '--allow-empty', '-m', 'another landing',"
+             f" cwd={str(other)!r})\n"
+             f"    run('push', '--quiet', 'origin', 'land', cwd={str(other)!r})\n")
+    fork, head = _task_branch_with_commits(ws.repo, [{"checks/mover.py": mover}])
+    result = lander.land_commits(task_id="t", run_id="run-1", fork=fork, head=head, commands=["python3 check.py"])
+    assert result.result == "landed" and marker.exists() and result.method == "rebase"
+    on_remote = git(remote, "log", "--format=%s", "land").split("\n")
+    assert on_remote[:3] == ["step 0", "another landing", "base"]
+    assert git(ws.repo, "rev-parse", "land").strip() == git(remote, "rev-parse", "land").strip()
+    assert git(remote, "for-each-ref", "--format=%(refname)").split() == ["refs/heads/land", "refs/heads/main"]
+
+
+def test_remote_refuses_to_push_a_protected_branch(tmp_path):
+    ws = make_drain_workspace(tmp_path)
+    remote = tmp_path / "origin.git"
+    git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(remote))
+    git(ws.repo, "remote", "add", "origin", str(remote))
+    with pytest.raises(GitError, match="protected"):
+        Lander(ws.repo, "main", MeshConfig(), remote="origin")
+    with pytest.raises(GitError, match="no git remote"):
+        Lander(ws.repo, "land", MeshConfig(), remote="nowhere")

@@ -28,8 +28,9 @@ from tests.runkit import (
 
 
 @pytest.fixture
-def ws(tmp_path):
-    return make_workspace(tmp_path)
+def ws(tmp_path, db_target):
+    """The demo workspace, its tracker on each engine: a run reads and writes the same on both."""
+    return make_workspace(tmp_path, db_target)
 
 
 def status(ws, issue=TASK):

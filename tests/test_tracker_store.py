@@ -254,3 +254,24 @@ def test_where_and_status(tracker):
     summary = tracker.status()["summary"]
     assert (summary["total_issues"], summary["open_issues"], summary["closed_issues"], summary["ready_issues"]) == (
         2, 1, 1, 1)
+
+
+def test_delete_makes_a_tombstone_that_is_kept_and_exported(tracker):
+    from tracker.errors import ConflictError
+    from tracker.jsonl import iter_export
+
+    blocker = tracker.create("blocker")["id"]
+    waiting = tracker.create("waiting")["id"]
+    tracker.add_dependency(waiting, blocker)
+    with pytest.raises(ConflictError):
+        tracker.delete(blocker)  # something still depends on it
+    gone = tracker.delete(blocker, reason="duplicate", force=True)
+    assert gone["status"] == "tombstone" and gone["delete_reason"] == "duplicate"
+    assert gone["original_type"] == "task" and gone["deleted_by"] == "tester"
+    assert [i["id"] for i in tracker.ready()] == [waiting]  # its dependent is free
+    assert blocker not in [i["id"] for i in tracker.list()]
+    exported = {i["id"]: i for i in iter_export(tracker)}
+    assert exported[blocker]["status"] == "tombstone" and exported[blocker]["deleted_at"]
+    assert tracker.events(blocker)[-1]["event_type"] == "deleted"
+    with pytest.raises(ConflictError):
+        tracker.delete(blocker)

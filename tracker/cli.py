@@ -1,12 +1,15 @@
 """``mesh tracker``: the command-line face of the tracker library, with ``bd``'s names.
 
 Each command parses its options and calls one ``Tracker`` method; the library
-does the work. ``--json`` prints the result as JSON (an array for list
-commands, one object otherwise); errors become a one-line message on stderr
+does the work. ``--json`` prints what bd v0.50.3 prints for the same command
+(``bd_compat`` builds those shapes); errors become a one-line message on stderr
 (``{"error", "code"}`` with ``--json``), exit 1 for a user error and 4 when the
-workspace or its database is unavailable. Nothing here may import a heavy
-module: ``mesh tracker ready`` is on the orchestrator's hot path and must start
-in well under a quarter of a second.
+workspace or its database is unavailable. bd's global flags (``--json``,
+``--db``, ``--actor``, ``--readonly``, ``-q``, and its sync and daemon flags,
+which have nothing to do here) are accepted before or after any subcommand, as
+bd's persistent flags are. Nothing here may import a heavy module: ``mesh
+tracker ready`` is on the orchestrator's hot path and must start in well under
+a quarter of a second.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import click
 
+from . import bd_compat as bd
 from .errors import InvalidValueError, TrackerError, WorkspaceError
 from .model import parse_duration
 from .store import Tracker
@@ -30,8 +34,14 @@ __all__ = ["tracker_group", "EXIT_USER_ERROR", "EXIT_UNAVAILABLE"]
 EXIT_USER_ERROR = 1
 EXIT_UNAVAILABLE = 4
 
+
+def _json_or_global(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    # bd's --json is a persistent flag: given before the subcommand it still applies.
+    return value or bool((ctx.find_root().obj or {}).get("json"))
+
+
 _json_option = click.option(
-    "--json", "as_json", is_flag=True,
+    "--json", "as_json", is_flag=True, callback=_json_or_global,
     help="Print the result as JSON (errors as {\"error\", \"code\"} on stderr).",
 )
 
@@ -49,7 +59,17 @@ def _open_tracker() -> Tracker:
     return Tracker.open(settings.get("db"), actor=settings.get("actor"))
 
 
+def _writes(command: click.Command) -> click.Command:
+    """Mark a command as one that changes the tracker: refused under bd's ``--readonly``."""
+    command.bd_writes = True
+    return command
+
+
 def _with_tracker(action: Callable[[Tracker], Any]) -> Any:
+    ctx = click.get_current_context()
+    if _settings().get("readonly") and getattr(ctx.command, "bd_writes", False):
+        # Worker sandboxes run bd --readonly; refuse before the database is even opened.
+        raise TrackerError(f"operation '{ctx.command_path}' is not allowed in read-only mode", code="readonly")
     tracker = _open_tracker()
     try:
         return action(tracker)
@@ -196,13 +216,47 @@ def _say(text: Callable[[Any], str]) -> Callable[[Any], None]:
 # --------------------------------------------------------------------- the group
 
 
-@click.group("tracker")
+def _mesh_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # only the version query needs it
+
+    try:
+        return version("beads-mesh")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(bd.version_line(_mesh_version()))
+        ctx.exit()
+
+
+class _BdGroup(click.Group):
+    """A group whose commands get bd's global flags when they are looked up.
+
+    Building those options for every command at import would cost each tracker call
+    some 12 ms; looked up, only the command that runs (or a help page) pays.
+    """
+
+    group_class = type  # subgroups are _BdGroups too
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and not getattr(command, "bd_flags", False):
+            _add_global_flags(command, top=False)
+        return command
+
+
+@click.group("tracker", cls=_BdGroup)
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print bd's version line (the bd release whose commands this answers) and exit.")
 def tracker_group() -> None:
     """Work the issue tracker by hand (bd's commands, flags and JSON shapes).
 
     The database is .beads/mesh.db of the enclosing workspace unless
-    mesh --db PATH (or env MESH_DB) names another; mesh --actor NAME
-    (or env MESH_ACTOR) says who writes.
+    --db PATH (or env MESH_DB) names another; --actor NAME (or env
+    MESH_ACTOR) says who writes. bd's global flags work before or after
+    any subcommand.
     """
 
 
@@ -228,6 +282,7 @@ def init_cmd(prefix: str | None, as_json: bool) -> None:
         click.echo(f"Initialized tracker at {result['database_path']} (prefix: {result['prefix']})")
 
 
+@_writes
 @tracker_group.command("create")
 @click.argument("title")
 @click.option("-t", "--type", "issue_type", default="task", show_default=True,
@@ -240,127 +295,256 @@ def init_cmd(prefix: str | None, as_json: bool) -> None:
 @click.option("--acceptance", default="", help="Acceptance criteria.")
 @click.option("--notes", default="", help="Free-form notes.")
 @click.option("-a", "--assignee", help="Assignee.")
+@click.option("--external-ref", help="External reference (e.g. gh-9, jira-ABC).")
+@click.option("--id", "explicit_id", help="Use this id instead of a generated one (not with --parent).")
+@click.option("--deps", multiple=True,
+              help="Dependencies: ID or TYPE:ID, comma-separated or repeated (default type blocks).")
+@click.option("--silent", is_flag=True, help="Print only the new id (for scripts).")
 @_json_option
 def create_cmd(title: str, issue_type: str, priority: str, labels: tuple[str, ...], parent: str | None,
                description: str, design: str, acceptance: str, notes: str, assignee: str | None,
+               external_ref: str | None, explicit_id: str | None, deps: tuple[str, ...], silent: bool,
                as_json: bool) -> None:
     """Create an issue and print it."""
-    _run(
-        as_json,
-        lambda t: t.create(title, issue_type=issue_type, priority=priority, labels=_split_csv(labels),
-                           parent=parent, description=description, design=design,
-                           acceptance_criteria=acceptance, notes=notes, assignee=assignee),
-        _say(lambda issue: f"Created {issue['id']}: {issue['title']}"),
-    )
+
+    def action(t: Tracker) -> dict:
+        if explicit_id and parent:
+            raise InvalidValueError("cannot specify both --id and --parent")
+        extra = {"external_ref": external_ref} if external_ref else {}
+        # The issue and its dependencies exist together or not at all.
+        with t.transaction():
+            issue = t.create(title, issue_type=issue_type, priority=priority, labels=_split_csv(labels),
+                             parent=parent, description=description, design=design,
+                             acceptance_criteria=acceptance, notes=notes, assignee=assignee,
+                             issue_id=explicit_id, **extra)
+            for spec in _split_csv(deps):
+                dep_type, _, target = spec.partition(":") if ":" in spec else ("blocks", "", spec)
+                t.add_dependency(issue["id"], target.strip(), dep_type.strip())
+        return bd.issue(t.get(issue["id"]))
+
+    _run(as_json, action,
+         _say(lambda issue: issue["id"] if silent else f"Created {issue['id']}: {issue['title']}"))
 
 
 @tracker_group.command("show")
-@click.argument("issue_id")
+@click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
 @_json_option
-def show_cmd(issue_id: str, as_json: bool) -> None:
-    """Show one issue with its fields, labels, dependencies and comments."""
-    _run(as_json, lambda t: t.get(issue_id, comments=True), _print_issue_block)
+def show_cmd(issue_ids: tuple[str, ...], as_json: bool) -> None:
+    """Show issues with their fields, labels, dependencies, dependents and comments.
+
+    With --json an array (as bd prints it), one object per id, each with its
+    dependencies and dependents as whole issues carrying dependency_type.
+    """
+
+    def action(t: Tracker) -> list[dict]:
+        if as_json:
+            return [bd.details(t, issue_id) for issue_id in issue_ids]
+        return [t.get(issue_id, comments=True) for issue_id in issue_ids]
+
+    def human(issues: list[dict]) -> None:
+        for k, issue in enumerate(issues):
+            if k:
+                click.echo("")
+            _print_issue_block(issue)
+
+    _run(as_json, action, human)
+
+
+_priority_filter = click.option("-p", "--priority", type=click.IntRange(0, 4), help="Only issues of this priority.")
+_label_any_option = click.option("--label-any", "labels_any", multiple=True,
+                                 help="Only issues with at least one of these labels (repeatable, or comma-separated).")
 
 
 @tracker_group.command("list")
 @click.option("-s", "--status", help="Only these statuses (comma-separated, e.g. open,in_progress).")
 @click.option("-l", "--label", "labels", multiple=True, help="Only issues with this label (repeatable: all must match).")
+@_label_any_option
 @click.option("-t", "--type", "issue_type", help="Only issues of this type.")
+@_priority_filter
 @click.option("--parent", help="Only direct children of this issue.")
 @click.option("-a", "--assignee", help="Only issues assigned to this name.")
+@click.option("--no-assignee", is_flag=True, help="Only issues assigned to no one.")
+@click.option("--title", help="Only issues whose title contains this text (case-insensitive).")
 @click.option("--all", "include_closed", is_flag=True, help="Include closed (and tombstoned) issues.")
 @click.option("-n", "--limit", type=int, default=0, show_default=True, help="At most N issues (0 = all).")
+@click.option("--tree", is_flag=False, flag_value="true", default="false", hidden=True, expose_value=False,
+              help="bd's tree view switch (--tree=false); the output here is always a flat list.")
 @_json_option
-def list_cmd(status: str | None, labels: tuple[str, ...], issue_type: str | None, parent: str | None,
-             assignee: str | None, include_closed: bool, limit: int, as_json: bool) -> None:
+def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: str | None,
+             priority: int | None, parent: str | None, assignee: str | None, no_assignee: bool, title: str | None,
+             include_closed: bool, limit: int, as_json: bool) -> None:
     """List issues, ordered by priority, creation time and id (closed ones only with --all)."""
     statuses = [s.strip() for s in status.split(",") if s.strip()] if status else None
-    _run(
-        as_json,
-        lambda t: t.list(status=statuses, labels=_split_csv(labels), issue_type=issue_type, parent=parent,
-                         assignee=assignee, include_closed=include_closed, limit=limit or None),
-        _print_issues("No issues found."),
-    )
+    post_filter = bool(labels_any or priority is not None or no_assignee or title)
+
+    def action(t: Tracker) -> list[dict]:
+        issues = t.list(status=statuses, labels=_split_csv(labels), issue_type=issue_type, parent=parent,
+                        assignee=assignee, include_closed=include_closed,
+                        limit=None if post_filter else limit or None)
+        if post_filter:
+            issues = bd.list_filter(issues, labels_any=_split_csv(labels_any), priority=priority, title=title,
+                                    no_assignee=no_assignee)
+            issues = issues[:limit] if limit else issues
+        return [bd.issue_with_counts(i, dependencies=True) for i in issues]
+
+    _run(as_json, action, _print_issues("No issues found."))
 
 
 @tracker_group.command("ready")
 @click.option("-l", "--label", "labels", multiple=True, help="Only issues with this label (repeatable: all must match).")
+@_label_any_option
 @click.option("-t", "--type", "issue_type",
               help="Only this type; needed to see non-work types (gate, agent, role, molecule, ...).")
+@_priority_filter
+@click.option("-a", "--assignee", help="Only issues assigned to this name.")
+@click.option("-u", "--unassigned", is_flag=True, help="Only issues assigned to no one.")
+@click.option("-s", "--sort", "sort_policy", type=click.Choice(["hybrid", "priority", "oldest"]),
+              help="priority (the default here: priority, then age), oldest, or hybrid (bd's default: "
+                   "the last 48 hours by priority, older work by age).")
 @click.option("--parent", help="Only descendants of this issue (epic scope).")
 @click.option("-n", "--limit", type=int, default=10, show_default=True, help="At most N issues (0 = all).")
 @_json_option
-def ready_cmd(labels: tuple[str, ...], issue_type: str | None, parent: str | None, limit: int,
+def ready_cmd(labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: str | None, priority: int | None,
+              assignee: str | None, unassigned: bool, sort_policy: str | None, parent: str | None, limit: int,
               as_json: bool) -> None:
     """List ready work: open, unblocked, not deferred, by priority then age."""
     _run(
         as_json,
-        lambda t: t.ready(labels=_split_csv(labels), issue_type=issue_type, parent=parent, limit=limit or None),
+        lambda t: bd.ready(t, labels=_split_csv(labels), labels_any=_split_csv(labels_any), issue_type=issue_type,
+                           parent=parent, priority=priority, assignee=assignee, unassigned=unassigned,
+                           sort=sort_policy, limit=limit or None),
         _print_issues("No ready work."),
     )
 
 
+def _print_each(text: Callable[[dict], str]) -> Callable[[list[dict]], None]:
+    def show(issues: list[dict]) -> None:
+        for issue in issues:
+            click.echo(text(issue))
+
+    return show
+
+
+@_writes
 @tracker_group.command("update")
-@click.argument("issue_id")
+@click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("-s", "--status", help="New status: open, in_progress, blocked, deferred, closed, pinned or hooked.")
 @click.option("-a", "--assignee", help="New assignee ('' clears it).")
 @click.option("--claim", is_flag=True,
               help="Atomically set status in_progress and assignee to the actor; fails if someone else holds it.")
 @click.option("-p", "--priority", help="New priority 0-4.")
 @click.option("--title", help="New title.")
+@click.option("-t", "--type", "issue_type", help="New issue type.")
 @click.option("-d", "--description", help="New description.")
 @click.option("--design", help="New design notes.")
 @click.option("--acceptance", help="New acceptance criteria.")
+@click.option("--acceptance-criteria", "acceptance_alias", hidden=True, help="bd's older name of --acceptance.")
 @click.option("--notes", help="New notes.")
+@click.option("--append-notes", help="Text to add to the notes on a new line.")
+@click.option("--external-ref", help="New external reference ('' clears it).")
 @_json_option
-def update_cmd(issue_id: str, status: str | None, assignee: str | None, claim: bool, priority: str | None,
-               title: str | None, description: str | None, design: str | None, acceptance: str | None,
-               notes: str | None, as_json: bool) -> None:
-    """Change fields of an issue, or claim it with --claim."""
+def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | None, claim: bool,
+               priority: str | None, title: str | None, issue_type: str | None, description: str | None,
+               design: str | None, acceptance: str | None, acceptance_alias: str | None, notes: str | None,
+               append_notes: str | None, external_ref: str | None, as_json: bool) -> None:
+    """Change fields of issues, or claim them with --claim; with --json an array of the issues."""
     if claim and (status is not None or assignee is not None):
         raise click.UsageError("--claim sets status and assignee itself; do not combine it with --status/--assignee")
+    if notes is not None and append_notes is not None:
+        raise click.UsageError("give --notes or --append-notes, not both")
+    acceptance = acceptance if acceptance is not None else acceptance_alias
     changes = {key: value for key, value in (
         ("status", status), ("assignee", assignee), ("priority", priority), ("title", title),
-        ("description", description), ("design", design), ("acceptance_criteria", acceptance), ("notes", notes),
+        ("issue_type", issue_type), ("description", description), ("design", design),
+        ("acceptance_criteria", acceptance), ("notes", notes), ("external_ref", external_ref),
     ) if value is not None}
 
-    def action(t: Tracker) -> dict:
+    def update_one(t: Tracker, issue_id: str) -> dict:
         if claim:
-            # Claim and the other changes commit together or not at all.
-            with t.transaction():
-                claimed = t.claim(issue_id)
-                return t.update(issue_id, **changes) if changes else claimed
-        if not changes:
+            t.claim(issue_id)
+        own = dict(changes)
+        if append_notes is not None:
+            current = t.get(issue_id).get("notes")
+            own["notes"] = f"{current}\n{append_notes}" if current else append_notes
+        if own:
+            t.update(issue_id, **own)
+        return bd.issue(t.get(issue_id))
+
+    def action(t: Tracker) -> list[dict]:
+        if not (claim or changes or append_notes is not None):
             raise InvalidValueError("nothing to update (give --status, --assignee, --claim, --priority, ...)")
-        return t.update(issue_id, **changes)
+        # Every issue's claim and changes commit together or not at all.
+        with t.transaction():
+            return [update_one(t, issue_id) for issue_id in issue_ids]
 
     verb = "Claimed" if claim else "Updated"
-    _run(as_json, action, _say(lambda issue: f"{verb} {_issue_line(issue)}"))
+    _run(as_json, action, _print_each(lambda issue: f"{verb} {_issue_line(issue)}"))
 
 
+@_writes
 @tracker_group.command("close")
-@click.argument("issue_id")
+@click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("-r", "--reason", default="", help="Why it is closed (stored as close_reason).")
 @click.option("-f", "--force", is_flag=True, help="Close even while blocked by open issues.")
 @_json_option
-def close_cmd(issue_id: str, reason: str, force: bool, as_json: bool) -> None:
-    """Close an issue; refused while it has open blockers unless --force."""
-    _run(as_json, lambda t: t.close_issue(issue_id, reason=reason, force=force),
-         _say(lambda issue: f"Closed {issue['id']}" + (f": {issue['close_reason']}" if issue.get("close_reason") else "")))
+def close_cmd(issue_ids: tuple[str, ...], reason: str, force: bool, as_json: bool) -> None:
+    """Close issues (all or none); refused while one has open blockers unless --force."""
+
+    def action(t: Tracker) -> list[dict]:
+        with t.transaction():
+            return [bd.issue(t.close_issue(issue_id, reason=reason, force=force)) for issue_id in issue_ids]
+
+    _run(as_json, action,
+         _print_each(lambda issue: f"Closed {issue['id']}"
+                     + (f": {issue['close_reason']}" if issue.get("close_reason") else "")))
 
 
-@tracker_group.command("reopen")
-@click.argument("issue_id")
+@_writes
+@tracker_group.command("delete")
+@click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
+@click.option("-f", "--force", is_flag=True, help="Delete even while other issues depend on it.")
+@click.option("--reason", default="", help="Why it is deleted (stored as delete_reason).")
 @_json_option
-def reopen_cmd(issue_id: str, as_json: bool) -> None:
-    """Reopen a closed issue."""
-    _run(as_json, lambda t: t.reopen(issue_id), _say(lambda issue: f"Reopened {issue['id']}"))
+def delete_cmd(issue_ids: tuple[str, ...], force: bool, reason: str, as_json: bool) -> None:
+    """Delete issues (all or none) as bd does: each becomes a tombstone, kept and exported."""
+
+    def action(t: Tracker) -> list[dict]:
+        with t.transaction():
+            return [bd.issue(t.delete(issue_id, reason=reason, force=force)) for issue_id in issue_ids]
+
+    _run(as_json, action, _print_each(lambda issue: f"Deleted {issue['id']}"))
+
+
+@_writes
+@tracker_group.command("reopen")
+@click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
+@click.option("-r", "--reason", help="Why it is reopened (added as a comment).")
+@_json_option
+def reopen_cmd(issue_ids: tuple[str, ...], reason: str | None, as_json: bool) -> None:
+    """Set issues back to open (all or none): a closed one is reopened, any other one released."""
+
+    def reopen_one(t: Tracker, issue_id: str) -> dict:
+        # bd's reopen sets status open whatever it was (cmd/bd/reopen.go:45); beads-mcp
+        # sends update --status open there too, so an agent can release work it claimed.
+        if t.get(issue_id)["status"] == "closed":
+            t.reopen(issue_id)
+        else:
+            t.update(issue_id, status="open")
+        if reason:
+            t.add_comment(issue_id, reason)
+        return bd.issue(t.get(issue_id))
+
+    def action(t: Tracker) -> list[dict]:
+        with t.transaction():
+            return [reopen_one(t, issue_id) for issue_id in issue_ids]
+
+    _run(as_json, action, _print_each(lambda issue: f"Reopened {issue['id']}" + (f": {reason}" if reason else "")))
 
 
 # --------------------------------------------------------------------- comments
 
 
-class _DefaultCommandGroup(click.Group):
+class _DefaultCommandGroup(_BdGroup):
     """A group whose first argument, when it names no subcommand, goes to a default one.
 
     ``comments ID`` lists (like ``bd comments ID``) while ``comments add ID TEXT`` adds.
@@ -395,18 +579,44 @@ def comments_show_cmd(issue_id: str, as_json: bool) -> None:
         for comment in comments:
             _print_comment(comment)
 
-    _run(as_json, lambda t: t.comments(issue_id), human)
+    _run(as_json, lambda t: [bd.comment(c) for c in t.comments(issue_id)], human)
 
 
-@comments_group.command("add")
+def _comment_add_command(name: str, group: click.Group, *, hidden: bool) -> None:
+    """``comments add`` and bd's older top-level ``comment``: the same command under two names."""
+
+    @_writes
+    @group.command(name, hidden=hidden)
+    @click.argument("issue_id")
+    @click.argument("text")
+    @click.option("-a", "--author", help="Who wrote it (default: the actor).")
+    @_json_option
+    def add_cmd(issue_id: str, text: str, author: str | None, as_json: bool) -> None:
+        """Add a comment to an issue."""
+        _run(as_json, lambda t: bd.comment(t.add_comment(issue_id, text, author=author)),
+             _say(lambda comment: f"Comment {comment['id']} added to {comment['issue_id']}"))
+
+
+_comment_add_command("add", comments_group, hidden=False)
+_comment_add_command("comment", tracker_group, hidden=True)
+
+
+@_writes
+@tracker_group.command("note")
 @click.argument("issue_id")
 @click.argument("text")
-@click.option("--author", help="Who wrote it (default: the actor).")
 @_json_option
-def comments_add_cmd(issue_id: str, text: str, author: str | None, as_json: bool) -> None:
-    """Add a comment to an issue."""
-    _run(as_json, lambda t: t.add_comment(issue_id, text, author=author),
-         _say(lambda comment: f"Comment {comment['id']} added to {comment['issue_id']}"))
+def note_cmd(issue_id: str, text: str, as_json: bool) -> None:
+    """Append TEXT to an issue's notes on a new line (update --append-notes)."""
+
+    def action(t: Tracker) -> dict:
+        # Read and write in one transaction, so two notes at once never lose one.
+        with t.transaction():
+            current = t.get(issue_id).get("notes")
+            t.update(issue_id, notes=f"{current}\n{text}" if current else text)
+        return bd.issue(t.get(issue_id))
+
+    _run(as_json, action, _say(lambda issue: f"Appended note to {issue['id']}"))
 
 
 # --------------------------------------------------------------------- dependencies and labels
@@ -417,6 +627,7 @@ def dep_group() -> None:
     """Add or remove dependencies (ISSUE depends on DEPENDS_ON)."""
 
 
+@_writes
 @dep_group.command("add")
 @click.argument("issue_id", metavar="ISSUE")
 @click.argument("depends_on", metavar="DEPENDS_ON")
@@ -435,6 +646,7 @@ def dep_add_cmd(issue_id: str, depends_on: str, dep_type: str, as_json: bool) ->
          _say(lambda r: f"Added dependency: {r['issue_id']} depends on {r['depends_on_id']} ({r['type']})"))
 
 
+@_writes
 @dep_group.command("remove")
 @click.argument("issue_id", metavar="ISSUE")
 @click.argument("depends_on", metavar="DEPENDS_ON")
@@ -456,6 +668,7 @@ def label_group() -> None:
     """Add or remove labels."""
 
 
+@_writes
 @label_group.command("add")
 @click.argument("issue_id")
 @click.argument("label")
@@ -470,6 +683,7 @@ def label_add_cmd(issue_id: str, label: str, as_json: bool) -> None:
     _run(as_json, action, _say(lambda r: f"Added label '{r['label']}' to {r['issue_id']}"))
 
 
+@_writes
 @label_group.command("remove")
 @click.argument("issue_id")
 @click.argument("label")
@@ -492,6 +706,7 @@ def gate_group() -> None:
     """Gates: issues of type gate that block a waiting issue until resolved."""
 
 
+@_writes
 @gate_group.command("create")
 @click.argument("title")
 @click.option("--blocks", "blocks", required=True, help="The issue that waits on this gate.")
@@ -510,6 +725,7 @@ def gate_create_cmd(title: str, blocks: str, await_type: str, await_id: str | No
     _run(as_json, action, _say(lambda gate: f"Created gate {gate['id']} blocking {blocks}"))
 
 
+@_writes
 @gate_group.command("resolve")
 @click.argument("gate_id", metavar="ID")
 @click.option("-r", "--reason", default="resolved", show_default=True, help="Why it is resolved.")
@@ -519,6 +735,7 @@ def gate_resolve_cmd(gate_id: str, reason: str, as_json: bool) -> None:
     _run(as_json, lambda t: t.gate_resolve(gate_id, reason=reason), _say(lambda gate: f"Resolved gate {gate['id']}"))
 
 
+@_writes
 @gate_group.command("check")
 @_json_option
 def gate_check_cmd(as_json: bool) -> None:
@@ -541,6 +758,7 @@ def slot_group() -> None:
     """Agent slots: hook (the agent's current work, 0..1) and role."""
 
 
+@_writes
 @slot_group.command("set")
 @click.argument("agent")
 @click.argument("slot", metavar="hook|role")
@@ -556,6 +774,7 @@ def slot_set_cmd(agent: str, slot: str, issue_id: str, as_json: bool) -> None:
     _run(as_json, action, _say(lambda r: f"Set {r['agent']}.{r['slot']} = {r['bead']}"))
 
 
+@_writes
 @slot_group.command("clear")
 @click.argument("agent")
 @click.argument("slot", metavar="hook|role")
@@ -593,6 +812,7 @@ def agent_group() -> None:
     """Agent issues (type agent)."""
 
 
+@_writes
 @agent_group.command("state")
 @click.argument("agent")
 @click.argument("state")
@@ -619,35 +839,215 @@ def where_cmd(as_json: bool) -> None:
          _say(lambda r: f"{r['path']}\n  database: {r['database_path']}\n  prefix: {r['prefix']}"))
 
 
+def _print_statistics(r: dict) -> None:
+    for key, value in r["summary"].items():
+        label = key.replace("_", " ").capitalize() + ":"
+        click.echo(f"{label:<30}{value:.1f}" if isinstance(value, float) else f"{label:<30}{value}")
+
+
 @tracker_group.command("status")
 @_json_option
 def status_cmd(as_json: bool) -> None:
-    """Count issues by status, and how many are ready."""
+    """Counts by state, ready and blocked work, lead time (bd's status/stats)."""
+    _run(as_json, bd.statistics, _print_statistics)
+
+
+@tracker_group.command("stats")
+@_json_option
+def stats_cmd(as_json: bool) -> None:
+    """The same as status (bd's alias)."""
+    _run(as_json, bd.statistics, _print_statistics)
+
+
+@tracker_group.command("blocked")
+@click.option("--parent", help="Only descendants of this issue.")
+@_json_option
+def blocked_cmd(parent: str | None, as_json: bool) -> None:
+    """Issues held back: blocked or deferred, or waiting on unfinished work (with what holds them)."""
+
+    def human(issues: list[dict]) -> None:
+        if not issues:
+            click.echo("No blocked issues.")
+        for issue in issues:
+            held = f"  blocked by {', '.join(issue['blocked_by'])}" if issue["blocked_by"] else ""
+            click.echo(_issue_line(issue) + held)
+
+    _run(as_json, lambda t: bd.blocked(t, parent=parent), human)
+
+
+@tracker_group.group("epic")
+def epic_group() -> None:
+    """Epics and their children."""
+
+
+@epic_group.command("status")
+@click.option("--eligible-only", is_flag=True, help="Only epics whose children are all closed.")
+@_json_option
+def epic_status_cmd(eligible_only: bool, as_json: bool) -> None:
+    """Each open epic with how many of its children are closed."""
+
+    def human(rows: list[dict]) -> None:
+        if not rows:
+            click.echo("No open epics.")
+        for row in rows:
+            mark = "  (all children closed)" if row["eligible_for_close"] else ""
+            click.echo(f"{row['epic']['id']}  {row['closed_children']}/{row['total_children']}  "
+                       f"{row['epic']['title']}{mark}")
+
+    _run(as_json, lambda t: bd.epic_status(t, eligible_only=eligible_only), human)
+
+
+def _doctor(check: str | None, fix: bool, clean: bool, as_json: bool) -> None:
+    """doctor's run: the tracker's own checks, or one of bd's (validate, pollution)."""
+
+    def action(t: Tracker) -> dict:
+        if (fix or clean) and _settings().get("readonly"):
+            raise TrackerError("operation 'doctor --fix' is not allowed in read-only mode", code="readonly")
+        if check == "pollution":
+            if clean:
+                raise TrackerError("this tracker never deletes issues; close the ones found instead",
+                                   code="unsupported")
+            return bd.pollution(t)
+        if check == "validate":
+            return bd.validate(t, fix=fix)
+        return t.doctor(fix=fix)
 
     def human(r: dict) -> None:
-        for key, value in r["summary"].items():
-            click.echo(f"{key.replace('_', ' ').capitalize() + ':':<22}{value}")
+        if check == "pollution":
+            click.echo(f"{r['polluted_count']} issue(s) look like test leftovers")
+            for found in r["issues"]:
+                click.echo(f"  {found['id']}: {found['title']} (score {found['score']}: {'; '.join(found['reasons'])})")
+            return
+        if check == "validate":
+            for c in r["checks"]:
+                click.echo(f"{c['status']:<8}{c['name']}: {c['message']}")
+            return
+        for c in r["checks"]:
+            click.echo(f"{'ok  ' if c['ok'] else 'FAIL'}  {c['name']}: {c['detail']}")
+        for fixed in r["fixed"]:
+            click.echo(f"fixed: {fixed}")
 
-    _run(as_json, lambda t: t.status(), human)
+    result = _run(as_json, action, human)
+    if not result.get("ok", result.get("overall_ok", True)):
+        raise click.exceptions.Exit(EXIT_USER_ERROR)
 
 
 @tracker_group.command("doctor")
 @click.option("--fix", is_flag=True, help="Repair what can be repaired safely (sort keys, orphan rows, WAL).")
+@click.option("--check", "check", type=click.Choice(["validate", "pollution"]),
+              help="Run one of bd's checks: validate (data integrity) or pollution (test leftovers).")
+@click.option("--clean", is_flag=True, help="With --check=pollution: delete what it finds (refused: there is no delete).")
+@click.option("-y", "--yes", is_flag=True, expose_value=False, help="Do not ask (nothing here asks).")
 @_json_option
-def doctor_cmd(fix: bool, as_json: bool) -> None:
+def doctor_cmd(fix: bool, check: str | None, clean: bool, as_json: bool) -> None:
     """Check the database (integrity, foreign keys, WAL, sort keys); exit 1 if a problem is left."""
+    _doctor(check, fix, clean, as_json)
+
+
+@tracker_group.command("detect-pollution", hidden=True)
+@click.option("--clean", is_flag=True, help="Delete what it finds (refused: there is no delete).")
+@click.option("--yes", is_flag=True, expose_value=False, help="Do not ask (nothing here asks).")
+@_json_option
+def detect_pollution_cmd(clean: bool, as_json: bool) -> None:
+    """bd's deprecated name of doctor --check=pollution (beads-mcp 0.50 calls it)."""
+    _doctor("pollution", False, clean, as_json)
+
+
+@tracker_group.command("validate", hidden=True)
+@click.option("--checks", expose_value=False, help="Accepted; every check runs.")
+@click.option("--fix-all", is_flag=True, help="Repair what can be repaired safely.")
+@_json_option
+def validate_cmd(fix_all: bool, as_json: bool) -> None:
+    """doctor --check=validate under the name beads-mcp 0.50 calls."""
+    _doctor("validate", fix_all, False, as_json)
+
+
+@tracker_group.command("repair-deps")
+@click.option("--fix", is_flag=True, help="Remove the dependency records whose other end is missing.")
+@_json_option
+def repair_deps_cmd(fix: bool, as_json: bool) -> None:
+    """Find dependency records that point at no issue (external: references excepted)."""
+
+    def action(t: Tracker) -> dict:
+        if fix and _settings().get("readonly"):
+            raise TrackerError("operation 'repair-deps --fix' is not allowed in read-only mode", code="readonly")
+        return bd.repair_deps(t, fix=fix)
+
+    _run(as_json, action,
+         _say(lambda r: f"{r['orphans_found']} orphaned dependency record(s)"
+              + (f", {r['fixed']} removed" if fix else "")))
+
+
+@tracker_group.command("info")
+@click.option("--schema", is_flag=True, help="Include the schema: tables, version, sample ids.")
+@_json_option
+def info_cmd(schema: bool, as_json: bool) -> None:
+    """Show the database, its issue count and prefix."""
+
+    def action(t: Tracker) -> dict:
+        info = bd.schema_info(t)
+        if not schema:
+            info.pop("schema")
+        return info
 
     def human(r: dict) -> None:
-        for check in r["checks"]:
-            click.echo(f"{'ok  ' if check['ok'] else 'FAIL'}  {check['name']}: {check['detail']}")
-        for fixed in r["fixed"]:
-            click.echo(f"fixed: {fixed}")
+        click.echo(f"Database: {r['database_path']}\nIssues: {r['issue_count']}\nPrefix: {r['config']['issue_prefix']}")
+        if "schema" in r:
+            click.echo(f"Schema version: {r['schema']['schema_version']}\nTables: {', '.join(r['schema']['tables'])}")
 
-    result = _run(as_json, lambda t: t.doctor(fix=fix), human)
-    if not result["ok"]:
-        raise click.exceptions.Exit(EXIT_USER_ERROR)
+    _run(as_json, action, human)
 
 
+@tracker_group.command("migrate")
+@click.option("--inspect", is_flag=True, help="Show the migration state (the schema migrates itself on open).")
+@click.option("--from", "source", metavar="DB", help="Move the workspace in this database (a file or a postgresql:// URL)...")
+@click.option("--to", "target", metavar="DB", help="...into this one (a new or empty file or database).")
+@click.option("--force", is_flag=True, help="With --to: replace what the target database holds.")
+@_json_option
+def migrate_cmd(inspect: bool, source: str | None, target: str | None, force: bool, as_json: bool) -> None:
+    """Show the migration state (--inspect), or move a workspace to another database (--from, --to)."""
+    if source or target:
+        _migrate_between(source, target, force=force, inspect=inspect, as_json=as_json)
+        return
+    if not inspect:
+        raise click.UsageError("give --inspect, or --from and --to")
+    _run(as_json, bd.migrate_inspect,
+         _say(lambda r: f"Schema version: {r['current_state']['schema_version']} (up to date; nothing to migrate)"))
+
+
+def _migrate_between(source: str | None, target: str | None, *, force: bool, inspect: bool, as_json: bool) -> None:
+    """``migrate --from --to``: every row of one database copied into another, in one transaction."""
+    from .migrate import migrate  # only this command needs it
+
+    if not (source and target) or inspect:
+        raise click.UsageError("--from and --to go together, without --inspect")
+    if _settings().get("readonly"):
+        _fail("operation 'migrate' is not allowed in read-only mode", "readonly", EXIT_USER_ERROR, as_json)
+    report = _guard(as_json, lambda: migrate(source, target, replace=force).to_dict())
+    if as_json:
+        _print_json(report)
+    else:
+        click.echo(f"Migrated {report['issues']} issue(s), {report['comments']} comment(s), {report['events']}"
+                   f" event(s) and {len(report['tables'])} table(s) from {report['from']} to {report['to']}")
+
+
+@tracker_group.command("quickstart")
+def quickstart_cmd() -> None:
+    """How to work this tracker with bd's commands."""
+    click.echo(bd.QUICKSTART.format(version=bd.BD_VERSION), nl=False)
+
+
+@tracker_group.command("version")
+@_json_option
+def version_cmd(as_json: bool) -> None:
+    """Print bd's version line: the bd release whose commands and JSON this tracker answers."""
+    if as_json:
+        _print_json(bd.version_object(_mesh_version()))
+    else:
+        click.echo(bd.version_line(_mesh_version()))
+
+
+@_writes
 @tracker_group.command("import")
 @click.argument("file", metavar="FILE.jsonl", type=click.Path(dir_okay=False))
 @_json_option
@@ -663,7 +1063,7 @@ def import_cmd(file: str, as_json: bool) -> None:
         )
 
     report = _run(as_json, lambda t: import_jsonl(t, file).to_dict(), human)
-    for warning in report["warnings"]:
+    for warning in [] if _settings().get("quiet") else report["warnings"]:
         click.echo(f"{file}:{warning['line']}: {warning['code']}: {warning['message']}", err=True)
 
 
@@ -694,3 +1094,51 @@ def export_cmd(output: str | None, as_json: bool) -> None:
             _print_json(result)
         else:
             click.echo(f"Exported {result['exported']} issue(s) to {result['path']}")
+
+
+# --------------------------------------------------------------------- bd's global flags
+
+
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value not in (None, False):
+            ctx.find_root().ensure_object(dict)[key] = value
+
+    return store
+
+
+# bd v0.50.3's persistent flags (cmd/bd/main.go:200-213, daemon_compat.go:11). Those that
+# steer JSONL sync, the daemon, Dolt or profiling have nothing to act on here and are
+# accepted so that clients passing them keep working; --no-db (JSONL-only mode) is not.
+_GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], dict, str | None], ...] = (
+    (("--db",), {"type": click.Path(dir_okay=False), "metavar": "PATH",
+                 "help": "Tracker database (a file, or a postgresql:// URL)."}, "db"),
+    (("--actor",), {"metavar": "NAME", "help": "Who writes (audit trail, claims, comments)."}, "actor"),
+    (("--readonly",), {"is_flag": True, "help": "Refuse every command that would change the tracker."}, "readonly"),
+    (("-q", "--quiet"), {"is_flag": True, "help": "Print no warnings, only results and errors."}, "quiet"),
+    (("-v", "--verbose"), {"is_flag": True, "help": "Accepted for bd's clients; output is the same."}, None),
+    (("--no-daemon",), {"is_flag": True, "help": "Accepted for bd's clients (there is no daemon)."}, None),
+    (("--no-auto-flush",), {"is_flag": True, "help": "Accepted for bd's clients (there is no JSONL sync)."}, None),
+    (("--no-auto-import",), {"is_flag": True, "help": "Accepted for bd's clients (there is no JSONL sync)."}, None),
+    (("--sandbox",), {"is_flag": True, "help": "Accepted for bd's clients (there is no sync to disable)."}, None),
+    (("--allow-stale",), {"is_flag": True, "help": "Accepted for bd's clients (the database is never stale)."}, None),
+    (("--profile",), {"is_flag": True, "help": "Accepted for bd's clients (no profile is written)."}, None),
+    (("--lock-timeout",), {"metavar": "DURATION", "help": "Accepted for bd's clients (the busy timeout is fixed)."},
+     None),
+    (("--dolt-auto-commit",), {"metavar": "off|on", "help": "Accepted for bd's clients (there is no Dolt)."}, None),
+)
+
+
+def _add_global_flags(command: click.Command, *, top: bool) -> None:
+    """Give ``command`` bd's global flags, shown in help only on the top group."""
+    command.bd_flags = True
+    names = {opt for param in command.params for opt in getattr(param, "opts", ())}
+    flags = list(_GLOBAL_FLAGS)
+    if "--json" not in names:
+        flags.append((("--json",), {"is_flag": True, "help": "Print results as JSON."}, "json"))
+    for decls, attrs, key in flags:
+        command.params.append(click.Option(decls, expose_value=False, hidden=not top,
+                                           callback=_remember(key) if key else None, **attrs))
+
+
+_add_global_flags(tracker_group, top=True)

@@ -6,7 +6,11 @@ spell differently is rewritten here for PostgreSQL, statement by statement
 (each distinct statement once: the result is cached):
 
 - placeholders ``?`` become ``%s`` (and a literal ``%`` becomes ``%%``);
-- a JSON array of ids, ``json_each(?)``, becomes ``json_array_elements_text(?::json)``;
+- a JSON array of ids, ``json_each(?)``, becomes ``json_array_elements_text(?::json)``, and
+  ``x IN (SELECT value FROM json_each(?))`` becomes ``x = ANY(ARRAY(SELECT ...))``: the planner
+  guesses 100 rows for the function's set, and against tables of a few thousand rows a
+  hash join over a full scan then looks cheaper than index look-ups (at 10,000 issues one
+  id took 2-4 ms instead of 0.3 ms); an array it probes through the index;
 - SQLite's planner hints are dropped (``INDEXED BY``) or spelled plainly (its
   ``CROSS JOIN ... ON``, which fixes the join order, is a plain ``JOIN``);
 - in DDL, ``INTEGER PRIMARY KEY [AUTOINCREMENT]`` becomes an identity column,
@@ -43,12 +47,11 @@ def is_url(target: object) -> bool:
 
 
 def sqlite_path(target: str | Path) -> Path:
-    """The file of a SQLite target: a path, or a ``sqlite:///path`` URL."""
+    """The file of a SQLite target: a path, or a URL as SQLAlchemy writes them
+    (``sqlite:///relative/mesh.db``, ``sqlite:////absolute/mesh.db``)."""
     text = str(target)
     if text.startswith("sqlite:///"):
-        return Path(text[len("sqlite://"):])
-    if text.startswith("sqlite://"):
-        return Path(text[len("sqlite://"):])
+        return Path(text[len("sqlite:///"):])
     return Path(text)
 
 
@@ -68,6 +71,7 @@ def display_target(target: str | Path) -> str:
 
 
 _PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\?|%")
+_IN_JSON_IDS = re.compile(r"(?<!NOT) IN \(SELECT value FROM json_each\(\?\)\)")
 _INDEXED_BY = re.compile(r"\s+INDEXED BY \w+", re.IGNORECASE)
 _CREATE_TABLE = re.compile(r"^\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)\s*\(", re.IGNORECASE)
 
@@ -75,6 +79,7 @@ _CREATE_TABLE = re.compile(r"^\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)\s*\(", re
 @functools.lru_cache(maxsize=1024)
 def to_postgres(sql: str) -> str:
     """``sql`` as PostgreSQL reads it (see the module doc)."""
+    sql = _IN_JSON_IDS.sub(" = ANY(ARRAY(SELECT json_array_elements_text(?::json)))", sql)
     sql = sql.replace("json_each(?)", "json_array_elements_text(?::json)")
     sql = _INDEXED_BY.sub("", sql).replace(" CROSS JOIN ", " JOIN ")
     table = _CREATE_TABLE.match(sql)

@@ -171,6 +171,11 @@ def _split(number: int, obj: dict, report: ImportReport) -> tuple[dict, dict, li
             extra[key] = value
         else:
             record[key] = value
+    for key in [k for k, v in record.items() if k in _TEXT and "\x00" in v]:
+        # PostgreSQL stores no NUL character (real beads exports hold some): the column gets a
+        # visible stand-in and the extras the original, which the export gives back.
+        extra[key] = record[key]
+        record[key] = record[key].replace("\x00", "\ufffd")
     if "priority" not in obj:
         report.warn(number, "missing_priority", f"{issue_id} has no priority; default 2 used")
         record["priority"] = 2
@@ -270,8 +275,12 @@ def import_jsonl(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport
                     report.warn(number, "invalid_comment", f"{issue_id} has a comment without text; ignored")
                     continue
                 c_extra = {k: v for k, v in comment.items() if k not in _COMMENT_FIELDS}
+                text = comment["text"]
+                if "\x00" in text:  # as for issue fields: the original among the extras
+                    c_extra["text"] = text
+                    text = text.replace("\x00", "\ufffd")
                 cid = comment.get("id", None)
-                comment_rows.append((issue_id, comment.get("author"), comment["text"], comment.get("created_at"),
+                comment_rows.append((issue_id, comment.get("author"), text, comment.get("created_at"),
                                      # Most ids are integers: str() is their JSON, without the encoder.
                                      None if "id" not in comment else str(cid) if type(cid) is int else _dump(cid),
                                      _dump(c_extra) if c_extra else None))

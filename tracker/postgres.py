@@ -28,13 +28,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .dialect import display_target, to_postgres
-from .errors import InvalidValueError, WorkspaceError
+from .errors import ConflictError, InvalidValueError, TrackerError, WorkspaceError
 
 __all__ = ["PostgresDatabase", "Row", "UNAVAILABLE"]
 
 UNAVAILABLE = "tracker_unavailable"
 # The advisory lock every exclusive write transaction takes ("mesh" in ASCII).
-WRITE_LOCK_KEY = 0x6D657368
+WRITE_LOCK_ID = 0x6D657368
 CONNECT_TIMEOUT_S = 10
 POOL_WAIT_S = 60
 POOL_MAX = 64
@@ -82,6 +82,22 @@ def unavailable(target: str, exc: BaseException) -> WorkspaceError:
                           code=UNAVAILABLE)
 
 
+def _typed(target: str, exc: Exception) -> TrackerError:
+    """The tracker's typed error for a psycopg one: a broken or unreachable server is
+    ``tracker_unavailable``; text PostgreSQL cannot store (a NUL character) is bad input; a
+    constraint is a conflict; anything else a ``database_error`` (one line, never a traceback)."""
+    import psycopg
+
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, psycopg.OperationalError) and not isinstance(exc, psycopg.errors.QueryCanceled):
+        return unavailable(target, exc)
+    if isinstance(exc, psycopg.DataError):
+        return InvalidValueError(f"PostgreSQL refused a value: {detail}")
+    if isinstance(exc, psycopg.IntegrityError):
+        return ConflictError(f"PostgreSQL refused the write: {detail}")
+    return TrackerError(f"database error: {detail}", code="database_error")
+
+
 class _Connection:
     """A psycopg connection that speaks the store's SQL (``?`` placeholders, SQLite DDL)."""
 
@@ -99,11 +115,8 @@ class _Connection:
             if tuples:
                 return self.pg.cursor(row_factory=tuple_row).execute(to_postgres(sql), args)
             return self.pg.execute(to_postgres(sql), args)
-        except psycopg.OperationalError as exc:
-            raise unavailable(self._target, exc) from None
-        except psycopg.DataError as exc:
-            # Text PostgreSQL cannot store (a NUL character) is bad input, not a broken server.
-            raise InvalidValueError(f"PostgreSQL refused a value: {' '.join(str(exc).split())}") from None
+        except psycopg.Error as exc:
+            raise _typed(self._target, exc) from None
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         import psycopg
@@ -111,10 +124,8 @@ class _Connection:
         try:
             with self.pg.cursor() as cur:
                 cur.executemany(to_postgres(sql), [tuple(r) for r in rows])
-        except psycopg.OperationalError as exc:
-            raise unavailable(self._target, exc) from None
-        except psycopg.DataError as exc:
-            raise InvalidValueError(f"PostgreSQL refused a value: {' '.join(str(exc).split())}") from None
+        except psycopg.Error as exc:
+            raise _typed(self._target, exc) from None
 
 
 class PostgresDatabase:
@@ -144,8 +155,11 @@ class PostgresDatabase:
             first = url not in _connected
             _connected.add(url)
             if not first and url not in _pools:
+                # ``check``: a connection the server dropped while it sat in the pool is replaced
+                # instead of handed out.
                 _pools[url] = psycopg_pool.ConnectionPool(
                     url, min_size=1, max_size=POOL_MAX, open=True, name="mesh-tracker",
+                    check=psycopg_pool.ConnectionPool.check_connection,
                     kwargs={"autocommit": True, "row_factory": _row_factory,
                             "connect_timeout": CONNECT_TIMEOUT_S, "application_name": "mesh"})
             pool = None if first else _pools[url]
@@ -184,7 +198,7 @@ class PostgresDatabase:
         with self._lock:
             if self._depth:
                 if exclusive and not self._exclusive:
-                    self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_KEY,))
+                    self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_ID,))
                     self._exclusive = True
                 self._depth += 1
                 try:
@@ -196,22 +210,17 @@ class PostgresDatabase:
             self._depth = 1
             try:
                 if exclusive:
-                    self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_KEY,))
+                    self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_ID,))
                     self._exclusive = True
                 yield self.conn
             except BaseException:
                 self._depth, self._exclusive = 0, False
-                with contextlib.suppress(psycopg.Error, WorkspaceError):
+                with contextlib.suppress(psycopg.Error, TrackerError):
                     self.conn.execute("ROLLBACK")
                 raise
             else:
                 self._depth, self._exclusive = 0, False
-                try:
-                    self.conn.execute("COMMIT")
-                except psycopg.Error as exc:  # a serialisation or constraint failure at commit
-                    with contextlib.suppress(psycopg.Error, WorkspaceError):
-                        self.conn.execute("ROLLBACK")
-                    raise unavailable(self.path, exc) from None
+                self.conn.execute("COMMIT")  # a failure here is typed by _Connection; the server ended it
 
     def read(self, sql: str, params: tuple | dict = ()) -> list[Row]:
         """All rows of a query (read by position or column name)."""

@@ -179,7 +179,8 @@ def ensure_schema(db: Any, *, create: bool, where: str) -> None:
 
 def _check(version: int, create: bool, where: str) -> None:
     if version > SCHEMA_VERSION:
+        # Unusable by this mesh, like an unreachable server: the same code, so runs block the same way.
         raise WorkspaceError(f"{where} has tracker schema version {version}, newer than this mesh understands"
-                             f" ({SCHEMA_VERSION}): upgrade mesh to use it")
+                             f" ({SCHEMA_VERSION}): upgrade mesh to use it", code="tracker_unavailable")
     if version == 0 and not create:
         raise WorkspaceError(f"{where} is not a mesh tracker database (run 'mesh tracker init')")

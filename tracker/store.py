@@ -129,9 +129,12 @@ class Tracker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def transaction(self):
-        """A write transaction; tracker calls inside it join it (all or nothing)."""
-        return self.db.transaction()
+    def transaction(self, *, exclusive: bool = True):
+        """A write transaction; tracker calls inside it join it (all or nothing).
+
+        ``exclusive=False`` is for single-row compare-and-set writes: on PostgreSQL they then
+        run beside other writers, relying on row locks (SQLite has one writer regardless)."""
+        return self.db.transaction(exclusive=exclusive)
 
     def get_config(self, key: str) -> str | None:
         row = self.db.read("SELECT value FROM config WHERE key = ?", (key,))
@@ -330,8 +333,10 @@ class Tracker:
             "i.status = 'open'",
             "i.blocked = 0",
             "(i.defer_eff IS NULL OR i.defer_eff <= ?)",
-            "COALESCE(i.ephemeral, 0) = 0",
-            "COALESCE(i.pinned, 0) = 0",
+            # Not COALESCE(x, 0) = 0: PostgreSQL's planner cannot estimate it, guesses that almost
+            # nothing is ready and scans the whole table instead of the ready-order index.
+            "(i.ephemeral IS NULL OR i.ephemeral = 0)",
+            "(i.pinned IS NULL OR i.pinned = 0)",
         ]
         params: list[Any] = [normalize_ts(now or now_iso())]
         if issue_type:
@@ -675,6 +680,32 @@ class Tracker:
             if row["status"] != "closed":
                 raise ConflictError(f"{issue_id} is {row['status']}, not closed")
             self._apply(c, issue_id, _row_obj(row), {"status": "open"}, event_type="reopened")
+        return self.get(issue_id)
+
+    def delete(self, issue_id: str, *, reason: str = "", force: bool = False) -> dict:
+        """bd's delete: turn the issue into a tombstone (status ``tombstone`` with ``deleted_at``,
+        ``deleted_by``, ``delete_reason`` and ``original_type``, as beads exports them), removing the
+        dependencies on it. Refused while other issues depend on it unless ``force``. Comments,
+        events and the row stay: nothing is lost, and an export carries the tombstone.
+        """
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            if row["status"] == "tombstone":
+                raise ConflictError(f"{issue_id} is already deleted")
+            dependents = sorted({r[0] for r in c.execute(
+                "SELECT issue_id FROM dependencies WHERE depends_on_id = ?", (issue_id,)).fetchall()})
+            if dependents and not force:
+                raise ConflictError(f"{issue_id} has dependents: {', '.join(dependents)} (use --force)")
+            now = now_iso()
+            kept = json.loads(row["extra"]) if row["extra"] else {}
+            kept.update({"deleted_at": now, "deleted_by": self.actor, "original_type": row["issue_type"]})
+            if reason:
+                kept["delete_reason"] = reason
+            c.execute("DELETE FROM dependencies WHERE depends_on_id = ?", (issue_id,))
+            c.execute("UPDATE issues SET status = 'tombstone', updated_at = ?, extra = ? WHERE id = ?",
+                      (now, _dump(kept), issue_id))
+            self._event(c, issue_id, "deleted", "status", row["status"], "tombstone", at=now)
+            refresh_ready_state(c, [issue_id, *dependents])
         return self.get(issue_id)
 
     # ----------------------------------------------------------------- comments

@@ -114,7 +114,7 @@ class Backend(abc.ABC):
         """Release what the backend holds (connections, processes); idempotent."""
 
 
-BACKEND_NAMES = ("replay", "command", "anthropic")
+BACKEND_NAMES = ("replay", "command", "anthropic", "llm")
 
 # Imported on demand so that choosing one backend never imports another's dependencies
 # (the anthropic SDK above all: `mesh --help` must stay cheap).
@@ -122,6 +122,7 @@ _BACKEND_CLASSES = {
     "replay": ("roles.backends.replay", "ReplayBackend"),
     "command": ("roles.backends.command", "CommandBackend"),
     "anthropic": ("roles.backends.anthropic", "AnthropicBackend"),
+    "llm": ("roles.backends.llm_backend", "LlmBackend"),
 }
 
 
@@ -129,10 +130,10 @@ def get_backend(name: str, **options: Any) -> Backend:
     """Build the backend called ``name`` with ``options``.
 
     ``replay`` takes ``script`` (a path or a mapping), ``command`` takes ``worker_cmd``,
-    ``timeout_s``, ``env_names`` and ``launcher``, ``anthropic`` takes the options of its class. Options whose value
-    is None count as not given, so a CLI can pass all of its options through. Raises
-    BackendError for an unknown name, an option the backend does not take, or a backend
-    whose module cannot be imported.
+    ``timeout_s``, ``env_names`` and ``launcher``, ``anthropic`` and ``llm`` take the options
+    of their classes. Options whose value is None count as not given, so a CLI can pass all
+    of its options through. Raises BackendError for an unknown name, an option the backend
+    does not take, or a backend whose module cannot be imported.
     """
     try:
         module_name, class_name = _BACKEND_CLASSES[name]

@@ -8,8 +8,12 @@ the variables named in ``env_names`` (an agent CLI's own API key, say); never
 is given, so an agent CLI can read the code it works on. An injected ``launcher`` wraps the
 argv and environment of every call (mesh's runner supplies one that runs the worker
 inside bubblewrap, out of sight of mesh's own process). A non-zero exit or an empty answer
-is ``no_response``; running past the timeout is ``timeout``, and the worker's whole
-process group is killed so no helper it started outlives the call.
+is ``no_response``, and so is running past the timeout (the profile's name for a worker
+that did not answer; the detail says ``timeout: ...``): the worker's whole process group
+is killed so no helper it started outlives the call.
+
+The agent CLI presets (``roles.backends.presets``) are command workers too: they reuse
+``run_process`` with their own command line and read the CLI's JSON output.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from .base import Backend, BackendError, WorkerRequest, WorkerResponse
 
-__all__ = ["CommandBackend", "Launcher"]
+__all__ = ["CommandBackend", "Finished", "Launcher", "call_env", "resolve_program", "run_process",
+           "split_command"]
 
 Launcher = Callable[[Sequence[str], Mapping[str, str], "str | None"], tuple[list[str], dict[str, str]]]
 """(argv, env, cwd) -> (argv, env): how a worker process is actually started."""
@@ -37,7 +43,6 @@ _STDERR_TAIL_CHARS = 2000
 # After a kill, how long to wait for the pipes to close; a grandchild that left the
 # process group could otherwise hold them open forever.
 _REAP_TIMEOUT_S = 5.0
-
 
 
 def split_command(text: str) -> list[str]:
@@ -54,6 +59,95 @@ def split_command(text: str) -> list[str]:
     return argv
 
 
+def resolve_program(name: str) -> str | None:
+    """The absolute path of ``name`` (looked up on PATH unless it holds a slash), or None.
+
+    Resolved once, so a worktree cwd cannot change which program a relative path names.
+    """
+    found = shutil.which(name)
+    return os.path.abspath(found) if found else None
+
+
+def call_env(request: WorkerRequest, env_names: Sequence[str], extra: Mapping[str, str] | None = None,
+               forced: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of one worker call.
+
+    PATH, HOME, LANG, ``extra`` (defaults a variable named in ``env_names`` overrides), the
+    variables named in ``env_names``, ``forced`` (settings no passed variable may change) and
+    the ``MESH_*`` call variables; never the signing key.
+    """
+    env = {name: os.environ[name] for name in _BASE_ENV if name in os.environ}
+    env.update(extra or {})
+    env.update({name: os.environ[name] for name in env_names if name != _NEVER_PASSED and name in os.environ})
+    env.update(forced or {})
+    env.update(
+        MESH_ROLE=request.role,
+        MESH_ROUND=request.round,
+        MESH_TASK_ID=request.task_id,
+        MESH_RUN_ID=request.run_id,
+        MESH_ATTEMPT=str(request.attempt),
+    )
+    env.pop(_NEVER_PASSED, None)
+    return env
+
+
+@dataclass
+class Finished:
+    """A worker process that exited by itself: its output, exit status and run time."""
+
+    stdout: str
+    stderr_tail: str
+    returncode: int
+    duration_s: float
+
+
+def run_process(argv: Sequence[str], env: Mapping[str, str], request: WorkerRequest, *, timeout_s: float,
+                launcher: Launcher | None = None) -> Finished | WorkerResponse:
+    """Run one worker call: the prompt on stdin, in the request's worktree, in its own process group.
+
+    Returns what the process left behind, or, when it ran past ``timeout_s``, the
+    ``no_response`` answer with the timeout as the detail (its whole process group killed).
+    Raises BackendError when the program cannot be started.
+    """
+    argv, env = list(argv), dict(env)
+    program = argv[0]
+    if launcher is not None:
+        argv, env = launcher(argv, env, str(request.worktree) if request.worktree else None)
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=request.worktree,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise BackendError(f"cannot start worker command {program}: {exc.strerror or exc}") from None
+    try:
+        stdout, stderr = process.communicate(request.prompt.text.encode("utf-8"), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        return WorkerResponse(
+            text=None,
+            error="no_response",
+            duration_s=time.monotonic() - started,
+            detail=f"timeout: the worker ran past {timeout_s:g}s (worker_timeout_s) and was killed",
+        )
+    except BaseException:
+        # An interrupt (Ctrl-C) must not leave the worker running behind us.
+        _kill_group(process)
+        raise
+    return Finished(
+        stdout=stdout.decode("utf-8", errors="replace"),
+        stderr_tail=stderr.decode("utf-8", errors="replace")[-_STDERR_TAIL_CHARS:].strip(),
+        returncode=process.returncode,
+        duration_s=time.monotonic() - started,
+    )
+
+
 class CommandBackend(Backend):
     """Run ``worker_cmd`` once per call; calls are independent processes, so thread-safe."""
 
@@ -67,76 +161,37 @@ class CommandBackend(Backend):
             raise BackendError(f"worker command: {exc}") from None
         if timeout_s <= 0:
             raise BackendError(f"the worker timeout must be positive, got {timeout_s}")
-        executable = shutil.which(argv[0])
+        executable = resolve_program(argv[0])
         if executable is None:
             raise BackendError(f"worker command not found or not executable: {argv[0]}")
-        # Resolved once, so a worktree cwd cannot change which program a relative path names.
-        self._argv = [os.path.abspath(executable), *argv[1:]]
+        self._argv = [executable, *argv[1:]]
         self._timeout_s = float(timeout_s)
-        self._env_names = tuple(name for name in env_names if name != _NEVER_PASSED)
+        self._env_names = tuple(env_names)
         self._launcher = launcher
 
     def call(self, request: WorkerRequest) -> WorkerResponse:
         """Run the worker on the request's prompt and return its stdout."""
-        env = {name: os.environ[name] for name in (*_BASE_ENV, *self._env_names) if name in os.environ}
-        env.update(
-            MESH_ROLE=request.role,
-            MESH_ROUND=request.round,
-            MESH_TASK_ID=request.task_id,
-            MESH_RUN_ID=request.run_id,
-            MESH_ATTEMPT=str(request.attempt),
-        )
-        argv = list(self._argv)
-        if self._launcher is not None:
-            argv, env = self._launcher(argv, env, str(request.worktree) if request.worktree else None)
-        started = time.monotonic()
-        try:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=request.worktree,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise BackendError(f"cannot start worker command {self._argv[0]}: {exc.strerror or exc}") from None
-        try:
-            stdout, stderr = process.communicate(
-                request.prompt.text.encode("utf-8"), timeout=self._timeout_s
-            )
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            return WorkerResponse(
-                text=None,
-                error="timeout",
-                duration_s=time.monotonic() - started,
-                detail=f"worker ran past {self._timeout_s:g}s and was killed",
-            )
-        except BaseException:
-            # An interrupt (Ctrl-C) must not leave the worker running behind us.
-            _kill_group(process)
-            raise
-        duration = time.monotonic() - started
-        text = stdout.decode("utf-8", errors="replace")
-        stderr_tail = stderr.decode("utf-8", errors="replace")[-_STDERR_TAIL_CHARS:].strip()
-        if process.returncode != 0:
-            detail = f"worker exited with status {process.returncode}"
+        finished = run_process(self._argv, call_env(request, self._env_names), request,
+                               timeout_s=self._timeout_s, launcher=self._launcher)
+        if isinstance(finished, WorkerResponse):
+            return finished
+        if finished.returncode != 0:
+            detail = f"worker exited with status {finished.returncode}"
             return WorkerResponse(
                 text=None,
                 error="no_response",
-                duration_s=duration,
-                detail=f"{detail}: {stderr_tail}" if stderr_tail else detail,
+                duration_s=finished.duration_s,
+                detail=f"{detail}: {finished.stderr_tail}" if finished.stderr_tail else detail,
             )
-        if not text.strip():
+        if not finished.stdout.strip():
             return WorkerResponse(
                 text=None,
                 error="no_response",
-                duration_s=duration,
+                duration_s=finished.duration_s,
                 detail="worker wrote nothing to stdout",
             )
-        return WorkerResponse(text=text, duration_s=duration, detail=stderr_tail or None)
+        return WorkerResponse(text=finished.stdout, duration_s=finished.duration_s,
+                              detail=finished.stderr_tail or None)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
