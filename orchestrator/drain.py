@@ -111,11 +111,16 @@ class DrainReport:
     skipped: list[str] = field(default_factory=list)
     verified: list[dict[str, Any]] = field(default_factory=list)
     blocked_before: dict[str, str] = field(default_factory=dict)  # scope tasks already blocked: id -> reason
+    errors: list[str] = field(default_factory=list)  # a task's backend or git failure, one line each
+    remote: str | None = None
 
     @property
     def exit_code(self) -> int:
-        """0 when every task of the scope ended closed (or awaiting CI), 3 when any ended blocked
-        (in this drain or an earlier one: the same command run again says the same)."""
+        """0 when every task of the scope ended closed (or awaiting CI), 2 when a task failed on a
+        backend or git error, else 3 when any ended blocked (in this drain or an earlier one: the
+        same command run again says the same)."""
+        if self.errors:
+            return 2
         return 3 if self.blocked_before or any(row.state in ("blocked", "error") for row in self.tasks) else 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,6 +142,8 @@ class DrainReport:
             "cost_usd": round(sum(r["cost_usd"] for r in rows), 6),
             "stop_reason": self.stop_reason,
             "skipped": self.skipped,
+            "errors": self.errors,
+            "remote": self.remote,
             "tasks": rows,
             "exit_code": self.exit_code,
         }
@@ -319,9 +326,8 @@ class _Drain:
         report = DrainReport(branch=branch, scope=self.scope.to_dict(), tasks=list(self.rows.values()),
                              landings=self.landings, conflicts=self.conflicts, wall_s=time.monotonic() - self.t0,
                              stop_reason=stop_reason, skipped=skipped, verified=verified,
-                             blocked_before=blocked_before)
-        if errors:
-            raise RunError("; ".join(errors), 2)
+                             blocked_before=blocked_before, errors=errors,
+                             remote=options.remote or self.config.drain.remote)
         return report
 
     def others_hold(self, tracker: Tracker) -> bool:
@@ -340,7 +346,7 @@ class _Drain:
         left_alone: set[str] = set()
         skipped: list[str] = []
         errors: list[str] = []
-        started = 0
+        started: set[str] = set()  # a task looked at again after another runner held it counts once
         stop_reason = "done"
         announced = False
         # Runs killed after deciding but before their end are finished first.
@@ -368,13 +374,14 @@ class _Drain:
                             skipped.append(why)
                             self.emit("task_skipped", task=task_id, why=why)
                             continue
-                        if self.options.max_tasks is not None and started >= self.options.max_tasks:
+                        if (self.options.max_tasks is not None and task_id not in started
+                                and len(started) >= self.options.max_tasks):
                             stop_reason = "max_tasks"
                             break
                         if not self.budget_allows():
                             stop_reason = "budget"
                             break
-                        started += 1
+                        started.add(task_id)
                         self.rows[task_id] = TaskRow(id=task_id, title=task["title"], started=time.monotonic())
                         self.emit("task_started", task=task_id, title=task["title"], reason=reason)
                         in_flight[pool.submit(self.work, task, reason)] = task_id
@@ -434,5 +441,6 @@ class _Drain:
 
 def drain(options: DrainOptions, *, emit: Emit | None = None, control: DrainControl | None = None) -> DrainReport:
     """Drain a scope (see the module docstring). Raises ``RunError`` for usage (2) and tracker (4)
-    problems, and for a backend or git failure of any task (2) after the others finished."""
+    problems; a backend or git failure of a task is one line of the report's ``errors`` (its
+    exit code 2), written after the other tasks finished, with the summary."""
     return _Drain(options, emit or (lambda event: None), control or DrainControl()).run()

@@ -42,7 +42,7 @@ from .config import MeshConfig
 from .faults import crash_point
 from .lease import lease_is_live
 from .scope import Scope
-from .runhead import write_close_head, write_run_head
+from .runhead import RUN_HEAD, write_close_head, write_run_head
 from redact import scrub, scrub_obj
 
 __all__ = ["CLOSE_REASON", "Engine", "RunReport", "BLOCK_REASONS", "TaskTaken", "new_run_id", "load_checkpoints"]
@@ -287,6 +287,10 @@ class Engine:
         # Killed between closing the task and writing its outcome: the close was this run's own.
         closed_here = status == "closed" and landed is not None and (
             landed.payload.get("artifact") or {}).get("result") == "landed"
+        # Killed between setting the task blocked and writing the outcome: the block was this run's.
+        head = self.memo.get((RUN_HEAD, "", RUN_HEAD))
+        closed_here = closed_here or (status == "blocked" and head is not None
+                                      and (head.payload.get("artifact") or {}).get("outcome") == "blocked")
         self._check_lease()
         try:
             if status == "in_progress" and assignee != actor:
@@ -1019,19 +1023,26 @@ class Engine:
     def _block(self, blocked: Blocked) -> RunReport:
         task_id = self.task["id"]
         self.bus.note("blocked", {"reason": blocked.reason, "detail": blocked.detail})
-        if self.integrate:
-            current = self.tracker.get(task_id)
-            if current["status"] not in ("blocked", "closed"):
-                self._check_lease()
-                self.tracker.update(task_id, status="blocked")
-                self.mutations.append(f"{task_id}: status -> blocked ({blocked.reason})")
-        return self._finish("blocked", block=blocked)
+
+        def mark_blocked() -> None:
+            # After the run head: a run killed right after this is found by its head and
+            # resumed to write its outcome (mesh resume, mesh drain), never left without one.
+            if self.integrate:
+                current = self.tracker.get(task_id)
+                if current["status"] not in ("blocked", "closed"):
+                    self._check_lease()
+                    self.tracker.update(task_id, status="blocked")
+                    self.mutations.append(f"{task_id}: status -> blocked ({blocked.reason})")
+                    crash_point("block")
+
+        return self._finish("blocked", block=blocked, before_outcome=mark_blocked)
 
     def _finish(self, outcome: str, *, block: Blocked | None = None,
-                conditions: Mapping[str, Any] | None = None) -> RunReport:
+                conditions: Mapping[str, Any] | None = None,
+                before_outcome: Callable[[], None] | None = None) -> RunReport:
         if self.integrate:
             self._release_agents("done" if outcome in ("closed", "awaiting_ci") else "stopped")
-        report = self.report(outcome, block)
+        last_review = self.bus.reviews[max(self.bus.reviews)] if self.bus.reviews else None
         lines = [
             f"outcome: {outcome}" + (f" ({block.reason}: {block.detail})" if block else ""),
             f"votes: {self.tally['agree']} agree / {self.tally['disagree']} disagree"
@@ -1047,13 +1058,15 @@ class Engine:
             lines.append(f"review issue: {self.bus.review_issue} with {len(self.bus.review_subtasks)} finding issue(s)")
         summary = {"outcome": outcome, "block_reason": block.reason if block else None,
                    "block_detail": block.detail if block else None, "tally": self.tally,
-                   "validation": self.validation, "review_decision": report.review.get("decision"),
+                   "validation": self.validation, "review_decision": last_review["decision"] if last_review else None,
                    "review_cycles": self.bus.review_cycle, "review_issue": self.bus.review_issue,
                    "review_subtasks": self.bus.review_subtasks, "conditions": dict(conditions or {}),
                    "usage": self.usage.to_dict()}
         write_run_head(self, summary)
+        if before_outcome is not None:
+            before_outcome()
         self._checkpoint("outcome", None, "outcome", lines[0], summary, details="\n".join(lines[1:]))
-        return report
+        return self.report(outcome, block)
 
     def report(self, outcome: str, block: Blocked | None = None) -> RunReport:
         votes = {role: v["vote"] for role, v in self.bus.votes.items()}

@@ -4,7 +4,8 @@
 time it reaches the point ``name`` (``n`` defaults to 1). Points: ``checkpoint``
 (after each comment write), ``apply`` (after a patch is applied), ``commit``,
 ``validation`` (after the commands ran, before their proof is written), ``close``
-(before the task is closed), ``review-issue`` and ``finding-issue`` (after each
+(before the task is closed), ``block`` (the task was set blocked, its outcome not yet
+written), ``review-issue`` and ``finding-issue`` (after each
 issue of the review-findings flow is created), ``land-commit`` (a landing's commits are
 made, the integration branch not yet moved) and ``land-ref`` (it moved, its ``[orch:land]``
 checkpoint not yet written). Unset, it costs one dict lookup.
@@ -18,8 +19,8 @@ import threading
 
 __all__ = ["crash_point", "POINTS"]
 
-POINTS = ("checkpoint", "apply", "commit", "validation", "close", "review-issue", "finding-issue", "land-commit",
-          "land-ref")
+POINTS = ("checkpoint", "apply", "commit", "validation", "close", "block", "review-issue", "finding-issue",
+          "land-commit", "land-ref")
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
 

@@ -265,7 +265,16 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         out.append(f"  blocked {task_id}: {reason}")
     for why in summary["skipped"]:
         out.append(f"  left alone: {why}")
-    out.append(f"integration branch {branch} (never pushed; your checkout is untouched). To look and merge:")
-    out.append(f"  git log --oneline HEAD..{branch}")
-    out.append(f"  git merge --ff-only {branch}")
+    for error in summary.get("errors") or []:
+        out.append(f"  error {error}")
+    remote = summary.get("remote")
+    if remote:
+        out.append(f"integration branch {branch} on {remote} (landings push it; your checkout is untouched)."
+                   " To look and merge:")
+        out.append(f"  git fetch {remote} && git log --oneline HEAD..{remote}/{branch}")
+        out.append(f"  git merge --ff-only {remote}/{branch}")
+    else:
+        out.append(f"integration branch {branch} (never pushed; your checkout is untouched). To look and merge:")
+        out.append(f"  git log --oneline HEAD..{branch}")
+        out.append(f"  git merge --ff-only {branch}")
     return [scrub(line) for line in out]

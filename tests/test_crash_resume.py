@@ -116,3 +116,31 @@ def test_kill_and_resume_reaches_the_uninterrupted_state(tmp_path, baseline, cra
     # No model call was paid twice: the killed and the resumed run together made as many as one run.
     for key in ("kinds", "issues", "tree", "commits", "calls"):
         assert after[key] == baseline[key], (crash_at, key)
+
+
+def _blocking_script() -> dict:
+    from tests.runkit import happy_script, r
+
+    script = happy_script()
+    script["proposer"][:1] = [r("proposal", "no plan"), r("proposal", "still no plan")]
+    return script
+
+
+def test_kill_between_blocking_the_task_and_its_outcome_then_resume_writes_the_outcome_once(tmp_path):
+    """The run head is written before the task is set blocked: a run killed right after finds
+    its way back (``mesh resume``) and writes the outcome, once, instead of leaving none."""
+    ws = make_workspace(tmp_path)
+    script_path = ws.write_script(_blocking_script())
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_child, args=(ws, script_path, "block"))
+    child.start()
+    child.join(120)
+    assert child.exitcode == -9, f"the run was not killed at block (exit {child.exitcode})"
+    with ws.tracker() as t:
+        assert t.get(TASK)["status"] == "blocked"
+    assert ws.kinds()[-1] == "run-head"  # decided and signed, outcome not yet written
+    report = run(_options(ws, ws.write_script({}, "resume.json"), task=TASK, force=True), echo=lambda line: None)
+    assert report.outcome == "blocked" and report.block_reason == "proposal_unparsable"
+    kinds = ws.kinds()
+    assert kinds[-2:] == ["run-head", "outcome"] and kinds.count("outcome") == 1 and kinds.count("run-head") == 1
+    assert len({cp.run_id for cp in ws.checkpoints()}) == 1

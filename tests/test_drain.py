@@ -490,3 +490,16 @@ def test_remote_refuses_to_push_a_protected_branch(tmp_path):
         Lander(ws.repo, "main", MeshConfig(), remote="origin")
     with pytest.raises(GitError, match="no git remote"):
         Lander(ws.repo, "land", MeshConfig(), remote="nowhere")
+
+
+def test_a_task_s_backend_or_git_error_is_in_the_summary_with_exit_2():
+    from orchestrator.drain import DrainReport, TaskRow
+    from orchestrator.live import summary_lines
+
+    report = DrainReport(branch="mesh/land/x", scope={}, tasks=[TaskRow(id="t-1", title="a", state="closed")],
+                         errors=["t-2: git worktree add: fatal: disk full"], remote="origin")
+    summary = report.to_dict()
+    assert summary["exit_code"] == report.exit_code == 2 and summary["errors"] == report.errors
+    lines = summary_lines(summary)
+    assert "  error t-2: git worktree add: fatal: disk full" in lines
+    assert any("on origin" in line for line in lines) and not any("never pushed" in line for line in lines)

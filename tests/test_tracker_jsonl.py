@@ -37,8 +37,8 @@ def jsonl(*objects: dict | str) -> io.StringIO:
 
 
 @pytest.mark.parametrize("path", beads_real_files(), ids=lambda p: p.name)
-def test_real_export_round_trip_loses_nothing(path, tmp_path):
-    first = Tracker.init(tmp_path / "a", prefix="bd")
+def test_real_export_round_trip_loses_nothing(path, tmp_path, db_target):
+    first = Tracker.init(tmp_path / "a", prefix="bd", db_path=db_target)
     report = import_jsonl(first, path)
     source = source_objects(path)
     assert report.created == len(source) and report.updated == 0

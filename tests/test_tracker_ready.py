@@ -276,8 +276,8 @@ def test_ready_flags_and_kept_state_after_writes(tracker):
 
 
 @pytest.mark.parametrize("path", beads_real_files(), ids=lambda p: p.name)
-def test_ready_on_real_exports(path, tmp_path):
-    tracker = Tracker.init(tmp_path, prefix="bd")
+def test_ready_on_real_exports(path, tmp_path, db_target):
+    tracker = Tracker.init(tmp_path, prefix="bd", db_path=db_target)
     import_jsonl(tracker, path)
     state = exported(tracker)
     label_counts: dict[str, int] = {}

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -275,3 +276,16 @@ def test_delete_makes_a_tombstone_that_is_kept_and_exported(tracker):
     assert tracker.events(blocker)[-1]["event_type"] == "deleted"
     with pytest.raises(ConflictError):
         tracker.delete(blocker)
+
+
+def test_sqlite_urls_name_relative_and_absolute_files(tmp_path, monkeypatch):
+    from tracker.dialect import display_target, is_url, sqlite_path
+
+    monkeypatch.chdir(tmp_path)
+    assert sqlite_path("sqlite:///work/mesh.db") == Path("work/mesh.db")
+    assert sqlite_path("sqlite:////abs/mesh.db") == Path("/abs/mesh.db")
+    with Tracker("sqlite:///rel.db", create=True) as t:
+        t.create("x")
+    assert (tmp_path / "rel.db").exists()
+    assert is_url("postgresql://u@h/db") and not is_url("sqlite:///x") and not is_url(Path("x"))
+    assert display_target("postgresql://u:s3cret@h:5432/db?password=p") == "postgresql://u:***@h:5432/db?password=***"
