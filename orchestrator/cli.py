@@ -7,6 +7,9 @@ commands start fast.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from tracker.bd_shim import bd_command
@@ -285,6 +288,17 @@ def _config_options(f):
                         help="The project whose config (and [prices]) applies (default: .).")(f)
 
 
+def _show(value: Any, as_json: bool, render: Callable[..., str]) -> None:
+    """Print ``value`` as JSON, or as ``render(value, width=..., color=...)`` sized to the terminal."""
+    import json
+
+    if as_json:
+        click.echo(json.dumps(value, indent=2))
+        return
+    width, color = _terminal()
+    click.echo(render(value, width=width, color=color))
+
+
 def _terminal() -> tuple[int, bool]:
     """Width and colour of the tables: the terminal's, or 120 columns of plain text in a pipe."""
     import os
@@ -341,8 +355,6 @@ def logs_command(ctx: click.Context, task, run_id, role, round_name, model, back
 
     Costs are worked out with the price table in use and dated by it (see mesh prices).
     """
-    import json
-
     from orchestrator.logs import DEFAULT_LIMIT, list_calls, render_calls
     from orchestrator.usage import CallsUnavailable, UsageError
 
@@ -358,11 +370,8 @@ def logs_command(ctx: click.Context, task, run_id, role, round_name, model, back
         except UsageError as exc:
             _fail(ctx, str(exc), 4 if isinstance(exc, CallsUnavailable) else 2, as_json)
             return
-    if as_json:
-        click.echo(json.dumps(records, indent=2))
-        return
-    width, color = _terminal()
-    click.echo(render_calls(records, prices_as_of=config.prices.as_of, verbose=verbose, width=width, color=color))
+    _show(records, as_json, lambda value, **size: render_calls(value, prices_as_of=config.prices.as_of,
+                                                               verbose=verbose, **size))
 
 
 @cli.command("usage")
@@ -377,8 +386,6 @@ def usage_command(ctx: click.Context, task, since, as_json, repo, config_file) -
     Also the share of input served from the cache. Dollars are dated by the price table
     in use (see mesh prices).
     """
-    import json
-
     from orchestrator.usage import CallsUnavailable, UsageError, parse_since, render_usage, usage_summary
 
     opened = _calls_context(ctx, repo, config_file, as_json)
@@ -392,11 +399,7 @@ def usage_command(ctx: click.Context, task, since, as_json, repo, config_file) -
         except UsageError as exc:
             _fail(ctx, str(exc), 4 if isinstance(exc, CallsUnavailable) else 2, as_json)
             return
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    width, color = _terminal()
-    click.echo(render_usage(summary, width=width, color=color))
+    _show(summary, as_json, render_usage)
 
 
 @cli.command("prices")
@@ -427,12 +430,7 @@ def prices_command(ctx: click.Context, update_from, as_json, repo, config_file) 
     except ConfigError as exc:
         _fail(ctx, str(exc), 2, as_json)
         return
-    description = describe_prices(config.prices)
-    if as_json:
-        click.echo(json.dumps(description, indent=2))
-        return
-    width, color = _terminal()
-    click.echo(render_prices(description, width=width, color=color))
+    _show(describe_prices(config.prices), as_json, render_prices)
 
 
 @cli.command("report")

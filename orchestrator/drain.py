@@ -331,10 +331,10 @@ class _Drain:
         return report
 
     def others_hold(self, tracker: Tracker) -> bool:
-        """True while a task of the scope is in progress under a live lease of another run."""
+        """True while a task of the scope is in progress under a live lease of another run
+        (asked with nothing of ours in flight: every live lease is another run's)."""
         return any(lease_is_live(tracker, task["id"])
-                   for task in scoped_candidates(tracker, self.scope, status="in_progress")
-                   if task["id"] not in self.rows or self.rows[task["id"]].ended is not None)
+                   for task in scoped_candidates(tracker, self.scope, status="in_progress"))
 
     def budget_allows(self) -> bool:
         return budget_allows(self.options.max_usd,

@@ -283,14 +283,13 @@ class Engine:
         task_id = self.task["id"]
         actor = self.tracker.actor
         status, assignee = self.task["status"], self.task.get("assignee")
-        landed = self.memo.get(("land", "", "land"))
-        # Killed between closing the task and writing its outcome: the close was this run's own.
-        closed_here = status == "closed" and landed is not None and (
-            landed.payload.get("artifact") or {}).get("result") == "landed"
-        # Killed between setting the task blocked and writing the outcome: the block was this run's.
-        head = self.memo.get((RUN_HEAD, "", RUN_HEAD))
-        closed_here = closed_here or (status == "blocked" and head is not None
-                                      and (head.payload.get("artifact") or {}).get("outcome") == "blocked")
+        landed = (self.memo[("land", "", "land")].payload.get("artifact") or {}).get("result") \
+            if ("land", "", "land") in self.memo else None
+        decided = (self.memo[(RUN_HEAD, "", RUN_HEAD)].payload.get("artifact") or {}).get("outcome") \
+            if (RUN_HEAD, "", RUN_HEAD) in self.memo else None
+        # Killed between closing (or blocking) the task and writing its outcome: that status
+        # change was this run's own, so it is not claimed again.
+        ended_here = (status == "closed" and landed == "landed") or (status == "blocked" and decided == "blocked")
         self._check_lease()
         try:
             if status == "in_progress" and assignee != actor:
@@ -298,7 +297,7 @@ class Engine:
                 self.task = self.tracker.update(task_id, expect={"status": "in_progress", "assignee": assignee},
                                                 assignee=actor)
                 self.mutations.append(f"{task_id}: taken over from {assignee or 'nobody'} by {actor}")
-            elif status != "in_progress" and not closed_here:
+            elif status != "in_progress" and not ended_here:
                 self.task = self.tracker.claim(task_id)
                 self.mutations.append(f"{task_id}: status -> in_progress (claimed by {actor})")
         except ConflictError as exc:

@@ -14,12 +14,13 @@ import os
 import secrets
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracker.store import Tracker
 
-__all__ = ["Lease", "LeaseHeld", "DEFAULT_TTL_S", "ensure_lease_table", "lease_is_live", "held_by_person",
+__all__ = ["Lease", "LeaseHeld", "keep_alive", "DEFAULT_TTL_S", "ensure_lease_table", "lease_is_live", "held_by_person",
            "holder_is_dead"]
 
 DEFAULT_TTL_S = 60.0
@@ -81,6 +82,34 @@ def holder_is_dead(tracker: Tracker, task_id: str) -> bool:
     return False
 
 
+def keep_alive(path: Path | str, actor: str, every_s: float, renew: Callable[[Tracker], bool],
+               stop: threading.Event, *, name: str) -> threading.Thread:
+    """A started daemon thread calling ``renew(tracker)`` every ``every_s`` until ``stop`` is set
+    or ``renew`` returns False (what it renews was taken over). It has its own connection
+    (``path`` reopened); a busy or dropped database must not kill the run, so a failed beat is
+    retried at the next one on a new connection."""
+
+    def beat() -> None:
+        tracker = None
+        try:
+            while not stop.wait(every_s):
+                try:
+                    tracker = tracker or Tracker(path, actor=actor)
+                    if not renew(tracker):
+                        return
+                except Exception:
+                    if tracker is not None:
+                        tracker.close()
+                    tracker = None
+        finally:
+            if tracker is not None:
+                tracker.close()
+
+    thread = threading.Thread(target=beat, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 @dataclass
 class Lease:
     """A held lease; ``heartbeat()`` starts the renewing thread, ``release()`` ends it."""
@@ -139,25 +168,8 @@ class Lease:
     def heartbeat(self) -> None:
         """Renew every third of the TTL from a thread with its own connection."""
         self._stop = threading.Event()
-
-        def beat() -> None:
-            tracker = None
-            try:
-                while not self._stop.wait(self.ttl_s / 3):
-                    try:
-                        tracker = tracker or Tracker(self.db_path, actor=self.holder)
-                        if not self.renew(tracker):
-                            return
-                    except Exception:  # a busy or dropped database must not kill the run:
-                        if tracker is not None:  # the next beat retries on a new connection
-                            tracker.close()
-                        tracker = None
-            finally:
-                if tracker is not None:
-                    tracker.close()
-
-        self._thread = threading.Thread(target=beat, name=f"lease-{self.task_id}", daemon=True)
-        self._thread.start()
+        self._thread = keep_alive(self.db_path, self.holder, self.ttl_s / 3, self.renew, self._stop,
+                                  name=f"lease-{self.task_id}")
 
     def release(self, tracker: Tracker) -> None:
         """Stop the heartbeat and drop the lease (only if still ours)."""

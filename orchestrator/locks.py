@@ -19,9 +19,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from tracker.store import Tracker
+
+from .lease import keep_alive
 
 __all__ = ["LockTimeout", "ensure_lock_table", "named_lock", "lock_holder"]
 
@@ -116,10 +117,13 @@ def named_lock(tracker: Tracker, name: str, *, holder: str, ttl_s: float = DEFAU
         if deadline is not None and time.monotonic() > deadline:
             raise LockTimeout(f"{name} stayed held by {lock_holder(tracker, name)} for {timeout_s:g}s")
         time.sleep(poll_s)
+    def renew(mine: Tracker) -> bool:
+        with mine.transaction(exclusive=False) as c:
+            return c.execute("UPDATE mesh_locks SET expires_at = ? WHERE name = ? AND token = ?",
+                             (mine.db.now() + ttl_s, name, token)).rowcount == 1
+
     stop = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(tracker.path, name, token, holder, ttl_s, stop),
-                            name=f"lock-{name}", daemon=True)
-    beat.start()
+    beat = keep_alive(tracker.path, holder, ttl_s / 3, renew, stop, name=f"lock-{name}")
     try:
         yield
     finally:
@@ -127,19 +131,3 @@ def named_lock(tracker: Tracker, name: str, *, holder: str, ttl_s: float = DEFAU
         beat.join(timeout=5)
         with tracker.transaction(exclusive=False) as c:
             c.execute("DELETE FROM mesh_locks WHERE name = ? AND token = ?", (name, token))
-
-
-def _heartbeat(path: Path | str, name: str, token: str, holder: str, ttl_s: float, stop: threading.Event) -> None:
-    tracker = None
-    try:
-        while not stop.wait(ttl_s / 3):
-            try:
-                tracker = tracker or Tracker(path, actor=holder)
-                with tracker.transaction(exclusive=False) as c:
-                    c.execute("UPDATE mesh_locks SET expires_at = ? WHERE name = ? AND token = ?",
-                              (tracker.db.now() + ttl_s, name, token))
-            except Exception:  # a busy or briefly unreachable database: the next beat retries
-                continue
-    finally:
-        if tracker is not None:
-            tracker.close()

@@ -453,7 +453,7 @@ def test_lander_lands_again_when_another_process_moves_the_branch_mid_landing(tm
 def test_remote_landing_refused_by_the_lease_fetches_rebases_and_lands_on_the_new_tip(tmp_path):
     """With a shared remote, another runner pushes the integration branch while this landing
     validates: the push with --force-with-lease is refused, and the landing starts over on the
-    remote's new tip. The task branch is pushed as mesh/<task>; nothing else is."""
+    remote's new tip. Landing commits pushes the integration branch and nothing else."""
     ws = make_drain_workspace(tmp_path)
     remote = tmp_path / "origin.git"
     git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(remote))

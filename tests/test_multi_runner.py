@@ -91,6 +91,8 @@ def _single_runner_tree(tmp_path: Path) -> dict[str, str]:
 def _check_all_done_once(ws: DrainWorkspace, remote: Path, *, taken_over: str | None = None) -> None:
     landed = _landed(remote)
     assert sorted(landed) == sorted(ws.ids[f"T{i}"] for i in range(TASKS)), landed  # each landed once
+    pushed = set(git(remote, "for-each-ref", "--format=%(refname)", "refs/heads/mesh/").split())
+    assert pushed == {f"refs/heads/mesh/{ws.ids[f'T{i}']}" for i in range(TASKS)} | {f"refs/heads/{BRANCH}"}
     with ws.tracker() as t:
         for i in range(TASKS):
             task = ws.ids[f"T{i}"]

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .dialect import is_url, sqlite_path
 from .errors import WorkspaceError
@@ -44,13 +45,57 @@ def open_database(target: Path | str, *, create: bool = False):
         raise
     return db
 
-__all__ = ["Database", "open_database", "refresh_ready_state", "ready_state_changes"]
+__all__ = ["Database", "Transactions", "open_database", "refresh_ready_state", "ready_state_changes"]
 
 BUSY_TIMEOUT_MS = 30_000
 
 
 
-class Database:
+class Transactions:
+    """Re-entrant write transactions over one connection, for both engines: ``transaction()``
+    begins one, and calls inside it join it (all or nothing). An engine says how to begin
+    (``exclusive``: serialised with every other exclusive writer), how to raise a joined
+    transaction to exclusive, and how to end one."""
+
+    conn: Any
+    _lock: threading.RLock
+    _depth = 0
+
+    def _begin(self, exclusive: bool) -> None:
+        raise NotImplementedError
+
+    def _join(self, exclusive: bool) -> None:
+        """An inner ``transaction(exclusive=...)`` joins the open one (nothing to do by default)."""
+
+    def _end(self, commit: bool) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def transaction(self, *, exclusive: bool = True) -> Iterator[Any]:
+        """A write transaction on ``conn``; nested calls join the outer one."""
+        with self._lock:
+            if self._depth:
+                self._join(exclusive)
+                self._depth += 1
+                try:
+                    yield self.conn
+                finally:
+                    self._depth -= 1
+                return
+            self._begin(exclusive)
+            self._depth = 1
+            try:
+                yield self.conn
+            except BaseException:
+                self._depth = 0
+                self._end(commit=False)
+                raise
+            else:
+                self._depth = 0
+                self._end(commit=True)
+
+
+class Database(Transactions):
     """A tracker database file with explicit, re-entrant write transactions."""
 
     engine = "sqlite"
@@ -84,29 +129,12 @@ class Database:
 
     display = property(lambda self: str(self.path))
 
-    @contextlib.contextmanager
-    def transaction(self, *, exclusive: bool = True) -> Iterator[sqlite3.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction; nested calls join the outer one. SQLite has one
-        writer at a time, so every transaction is ``exclusive``."""
-        with self._lock:
-            if self._depth:
-                self._depth += 1
-                try:
-                    yield self.conn
-                finally:
-                    self._depth -= 1
-                return
-            self.conn.execute("BEGIN IMMEDIATE")
-            self._depth = 1
-            try:
-                yield self.conn
-            except BaseException:
-                self._depth = 0
-                self.conn.execute("ROLLBACK")
-                raise
-            else:
-                self._depth = 0
-                self.conn.execute("COMMIT")
+    # SQLite has one writer at a time: every transaction is ``exclusive``.
+    def _begin(self, exclusive: bool) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def _end(self, commit: bool) -> None:
+        self.conn.execute("COMMIT" if commit else "ROLLBACK")
 
     def read(self, sql: str, params: tuple | dict = ()) -> list[sqlite3.Row]:
         """All rows of a query (as ``sqlite3.Row``)."""

@@ -24,9 +24,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from .db import Transactions
 from .dialect import display_target, to_postgres
 from .errors import ConflictError, InvalidValueError, TrackerError, WorkspaceError
 
@@ -128,7 +129,7 @@ class _Connection:
             raise _typed(self._target, exc) from None
 
 
-class PostgresDatabase:
+class PostgresDatabase(Transactions):
     """A tracker database on a PostgreSQL server, with re-entrant write transactions."""
 
     engine = "postgresql"
@@ -186,41 +187,30 @@ class PostgresDatabase:
 
     # ------------------------------------------------------------------ transactions and reads
 
-    @contextlib.contextmanager
-    def transaction(self, *, exclusive: bool = True) -> Iterator[_Connection]:
-        """A write transaction; nested calls join the outer one.
+    # An exclusive transaction takes the advisory lock first (at once, or when a joined inner
+    # transaction asks for it); a non-exclusive one relies on its own row locks.
+    def _begin(self, exclusive: bool) -> None:
+        self.conn.execute("BEGIN")
+        try:
+            self._join(exclusive)
+        except BaseException:
+            self._end(commit=False)
+            raise
 
-        ``exclusive`` (the default) serialises it with every other exclusive writer of the
-        database; a non-exclusive one relies on its own row locks.
-        """
+    def _join(self, exclusive: bool) -> None:
+        if exclusive and not self._exclusive:
+            self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_ID,))
+            self._exclusive = True
+
+    def _end(self, commit: bool) -> None:
         import psycopg
 
-        with self._lock:
-            if self._depth:
-                if exclusive and not self._exclusive:
-                    self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_ID,))
-                    self._exclusive = True
-                self._depth += 1
-                try:
-                    yield self.conn
-                finally:
-                    self._depth -= 1
-                return
-            self.conn.execute("BEGIN")
-            self._depth = 1
-            try:
-                if exclusive:
-                    self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_ID,))
-                    self._exclusive = True
-                yield self.conn
-            except BaseException:
-                self._depth, self._exclusive = 0, False
-                with contextlib.suppress(psycopg.Error, TrackerError):
-                    self.conn.execute("ROLLBACK")
-                raise
-            else:
-                self._depth, self._exclusive = 0, False
-                self.conn.execute("COMMIT")  # a failure here is typed by _Connection; the server ended it
+        self._exclusive = False
+        if commit:
+            self.conn.execute("COMMIT")  # a failure here is typed by _Connection; the server ended it
+        else:
+            with contextlib.suppress(psycopg.Error, TrackerError):
+                self.conn.execute("ROLLBACK")
 
     def read(self, sql: str, params: tuple | dict = ()) -> list[Row]:
         """All rows of a query (read by position or column name)."""

@@ -223,12 +223,7 @@ class AnthropicBackend(Backend):
             cache_read_tokens=int(getattr(reported, "cache_read_input_tokens", 0) or 0),
             cache_write_tokens=int(getattr(reported, "cache_creation_input_tokens", 0) or 0),
         )
-        price = self._config.prices.price_for(model)
-        if price is not None:
-            usage.cost_usd = price.cost_usd(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                                            cache_read_tokens=usage.cache_read_tokens,
-                                            cache_write_tokens=usage.cache_write_tokens)
-        return usage
+        return usage.priced(self._config.prices.price_for(model))
 
     def worst_case(self, request: WorkerRequest) -> Usage:
         """An upper bound of the call's usage, for the engine's budget check.

@@ -57,6 +57,15 @@ class Usage:
         """The usage as a JSON-ready dict with the field names above."""
         return asdict(self)
 
+    def priced(self, price: Any) -> Usage:
+        """Set ``cost_usd`` from ``price`` (a price row of the run's config, whose
+        ``cost_usd(**token counts)`` gives dollars); a None price leaves it as it is."""
+        if price is not None:
+            self.cost_usd = price.cost_usd(input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+                                           cache_read_tokens=self.cache_read_tokens,
+                                           cache_write_tokens=self.cache_write_tokens)
+        return self
+
 
 @dataclass
 class WorkerRequest:

@@ -263,12 +263,7 @@ class LlmBackend(Backend):
         return None
 
     def _priced(self, usage: Usage, name: str, model: Any, resolved: str | None) -> Usage:
-        price = self._price(name, model.model_id, resolved)
-        if price is not None:
-            usage.cost_usd = price.cost_usd(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                                            cache_read_tokens=usage.cache_read_tokens,
-                                            cache_write_tokens=usage.cache_write_tokens)
-        return usage
+        return usage.priced(self._price(name, model.model_id, resolved))
 
     def worst_case(self, request: WorkerRequest) -> Usage:
         """An upper bound of one call's usage, for the engine's budget check.
