@@ -11,7 +11,16 @@ With ``sandbox="bwrap"`` (the default) the commands run inside bubblewrap
 (``orchestrator.sandbox``) in a writable copy of exactly the committed tree under test,
 materialised from git objects: files a worker left in the worktree without committing
 them are not there, nor is the repository's ``.git``, the tracker or any home directory,
-and there is no network. With ``sandbox="none"`` they run in the worktree itself.
+and there is no network. Each command starts from a fresh copy of that tree on a tmpfs
+sized to the tree plus ``Limits.tree_growth_mb``, runs as an unprivileged user when mesh is
+root, and its whole process tree is held to one memory and process cap
+(``orchestrator.cgroups``) where the machine allows it. With ``sandbox="none"`` they run in
+the worktree itself.
+
+The output is untrusted text too: it is stripped of terminal control sequences, scrubbed of
+secrets (known ones and the values of the variables passed in), and capped, before anyone
+stores, prints or prompts with it. A result names the limit that ended the command
+(``limit``) when the kernel's counters or the exit status say one did.
 
 Allowlist entries are exact commands or templates: the token ``{path}`` stands for one
 relative path argument that stays inside the worktree, and a final token ``{args...}`` for
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -34,9 +44,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Mapping, Sequence
 
+from orchestrator import cgroups
 from orchestrator import sandbox as _sandbox
 from orchestrator.sandbox import Limits
 from redact import scrub
+from redact.controls import strip_terminal
 from roles.backends.command import split_command
 
 __all__ = [
@@ -69,6 +81,9 @@ class ValidationResult:
 
     ``reason`` is None for a command that ran to completion, else one of ``not_allowed``,
     ``unparsable`` (both: ``rejected`` and never run), ``timeout`` or ``not_found``.
+    ``limit`` names the resource limit that ended the command, if one did: ``memory``,
+    ``processes`` (the tree's caps), ``cpu``, ``file_size`` (per process) or ``disk`` (the
+    tree copy or ``/tmp`` is full).
     """
 
     command: str
@@ -79,6 +94,7 @@ class ValidationResult:
     duration_s: float = 0.0
     stdout_tail: str = ""
     stderr_tail: str = ""
+    limit: str | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field."""
@@ -336,6 +352,35 @@ def _rejected(command: str, reason: str, started: float, detail: str = "") -> Va
     )
 
 
+def clean_output(text: str, hidden_values: Sequence[str] = ()) -> str:
+    """Validation output made safe to keep: no terminal controls, no secret, no passed value."""
+    text = scrub(strip_terminal(text))
+    for value in hidden_values:
+        if len(value) >= 6 and value in text:
+            text = text.replace(value, "[REDACTED]")
+    return text
+
+
+# Exit statuses of a process killed by a signal, as bwrap and shells report them (128 + n)
+# and as Popen does (-n).
+_SIGNAL_LIMITS = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file_size"}
+_DISK_FULL = ("No space left on device", "Disk quota exceeded")
+
+
+def _limit_hit(exit_code: int | None, usage: cgroups.TreeUsage | None, output: str) -> str | None:
+    if usage is not None and usage.memory:
+        return "memory"
+    if usage is not None and usage.processes:
+        return "processes"
+    if exit_code is not None:
+        for sig, name in _SIGNAL_LIMITS.items():
+            if exit_code in (-sig, 128 + sig):
+                return name
+    if exit_code not in (None, 0) and any(marker in output for marker in _DISK_FULL):
+        return "disk"
+    return None
+
+
 def _run_one(
     command: str,
     argv: list[str],
@@ -347,51 +392,116 @@ def _run_one(
     max_output_bytes: int,
     started: float,
     limits: Limits,
+    confine: bool = False,
+    hidden_values: Sequence[str] = (),
 ) -> ValidationResult:
     out_tail, err_tail = _Tail(max_output_bytes), _Tail(max_output_bytes)
+    group = _tree_group(limits) if confine else None
+    nproc = limits.max_processes if confine and group is None and _sandbox.sandbox_user() is not None else None
+
+    def prepare() -> None:
+        if group is not None:
+            group.join()
+        limits.apply()
+        if nproc:
+            # The sandbox's user has no other process on the host: RLIMIT_NPROC counts its tree.
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
     try:
-        proc = subprocess.Popen(
-            argv, executable=program, cwd=cwd, env=env, shell=False,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, close_fds=True, preexec_fn=limits.apply,
-        )
-    except OSError as exc:
-        return ValidationResult(
-            command=scrub(command), exit_code=None, passed=False, rejected=False,
-            reason="not_found", duration_s=time.monotonic() - started,
-            stderr_tail=scrub(f"cannot run {argv[0]!r}: {exc.strerror or exc}"),
-        )
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [
-        threading.Thread(target=_drain, args=(proc.stdout, out_tail), daemon=True),
-        threading.Thread(target=_drain, args=(proc.stderr, err_tail), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    # Kill the whole group either way: on timeout to stop the run, and after a normal exit
-    # to reap anything it left running in the background (which would also hold our pipes).
-    # Under bwrap the group is bwrap itself; --die-with-parent then ends the sandbox's pid 1,
-    # and the kernel every process left in its pid namespace.
-    _kill_group(proc.pid)
-    proc.wait()
+        try:
+            proc = subprocess.Popen(
+                argv, executable=program, cwd=cwd, env=env, shell=False,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, close_fds=True, preexec_fn=prepare,
+            )
+        except OSError as exc:
+            return ValidationResult(
+                command=scrub(command), exit_code=None, passed=False, rejected=False,
+                reason="not_found", duration_s=time.monotonic() - started,
+                stderr_tail=scrub(f"cannot run {argv[0]!r}: {exc.strerror or exc}"),
+            )
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [
+            threading.Thread(target=_drain, args=(proc.stdout, out_tail), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stderr, err_tail), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        # Kill the whole group either way: on timeout to stop the run, and after a normal exit
+        # to reap anything it left running in the background (which would also hold our pipes).
+        # Under bwrap the group is bwrap itself; --die-with-parent then ends the sandbox's pid 1,
+        # and the kernel every process left in its pid namespace.
+        _kill_group(proc.pid)
+        proc.wait()
+        usage = group.usage() if group is not None else None
+    finally:
+        if group is not None:
+            group.kill_and_remove()
     for reader in readers:
         reader.join(_READER_JOIN_S)
     exit_code = None if timed_out else proc.returncode
+    stdout, stderr = clean_output(out_tail.text(), hidden_values), clean_output(err_tail.text(), hidden_values)
+    limit = _limit_hit(exit_code, usage, stdout + stderr)
     return ValidationResult(
         command=scrub(command),
         exit_code=exit_code,
-        passed=exit_code == 0,
+        # A tree that hit a cap did not run as written (a fork that failed, a child killed by
+        # the OOM killer), whatever its exit status claims.
+        passed=exit_code == 0 and limit is None,
         rejected=False,
         reason="timeout" if timed_out else None,
         duration_s=time.monotonic() - started,
-        stdout_tail=scrub(out_tail.text()),
-        stderr_tail=scrub(err_tail.text()),
+        stdout_tail=stdout,
+        stderr_tail=stderr,
+        limit=limit,
     )
+
+
+def _tree_group(limits: Limits) -> cgroups.TreeGroup | None:
+    """A control group capping the command's whole tree, or None where none can be made."""
+    if cgroups.probe() is not None:
+        return None
+    memory = (int(limits.memory_mb) << 20) if limits.memory_mb else 1 << 62
+    try:
+        return cgroups.make_group(memory, int(limits.max_processes or 0) or 1 << 22)
+    except OSError:
+        return None
+
+
+def tree_limits_note(limits: Limits) -> str:
+    """One line for preflight: which of ``limits`` hold for a whole validation tree here."""
+    problem = cgroups.probe()
+    if problem is None:
+        return (f"validation limits: memory {limits.memory_mb} MB and {limits.max_processes} processes for the "
+                f"whole tree (control group), tree copy +{limits.tree_growth_mb} MB, /tmp {limits.memory_mb} MB")
+    processes = (f"{limits.max_processes} processes (RLIMIT_NPROC of the sandbox user)"
+                 if _sandbox.sandbox_user() is not None else "no process-count limit")
+    return (f"validation limits: memory {limits.memory_mb} MB per process only, {processes}, tree copy "
+            f"+{limits.tree_growth_mb} MB, /tmp {limits.memory_mb} MB; no control group ({problem})")
+
+
+# The sandbox's first step: copy the tree under test onto its tmpfs, then become the command.
+# A constant script; the command and its arguments are passed as "$@", never interpolated.
+_COPY_IN = 'cp -RP /mesh/source/. ' + _sandbox.SANDBOX_TREE + '/ || exit 125; exec "$@"'
+_SANDBOX_SOURCE = "/mesh/source"
+
+
+def _tree_bytes(root: Path) -> int:
+    """What the tree takes on a tmpfs: its files rounded up to pages, plus a page per entry."""
+    total = 0
+    for folder, dirs, files in os.walk(root):
+        for name in files + dirs:
+            try:
+                size = os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+            total += (size + 4095) // 4096 * 4096 + 4096
+    return total
 
 
 @dataclass
@@ -403,6 +513,10 @@ class _Place:
     bwrap: str | None = None
     # Folders a program's own folder must not contain when bound in: HOME, the checkout.
     shielded: tuple[str, ...] = ()
+    limits: Limits = Limits()
+    etc_dir: str | None = None
+    hidden: tuple[str, ...] = ()
+    tree_bytes: int = 0
 
     def launch(self, argv: list[str], program: str) -> tuple[list[str], str | None, Path]:
         """(argv to start, executable, host cwd) for ``program`` run with ``argv``."""
@@ -424,9 +538,15 @@ class _Place:
                 exposes = any(s == path or s.startswith(path.rstrip("/") + "/") for s in self.shielded)
                 if not _sandbox.covered(path, shown) and not exposes:
                     ro_binds.append((path, path))
-        full = _sandbox.bwrap_argv(self.bwrap, [inside, *argv[1:]], network=False,
-                                   binds=[(str(self.root), _sandbox.SANDBOX_TREE)],
-                                   ro_binds=list(dict.fromkeys(ro_binds)), chdir=_sandbox.SANDBOX_TREE)
+        growth = (int(self.limits.tree_growth_mb) << 20) if self.limits.tree_growth_mb else None
+        memory = (int(self.limits.memory_mb) << 20) if self.limits.memory_mb else None
+        shell = shutil.which("sh", path="/usr/bin:/bin") or "/bin/sh"
+        full = _sandbox.bwrap_argv(
+            self.bwrap, [shell, "-c", _COPY_IN, "mesh-validate", inside, *argv[1:]], network=False,
+            ro_binds=[(str(self.root), _SANDBOX_SOURCE), *dict.fromkeys(ro_binds)],
+            tmpfs=[(_sandbox.SANDBOX_TREE, self.tree_bytes + growth if growth else None)],
+            tmp_bytes=memory, etc_dir=self.etc_dir, user=_sandbox.sandbox_user(), hidden=self.hidden,
+            chdir=_sandbox.SANDBOX_TREE)
         return full, None, self.root
 
 
@@ -442,6 +562,7 @@ def run_validation(
     sandbox: str = "bwrap",
     env_names: Sequence[str] = (),
     limits: Limits | None = None,
+    hidden: Sequence[str | Path] = (),
 ) -> list[ValidationResult]:
     """Run each allowed command and return one result per command, in order.
 
@@ -450,7 +571,8 @@ def run_validation(
     deleted afterwards; with ``sandbox="none"`` in ``cwd`` itself. Either way the
     environment is PATH, LANG, a temporary HOME, ``PYTHONSAFEPATH=1``,
     ``PYTHONDONTWRITEBYTECODE=1`` and the variables of ``env`` (default: os.environ)
-    named in ``env_names``, and every process is held to ``limits``. Commands that do not
+    named in ``env_names``, and every process is held to ``limits``. ``hidden`` paths (the
+    tracker's files) are covered wherever a bind would show them. Commands that do not
     parse or do not match ``allow`` are rejected and never run. Every command is
     attempted, whatever the outcome of the ones before it.
 
@@ -466,27 +588,33 @@ def run_validation(
         return []
     source = os.environ if env is None else env
     limits = limits or Limits()
+    passed_values = [source[name] for name in env_names if name in source]
     with tempfile.TemporaryDirectory(prefix="mesh-validate-", ignore_cleanup_errors=True) as scratch:
         if sandbox == "bwrap":
             bwrap = _sandbox.require_bwrap()
+            # The sandbox's user (not root) must reach the tree copy and the identity files.
+            os.chmod(scratch, 0o755)
             tree = Path(scratch) / "tree"
             materialize_tree(cwd, commit or "HEAD", tree)
             run_env = _sandbox.minimal_env(source, env_names, home=_sandbox.SANDBOX_HOME,
                                            path=_sandbox.sandbox_path(source.get("PATH")))
+            etc_dir = _sandbox.write_identity(Path(scratch) / "etc", _sandbox.SANDBOX_HOME)
             place = _Place(tree, run_env, bwrap,
-                           shielded=(os.path.realpath(Path.home()), os.path.realpath(cwd)))
+                           shielded=(os.path.realpath(Path.home()), os.path.realpath(cwd)),
+                           limits=limits, etc_dir=etc_dir, hidden=tuple(str(path) for path in hidden),
+                           tree_bytes=_tree_bytes(tree))
         else:
             home = Path(scratch) / "home"
             home.mkdir()
             run_env = _sandbox.minimal_env(source, env_names, home=str(home),
                                            path=_absolute_path_entries(source.get("PATH")))
-            place = _Place(cwd, run_env)
+            place = _Place(cwd, run_env, limits=limits)
         return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
-                               limits=limits) for command in commands]
+                               hidden_values=passed_values) for command in commands]
 
 
 def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout_s: float,
-                   max_output_bytes: int, limits: Limits) -> ValidationResult:
+                   max_output_bytes: int, hidden_values: Sequence[str]) -> ValidationResult:
     started = time.monotonic()
     argv = _split(command)
     if not argv:
@@ -505,4 +633,5 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         )
     launch_argv, executable, host_cwd = place.launch(argv, program)
     return _run_one(command, launch_argv, executable, cwd=host_cwd, env=place.env, timeout_s=timeout_s,
-                    max_output_bytes=max_output_bytes, started=started, limits=limits)
+                    max_output_bytes=max_output_bytes, started=started, limits=place.limits,
+                    confine=place.bwrap is not None, hidden_values=hidden_values)
