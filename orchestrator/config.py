@@ -14,7 +14,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -133,8 +133,12 @@ class ValidationConfig(_Strict):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     env: list[str] = Field(default_factory=list)
     cpu_limit_s: int = Field(default=600, gt=0)
+    # For the whole process tree of a command, its /tmp and HOME included, where control groups
+    # can be made (preflight says); else per process.
     memory_limit_mb: int = Field(default=4096, gt=0)
     file_size_limit_mb: int = Field(default=1024, gt=0)
+    max_processes: int = Field(default=512, gt=0)
+    tree_growth_mb: int = Field(default=1024, gt=0)
 
     @field_validator("allow")
     @classmethod
@@ -154,7 +158,8 @@ class ValidationConfig(_Strict):
     @property
     def limits(self) -> Limits:
         """The per-process resource limits of a validation command."""
-        return Limits(cpu_s=self.cpu_limit_s, memory_mb=self.memory_limit_mb, file_size_mb=self.file_size_limit_mb)
+        return Limits(cpu_s=self.cpu_limit_s, memory_mb=self.memory_limit_mb, file_size_mb=self.file_size_limit_mb,
+                      max_processes=self.max_processes, tree_growth_mb=self.tree_growth_mb)
 
 
 class BudgetConfig(_Strict):
@@ -319,9 +324,16 @@ class MeshConfig(_Strict):
     workers: dict[str, str] = Field(default_factory=dict)  # role -> preset (or "command": worker_cmd)
     worker_timeout_s: float = Field(default=600.0, gt=0)
     worker_env: list[str] = Field(default_factory=list)
-    # The HOME a command worker sees (orchestrator.sandbox.worker_launcher): "auto" gives the
-    # agent-CLI presets a private one holding only their own login folders.
-    worker_home: Literal["auto", "private", "real"] = "auto"
+    # The HOME a command worker sees (orchestrator.worker_sandbox): "private" (the default; "auto"
+    # is its old name) is a folder of its own, plus a preset's login file read-only; "real" is
+    # the user's HOME, writable, announced on every start.
+    worker_home: Literal["private", "real", "auto"] = "private"
+    # The network of a command worker: "auto" gives it a namespace of its own where pasta works
+    # (the outside, not the host's loopback services), "isolated" requires that, "host" shares
+    # the host's. ``worker_loopback_ports`` are forwarded to the host's loopback besides the
+    # ports of loopback URLs in the variables the worker is passed (a local model endpoint).
+    worker_network: Literal["auto", "isolated", "host"] = "auto"
+    worker_loopback_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
     models: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODELS))
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     protected_branches: list[str] = Field(default_factory=lambda: list(ALWAYS_PROTECTED))

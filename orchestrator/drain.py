@@ -18,6 +18,7 @@ ones in flight) at the average cost of the finished ones.
 from __future__ import annotations
 
 import concurrent.futures
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -35,7 +36,7 @@ from .gitops import GitError, _git, repo_root
 from .landing import Lander, integration_branch_for, land_checkpoints
 from .lease import held_by_person, lease_is_live
 from .runner import (RunError, RunOptions, load_run_config, make_backend, make_lander, open_tracker,
-                     require_sandbox, run_task, unfinished_run)
+                     require_sandbox, run_task, sandbox_notes, unfinished_run)
 from .scope import Scope, ScopeError, resolve_scope, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
@@ -312,7 +313,9 @@ class _Drain:
             verified = verify_landings(tracker, self.lander, self.scope)
             for v in verified:
                 self.emit("land_verified" if v["on_branch"] else "land_missing", **v)
-            self.backend = self.options.backend or make_backend(self.config, options)
+            self.backend = self.options.backend or make_backend(self.config, options, tracker)
+            for note in sandbox_notes(self.config):
+                print(note, file=sys.stderr)
             try:
                 stop_reason, skipped, errors = self.schedule(tracker, jobs)
                 blocked_before = blocked_in_scope(tracker, self.scope, options.ids, exclude=set(self.rows))

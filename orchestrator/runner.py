@@ -24,7 +24,8 @@ from .config import ConfigError, MeshConfig, load_config
 from .engine import Engine, RunReport, TaskTaken, load_checkpoints, new_run_id
 from .lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
 from .gitops import cache_dir
-from .sandbox import SandboxUnavailable, require_bwrap, worker_launcher
+from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
+from .worker_sandbox import announce_real_home, network_problem, worker_launcher
 from .scope import Scope, ScopeError, resolve_scope, select_candidates
 
 __all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "open_tracker",
@@ -84,8 +85,9 @@ def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | 
     return tracker
 
 
-def make_backend(config: MeshConfig, options: RunOptions) -> Backend:
-    """The worker backend named by the options or the config."""
+def make_backend(config: MeshConfig, options: RunOptions, tracker: Tracker | None = None) -> Backend:
+    """The worker backend named by the options or the config (``tracker``: the open tracker,
+    whose files command workers must never see)."""
     name = config.backend
     try:
         if name == "replay":
@@ -93,13 +95,13 @@ def make_backend(config: MeshConfig, options: RunOptions) -> Backend:
                 raise RunError("the replay backend needs --script FILE", 2)
             return get_backend("replay", script=Path(options.script))
         if name == "command":
-            return _command_backend(config, options)
+            return _command_backend(config, options, tracker)
         return get_backend(name, config=config)
     except BackendError as exc:
         raise RunError(str(exc), 2) from None
 
 
-def _command_backend(config: MeshConfig, options: RunOptions) -> Backend:
+def _command_backend(config: MeshConfig, options: RunOptions, tracker: Tracker | None) -> Backend:
     """The command backend's workers. A flag picks one worker for every role for this run
     (``--worker NAME`` or ``--worker-cmd CMD``); else the config's ``workers``, ``worker``
     and ``worker_cmd`` do, role by role."""
@@ -110,10 +112,10 @@ def _command_backend(config: MeshConfig, options: RunOptions) -> Backend:
         worker, workers, cmd = config.worker, config.workers, config.worker_cmd
     return command_workers(roles=config.roles, worker_cmd=cmd, worker=worker, workers=workers,
                            models=config.models, timeout_s=config.worker_timeout_s, env_names=config.worker_env,
-                           launcher=_worker_launcher(config, options))
+                           launcher=_worker_launcher(config, options, tracker))
 
 
-def _worker_launcher(config: MeshConfig, options: RunOptions) -> Launcher | None:
+def _worker_launcher(config: MeshConfig, options: RunOptions, tracker: Tracker | None) -> Launcher | None:
     """The bwrap launcher of command workers (None when the user opted out of the sandbox)."""
     if config.validation.sandbox != "bwrap":
         return None
@@ -121,15 +123,38 @@ def _worker_launcher(config: MeshConfig, options: RunOptions) -> Launcher | None
         bwrap = require_bwrap()
     except SandboxUnavailable as exc:
         raise RunError(str(exc), 2) from None
+    if config.worker_network == "isolated" and (problem := network_problem(bwrap)):
+        raise RunError(f'worker_network = "isolated", but {problem}; install passt (apt-get install passt)'
+                       ' or set worker_network = "auto"', 2)
     repo = Path(options.repo) if options.repo else Path.cwd()
-    readonly = [repo] + ([Path(options.db).parent] if options.db and not is_url(options.db) else [])
-    # Every task's worktree lives under the cache folder inside HOME, which the worker may
-    # write: keep the worktrees (other tasks' included, under a drain) read-only.
+    # Every task's worktree lives under the cache folder: under a real HOME it stays read-only
+    # (other tasks' worktrees included, under a drain), and so does the repository.
     worktrees = cache_dir() / "mesh"
     worktrees.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # Private worker HOMEs live beside the worktrees, not under them (those are shown read-only).
-    return worker_launcher(bwrap, readonly=[*readonly, worktrees], home=config.worker_home,
-                           private_root=cache_dir() / "mesh-worker-homes")
+    hidden = tracker_paths(tracker) if tracker is not None else []
+    if options.db and not is_url(options.db):
+        hidden.append(str(options.db))
+    return worker_launcher(bwrap, home=config.worker_home, private_root=cache_dir() / "mesh-worker-homes",
+                           repo=repo, hidden=hidden, shielded=[repo, worktrees], network=config.worker_network,
+                           extra_ports=config.worker_loopback_ports)
+
+
+def sandbox_notes(config: MeshConfig) -> list[str]:
+    """What preflight prints of the sandboxes a run will use: validation limits, and for
+    command workers their HOME and network (with the warning ``worker_home = "real"`` owes)."""
+    from .validation import tree_limits_note
+
+    if config.validation.sandbox != "bwrap":
+        return ['warning: validation.sandbox = "none": validation and command workers run unconfined']
+    notes = [tree_limits_note(config.validation.limits)] if config.integrate else []
+    if config.backend == "command":
+        if config.worker_home == "real":
+            notes.append(announce_real_home())
+        problem = network_problem(require_bwrap()) if config.worker_network != "host" else None
+        if config.worker_network == "host" or problem:
+            notes.append("warning: command workers share this machine's network (they can reach its loopback "
+                         f"services){f': {problem}' if problem else ''}")
+    return notes
 
 
 def require_sandbox(config: MeshConfig) -> None:
@@ -222,7 +247,9 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         if remote and not onto and config.integrate:
             raise RunError("--remote needs an integration branch: pass --onto BRANCH (or set drain.onto)", 2)
         lander = make_lander(repo, onto, config, remote=remote) if onto and config.integrate else None
-        backend = make_backend(config, options)
+        backend = make_backend(config, options, tracker)
+        for note in sandbox_notes(config):
+            (echo or _stderr)(note)
         try:
             return _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
                                    lander)
@@ -340,6 +367,12 @@ def lease_ttl(config: MeshConfig | None = None) -> float:
         return float(os.environ.get("MESH_LEASE_TTL_S", default))
     except ValueError:
         return default
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr)
 
 
 def _scope_of(task: dict) -> Scope:

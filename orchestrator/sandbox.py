@@ -31,7 +31,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,12 +49,11 @@ __all__ = [
     "covered",
     "minimal_env",
     "probe",
-    "program_roots",
     "python_roots",
     "require_bwrap",
     "sandbox_path",
+    "tracker_paths",
     "visible_roots",
-    "worker_launcher",
 ]
 
 SIGNING_KEY_ENV = "MESH_SIGNING_KEY"
@@ -186,25 +184,6 @@ def python_roots() -> list[str]:
     return roots
 
 
-def program_roots(program: str) -> list[str]:
-    """The folders a program needs visible to run: its own, its target's, and their prefix.
-
-    A program found in a ``bin`` folder brings the prefix above it (a Python's ``lib``
-    lives there), and a program inside a virtualenv brings the virtualenv.
-    """
-    roots: list[str] = []
-    for path in (os.path.abspath(program), os.path.realpath(program)):
-        folder = os.path.dirname(path)
-        parent = os.path.dirname(folder)
-        candidates = [folder]
-        if os.path.basename(folder) == "bin" and parent != "/":
-            candidates = [parent]
-        for candidate in candidates:
-            if candidate not in roots:
-                roots.append(candidate)
-    return roots
-
-
 def _system_args(network: bool, etc_dir: str | None) -> list[str]:
     args: list[str] = []
     for path in _SYSTEM_PATHS:
@@ -271,6 +250,20 @@ def _depth(path: str) -> int:
     return len(Path(path).parts)
 
 
+def tracker_paths(tracker: object) -> list[str]:
+    """The files of an open SQLite tracker (the database, its journal, WAL and shared memory,
+    and its ``.beads`` folder) that no sandbox may show; none for a server's tracker."""
+    db = getattr(tracker, "db", None)
+    path = getattr(tracker, "path", None)
+    if getattr(db, "engine", "sqlite") != "sqlite" or not path:
+        return []
+    path = os.path.realpath(str(path))
+    found = [path] + [path + suffix for suffix in ("-wal", "-shm", "-journal")]
+    if os.path.basename(os.path.dirname(path)) == ".beads":
+        found.append(os.path.dirname(path))
+    return found
+
+
 def require_bwrap() -> str:
     """The bwrap to use; SandboxUnavailable (one line: why, and the fix) when there is none."""
     return probe()
@@ -327,6 +320,7 @@ def bwrap_argv(
     tmp_bytes: int | None = None,
     tmpfs: Sequence[tuple[str, int | None]] = (),
     hidden: Sequence[str] = (),
+    resolver: bool | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` in a sandbox.
 
@@ -336,7 +330,8 @@ def bwrap_argv(
     target) are writable, ``ro_binds`` read-only and ``tmpfs`` (target, size) empty and
     writable, mounted parents first. ``hidden`` paths that a bind would show are covered:
     a folder by an empty read-only one, a file by ``/dev/null``. Without ``network`` the
-    sandbox has its own empty network namespace.
+    sandbox has its own network namespace (empty, unless a caller connects it: then pass
+    ``resolver=True`` to show the resolver configuration; by default only with ``network``).
 
     With ``user`` (mesh runs as root) bwrap runs privileged without a user namespace and
     ``setpriv`` drops the command to that uid with no capability left, so it is an ordinary
@@ -352,7 +347,7 @@ def bwrap_argv(
     if user is not None:
         # Just what setpriv needs to become ``user``; changing to a non-zero uid clears them all.
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-    argv += _system_args(network, etc_dir)
+    argv += _system_args(network if resolver is None else resolver, etc_dir)
     size = ["--size", str(tmp_bytes)] if tmp_bytes else []
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", *size, "--tmpfs", "/tmp",
              "--perms", "1777", *size, "--tmpfs", SANDBOX_HOME]
@@ -369,7 +364,8 @@ def bwrap_argv(
     shown = list(mounts)
     covers = {os.path.abspath(path) for path in hidden}
     for path in covers:
-        if covered(path, shown) and path not in mounts:
+        inside_another = covered(os.path.dirname(path), [c for c in covers if c != path])
+        if os.path.lexists(path) and covered(path, shown) and path not in mounts and not inside_another:
             mounts[path] = ("--ro-bind", "/dev/null") if not os.path.isdir(path) else ("--perms", "0555", "--tmpfs")
     for target in sorted(mounts, key=_depth):
         argv += [*mounts[target], target]
@@ -390,67 +386,3 @@ def bwrap_argv(
                  f"--regid={user}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
                  "--no-new-privs", "--"]
     return [*argv, *command]
-
-
-# What each agent CLI keeps under HOME and needs between calls: its login, settings and state.
-# A worker run with a private HOME sees these folders of the real HOME and nothing else of it.
-AGENT_HOME_PATHS: dict[str, tuple[str, ...]] = {
-    "claude": (".claude", ".claude.json", ".config/claude"),
-    "codex": (".codex",),
-    "opencode": (".local/share/opencode", ".config/opencode", ".local/state/opencode", ".cache/opencode"),
-}
-WORKER_HOMES = ("auto", "private", "real")
-
-
-def worker_launcher(bwrap: str, *, readonly: Sequence[str | Path] = (), home: str = "auto",
-                    private_root: Path | None = None) -> Launcher:
-    """A launcher for the ``command`` backend that runs each worker call inside bwrap.
-
-    The worker keeps the network (agent CLIs call an API). Its ``HOME`` is, by ``home``:
-
-    - ``private``: a folder of its own (``private_root/<program>``, kept between calls), on
-      which only the program's entries of ``AGENT_HOME_PATHS`` from the real HOME are mounted
-      (writable: the CLI keeps its login and state there). ``~/.ssh``, other tools' keys and
-      dotfiles are not there to read or plant.
-    - ``real``: the real HOME, writable (a custom agent CLI that keeps its login elsewhere).
-    - ``auto`` (the default): ``private`` for the agent CLIs mesh knows (``claude``, ``codex``,
-      ``opencode``: the presets), ``real`` for any other command.
-
-    Everything else it sees is read-only: the system, the running Python, the worker
-    program's folders, any absolute path named in the worker command, the ``readonly``
-    folders (the repository, the tracker) and the call's worktree, which is its working
-    directory. Its own pid namespace keeps mesh's ``/proc/<pid>/environ`` out of reach, and
-    the signing key is dropped from its environment whatever the caller passed.
-    """
-    if home not in WORKER_HOMES:
-        raise ValueError(f"worker home must be one of {', '.join(WORKER_HOMES)}, not {home!r}")
-    fixed = [os.path.abspath(path) for path in readonly]
-
-    def launch(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> tuple[list[str], dict[str, str]]:
-        run_env = {name: value for name, value in env.items() if name != SIGNING_KEY_ENV}
-        real_home = run_env.get("HOME", "")
-        usable = os.path.isabs(real_home) and real_home != "/" and os.path.isdir(real_home)
-        program = os.path.basename(argv[0]) if argv else ""
-        private = home == "private" or (home == "auto" and program in AGENT_HOME_PATHS)
-        writable: list[tuple[str, str]] = []
-        if usable and private:
-            own = (private_root or Path(tempfile.gettempdir()) / f"mesh-worker-homes-{os.getuid()}") / (program or "worker")
-            own.mkdir(parents=True, exist_ok=True, mode=0o700)
-            writable.append((str(own), real_home))
-            writable += [(os.path.join(real_home, entry), os.path.join(real_home, entry))
-                         for entry in AGENT_HOME_PATHS.get(program, ())]
-        elif usable:
-            writable.append((real_home, real_home))
-        # Under a private HOME, the real one is not shown: the program's own folders there
-        # (~/.local/bin/claude) are mounted read-only one by one below.
-        shown = [*visible_roots(), *([] if private else [target for _, target in writable])]
-        wanted = [*program_roots(argv[0]), *(arg for arg in argv[1:] if os.path.isabs(arg))]
-        read_only = [(path, path) for path in wanted if os.path.exists(path) and not covered(path, shown)]
-        read_only += [(path, path) for path in fixed]
-        if cwd is not None:
-            read_only.append((os.path.abspath(cwd), os.path.abspath(cwd)))
-        chdir = os.path.abspath(cwd) if cwd is not None else (real_home if writable else "/")
-        command = bwrap_argv(bwrap, list(argv), network=True, chdir=chdir, binds=writable, ro_binds=read_only)
-        return command, run_env
-
-    return launch

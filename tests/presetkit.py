@@ -3,9 +3,9 @@
 A fake CLI is a real executable (a Python script named ``claude``, ``codex`` or ``opencode``)
 in a folder put on PATH. It answers from a plan file beside it, one entry per call (per role,
 consumed in order), and appends what it was given (argv, working directory, environment,
-stdin) to ``<login folder>/<program>-calls.jsonl`` under HOME: a sandboxed preset gets a
-private HOME holding only its own login folder of the real one (``~/.claude``, ``~/.codex``,
-``~/.local/share/opencode``), which ``make_home`` creates.
+stdin) to ``<its folder>/<program>-calls.jsonl`` under HOME (``~/.claude``, ``~/.codex``,
+``~/.local/share/opencode``): a sandboxed preset's HOME is the private one mesh keeps for it,
+which sees nothing of the real HOME but the CLI's login file.
 
 The outputs below were recorded from the real CLIs (Claude Code 2.1.197, Codex 0.169.0,
 OpenCode 1.18.33) run against local fake APIs on 127.0.0.1: answers, refused keys, rate
@@ -16,6 +16,7 @@ token counts are the parts a test fills in.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -27,19 +28,20 @@ here = os.path.dirname(os.path.abspath(__file__))
 program = os.path.basename(__file__)
 prompt = sys.stdin.read()
 home = os.path.join(os.environ.get("HOME", here), LOGIN[program])
+os.makedirs(home, exist_ok=True)
 role = os.environ.get("MESH_ROLE", "")
-with open(os.path.join(home, program + "-state.json"), "a+") as fh:
+with open(os.path.join(home, f"{program}-state-{TAG}.json"), "a+") as fh:
     fcntl.flock(fh, fcntl.LOCK_EX)
     fh.seek(0)
     used = json.loads(fh.read() or "{}")
-    plan = json.load(open(os.path.join(here, program + "-plan.json")))
+    plan = json.loads(PLAN)
     queue = plan.get(role) or plan["*"]
     key = role if plan.get(role) else "*"
     index = used.get(key, 0)
     used[key] = index + 1
     fh.seek(0); fh.truncate(); fh.write(json.dumps(used))
     entry = queue[min(index, len(queue) - 1)]
-    with open(os.path.join(home, program + "-calls.jsonl"), "a") as log:
+    with open(os.path.join(home, f"{program}-calls-{TAG}.jsonl"), "a") as log:
         log.write(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ),
                               "stdin": prompt, "role": role}) + "\n")
 time.sleep(entry.get("sleep", 0))
@@ -49,8 +51,16 @@ sys.exit(entry.get("exit", 0))
 '''
 
 
-# Where each fake keeps its state and log: its CLI's login folder (orchestrator.sandbox.AGENT_HOME_PATHS).
+# Where each fake keeps its state and log: its CLI's folder under HOME (under mesh's sandbox, the
+# private HOME mesh keeps for that program: see orchestrator.worker_sandbox).
 LOGIN = {"claude": ".claude", "codex": ".codex", "opencode": ".local/share/opencode"}
+
+
+_INSTALLED: dict[str, str] = {}
+
+
+def _tag(path: Path) -> str:
+    return hashlib.sha1(str(path.absolute()).encode()).hexdigest()[:12]
 
 
 def install_fake(bin_dir: Path, program: str, plan: dict[str, list[dict[str, Any]]]) -> Path:
@@ -58,9 +68,14 @@ def install_fake(bin_dir: Path, program: str, plan: dict[str, list[dict[str, Any
     role, to a list of ``{"stdout", "stderr", "exit", "sleep"}`` entries); returns its path."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / program
-    path.write_text(f"#!{sys.executable}\nLOGIN = {LOGIN!r}\n{_FAKE}", encoding="utf-8")
+    # The plan is inside the program: a sandboxed worker sees its own file, not the folder around it.
+    # Its state and log are named after the fake's own path: the private HOME mesh keeps for
+    # a program is shared by every run (and test) that uses it.
+    tag = _tag(path)
+    path.write_text(f"#!{sys.executable}\nLOGIN = {LOGIN!r}\nTAG = {tag!r}\nPLAN = {json.dumps(plan)!r}\n{_FAKE}",
+                    encoding="utf-8")
+    _INSTALLED[program] = tag
     path.chmod(0o755)
-    (bin_dir / f"{program}-plan.json").write_text(json.dumps(plan), encoding="utf-8")
     return path
 
 
@@ -72,9 +87,17 @@ def make_home(home: Path) -> Path:
 
 
 def calls(home: Path, program: str) -> list[dict[str, Any]]:
-    """What the fake ``program`` was given, call by call."""
-    log = home / LOGIN[program] / f"{program}-calls.jsonl"
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    """What the fake ``program`` was given, call by call: run unsandboxed it logs under
+    ``home``, sandboxed under the private HOME mesh keeps for it in ``home``'s cache."""
+    from orchestrator.gitops import cache_dir
+
+    found: list[dict[str, Any]] = []
+    private = {home / ".cache" / "mesh-worker-homes" / program, cache_dir() / "mesh-worker-homes" / program}
+    for base in (home, *sorted(private)):
+        log = base / LOGIN[program] / f"{program}-calls-{_INSTALLED.get(program, '')}.jsonl"
+        if log.exists():
+            found += [json.loads(line) for line in log.read_text().splitlines()]
+    return found
 
 
 def lines(*events: dict[str, Any]) -> str:

@@ -276,8 +276,10 @@ def run_mesh_with_worker(tmp_path: Path, sandbox: str) -> tuple[subprocess.Compl
          "--worker-cmd", f"{shlex.quote(PY)} {shlex.quote(str(worker))}", "--repo", str(ws.repo),
          "--config", str(config), "--json"],
         env=mesh_env(home), capture_output=True, text=True, timeout=300)
-    loot = home / "loot.json"
-    return done, loot.read_text() if loot.exists() else ""
+    # The worker wrote into its private HOME (kept under the cache folder of mesh's HOME).
+    # Unsandboxed, it wrote into the real one.
+    found = sorted((home / ".cache" / "mesh-worker-homes").glob("*/loot.json")) + sorted(home.glob("loot.json"))
+    return done, "".join(path.read_text() for path in found)
 
 
 def test_attack12_a_command_worker_cannot_read_mesh_secrets(tmp_path):
@@ -348,15 +350,17 @@ def test_the_preflight_records_the_sandbox_that_ran(tmp_path):
 
 
 def test_a_command_worker_cannot_write_into_the_worktrees_under_its_home(tmp_path):
-    """The worktrees live in the cache folder inside HOME, which workers may write: not there."""
+    """The worktrees live in the cache folder inside HOME; even a worker given the real HOME
+    (``worker_home = "real"``) cannot write there."""
     import subprocess as sp
 
-    from orchestrator.sandbox import require_bwrap, worker_launcher
+    from orchestrator.sandbox import require_bwrap
+    from orchestrator.worker_sandbox import worker_launcher
 
     home = tmp_path / "home"
     worktrees = home / ".cache" / "mesh"
     (worktrees / "worktrees" / "other-task").mkdir(parents=True)
-    launch = worker_launcher(require_bwrap(), readonly=[worktrees])
+    launch = worker_launcher(require_bwrap(), home="real", shielded=[worktrees], private_root=tmp_path / "p")
     script = ("echo ok > \"$HOME/note\"; "
               "echo evil > \"$HOME/.cache/mesh/worktrees/other-task/.git\" 2>/dev/null || echo refused")
     argv, env = launch(["/bin/sh", "-c", script], {"HOME": str(home), "PATH": "/usr/bin:/bin"}, None)

@@ -24,7 +24,9 @@ def test_a_hanging_worker_is_no_response_and_blocks_after_the_profile_s_calls(tm
         time.sleep(120)
     """))
     config = tmp_path / "mesh.toml"
-    config.write_text('backend = "command"\nworker_timeout_s = 1\n' + (ws.repo / "mesh.toml").read_text())
+    # The worker logs its starts into the HOME it is given: the real one, knowingly.
+    config.write_text('backend = "command"\nworker_timeout_s = 1\nworker_home = "real"\n'
+                      + (ws.repo / "mesh.toml").read_text())
     res = ws.mesh("run", "--label", "plan:demo", "--worker-cmd", f"{sys.executable} {worker}", "--repo",
                   str(ws.repo), "--config", str(config), "--json", env={"HOME": str(home)})
     assert res.exit_code == 3, res.output
@@ -32,7 +34,10 @@ def test_a_hanging_worker_is_no_response_and_blocks_after_the_profile_s_calls(tm
     assert (report["outcome"], report["block_reason"]) == ("blocked", "no_response")
     # The profile: one retry of the proposer, the switch to the 3-role fallback, where the
     # proposer is asked once more and retried once. Four calls, then the block.
-    assert report["consensus"]["mode"] == "fallback"
+    assert report["consensus"]["mode"] == "fallback", res.output
+    with ws.tracker() as t:
+        errors = [c["error"] for c in calls_for(t, task_id=TASK)]
+    assert (home / "starts.log").exists(), errors
     assert (home / "starts.log").read_text().splitlines() == ["proposer 1", "proposer 2", "proposer 1", "proposer 2"]
     with ws.tracker() as t:
         logged = calls_for(t, task_id=TASK)

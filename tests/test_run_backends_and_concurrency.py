@@ -29,9 +29,13 @@ def worker_home(ws) -> Path:
 def write_worker(ws, script: dict, log_name: str = "calls.log") -> str:
     """A command-backend worker: answers from a per-role script and logs start/end times.
 
-    Its files live in ``worker_home(ws)``: a sandboxed worker can write only its HOME.
+    Its files live in ``worker_home(ws)``: a sandboxed worker can write only its HOME, which is
+    the real one only with ``worker_home = "real"`` (set here in the repository's config).
     """
     home = worker_home(ws)
+    config = ws.repo / "mesh.toml"
+    if "worker_home" not in config.read_text():
+        config.write_text('worker_home = "real"\n' + config.read_text())
     answers = home / "answers.json"
     answers.write_text(json.dumps(script))
     log = home / log_name

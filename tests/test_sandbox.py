@@ -21,8 +21,8 @@ from orchestrator.sandbox import (
     SandboxUnavailable,
     bwrap_argv,
     require_bwrap,
-    worker_launcher,
 )
+from orchestrator.worker_sandbox import worker_launcher
 from orchestrator.validation import materialize_tree, run_validation
 
 PY = shlex.quote(sys.executable)
@@ -262,13 +262,15 @@ def test_a_sandboxed_worker_reads_no_secret_and_writes_only_home(tmp_path, monke
             "    try:\n        open(os.path.join(os.environ['DIRS_' + name.upper()], 'w.txt'), 'w').write('1')\n"
             "        out[name] = 'written'\n    except OSError:\n        out[name] = 'refused'\n"
             "out['pid1'] = open('/proc/1/environ').read()\nout['cwd'] = os.getcwd()\nprint(json.dumps(out))\n")
-    launch = worker_launcher(require_bwrap(), readonly=[repo])
+    launch = worker_launcher(require_bwrap(), repo=repo, private_root=tmp_path / "homes")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "DIRS_HOME": str(home), "DIRS_WORKTREE": str(worktree),
            "DIRS_REPO": str(repo), "MESH_SIGNING_KEY": "canary-signing-key-0002"}
     argv, run_env = launch([sys.executable, "-c", code], env, str(worktree))
     done = subprocess.run(argv, env=run_env, capture_output=True, text=True, timeout=60)
     seen = json.loads(done.stdout)
+    # HOME is its private one; the worktree is read-only and the checkout is not there at all.
     assert (seen["home"], seen["worktree"], seen["repo"]) == ("written", "refused", "refused")
+    assert not (home / "w.txt").exists() and (tmp_path / "homes" / Path(sys.executable).name / "w.txt").exists()
     assert seen["cwd"] == str(worktree)
     assert "canary-signing-key-0002" not in done.stdout and "MESH_SIGNING_KEY" not in run_env
 
