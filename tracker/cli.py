@@ -262,14 +262,16 @@ def tracker_group() -> None:
 
 @tracker_group.command("init")
 @click.option("--prefix", help="Issue id prefix (default: issue-prefix of .beads/config.yaml, else 'bd').")
+@click.option("--force", is_flag=True, help="Open a database that holds a workspace already and set its prefix.")
 @_json_option
-def init_cmd(prefix: str | None, as_json: bool) -> None:
-    """Create the tracker database (.beads/mesh.db here, or mesh --db PATH)."""
+def init_cmd(prefix: str | None, force: bool, as_json: bool) -> None:
+    """Create the tracker database (.beads/mesh.db here, or mesh --db PATH); refused, as bd
+    refuses, where one holds a workspace already, unless --force."""
     settings = _settings()
 
     def work() -> dict:
         db_path = settings.get("db") or os.environ.get("MESH_DB")
-        tracker = Tracker.init(Path.cwd(), prefix=prefix, actor=settings.get("actor"), db_path=db_path)
+        tracker = Tracker.init(Path.cwd(), prefix=prefix, actor=settings.get("actor"), db_path=db_path, force=force)
         try:
             return tracker.where()
         finally:
