@@ -14,6 +14,7 @@ import click
 
 from tracker.bd_shim import bd_command
 from tracker.cli import tracker_group
+from tracker.cli_io import echo as _say
 
 __all__ = ["main", "cli"]
 
@@ -83,7 +84,6 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
 
     from orchestrator.report import render_report
     from orchestrator.runner import RunError, RunOptions, run
-    from orchestrator.safe_text import printable
     from redact import scrub
 
     root = ctx.find_root().obj or {}
@@ -110,19 +110,19 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
                 progress.close()
         else:
             # Progress lines and errors are logs: scrubbed like everything mesh records. They
-            # quote model text: its terminal escapes are shown, never sent.
-            report = run(options, echo=lambda line: click.echo(scrub(printable(line)), err=True))
+            # quote model text: its terminal escapes are shown, never sent (_say).
+            report = run(options, echo=lambda line: _say(scrub(line), err=True))
     except RunError as exc:
         if as_json:
             click.echo(json.dumps({"error": scrub(str(exc)), "code": exc.exit_code}), err=True)
         else:
-            click.echo(f"mesh: {scrub(str(exc))}", err=True)
+            _say(f"mesh: {scrub(str(exc))}", err=True)
         ctx.exit(exc.exit_code)
         return
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        click.echo(render_report(report))
+        _say(render_report(report))
     ctx.exit(report.exit_code)
 
 
@@ -186,7 +186,10 @@ def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> No
     scope, config, tracker = opened
     with tracker:
         status = scope_status(tracker, scope, repo=Path(repo or ".").resolve(), onto=onto or config.drain.onto)
-    click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+    else:
+        _say(render_status(status))
 
 
 @cli.command("show")
@@ -209,10 +212,13 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps({"error": str(exc), "code": exc.code}), err=True)
         else:
-            click.echo(f"mesh: {exc}", err=True)
+            _say(f"mesh: {exc}", err=True)
         ctx.exit(4 if exc.code in ("workspace_unavailable", "tracker_unavailable") else 1)
         return
-    click.echo(json.dumps(history, indent=2) if as_json else render_history(history))
+    if as_json:
+        click.echo(json.dumps(history, indent=2))
+    else:
+        _say(render_history(history))
 
 
 @cli.command("ci-close")
@@ -240,6 +246,7 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
     from pathlib import Path
 
     from orchestrator.ci_close import CiCloseError, ci_close
+    from tracker.safe_text import printable
 
     opened = _open_scope(ctx, label, parent, repo, config_file)
     if opened is None:
@@ -253,20 +260,20 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
             checks = ci_close(tracker, config, scope, repo=checkout, revalidate=revalidate,
                               require_signed=require_signed, trust_config_sandbox=outside)
         except CiCloseError as exc:
-            click.echo(f"mesh: {exc}", err=True)
+            _say(f"mesh: {exc}", err=True)
             ctx.exit(2)
             return
     if as_json:
         click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
     else:
         if not checks:
-            click.echo("no task in scope awaits a CI close")
+            _say("no task in scope awaits a CI close")
         for c in checks:
-            click.echo(f"{c.task_id}  {c.result:<14} {c.title}")
+            _say(f"{c.task_id}  {c.result:<14} {printable(c.title or '', one_line=True)}")
             for name, value in c.checks.items():
-                click.echo(f"    {name}: {value}")
+                _say(f"    {name}: {printable(str(value), one_line=True)}")
             for problem in c.problems:
-                click.echo(f"    problem: {problem}")
+                _say(f"    problem: {printable(problem, one_line=True)}")
     ctx.exit(0 if all(c.ok for c in checks) else 1)
 
 
@@ -277,7 +284,7 @@ def demo_command(ctx: click.Context, keep: bool) -> None:
     """The offline end-to-end demo: a real patch, real tests, one review cycle, then close."""
     from orchestrator.demo import run_demo
 
-    ctx.exit(run_demo(keep=keep, echo=click.echo))
+    ctx.exit(run_demo(keep=keep, echo=_say))
 
 
 def _config_options(f):
@@ -296,7 +303,13 @@ def _show(value: Any, as_json: bool, render: Callable[..., str]) -> None:
         click.echo(json.dumps(value, indent=2))
         return
     width, color = _terminal()
-    click.echo(render(value, width=width, color=color))
+    # Colour codes are the renderer's own (its cells are clipped, hence inert); plain text is
+    # made printable whole.
+    text = render(value, width=width, color=color)
+    if color:
+        click.echo(text)
+    else:
+        _say(text)
 
 
 def _terminal() -> tuple[int, bool]:
@@ -330,7 +343,10 @@ def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
 def _fail(ctx: click.Context, message: str, code: int, as_json: bool) -> None:
     import json
 
-    click.echo(json.dumps({"error": message, "code": code}) if as_json else f"mesh: {message}", err=True)
+    if as_json:
+        click.echo(json.dumps({"error": message, "code": code}), err=True)
+    else:
+        _say(f"mesh: {message}", err=True)
     ctx.exit(code)
 
 
@@ -424,7 +440,10 @@ def prices_command(ctx: click.Context, update_from, as_json, repo, config_file) 
         if update_from:
             table, path, models = install_prices(Path(update_from))
             message = f"stored prices as of {table.as_of} for {len(models)} model(s) in {path}"
-            click.echo(json.dumps({"as_of": table.as_of, "stored_file": str(path)}) if as_json else message)
+            if as_json:
+                click.echo(json.dumps({"as_of": table.as_of, "stored_file": str(path)}))
+            else:
+                _say(message)
             return
         config = load_config(Path(repo) if repo else None, Path(config_file) if config_file else None)
     except ConfigError as exc:
@@ -464,7 +483,7 @@ def report_command(ctx: click.Context, task: str, output, repo, config_file) -> 
         except OSError as exc:
             _fail(ctx, f"cannot write {target}: {exc.strerror or exc}", 1, False)
             return
-    click.echo(str(path))
+    _say(str(path))
 
 
 def main() -> None:
@@ -487,11 +506,11 @@ def _open_scope(ctx: click.Context, label, parent, repo, config_file):
                                             config_file=Path(config_file) if config_file else None))
         tracker = open_tracker(root.get("db"), root.get("actor"), config)
     except ScopeError as exc:
-        click.echo(f"mesh: {exc}", err=True)
+        _say(f"mesh: {exc}", err=True)
         ctx.exit(2)
         return None
     except RunError as exc:
-        click.echo(f"mesh: {exc}", err=True)
+        _say(f"mesh: {exc}", err=True)
         ctx.exit(exc.exit_code)
         return None
     return scope, config, tracker

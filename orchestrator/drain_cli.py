@@ -19,6 +19,7 @@ import click
 from .drain import DrainControl, DrainOptions, drain
 from .live import LineSink, LiveSink, NdjsonSink, summary_lines
 from .runner import RunError, RunOptions
+from .safe_text import printable
 from redact import scrub
 
 __all__ = ["run_drain_command", "install_interrupts"]
@@ -60,7 +61,7 @@ def run_drain_command(root: dict, *, jobs, max_tasks, max_usd, label, parent, id
         jobs=jobs, max_tasks=max_tasks, max_usd=max_usd)
 
     def say(text: str) -> None:
-        click.echo(scrub(text), err=True)
+        click.echo(printable(scrub(text)), err=True)
 
     if as_json:
         sink: Any = NdjsonSink(sys.stdout)

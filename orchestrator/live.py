@@ -12,8 +12,9 @@ start):
 the engine's progress lines into these events (``live_run_progress``); without a terminal
 it prints the engine's lines as they are.
 
-Every text that leaves mesh here is scrubbed like the rest of its logs; rich renders it as
-plain text, never as markup (a task title or a block detail can hold ``[/bold]``).
+Every text that leaves mesh here is scrubbed like the rest of its logs and printable (terminal
+escapes and bidirectional overrides shown, never sent); rich renders it as plain text, never as
+markup (a task title or a block detail can hold ``[/bold]``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import IO, Any
 
 from redact import scrub, scrub_obj
 
-from .safe_text import clip
+from .safe_text import clip, printable
 
 __all__ = ["NdjsonSink", "LineSink", "LiveSink", "RunProgress", "live_run_progress", "checkpoint_fields",
            "summary_lines"]
@@ -98,7 +99,7 @@ class LineSink:
         if line is None:
             return
         with self.lock:
-            self.stream.write(scrub(line) + "\n")
+            self.stream.write(printable(scrub(line), one_line=True) + "\n")
             self.stream.flush()
 
     def close(self) -> None:
@@ -277,4 +278,4 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         out.append(f"integration branch {branch} (never pushed; your checkout is untouched). To look and merge:")
         out.append(f"  git log --oneline HEAD..{branch}")
         out.append(f"  git merge --ff-only {branch}")
-    return [scrub(line) for line in out]
+    return [printable(scrub(line), one_line=True) for line in out]

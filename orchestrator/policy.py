@@ -5,11 +5,11 @@ worktree, ``.git``, ``.beads/``, ``.mesh/``, ``mesh.toml``, symlinks, submodules
 This module holds the policy on top of it, refused with the block reason
 ``policy_violation`` and adjustable in ``mesh.toml`` (``patch.protected``, ``patch.allow``):
 
-- protected paths (``DEFAULT_PROTECTED``): files that run code on a developer's machine or
-  in CI (VCS and hook files, every common CI system's files, ``.envrc``, editor folders,
-  ``sitecustomize.py``, ``usercustomize.py``, ``*.pth``), ``CODEOWNERS``, and test-runner
-  configuration that can silence tests (``conftest.py``, ``pytest.ini``, ``tox.ini``,
-  ``setup.cfg``);
+- protected paths (``DEFAULT_PROTECTED``, from the table in ``protected_paths``): files that
+  run code on a developer's machine, in CI or on deploy (VCS and hook files, every common CI
+  system's files, deploy and package-manager settings, ``.envrc``, editor folders, Python
+  start-up hooks), what agent tools load as instructions, ``CODEOWNERS``, and test-runner
+  configuration that can silence tests;
 - a change to the ``[tool.pytest...]``, ``[tool.tox]`` or ``[tool.mesh]`` tables of a
   ``pyproject.toml`` (compared as parsed TOML when the patched text can be rebuilt, by the
   changed lines' tables otherwise);
@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .patchcheck import _normalize_component
+from .protected_paths import DEFAULT_PROTECTED
 
 if TYPE_CHECKING:
     from .patchcheck import FileChange, PatchSummary
@@ -59,37 +60,6 @@ __all__ = [
     "pyproject_tables_changed",
     "shadowing_modules",
 ]
-
-DEFAULT_PROTECTED: tuple[str, ...] = (
-    # VCS files and hook managers
-    ".gitmodules", ".gitattributes", ".gitconfig", ".lfsconfig", ".githooks", ".git-hooks",
-    ".hg", ".hgrc", ".svn", ".bzr", ".jj",
-    ".husky", ".pre-commit-config.yaml", ".pre-commit-config.yml", ".pre-commit-hooks.yaml",
-    "lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml", "lefthook-local.yml",
-    ".lefthook", ".overcommit.yml",
-    # CI systems
-    ".github", ".gitlab", ".gitlab-ci.yml", ".gitlab-ci.yaml", ".circleci", ".ci", "jenkinsfile",
-    "jenkinsfile.*", "*.jenkinsfile", ".travis.yml", ".travis.yaml", "azure-pipelines.yml",
-    "azure-pipelines.yaml", ".azure-pipelines", ".azuredevops", ".buildkite",
-    "bitbucket-pipelines.yml", "bitbucket-pipelines.yaml", ".drone.yml", ".drone.yaml",
-    ".drone.star", "appveyor.yml", ".appveyor.yml", ".woodpecker", ".woodpecker.yml",
-    ".woodpecker.yaml", ".cirrus.yml", ".cirrus.yaml", ".cirrus.star", "cloudbuild.yml",
-    "cloudbuild.yaml", "buildspec.yml", "buildspec.yaml", ".semaphore", "codefresh.yml",
-    ".teamcity", "bamboo-specs", ".tekton", ".forgejo", ".gitea", ".builds", ".zuul.yaml",
-    ".zuul.yml", "zuul.yaml", "zuul.d", ".zuul.d", ".harness", "wercker.yml",
-    # environments and editors that run code when a folder is opened or entered
-    ".envrc", ".env", ".vscode", ".idea", ".devcontainer", ".devcontainer.json", ".gitpod.yml",
-    # agent CLIs' project settings, hooks, MCP servers and plugins: the next worker call (a
-    # claude-code, codex or opencode preset) would load them
-    ".claude", "claude.md", ".mcp.json", ".codex", "agents.md", ".opencode", "opencode.json",
-    "opencode.jsonc", ".cursor", ".cursorrules", ".windsurf", ".aider.conf.yml",
-    # Python start-up hooks
-    "sitecustomize.py", "usercustomize.py", "*.pth",
-    # review routing
-    "codeowners",
-    # test-runner configuration that can silence tests
-    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
-)
 
 _RUNNERS = frozenset({"pytest", "_pytest", "unittest"})
 _SHADOWED = frozenset(sys.stdlib_module_names) | _RUNNERS

@@ -18,12 +18,11 @@ def render_report(report: RunReport) -> str:
         where = f"label {scope['plan_label']}" if scope.get("plan_label") else f"epic {scope.get('parent_epic')}"
         return f"no runnable task in scope ({where})"
     task = report.task or {}
-    # The title and details are text from the tracker and the models: no terminal escapes.
-    lines = [f"task {task.get('id')}: {printable(str(task.get('title')), one_line=True)}",
+    lines = [f"task {task.get('id')}: {task.get('title')}",
              f"  outcome:    {report.outcome}" + (f" ({report.block_reason})" if report.block_reason else ""),
              f"  status:     {task.get('final_status')}"]
     if report.block_detail:
-        lines.append(f"  detail:     {printable(report.block_detail, one_line=True)}")
+        lines.append(f"  detail:     {report.block_detail}")
     c = report.consensus
     if c:
         lines.append(f"  consensus:  {c['tally']['agree']} agree / {c['tally']['disagree']} disagree,"
@@ -47,4 +46,6 @@ def render_report(report: RunReport) -> str:
         lines.append(f"  usage:      {u['calls']} call(s), {u['input_tokens']} in / {u['output_tokens']} out tokens,"
                      f" ${u['cost_usd']:.4f}")
     lines.append(f"  {report.preflight}")
-    return scrub("\n".join(lines))
+    # The title, the detail, finding ids, mutations and commands are tracker or model text:
+    # every line is printable, on its line (no terminal escapes, no forged lines).
+    return scrub("\n".join(printable(line, one_line=True) for line in lines))

@@ -49,7 +49,8 @@ def _line(text: str, width: int = 110) -> str:
 
 def render_history(history: dict[str, Any]) -> str:
     """Human-readable rendering of ``task_history``: rounds, votes with reasons, findings,
-    validation and outcome."""
+    validation and outcome. Any field can be tracker or model text: every line is printable, on
+    its line (a finding id, a command or a branch name cannot start a line of its own)."""
     task = history["task"]
     out = [f"{task['id']}  {_line(task['title'])}", f"  status: {task['status']}"
            + (f"  ({task['close_reason']})" if task.get("close_reason") else "")]
@@ -66,7 +67,7 @@ def render_history(history: dict[str, Any]) -> str:
                 # shown as such; ``mesh show`` never fails on what the tracker holds.
                 out.append(f"  #{_line(str(step.get('seq')), 6):<3} {_line(str(step.get('kind')), 13):<13}"
                            f" (artifact not readable: not in the shape mesh writes)")
-    return "\n".join(out)
+    return "\n".join(printable(line, one_line=True) for line in out)
 
 
 def _render_step(step: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from tracker.store import Tracker
 from .engine import load_checkpoints
 from .gitops import GitError, _git, repo_root
 from .landing import integration_branch_for, land_checkpoints
+from .safe_text import clip, printable
 from .scope import Scope
 
 __all__ = ["scope_status", "render_status"]
@@ -97,5 +98,5 @@ def render_status(status: dict[str, Any]) -> str:
                 bits.append(f"landed {task['landed'][:12]}")
             elif task["last_land"]:
                 bits.append(f"land {task['last_land']}")
-            out.append(f"  {corner} {task['id']}  {task['title'][:50]}  ({'; '.join(bits)})")
-    return "\n".join(out)
+            out.append(f"  {corner} {task['id']}  {clip(task['title'], 50)}  ({'; '.join(bits)})")
+    return "\n".join(printable(line, one_line=True) for line in out)

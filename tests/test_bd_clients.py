@@ -248,6 +248,25 @@ def test_beads_mcp_reports_bd_errors_on_a_workspace_named_by_env(tmp_path):
         assert "dependencies" not in t.get(first)
 
 
+def test_beads_mcp_context_init_on_a_live_workspace_is_refused(tmp_path):
+    """Issue 16, item 6: ``context init`` after ``context set`` on a populated workspace runs
+    ``bd init --prefix`` there (with that workspace's ``BEADS_DB``): refused, prefix kept."""
+    proj, home = tmp_path / "proj", tmp_path / "home"
+    home.mkdir()
+    with Tracker.init(proj, prefix="aa", actor="owner") as t:
+        live = t.create("live work")["id"]
+    db = proj / ".beads" / "mesh.db"
+
+    async def scenario(c: Mcp) -> None:
+        assert f"Database: {db}" in await c.call("context", action="set", workspace_root=str(proj))
+        assert "This workspace is already initialized." in await c.fail("context", action="init", prefix="bb")
+        assert ids(await c.call("list")) == [live]
+
+    drive(tmp_path, proj, client_env(home), scenario)
+    with Tracker.open(db) as t:
+        assert t.prefix == "aa" and t.create("next")["id"].startswith("aa-")
+
+
 def test_beadsflow_runs_an_epic_to_completion(tmp_path):
     proj, home = tmp_path / "proj", tmp_path / "home"
     proj.mkdir(), home.mkdir()

@@ -4,7 +4,7 @@ Each command parses its options and calls one ``Tracker`` method; the library
 does the work. ``--json`` prints what bd v0.50.3 prints for the same command
 (``bd_compat`` builds those shapes); errors become a one-line message on stderr
 (``{"error", "code"}`` with ``--json``), exit 1 for a user error and 4 when the
-workspace or its database is unavailable. bd's global flags (``--json``,
+workspace or its database is unavailable; tracker text is printed inert (``cli_io``). bd's global flags (``--json``,
 ``--db``, ``--actor``, ``--readonly``, ``-q``, and its sync and daemon flags,
 which have nothing to do here) are accepted before or after any subcommand, as
 bd's persistent flags are. Nothing here may import a heavy module: ``mesh
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,94 +24,17 @@ from typing import Any
 import click
 
 from . import bd_compat as bd
-from .errors import InvalidValueError, TrackerError, WorkspaceError
+from . import cli_admin
+from .cli_io import (EXIT_UNAVAILABLE, EXIT_USER_ERROR, echo, guard, json_option, print_json, run_action, say,
+                     settings, with_tracker, writes)
+from .errors import InvalidValueError
 from .model import parse_duration
 from .store import Tracker
 
 __all__ = ["tracker_group", "EXIT_USER_ERROR", "EXIT_UNAVAILABLE"]
 
-EXIT_USER_ERROR = 1
-EXIT_UNAVAILABLE = 4
-
-
-def _json_or_global(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    # bd's --json is a persistent flag: given before the subcommand it still applies.
-    return value or bool((ctx.find_root().obj or {}).get("json"))
-
-
-_json_option = click.option(
-    "--json", "as_json", is_flag=True, callback=_json_or_global,
-    help="Print the result as JSON (errors as {\"error\", \"code\"} on stderr).",
-)
-
 
 # --------------------------------------------------------------------- plumbing
-
-
-def _settings() -> dict:
-    """``--db`` and ``--actor`` of the top-level ``mesh`` command (absent when run standalone)."""
-    return click.get_current_context().find_root().obj or {}
-
-
-def _open_tracker() -> Tracker:
-    settings = _settings()
-    return Tracker.open(settings.get("db"), actor=settings.get("actor"))
-
-
-def _writes(command: click.Command) -> click.Command:
-    """Mark a command as one that changes the tracker: refused under bd's ``--readonly``."""
-    command.bd_writes = True
-    return command
-
-
-def _with_tracker(action: Callable[[Tracker], Any]) -> Any:
-    ctx = click.get_current_context()
-    if _settings().get("readonly") and getattr(ctx.command, "bd_writes", False):
-        # Worker sandboxes run bd --readonly; refuse before the database is even opened.
-        raise TrackerError(f"operation '{ctx.command_path}' is not allowed in read-only mode", code="readonly")
-    tracker = _open_tracker()
-    try:
-        return action(tracker)
-    finally:
-        tracker.close()
-
-
-def _fail(message: str, code: str, exit_code: int, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps({"error": message, "code": code}, ensure_ascii=False), err=True)
-    else:
-        click.echo(f"Error: {message}", err=True)
-    raise click.exceptions.Exit(exit_code)
-
-
-def _guard(as_json: bool, work: Callable[[], Any]) -> Any:
-    """Run ``work``, turning every expected failure into a clean message and exit code."""
-    try:
-        return work()
-    except WorkspaceError as exc:
-        _fail(exc.message, exc.code, EXIT_UNAVAILABLE, as_json)
-    except TrackerError as exc:
-        _fail(exc.message, exc.code, EXIT_USER_ERROR, as_json)
-    except sqlite3.Error as exc:
-        # A locked, read-only or damaged file is the workspace being unavailable, not a bug.
-        _fail(f"database error: {exc}", "database_error", EXIT_UNAVAILABLE, as_json)
-    except OSError as exc:
-        name = f" {exc.filename}" if exc.filename else ""
-        _fail(f"cannot access{name}: {exc.strerror or exc}", "io_error", EXIT_USER_ERROR, as_json)
-
-
-def _run(as_json: bool, action: Callable[[Tracker], Any], human: Callable[[Any], None]) -> Any:
-    """Open the workspace, call ``action`` on it, print its result as JSON or via ``human``."""
-    result = _guard(as_json, lambda: _with_tracker(action))
-    if as_json:
-        _print_json(result)
-    else:
-        human(result)
-    return result
-
-
-def _print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 def _split_csv(values: tuple[str, ...] | None) -> list[str]:
@@ -133,16 +55,16 @@ def _issue_line(issue: dict) -> str:
 def _print_issues(empty: str) -> Callable[[list[dict]], None]:
     def show(issues: list[dict]) -> None:
         if not issues:
-            click.echo(empty)
+            echo(empty)
         for issue in issues:
-            click.echo(_issue_line(issue))
+            echo(_issue_line(issue))
 
     return show
 
 
 def _print_issue_block(issue: dict) -> None:
     """``show``'s readable form: header, fields, text sections, labels, dependencies, comments."""
-    click.echo(f"{issue['id']}: {issue['title']}")
+    echo(f"{issue['id']}: {issue['title']}")
     fields = [
         ("Status", issue["status"]),
         ("Priority", f"P{issue['priority']}"),
@@ -167,27 +89,27 @@ def _print_issue_block(issue: dict) -> None:
     ]
     for name, value in fields:
         if value not in (None, ""):
-            click.echo(f"{name + ':':<16}{value}")
+            echo(f"{name + ':':<16}{value}")
     if issue.get("labels"):
-        click.echo(f"{'Labels:':<16}{', '.join(issue['labels'])}")
+        echo(f"{'Labels:':<16}{', '.join(issue['labels'])}")
     if issue.get("metadata"):
-        click.echo(f"{'Metadata:':<16}{json.dumps(issue['metadata'], ensure_ascii=False)}")
+        echo(f"{'Metadata:':<16}{json.dumps(issue['metadata'], ensure_ascii=False)}")
     for name, key in (("Description", "description"), ("Design", "design"),
                       ("Acceptance criteria", "acceptance_criteria"), ("Notes", "notes")):
         if issue.get(key):
-            click.echo(f"\n{name}:")
+            echo(f"\n{name}:")
             for text_line in str(issue[key]).splitlines():
-                click.echo(f"  {text_line}")
+                echo(f"  {text_line}")
     deps = issue.get("dependencies") or []
     if deps:
-        click.echo(f"\nDependencies ({len(deps)}):")
+        echo(f"\nDependencies ({len(deps)}):")
         for dep in deps:
-            click.echo(f"  {issue['id']} depends on {dep['depends_on_id']}  ({dep['type']})")
+            echo(f"  {issue['id']} depends on {dep['depends_on_id']}  ({dep['type']})")
     if issue.get("dependent_count"):
-        click.echo(f"\nDependents: {issue['dependent_count']}")
+        echo(f"\nDependents: {issue['dependent_count']}")
     comments = issue.get("comments") or []
     if comments:
-        click.echo(f"\nComments ({len(comments)}):")
+        echo(f"\nComments ({len(comments)}):")
         for comment in comments:
             _print_comment(comment)
 
@@ -204,13 +126,9 @@ def _join(*parts: str | None) -> str | None:
 
 
 def _print_comment(comment: dict) -> None:
-    click.echo(f"  [{comment.get('created_at') or '?'}] {comment.get('author') or '?'}:")
+    echo(f"  [{comment.get('created_at') or '?'}] {comment.get('author') or '?'}:")
     for text_line in str(comment.get("text", "")).splitlines() or [""]:
-        click.echo(f"    {text_line}")
-
-
-def _say(text: Callable[[Any], str]) -> Callable[[Any], None]:
-    return lambda result: click.echo(text(result))
+        echo(f"    {text_line}")
 
 
 # --------------------------------------------------------------------- the group
@@ -227,7 +145,7 @@ def _mesh_version() -> str:
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(bd.version_line(_mesh_version()))
+        echo(bd.version_line(_mesh_version()))
         ctx.exit()
 
 
@@ -262,27 +180,29 @@ def tracker_group() -> None:
 
 @tracker_group.command("init")
 @click.option("--prefix", help="Issue id prefix (default: issue-prefix of .beads/config.yaml, else 'bd').")
-@_json_option
-def init_cmd(prefix: str | None, as_json: bool) -> None:
-    """Create the tracker database (.beads/mesh.db here, or mesh --db PATH)."""
-    settings = _settings()
+@click.option("--force", is_flag=True, help="Open a database that holds a workspace already and set its prefix.")
+@json_option
+def init_cmd(prefix: str | None, force: bool, as_json: bool) -> None:
+    """Create the tracker database (.beads/mesh.db here, or mesh --db PATH); refused, as bd
+    refuses, where one holds a workspace already, unless --force."""
+    given = settings()
 
     def work() -> dict:
-        db_path = settings.get("db") or os.environ.get("MESH_DB")
-        tracker = Tracker.init(Path.cwd(), prefix=prefix, actor=settings.get("actor"), db_path=db_path)
+        db_path = given.get("db") or os.environ.get("MESH_DB")
+        tracker = Tracker.init(Path.cwd(), prefix=prefix, actor=given.get("actor"), db_path=db_path, force=force)
         try:
             return tracker.where()
         finally:
             tracker.close()
 
-    result = _guard(as_json, work)
+    result = guard(as_json, work)
     if as_json:
-        _print_json(result)
+        print_json(result)
     else:
-        click.echo(f"Initialized tracker at {result['database_path']} (prefix: {result['prefix']})")
+        echo(f"Initialized tracker at {result['database_path']} (prefix: {result['prefix']})")
 
 
-@_writes
+@writes
 @tracker_group.command("create")
 @click.argument("title")
 @click.option("-t", "--type", "issue_type", default="task", show_default=True,
@@ -300,7 +220,7 @@ def init_cmd(prefix: str | None, as_json: bool) -> None:
 @click.option("--deps", multiple=True,
               help="Dependencies: ID or TYPE:ID, comma-separated or repeated (default type blocks).")
 @click.option("--silent", is_flag=True, help="Print only the new id (for scripts).")
-@_json_option
+@json_option
 def create_cmd(title: str, issue_type: str, priority: str, labels: tuple[str, ...], parent: str | None,
                description: str, design: str, acceptance: str, notes: str, assignee: str | None,
                external_ref: str | None, explicit_id: str | None, deps: tuple[str, ...], silent: bool,
@@ -322,13 +242,13 @@ def create_cmd(title: str, issue_type: str, priority: str, labels: tuple[str, ..
                 t.add_dependency(issue["id"], target.strip(), dep_type.strip())
         return bd.issue(t.get(issue["id"]))
 
-    _run(as_json, action,
-         _say(lambda issue: issue["id"] if silent else f"Created {issue['id']}: {issue['title']}"))
+    run_action(as_json, action,
+         say(lambda issue: issue["id"] if silent else f"Created {issue['id']}: {issue['title']}"))
 
 
 @tracker_group.command("show")
 @click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
-@_json_option
+@json_option
 def show_cmd(issue_ids: tuple[str, ...], as_json: bool) -> None:
     """Show issues with their fields, labels, dependencies, dependents and comments.
 
@@ -344,10 +264,10 @@ def show_cmd(issue_ids: tuple[str, ...], as_json: bool) -> None:
     def human(issues: list[dict]) -> None:
         for k, issue in enumerate(issues):
             if k:
-                click.echo("")
+                echo("")
             _print_issue_block(issue)
 
-    _run(as_json, action, human)
+    run_action(as_json, action, human)
 
 
 _priority_filter = click.option("-p", "--priority", type=click.IntRange(0, 4), help="Only issues of this priority.")
@@ -369,7 +289,7 @@ _label_any_option = click.option("--label-any", "labels_any", multiple=True,
 @click.option("-n", "--limit", type=int, default=0, show_default=True, help="At most N issues (0 = all).")
 @click.option("--tree", is_flag=False, flag_value="true", default="false", hidden=True, expose_value=False,
               help="bd's tree view switch (--tree=false); the output here is always a flat list.")
-@_json_option
+@json_option
 def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: str | None,
              priority: int | None, parent: str | None, assignee: str | None, no_assignee: bool, title: str | None,
              include_closed: bool, limit: int, as_json: bool) -> None:
@@ -387,7 +307,7 @@ def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str,
             issues = issues[:limit] if limit else issues
         return [bd.issue_with_counts(i, dependencies=True) for i in issues]
 
-    _run(as_json, action, _print_issues("No issues found."))
+    run_action(as_json, action, _print_issues("No issues found."))
 
 
 @tracker_group.command("ready")
@@ -403,12 +323,12 @@ def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str,
                    "the last 48 hours by priority, older work by age).")
 @click.option("--parent", help="Only descendants of this issue (epic scope).")
 @click.option("-n", "--limit", type=int, default=10, show_default=True, help="At most N issues (0 = all).")
-@_json_option
+@json_option
 def ready_cmd(labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: str | None, priority: int | None,
               assignee: str | None, unassigned: bool, sort_policy: str | None, parent: str | None, limit: int,
               as_json: bool) -> None:
     """List ready work: open, unblocked, not deferred, by priority then age."""
-    _run(
+    run_action(
         as_json,
         lambda t: bd.ready(t, labels=_split_csv(labels), labels_any=_split_csv(labels_any), issue_type=issue_type,
                            parent=parent, priority=priority, assignee=assignee, unassigned=unassigned,
@@ -420,12 +340,12 @@ def ready_cmd(labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: 
 def _print_each(text: Callable[[dict], str]) -> Callable[[list[dict]], None]:
     def show(issues: list[dict]) -> None:
         for issue in issues:
-            click.echo(text(issue))
+            echo(text(issue))
 
     return show
 
 
-@_writes
+@writes
 @tracker_group.command("update")
 @click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("-s", "--status", help="New status: open, in_progress, blocked, deferred, closed, pinned or hooked.")
@@ -442,7 +362,7 @@ def _print_each(text: Callable[[dict], str]) -> Callable[[list[dict]], None]:
 @click.option("--notes", help="New notes.")
 @click.option("--append-notes", help="Text to add to the notes on a new line.")
 @click.option("--external-ref", help="New external reference ('' clears it).")
-@_json_option
+@json_option
 def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | None, claim: bool,
                priority: str | None, title: str | None, issue_type: str | None, description: str | None,
                design: str | None, acceptance: str | None, acceptance_alias: str | None, notes: str | None,
@@ -478,15 +398,15 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
             return [update_one(t, issue_id) for issue_id in issue_ids]
 
     verb = "Claimed" if claim else "Updated"
-    _run(as_json, action, _print_each(lambda issue: f"{verb} {_issue_line(issue)}"))
+    run_action(as_json, action, _print_each(lambda issue: f"{verb} {_issue_line(issue)}"))
 
 
-@_writes
+@writes
 @tracker_group.command("close")
 @click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("-r", "--reason", default="", help="Why it is closed (stored as close_reason).")
 @click.option("-f", "--force", is_flag=True, help="Close even while blocked by open issues.")
-@_json_option
+@json_option
 def close_cmd(issue_ids: tuple[str, ...], reason: str, force: bool, as_json: bool) -> None:
     """Close issues (all or none); refused while one has open blockers unless --force."""
 
@@ -494,17 +414,17 @@ def close_cmd(issue_ids: tuple[str, ...], reason: str, force: bool, as_json: boo
         with t.transaction():
             return [bd.issue(t.close_issue(issue_id, reason=reason, force=force)) for issue_id in issue_ids]
 
-    _run(as_json, action,
+    run_action(as_json, action,
          _print_each(lambda issue: f"Closed {issue['id']}"
                      + (f": {issue['close_reason']}" if issue.get("close_reason") else "")))
 
 
-@_writes
+@writes
 @tracker_group.command("delete")
 @click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("-f", "--force", is_flag=True, help="Delete even while other issues depend on it.")
 @click.option("--reason", default="", help="Why it is deleted (stored as delete_reason).")
-@_json_option
+@json_option
 def delete_cmd(issue_ids: tuple[str, ...], force: bool, reason: str, as_json: bool) -> None:
     """Delete issues (all or none) as bd does: each becomes a tombstone, kept and exported."""
 
@@ -512,14 +432,14 @@ def delete_cmd(issue_ids: tuple[str, ...], force: bool, reason: str, as_json: bo
         with t.transaction():
             return [bd.issue(t.delete(issue_id, reason=reason, force=force)) for issue_id in issue_ids]
 
-    _run(as_json, action, _print_each(lambda issue: f"Deleted {issue['id']}"))
+    run_action(as_json, action, _print_each(lambda issue: f"Deleted {issue['id']}"))
 
 
-@_writes
+@writes
 @tracker_group.command("reopen")
 @click.argument("issue_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("-r", "--reason", help="Why it is reopened (added as a comment).")
-@_json_option
+@json_option
 def reopen_cmd(issue_ids: tuple[str, ...], reason: str | None, as_json: bool) -> None:
     """Set issues back to open (all or none): a closed one is reopened, any other one released."""
 
@@ -538,7 +458,7 @@ def reopen_cmd(issue_ids: tuple[str, ...], reason: str | None, as_json: bool) ->
         with t.transaction():
             return [reopen_one(t, issue_id) for issue_id in issue_ids]
 
-    _run(as_json, action, _print_each(lambda issue: f"Reopened {issue['id']}" + (f": {reason}" if reason else "")))
+    run_action(as_json, action, _print_each(lambda issue: f"Reopened {issue['id']}" + (f": {reason}" if reason else "")))
 
 
 # --------------------------------------------------------------------- comments
@@ -569,43 +489,43 @@ def comments_group() -> None:
 
 @comments_group.command("show")
 @click.argument("issue_id")
-@_json_option
+@json_option
 def comments_show_cmd(issue_id: str, as_json: bool) -> None:
     """List the comments of an issue, oldest first (the default: comments ID)."""
 
     def human(comments: list[dict]) -> None:
         if not comments:
-            click.echo(f"No comments on {issue_id}.")
+            echo(f"No comments on {issue_id}.")
         for comment in comments:
             _print_comment(comment)
 
-    _run(as_json, lambda t: [bd.comment(c) for c in t.comments(issue_id)], human)
+    run_action(as_json, lambda t: [bd.comment(c) for c in t.comments(issue_id)], human)
 
 
 def _comment_add_command(name: str, group: click.Group, *, hidden: bool) -> None:
     """``comments add`` and bd's older top-level ``comment``: the same command under two names."""
 
-    @_writes
+    @writes
     @group.command(name, hidden=hidden)
     @click.argument("issue_id")
     @click.argument("text")
     @click.option("-a", "--author", help="Who wrote it (default: the actor).")
-    @_json_option
+    @json_option
     def add_cmd(issue_id: str, text: str, author: str | None, as_json: bool) -> None:
         """Add a comment to an issue."""
-        _run(as_json, lambda t: bd.comment(t.add_comment(issue_id, text, author=author)),
-             _say(lambda comment: f"Comment {comment['id']} added to {comment['issue_id']}"))
+        run_action(as_json, lambda t: bd.comment(t.add_comment(issue_id, text, author=author)),
+             say(lambda comment: f"Comment {comment['id']} added to {comment['issue_id']}"))
 
 
 _comment_add_command("add", comments_group, hidden=False)
 _comment_add_command("comment", tracker_group, hidden=True)
 
 
-@_writes
+@writes
 @tracker_group.command("note")
 @click.argument("issue_id")
 @click.argument("text")
-@_json_option
+@json_option
 def note_cmd(issue_id: str, text: str, as_json: bool) -> None:
     """Append TEXT to an issue's notes on a new line (update --append-notes)."""
 
@@ -616,7 +536,7 @@ def note_cmd(issue_id: str, text: str, as_json: bool) -> None:
             t.update(issue_id, notes=f"{current}\n{text}" if current else text)
         return bd.issue(t.get(issue_id))
 
-    _run(as_json, action, _say(lambda issue: f"Appended note to {issue['id']}"))
+    run_action(as_json, action, say(lambda issue: f"Appended note to {issue['id']}"))
 
 
 # --------------------------------------------------------------------- dependencies and labels
@@ -627,13 +547,13 @@ def dep_group() -> None:
     """Add or remove dependencies (ISSUE depends on DEPENDS_ON)."""
 
 
-@_writes
+@writes
 @dep_group.command("add")
 @click.argument("issue_id", metavar="ISSUE")
 @click.argument("depends_on", metavar="DEPENDS_ON")
 @click.option("-t", "--type", "dep_type", default="blocks", show_default=True,
               help="blocks, parent-child, related, discovered-from, tracks, ... (only blocks and parent-child affect ready work).")
-@_json_option
+@json_option
 def dep_add_cmd(issue_id: str, depends_on: str, dep_type: str, as_json: bool) -> None:
     """Make ISSUE depend on DEPENDS_ON; refused if either is missing or it would close a cycle."""
 
@@ -642,16 +562,16 @@ def dep_add_cmd(issue_id: str, depends_on: str, dep_type: str, as_json: bool) ->
         return {"status": "added", "issue_id": dep["issue_id"], "depends_on_id": dep["depends_on_id"],
                 "type": dep["type"]}
 
-    _run(as_json, action,
-         _say(lambda r: f"Added dependency: {r['issue_id']} depends on {r['depends_on_id']} ({r['type']})"))
+    run_action(as_json, action,
+         say(lambda r: f"Added dependency: {r['issue_id']} depends on {r['depends_on_id']} ({r['type']})"))
 
 
-@_writes
+@writes
 @dep_group.command("remove")
 @click.argument("issue_id", metavar="ISSUE")
 @click.argument("depends_on", metavar="DEPENDS_ON")
 @click.option("-t", "--type", "dep_type", help="Remove only the edge of this type (default: every type).")
-@_json_option
+@json_option
 def dep_remove_cmd(issue_id: str, depends_on: str, dep_type: str | None, as_json: bool) -> None:
     """Remove the dependency of ISSUE on DEPENDS_ON."""
 
@@ -659,8 +579,8 @@ def dep_remove_cmd(issue_id: str, depends_on: str, dep_type: str | None, as_json
         t.remove_dependency(issue_id, depends_on, dep_type)
         return {"status": "removed", "issue_id": issue_id, "depends_on_id": depends_on}
 
-    _run(as_json, action,
-         _say(lambda r: f"Removed dependency: {r['issue_id']} no longer depends on {r['depends_on_id']}"))
+    run_action(as_json, action,
+         say(lambda r: f"Removed dependency: {r['issue_id']} no longer depends on {r['depends_on_id']}"))
 
 
 @tracker_group.group("label")
@@ -668,11 +588,11 @@ def label_group() -> None:
     """Add or remove labels."""
 
 
-@_writes
+@writes
 @label_group.command("add")
 @click.argument("issue_id")
 @click.argument("label")
-@_json_option
+@json_option
 def label_add_cmd(issue_id: str, label: str, as_json: bool) -> None:
     """Add LABEL to an issue."""
 
@@ -680,14 +600,14 @@ def label_add_cmd(issue_id: str, label: str, as_json: bool) -> None:
         t.add_label(issue_id, label)
         return {"status": "added", "issue_id": issue_id, "label": label}
 
-    _run(as_json, action, _say(lambda r: f"Added label '{r['label']}' to {r['issue_id']}"))
+    run_action(as_json, action, say(lambda r: f"Added label '{r['label']}' to {r['issue_id']}"))
 
 
-@_writes
+@writes
 @label_group.command("remove")
 @click.argument("issue_id")
 @click.argument("label")
-@_json_option
+@json_option
 def label_remove_cmd(issue_id: str, label: str, as_json: bool) -> None:
     """Remove LABEL from an issue."""
 
@@ -695,7 +615,7 @@ def label_remove_cmd(issue_id: str, label: str, as_json: bool) -> None:
         t.remove_label(issue_id, label)
         return {"status": "removed", "issue_id": issue_id, "label": label}
 
-    _run(as_json, action, _say(lambda r: f"Removed label '{r['label']}' from {r['issue_id']}"))
+    run_action(as_json, action, say(lambda r: f"Removed label '{r['label']}' from {r['issue_id']}"))
 
 
 # --------------------------------------------------------------------- gates
@@ -706,14 +626,14 @@ def gate_group() -> None:
     """Gates: issues of type gate that block a waiting issue until resolved."""
 
 
-@_writes
+@writes
 @gate_group.command("create")
 @click.argument("title")
 @click.option("--blocks", "blocks", required=True, help="The issue that waits on this gate.")
 @click.option("--await-type", default="human", show_default=True, help="What resolves it: human, timer or ci.")
 @click.option("--await-id", help="What is awaited (a run id, a PR, ...).")
 @click.option("--timeout", help="For timer gates: how long, e.g. 30m, 2h, 1d (stored in nanoseconds).")
-@_json_option
+@json_option
 def gate_create_cmd(title: str, blocks: str, await_type: str, await_id: str | None, timeout: str | None,
                     as_json: bool) -> None:
     """Create a gate that blocks an issue."""
@@ -722,32 +642,32 @@ def gate_create_cmd(title: str, blocks: str, await_type: str, await_id: str | No
         timeout_ns = parse_duration(timeout) if timeout else None
         return t.gate_create(title, blocks=blocks, await_type=await_type, timeout_ns=timeout_ns, await_id=await_id)
 
-    _run(as_json, action, _say(lambda gate: f"Created gate {gate['id']} blocking {blocks}"))
+    run_action(as_json, action, say(lambda gate: f"Created gate {gate['id']} blocking {blocks}"))
 
 
-@_writes
+@writes
 @gate_group.command("resolve")
 @click.argument("gate_id", metavar="ID")
 @click.option("-r", "--reason", default="resolved", show_default=True, help="Why it is resolved.")
-@_json_option
+@json_option
 def gate_resolve_cmd(gate_id: str, reason: str, as_json: bool) -> None:
     """Resolve (close) a gate, unblocking what waits on it."""
-    _run(as_json, lambda t: t.gate_resolve(gate_id, reason=reason), _say(lambda gate: f"Resolved gate {gate['id']}"))
+    run_action(as_json, lambda t: t.gate_resolve(gate_id, reason=reason), say(lambda gate: f"Resolved gate {gate['id']}"))
 
 
-@_writes
+@writes
 @gate_group.command("check")
-@_json_option
+@json_option
 def gate_check_cmd(as_json: bool) -> None:
     """Resolve timer gates whose time has come; prints the gates resolved."""
 
     def human(gates: list[dict]) -> None:
         if not gates:
-            click.echo("No gate due.")
+            echo("No gate due.")
         for gate in gates:
-            click.echo(f"Resolved gate {gate['id']}: {gate['title']}")
+            echo(f"Resolved gate {gate['id']}: {gate['title']}")
 
-    _run(as_json, lambda t: t.gate_check(), human)
+    run_action(as_json, lambda t: t.gate_check(), human)
 
 
 # --------------------------------------------------------------------- slots and agents
@@ -758,12 +678,12 @@ def slot_group() -> None:
     """Agent slots: hook (the agent's current work, 0..1) and role."""
 
 
-@_writes
+@writes
 @slot_group.command("set")
 @click.argument("agent")
 @click.argument("slot", metavar="hook|role")
 @click.argument("issue_id", metavar="ISSUE")
-@_json_option
+@json_option
 def slot_set_cmd(agent: str, slot: str, issue_id: str, as_json: bool) -> None:
     """Attach ISSUE to an agent's slot; the hook is refused while it holds another issue."""
 
@@ -771,14 +691,14 @@ def slot_set_cmd(agent: str, slot: str, issue_id: str, as_json: bool) -> None:
         t.slot_set(agent, slot, issue_id)
         return {"agent": agent, "slot": slot, "bead": issue_id}
 
-    _run(as_json, action, _say(lambda r: f"Set {r['agent']}.{r['slot']} = {r['bead']}"))
+    run_action(as_json, action, say(lambda r: f"Set {r['agent']}.{r['slot']} = {r['bead']}"))
 
 
-@_writes
+@writes
 @slot_group.command("clear")
 @click.argument("agent")
 @click.argument("slot", metavar="hook|role")
-@_json_option
+@json_option
 def slot_clear_cmd(agent: str, slot: str, as_json: bool) -> None:
     """Empty an agent's slot."""
 
@@ -786,12 +706,12 @@ def slot_clear_cmd(agent: str, slot: str, as_json: bool) -> None:
         t.slot_clear(agent, slot)
         return {"agent": agent, "slot": slot, "bead": None}
 
-    _run(as_json, action, _say(lambda r: f"Cleared {r['agent']}.{r['slot']}"))
+    run_action(as_json, action, say(lambda r: f"Cleared {r['agent']}.{r['slot']}"))
 
 
 @slot_group.command("show")
 @click.argument("agent")
-@_json_option
+@json_option
 def slot_show_cmd(agent: str, as_json: bool) -> None:
     """Show an agent's slots."""
 
@@ -800,11 +720,11 @@ def slot_show_cmd(agent: str, as_json: bool) -> None:
         return {"agent": slots["agent"], "slots": {"hook": slots["hook"], "role": slots["role"]}}
 
     def human(r: dict) -> None:
-        click.echo(f"Agent: {r['agent']}\nSlots:")
+        echo(f"Agent: {r['agent']}\nSlots:")
         for name in ("hook", "role"):
-            click.echo(f"  {name}: {r['slots'][name] or '(empty)'}")
+            echo(f"  {name}: {r['slots'][name] or '(empty)'}")
 
-    _run(as_json, action, human)
+    run_action(as_json, action, human)
 
 
 @tracker_group.group("agent")
@@ -812,11 +732,11 @@ def agent_group() -> None:
     """Agent issues (type agent)."""
 
 
-@_writes
+@writes
 @agent_group.command("state")
 @click.argument("agent")
 @click.argument("state")
-@_json_option
+@json_option
 def agent_state_cmd(agent: str, state: str, as_json: bool) -> None:
     """Set an agent's state: idle, spawning, running, working, stuck, done, stopped or dead."""
 
@@ -825,54 +745,54 @@ def agent_state_cmd(agent: str, state: str, as_json: bool) -> None:
         return {"agent": issue["id"], "agent_state": issue.get("agent_state"),
                 "last_activity": issue.get("last_activity")}
 
-    _run(as_json, action, _say(lambda r: f"{r['agent']} state={r['agent_state']}"))
+    run_action(as_json, action, say(lambda r: f"{r['agent']} state={r['agent_state']}"))
 
 
 # --------------------------------------------------------------------- workspace
 
 
 @tracker_group.command("where")
-@_json_option
+@json_option
 def where_cmd(as_json: bool) -> None:
     """Show which workspace and database the tracker uses."""
-    _run(as_json, lambda t: t.where(),
-         _say(lambda r: f"{r['path']}\n  database: {r['database_path']}\n  prefix: {r['prefix']}"))
+    run_action(as_json, lambda t: t.where(),
+         say(lambda r: f"{r['path']}\n  database: {r['database_path']}\n  prefix: {r['prefix']}"))
 
 
 def _print_statistics(r: dict) -> None:
     for key, value in r["summary"].items():
         label = key.replace("_", " ").capitalize() + ":"
-        click.echo(f"{label:<30}{value:.1f}" if isinstance(value, float) else f"{label:<30}{value}")
+        echo(f"{label:<30}{value:.1f}" if isinstance(value, float) else f"{label:<30}{value}")
 
 
 @tracker_group.command("status")
-@_json_option
+@json_option
 def status_cmd(as_json: bool) -> None:
     """Counts by state, ready and blocked work, lead time (bd's status/stats)."""
-    _run(as_json, bd.statistics, _print_statistics)
+    run_action(as_json, bd.statistics, _print_statistics)
 
 
 @tracker_group.command("stats")
-@_json_option
+@json_option
 def stats_cmd(as_json: bool) -> None:
     """The same as status (bd's alias)."""
-    _run(as_json, bd.statistics, _print_statistics)
+    run_action(as_json, bd.statistics, _print_statistics)
 
 
 @tracker_group.command("blocked")
 @click.option("--parent", help="Only descendants of this issue.")
-@_json_option
+@json_option
 def blocked_cmd(parent: str | None, as_json: bool) -> None:
     """Issues held back: blocked or deferred, or waiting on unfinished work (with what holds them)."""
 
     def human(issues: list[dict]) -> None:
         if not issues:
-            click.echo("No blocked issues.")
+            echo("No blocked issues.")
         for issue in issues:
             held = f"  blocked by {', '.join(issue['blocked_by'])}" if issue["blocked_by"] else ""
-            click.echo(_issue_line(issue) + held)
+            echo(_issue_line(issue) + held)
 
-    _run(as_json, lambda t: bd.blocked(t, parent=parent), human)
+    run_action(as_json, lambda t: bd.blocked(t, parent=parent), human)
 
 
 @tracker_group.group("epic")
@@ -882,194 +802,64 @@ def epic_group() -> None:
 
 @epic_group.command("status")
 @click.option("--eligible-only", is_flag=True, help="Only epics whose children are all closed.")
-@_json_option
+@json_option
 def epic_status_cmd(eligible_only: bool, as_json: bool) -> None:
     """Each open epic with how many of its children are closed."""
 
     def human(rows: list[dict]) -> None:
         if not rows:
-            click.echo("No open epics.")
+            echo("No open epics.")
         for row in rows:
             mark = "  (all children closed)" if row["eligible_for_close"] else ""
-            click.echo(f"{row['epic']['id']}  {row['closed_children']}/{row['total_children']}  "
+            echo(f"{row['epic']['id']}  {row['closed_children']}/{row['total_children']}  "
                        f"{row['epic']['title']}{mark}")
 
-    _run(as_json, lambda t: bd.epic_status(t, eligible_only=eligible_only), human)
+    run_action(as_json, lambda t: bd.epic_status(t, eligible_only=eligible_only), human)
 
 
-def _doctor(check: str | None, fix: bool, clean: bool, as_json: bool) -> None:
-    """doctor's run: the tracker's own checks, or one of bd's (validate, pollution)."""
-
-    def action(t: Tracker) -> dict:
-        if (fix or clean) and _settings().get("readonly"):
-            raise TrackerError("operation 'doctor --fix' is not allowed in read-only mode", code="readonly")
-        if check == "pollution":
-            if clean:
-                raise TrackerError("this tracker never deletes issues; close the ones found instead",
-                                   code="unsupported")
-            return bd.pollution(t)
-        if check == "validate":
-            return bd.validate(t, fix=fix)
-        return t.doctor(fix=fix)
-
-    def human(r: dict) -> None:
-        if check == "pollution":
-            click.echo(f"{r['polluted_count']} issue(s) look like test leftovers")
-            for found in r["issues"]:
-                click.echo(f"  {found['id']}: {found['title']} (score {found['score']}: {'; '.join(found['reasons'])})")
-            return
-        if check == "validate":
-            for c in r["checks"]:
-                click.echo(f"{c['status']:<8}{c['name']}: {c['message']}")
-            return
-        for c in r["checks"]:
-            click.echo(f"{'ok  ' if c['ok'] else 'FAIL'}  {c['name']}: {c['detail']}")
-        for fixed in r["fixed"]:
-            click.echo(f"fixed: {fixed}")
-
-    result = _run(as_json, action, human)
-    if not result.get("ok", result.get("overall_ok", True)):
-        raise click.exceptions.Exit(EXIT_USER_ERROR)
-
-
-@tracker_group.command("doctor")
-@click.option("--fix", is_flag=True, help="Repair what can be repaired safely (sort keys, orphan rows, WAL).")
-@click.option("--check", "check", type=click.Choice(["validate", "pollution"]),
-              help="Run one of bd's checks: validate (data integrity) or pollution (test leftovers).")
-@click.option("--clean", is_flag=True, help="With --check=pollution: delete what it finds (refused: there is no delete).")
-@click.option("-y", "--yes", is_flag=True, expose_value=False, help="Do not ask (nothing here asks).")
-@_json_option
-def doctor_cmd(fix: bool, check: str | None, clean: bool, as_json: bool) -> None:
-    """Check the database (integrity, foreign keys, WAL, sort keys); exit 1 if a problem is left."""
-    _doctor(check, fix, clean, as_json)
-
-
-@tracker_group.command("detect-pollution", hidden=True)
-@click.option("--clean", is_flag=True, help="Delete what it finds (refused: there is no delete).")
-@click.option("--yes", is_flag=True, expose_value=False, help="Do not ask (nothing here asks).")
-@_json_option
-def detect_pollution_cmd(clean: bool, as_json: bool) -> None:
-    """bd's deprecated name of doctor --check=pollution (beads-mcp 0.50 calls it)."""
-    _doctor("pollution", False, clean, as_json)
-
-
-@tracker_group.command("validate", hidden=True)
-@click.option("--checks", expose_value=False, help="Accepted; every check runs.")
-@click.option("--fix-all", is_flag=True, help="Repair what can be repaired safely.")
-@_json_option
-def validate_cmd(fix_all: bool, as_json: bool) -> None:
-    """doctor --check=validate under the name beads-mcp 0.50 calls."""
-    _doctor("validate", fix_all, False, as_json)
-
-
-@tracker_group.command("repair-deps")
-@click.option("--fix", is_flag=True, help="Remove the dependency records whose other end is missing.")
-@_json_option
-def repair_deps_cmd(fix: bool, as_json: bool) -> None:
-    """Find dependency records that point at no issue (external: references excepted)."""
-
-    def action(t: Tracker) -> dict:
-        if fix and _settings().get("readonly"):
-            raise TrackerError("operation 'repair-deps --fix' is not allowed in read-only mode", code="readonly")
-        return bd.repair_deps(t, fix=fix)
-
-    _run(as_json, action,
-         _say(lambda r: f"{r['orphans_found']} orphaned dependency record(s)"
-              + (f", {r['fixed']} removed" if fix else "")))
-
-
-@tracker_group.command("info")
-@click.option("--schema", is_flag=True, help="Include the schema: tables, version, sample ids.")
-@_json_option
-def info_cmd(schema: bool, as_json: bool) -> None:
-    """Show the database, its issue count and prefix."""
-
-    def action(t: Tracker) -> dict:
-        info = bd.schema_info(t)
-        if not schema:
-            info.pop("schema")
-        return info
-
-    def human(r: dict) -> None:
-        click.echo(f"Database: {r['database_path']}\nIssues: {r['issue_count']}\nPrefix: {r['config']['issue_prefix']}")
-        if "schema" in r:
-            click.echo(f"Schema version: {r['schema']['schema_version']}\nTables: {', '.join(r['schema']['tables'])}")
-
-    _run(as_json, action, human)
-
-
-@tracker_group.command("migrate")
-@click.option("--inspect", is_flag=True, help="Show the migration state (the schema migrates itself on open).")
-@click.option("--from", "source", metavar="DB", help="Move the workspace in this database (a file or a postgresql:// URL)...")
-@click.option("--to", "target", metavar="DB", help="...into this one (a new or empty file or database).")
-@click.option("--force", is_flag=True, help="With --to: replace what the target database holds.")
-@_json_option
-def migrate_cmd(inspect: bool, source: str | None, target: str | None, force: bool, as_json: bool) -> None:
-    """Show the migration state (--inspect), or move a workspace to another database (--from, --to)."""
-    if source or target:
-        _migrate_between(source, target, force=force, inspect=inspect, as_json=as_json)
-        return
-    if not inspect:
-        raise click.UsageError("give --inspect, or --from and --to")
-    _run(as_json, bd.migrate_inspect,
-         _say(lambda r: f"Schema version: {r['current_state']['schema_version']} (up to date; nothing to migrate)"))
-
-
-def _migrate_between(source: str | None, target: str | None, *, force: bool, inspect: bool, as_json: bool) -> None:
-    """``migrate --from --to``: every row of one database copied into another, in one transaction."""
-    from .migrate import migrate  # only this command needs it
-
-    if not (source and target) or inspect:
-        raise click.UsageError("--from and --to go together, without --inspect")
-    if _settings().get("readonly"):
-        _fail("operation 'migrate' is not allowed in read-only mode", "readonly", EXIT_USER_ERROR, as_json)
-    report = _guard(as_json, lambda: migrate(source, target, replace=force).to_dict())
-    if as_json:
-        _print_json(report)
-    else:
-        click.echo(f"Migrated {report['issues']} issue(s), {report['comments']} comment(s), {report['events']}"
-                   f" event(s) and {len(report['tables'])} table(s) from {report['from']} to {report['to']}")
+for _admin_command in cli_admin.COMMANDS:
+    tracker_group.add_command(_admin_command)
 
 
 @tracker_group.command("quickstart")
 def quickstart_cmd() -> None:
     """How to work this tracker with bd's commands."""
-    click.echo(bd.QUICKSTART.format(version=bd.BD_VERSION), nl=False)
+    echo(bd.QUICKSTART.format(version=bd.BD_VERSION), nl=False)
 
 
 @tracker_group.command("version")
-@_json_option
+@json_option
 def version_cmd(as_json: bool) -> None:
     """Print bd's version line: the bd release whose commands and JSON this tracker answers."""
     if as_json:
-        _print_json(bd.version_object(_mesh_version()))
+        print_json(bd.version_object(_mesh_version()))
     else:
-        click.echo(bd.version_line(_mesh_version()))
+        echo(bd.version_line(_mesh_version()))
 
 
-@_writes
+@writes
 @tracker_group.command("import")
 @click.argument("file", metavar="FILE.jsonl", type=click.Path(dir_okay=False))
-@_json_option
+@json_option
 def import_cmd(file: str, as_json: bool) -> None:
     """Import a beads JSONL file: new ids are created, known ones updated when newer."""
     from .jsonl import import_jsonl  # only this command needs the import code
 
     def human(report: dict) -> None:
-        click.echo(
+        echo(
             f"Imported {file}: {report['created']} created, {report['updated']} updated, "
             f"{report['unchanged']} unchanged, {report['skipped_older']} skipped (older), "
             f"{len(report['warnings'])} warning(s)"
         )
 
-    report = _run(as_json, lambda t: import_jsonl(t, file).to_dict(), human)
-    for warning in [] if _settings().get("quiet") else report["warnings"]:
-        click.echo(f"{file}:{warning['line']}: {warning['code']}: {warning['message']}", err=True)
+    report = run_action(as_json, lambda t: import_jsonl(t, file).to_dict(), human)
+    for warning in [] if settings().get("quiet") else report["warnings"]:
+        echo(f"{file}:{warning['line']}: {warning['code']}: {warning['message']}", err=True)
 
 
 @tracker_group.command("export")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file (default: stdout).")
-@_json_option
+@json_option
 def export_cmd(output: str | None, as_json: bool) -> None:
     """Export every issue as beads JSONL, one per line, sorted by id.
 
@@ -1088,12 +878,12 @@ def export_cmd(output: str | None, as_json: bool) -> None:
         os.replace(partial, target)
         return {"exported": count, "path": str(target)}
 
-    result = _guard(as_json, lambda: _with_tracker(action))
+    result = guard(as_json, lambda: with_tracker(action))
     if output:
         if as_json:
-            _print_json(result)
+            print_json(result)
         else:
-            click.echo(f"Exported {result['exported']} issue(s) to {result['path']}")
+            echo(f"Exported {result['exported']} issue(s) to {result['path']}")
 
 
 # --------------------------------------------------------------------- bd's global flags

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .dialect import is_url, sqlite_path
-from .errors import WorkspaceError
+from .errors import AlreadyInitializedError, WorkspaceError
 from .model import BLOCKING_STATUSES
 from .schema import ensure_schema
 
@@ -45,7 +45,27 @@ def open_database(target: Path | str, *, create: bool = False):
         raise
     return db
 
-__all__ = ["Database", "Transactions", "open_database", "refresh_ready_state", "ready_state_changes"]
+
+def refuse_initialized(target: Path | str, prefix: str | None) -> None:
+    """AlreadyInitializedError when ``target`` holds a workspace (an issue prefix or an issue):
+    ``init`` there would rewrite a live workspace's prefix. No tracker database there yet (or one
+    ``init`` could not open either) passes."""
+    if not is_url(target) and not sqlite_path(target).exists():
+        return
+    try:
+        db = open_database(target)
+    except WorkspaceError:
+        return
+    try:
+        found = db.read("SELECT 1 FROM config WHERE key = 'issue_prefix' UNION ALL SELECT 1 FROM issues LIMIT 1")
+        where = db.display
+    finally:
+        db.close()
+    if found:
+        raise AlreadyInitializedError(where, prefix)
+
+
+__all__ = ["Database", "Transactions", "open_database", "refuse_initialized", "refresh_ready_state", "ready_state_changes"]
 
 BUSY_TIMEOUT_MS = 30_000
 

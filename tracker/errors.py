@@ -15,6 +15,7 @@ __all__ = [
     "CycleError",
     "WorkspaceError",
     "ImportLineError",
+    "AlreadyInitializedError",
 ]
 
 
@@ -72,3 +73,17 @@ class ImportLineError(InvalidValueError):
     def __init__(self, line: int, message: str):
         super().__init__(f"line {line}: {message}; nothing was imported")
         self.line = line
+
+
+class AlreadyInitializedError(ConflictError):
+    """``init`` on a database that already holds a workspace: refused unless forced, as bd
+    refuses, since a client running ``bd init`` with an inherited ``BEADS_DB`` would otherwise
+    rewrite the prefix of a live workspace. The message is bd v0.50.3's (cmd/bd/init.go)."""
+
+    code = "already_initialized"
+
+    def __init__(self, where: str, prefix: str | None):
+        again = f"bd init --force --prefix {prefix}" if prefix else "bd init --force"
+        super().__init__(f"Found existing database: {where}\n\nThis workspace is already initialized.\n\n"
+                         "To use the existing database:\n  Just run bd commands normally (e.g., bd list)\n\n"
+                         f"To set its issue prefix anyway (its issues keep their ids):\n  {again}\n\nAborting.")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ids as idgen
-from .db import open_database, ready_state_changes, refresh_ready_state
+from .db import open_database, ready_state_changes, refresh_ready_state, refuse_initialized
 from .dialect import JSON_IDS, display_target, is_url
 from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError, TrackerError, WorkspaceError
 from .model import (
@@ -98,13 +98,13 @@ class Tracker:
 
     @classmethod
     def init(cls, root: Path, *, prefix: str | None = None, actor: str | None = None,
-             db_path: Path | str | None = None) -> "Tracker":
-        """Create (or open) the workspace database ``<root>/.beads/mesh.db`` (or ``db_path``).
-
-        The issue prefix is ``prefix`` when given, else the one already stored,
-        else ``issue-prefix`` of ``<root>/.beads/config.yaml``, else ``bd``.
-        """
+             db_path: Path | str | None = None, force: bool = False) -> "Tracker":
+        """Create the workspace database ``<root>/.beads/mesh.db`` (or ``db_path``); refused where one
+        holds a workspace already, unless ``force`` opens it. Its prefix is ``prefix``, else the one
+        stored, else ``issue-prefix`` of ``<root>/.beads/config.yaml``, else ``bd``."""
         target = (db_path if is_url(db_path) else Path(db_path)) if db_path else root / ".beads" / DB_NAME
+        if not force:
+            refuse_initialized(target, prefix)
         tracker = cls(target, actor=actor, create=True)
         if prefix:
             tracker.set_config("issue_prefix", prefix)

@@ -1,0 +1,76 @@
+"""Untrusted text (tracker fields, model answers, worker output) made safe to print.
+
+A title or a comment can hold terminal control sequences (``ESC[2J`` clears the screen,
+``ESC]0;...`` retitles the window, ``ESC]52;c;...`` writes the clipboard) or bidirectional
+overrides (U+202E shows text reversed). ``printable`` shows every control, format and
+separator character as an escape (``\\u001b``, ``\\u202e``) so that what reaches a terminal
+is inert, whether or not the output is a terminal (a pipe into ``less -R`` or a log viewer
+renders it too). JSON output stays exact: ``json_text`` escapes the controls
+``json.dumps`` leaves raw (DEL and C1) and keeps every other character as it is.
+
+Every human-readable output of ``mesh`` and ``bd`` goes through here; this module sits in
+the lowest layer so that the tracker's command line and the orchestrator share it. It
+imports nothing heavy: ``bd ready`` loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Any
+
+__all__ = ["printable", "clip", "inert", "json_text"]
+
+_KEEP = frozenset("\n\t")
+# Control characters (C0, DEL, C1) move the cursor or reprogram the terminal; format
+# characters (bidirectional overrides and isolates, marks, zero-width characters) reorder or
+# hide what is shown; line and paragraph separators break lines; a lone surrogate cannot
+# even be written out.
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# What json.dumps(ensure_ascii=False) leaves raw and a terminal may still obey.
+_JSON_CONTROLS = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def printable(text: str, *, one_line: bool = False) -> str:
+    """``text`` with every control, format and separator character shown as ``\\uXXXX``:
+    newlines and tabs are kept (a CRLF counts as a newline) unless ``one_line``, where a
+    field must stay on its line."""
+    if text.isprintable():  # the common case: nothing but printable characters and spaces
+        return text
+    if not one_line:
+        text = text.replace("\r\n", "\n")
+    return "".join(_escape(char) if (one_line or char not in _KEEP) and unicodedata.category(char) in _UNSAFE
+                   else char for char in text)
+
+
+def clip(text: str | None, size: int) -> str:
+    """``printable`` on one line, cut to ``size`` characters (an ellipsis marks the cut)."""
+    if not text:
+        return ""
+    line = printable(text, one_line=True)
+    return line if len(line) <= size else line[: size - 1] + "…"
+
+
+def inert(value: Any, *, multiline: frozenset[str] = frozenset()) -> Any:
+    """A copy of a JSON-like ``value`` whose strings (mapping keys too) are ``printable`` on
+    one line, except the values of the keys in ``multiline`` (text bodies), which keep their
+    newlines and tabs."""
+    if isinstance(value, str):
+        return printable(value, one_line=True)
+    if isinstance(value, dict):
+        return {inert(key): printable(item) if key in multiline and isinstance(item, str)
+                else inert(item, multiline=multiline) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [inert(item, multiline=multiline) for item in value]
+    return value
+
+
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON that decodes to exactly ``value``: non-ASCII text kept as it is (as bd
+    prints it), the controls ``json.dumps`` leaves raw (DEL, C1) escaped like the others."""
+    return json.dumps(value, indent=indent, ensure_ascii=False).translate(_JSON_CONTROLS)
