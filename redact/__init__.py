@@ -28,8 +28,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .known import MIN_SECRET_LEN, hunted_forms
+from .known import MIN_SECRET_LEN, hunted_forms, known_secrets
 from .view import DecodedView, decode, decoded_view, special_count
+from .windows import secret_spans
 
 __all__ = ["REDACTED", "scrub", "scrub_obj"]
 
@@ -523,17 +524,39 @@ def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(pieces)
 
 
-def scrub(text: str) -> str:
-    """``text`` with credentials replaced by ``[REDACTED]``; idempotent."""
-    if not text:
-        return text
+# Each pass only replaces spans by the marker, so passes converge quickly; a text that keeps
+# changing past this many (never seen) is redacted whole rather than returned half-clean.
+_MAX_PASSES = 8
+
+
+def _scrub_once(text: str) -> str:
     forms = hunted_forms()
     for form in forms:
         if form in text:
             text = text.replace(form, REDACTED)
+    spans = secret_spans(text, known_secrets())
+    if spans:
+        text = _redact_spans(text, spans)
     text = _patterns(text)
     spans = _view_spans(text, forms, _VIEW_DEPTH)
     return _redact_spans(text, spans) if spans else text
+
+
+def scrub(text: str) -> str:
+    """``text`` with credentials replaced by ``[REDACTED]``; idempotent.
+
+    A redaction can make a neighbour recognisable (an AWS secret key glued to a known
+    secret's value stands alone once the value is a marker), so the passes repeat until
+    the text no longer changes: the result is a fixed point, hence idempotent.
+    """
+    if not text:
+        return text
+    for _ in range(_MAX_PASSES):
+        cleaned = _scrub_once(text)
+        if cleaned == text:
+            return text
+        text = cleaned
+    return REDACTED
 
 
 def _secret_key(key: Any) -> bool:
