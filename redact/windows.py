@@ -72,8 +72,9 @@ _MIN_RUN = b"a" * 20  # base64 of 15 bytes: shorter runs cannot hold a window
 _B32_RUN = re.compile(r"[A-Za-z2-7]{26,}=*")
 _HEX_RUN = re.compile(r"[0-9A-Fa-f]{32,}")
 _B64_CLEAN = str.maketrans("-_", "+/", "\r\n=")
-_GZIP_B64 = "H4sI"  # 1f 8b 08: every gzip stream's base64 starts so
-_ZLIB_B64 = ("eJ", "eN", "eA", "eF")  # 78 9c / 78 da / 78 01 / 78 5e
+# Where a gzip (1f 8b 08) or zlib (78 01 / 5e / 9c / da) stream may start in decoded bytes.
+_STREAM_MAGICS = (b"\x1f\x8b\x08", b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")
+_MAX_STREAMS = 64
 
 # Escapes the views decode, one token each (an escaped backslash first, so that the "u"
 # of "\\u0041" is not read as an escape).
@@ -336,14 +337,29 @@ def _encoded_runs(text: str) -> dict[str, list[tuple[int, int]]]:
     return runs
 
 
-def _inflated(data: bytes) -> bytes | None:
-    for wbits, magic in ((31, b"\x1f\x8b"), (15, b"\x78")):
-        if data.startswith(magic):
-            try:
-                return zlib.decompressobj(wbits).decompress(data, _MAX_INFLATED)
-            except zlib.error:
-                return None
-    return None
+def _inflated(data: bytes) -> list[bytes]:
+    """What the gzip and zlib streams starting anywhere in ``data`` inflate to (the first
+    ``_MAX_STREAMS`` candidates, each bounded: a bomb stops at ``_MAX_INFLATED``)."""
+    out = []
+    starts = sorted(at for magic in _STREAM_MAGICS for at in _occurrences(data, magic))[:_MAX_STREAMS]
+    for at in starts:
+        wbits = 31 if data.startswith(b"\x1f", at) else 15
+        try:
+            inflated = zlib.decompressobj(wbits).decompress(data[at:], _MAX_INFLATED)
+        except zlib.error:
+            continue
+        if inflated:
+            out.append(inflated)
+    return out
+
+
+def _occurrences(data: bytes, magic: bytes) -> list[int]:
+    found = []
+    at = data.find(magic)
+    while at >= 0 and len(found) < _MAX_STREAMS:
+        found.append(at)
+        at = data.find(magic, at + 1)
+    return found
 
 
 class _Search:
@@ -400,8 +416,7 @@ class _Search:
             return True
         if xor and any(index.find(_xor_differences(blob, period)) for period, index in self.hunt.xor.items()):
             return True
-        inflated = _inflated(blob)
-        if inflated is not None:
+        for inflated in _inflated(blob):
             text = inflated.decode("utf-8", "replace")
             if self.hunt.windows.find(_normal(text)) or (layers > 0 and self.run_spans(text, layers)):
                 return True
@@ -411,8 +426,6 @@ class _Search:
         """Whether any of ``runs`` may hold a secret (decoded all together: a hit across two
         runs is possible, so a True is checked again run by run)."""
         cleaned = [run.translate(_B64_CLEAN) for run in runs]
-        if any(_GZIP_B64 in run or run.startswith(_ZLIB_B64) for run in cleaned):
-            return True  # a compressed stream is read run by run
         for offset in range(4):
             if self.blob_holds(binascii.a2b_base64("".join(_b64_part(run, offset) for run in cleaned)), layers):
                 return True
@@ -426,9 +439,6 @@ class _Search:
     def _run_holds(self, run: str, layers: int) -> bool:
         clean = run.translate(_B64_CLEAN)
         if any(self.blob_holds(_b64_decode(clean, offset), layers) for offset in range(4)):
-            return True
-        gzip_at = clean.find(_GZIP_B64)
-        if gzip_at > 0 and self.blob_holds(_b64_decode(clean, gzip_at), layers):
             return True
         for hexes in _HEX_RUN.findall(run):
             if any(self.blob_holds(bytes.fromhex(_hex_part(hexes, offset)), layers, xor=True) for offset in range(2)):
