@@ -77,6 +77,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/tracker_scale.py
 	$(BIN)/python bench/run_overhead.py
 	$(BIN)/python bench/sandbox_cost.py
+	$(BIN)/python bench/scrub_cost.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

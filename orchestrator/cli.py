@@ -334,9 +334,8 @@ def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
 
     root = ctx.find_root().obj or {}
     try:
-        if config is None:
-            config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
-                                                config_file=Path(config_file) if config_file else None))
+        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
+                                            config_file=Path(config_file) if config_file else None))
         tracker = open_tracker(root.get("db"), root.get("actor"), config)
     except RunError as exc:
         _fail(ctx, str(exc), exc.exit_code, as_json)
