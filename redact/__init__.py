@@ -8,6 +8,9 @@ secret a worker or a test suite printed. ``scrub`` replaces with ``[REDACTED]``:
   (both alphabets, any alignment inside a longer stream, padded or not), hex, URL-encoded,
   rot13 and reversed. Values shorter than 8 characters are not hunted, in any form: they
   would match ordinary text by chance;
+- any 16 characters of a known value, however written (``redact.windows``: case, spacing,
+  separators, full-width letters, HTML and percent escapes, base32, base64 of base64,
+  gzip, hex xor a repeating key...);
 - credentials recognisable by their shape: private key blocks, provider tokens (Anthropic,
   OpenAI, GitHub, GitLab, Slack, AWS key ids and bare secret access keys, Google, Stripe,
   Hugging Face ``hf_``, npm ``npm_``, JWTs, Slack hooks), Azure ``AccountKey=``, the password
@@ -18,7 +21,8 @@ secret a worker or a test suite printed. ``scrub`` replaces with ``[REDACTED]``:
   secret split by invisible characters or written with escapes is redacted too, escapes and
   all.
 
-It is idempotent, and tuned to leave ordinary code alone: ``token = tokens[0]`` or
+Passes repeat until the text no longer changes, so it is idempotent (a token that a
+redaction left standing alone is taken on the next pass), and tuned to leave ordinary code alone: ``token = tokens[0]`` or
 ``key = "name"`` are not credentials, nor are git object ids, uuids or base64 of text.
 ``scrub(text) != text`` is therefore a usable test for "this text holds a secret".
 """
