@@ -2,8 +2,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make fuzz FUZZ_TESTS=tests/test_scrub_windows.py` fuzzes one file (default: every property test).
+FUZZ_TESTS ?=
 
-.PHONY: test demo install bench clean sandbox chromium beads-ui postgres claude-code
+.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +65,11 @@ install: $(STAMP) sandbox chromium beads-ui postgres claude-code
 test: $(STAMP) sandbox chromium beads-ui postgres claude-code
 	MESH_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest
 
+# Long random runs of the property tests (Hypothesis's "fuzz" profile, tests/conftest.py);
+# `make test` runs them derandomized. Pin every counterexample found as an @example.
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -m hypothesis -p no:cacheprovider $(FUZZ_TESTS)
+
 demo: $(STAMP) sandbox
 	$(BIN)/mesh demo
 
@@ -70,6 +77,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/tracker_scale.py
 	$(BIN)/python bench/run_overhead.py
 	$(BIN)/python bench/sandbox_cost.py
+	$(BIN)/python bench/scrub_cost.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -15,11 +15,15 @@ The task is closed only when:
 - its decision is approve, with vote consensus, a passing validation and no open
   MUST_FIX finding (signed findings, and no open ``label:MUST_FIX`` finding issue);
 - every checkpoint digest it lists matches a comment of that run present on the task;
-- the checkout (``--repo``, default ``.``) holds the approved work: its HEAD tree is the
-  signed tree, or HEAD contains the signed commit and no later commit changed the files
-  the run touched;
+- the checkout (``--repo``, default ``.``) holds the approved tree (orchestrator.binding):
+  its HEAD tree is the signed tree, or HEAD contains the signed commit and its tree is an
+  approved tree (this run's, or that of a later approved landing in scope on top of it) up
+  to the tracker export under ``.beads/``, and no later commit changed the run's files;
 - with ``--revalidate``, the signed validation commands (and only those) pass again in
   the sandbox on the checkout's HEAD commit.
+
+Its configuration (``validation.*``, ``tracker.url``) comes from CI's own ``--config`` file or
+from the protected branch (orchestrator.ci_config), never from the branch under review.
 
 Without a key nothing can be verified: unsigned run heads are accepted, the commit
 binding still applies. The gates are resolved and the task closed in one transaction,
@@ -29,6 +33,7 @@ with a compare-and-set on ``in_progress``, so racing closers close it once.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +44,8 @@ from tracker.store import Tracker
 from .checkpoint import checkpoint_problem, signing_key
 from .config import MeshConfig
 from .engine import CLOSE_REASON, load_checkpoints
-from .runhead import (RUN_HEAD, comment_digest, commit_binding, git_checkout_root, headless_runs_after, run_order,
-                      trusted_run_heads)
+from .binding import commit_binding
+from .runhead import RUN_HEAD, comment_digest, git_checkout_root, headless_runs_after, run_order, trusted_run_heads
 from .scope import Scope
 
 __all__ = ["CloseCheck", "CiCloseError", "ci_close", "check_task", "candidates"]
@@ -63,6 +68,8 @@ class CloseCheck:
     gate: str | None = None
     validation: list[dict[str, Any]] = field(default_factory=list)
     gates: list[str] = field(default_factory=list)
+    # Typed refusals a caller can branch on (the binding's code: tree_differs, ...).
+    reasons: list[str] = field(default_factory=list)
     artifact: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -71,7 +78,8 @@ class CloseCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "title": self.title, "run_id": self.run_id, "result": self.result,
-                "checks": self.checks, "problems": self.problems, "gate": self.gate, "validation": self.validation}
+                "checks": self.checks, "problems": self.problems, "reasons": self.reasons, "gate": self.gate,
+                "validation": self.validation}
 
 
 def _ci_gates(tracker: Tracker, task_id: str) -> list[dict]:
@@ -79,8 +87,11 @@ def _ci_gates(tracker: Tracker, task_id: str) -> list[dict]:
 
 
 def check_task(tracker: Tracker, task: dict, *, require_signed: bool, key: bytes | None,
-               repo: Path) -> CloseCheck:
-    """The evidence check of one task against the checkout ``repo`` (no mutation)."""
+               repo: Path, vouched: Collection[str] = ()) -> CloseCheck:
+    """The evidence check of one task against the checkout ``repo`` (no mutation).
+
+    ``vouched``: the commits other approving run heads of the scope sign (``approved_commits``).
+    """
     task_id = task["id"]
     gates = _ci_gates(tracker, task_id)
     check = CloseCheck(task_id=task_id, title=task["title"], run_id=None, gate=gates[0]["id"] if gates else None,
@@ -140,11 +151,30 @@ def check_task(tracker: Tracker, task: dict, *, require_signed: bool, key: bytes
         check.problems.append(f"latest run is not an approval ({art.get('outcome')}, decision {art.get('decision')})")
     if must_fix:
         check.problems.append(f"{len(must_fix)} open MUST_FIX finding(s)")
-    binding, why = commit_binding(repo, art)
-    check.checks["commit_binding"] = binding
-    if why:
-        check.problems.append(why)
+    binding = commit_binding(repo, art, vouched)
+    check.checks["commit_binding"] = binding.how
+    if binding.code:
+        check.problems.append(binding.why or binding.code)
+        check.reasons.append(binding.code)
     return check
+
+
+def approved_commits(tracker: Tracker, scope: Scope, key: bytes | None) -> set[str]:
+    """The commits (reviewed and landed) that the latest trusted run head of each task in
+    scope, in progress or closed, signs as approved: landings a checkout may hold on top
+    of the task being closed."""
+    labels = [scope.plan_label] if scope.plan_label else []
+    found: set[str] = set()
+    for task in tracker.list(status=["in_progress", "closed"], labels=labels, issue_type="task",
+                             parent=scope.parent_epic, descendants=True):
+        heads, _ = trusted_run_heads(load_checkpoints(tracker, task["id"]), key, task["id"])
+        if not heads:
+            continue
+        art = max(heads, key=run_order).payload["artifact"]
+        if art.get("decision") == "approve" and art.get("task_id") == task["id"]:
+            landed = (art.get("conditions") or {}).get("on_integration_branch")
+            found.update(c for c in (art.get("commit"), landed) if isinstance(c, str) and c)
+    return found
 
 
 def _revalidate(check: CloseCheck, config: MeshConfig, repo: Path, trust_config_sandbox: bool = False) -> bool:
@@ -198,8 +228,9 @@ def ci_close(tracker: Tracker, config: MeshConfig, scope: Scope, *, repo: Path, 
     """Check and close every eligible task in scope; returns what happened to each.
 
     Revalidation runs in the bwrap sandbox whatever ``config`` says, unless
-    ``trust_config_sandbox``: a config read from the checked-out branch is untrusted, and a
-    later commit must not be able to switch the sandbox off with ``validation.sandbox = "none"``.
+    ``trust_config_sandbox`` (CI's own config file): a protected branch's mesh.toml was
+    written by the same runs that are closed here, and none of them may switch the sandbox
+    off with ``validation.sandbox = "none"``.
 
     Raises ``CiCloseError`` when ``repo`` is not in a git checkout: the approved commit and
     tree are compared with the checkout's HEAD, so there is nothing to close for without one.
@@ -210,8 +241,9 @@ def ci_close(tracker: Tracker, config: MeshConfig, scope: Scope, *, repo: Path, 
                            " one (run it in the checkout, or give --repo)")
     key = signing_key()
     out = []
+    vouched = approved_commits(tracker, scope, key)
     for task in candidates(tracker, scope):
-        check = check_task(tracker, task, require_signed=require_signed, key=key, repo=root)
+        check = check_task(tracker, task, require_signed=require_signed, key=key, repo=root, vouched=vouched)
         evidence = (check.checks["vote_consensus"] and check.checks["validation_pass"]
                     and check.checks["review_decision"] == "approve" and check.checks["open_must_fix_findings"] == 0
                     and bool(check.checks["commit_binding"]) and not check.problems)

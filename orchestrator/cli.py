@@ -230,35 +230,50 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
               help="Refuse evidence whose checkpoints are not signed with MESH_SIGNING_KEY.")
 @click.option("--repo", type=click.Path(file_okay=False),
               help="The git checkout the tasks are closed for: its HEAD must hold the approved tree (default: .).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="Config file.")
+@click.option("--base", envvar="MESH_CI_BASE",
+              help="The protected branch whose mesh.toml configures ci-close, never the checkout's own (env"
+                   " MESH_CI_BASE; default origin/HEAD, else main, else master).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+              help="CI's own config file, outside the checkout (instead of the protected branch's mesh.toml).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per task looked at, as an array.")
 @click.pass_context
-def ci_close_command(ctx: click.Context, label, parent, revalidate, require_signed, repo, config_file,
+def ci_close_command(ctx: click.Context, label, parent, revalidate, require_signed, repo, base, config_file,
                      as_json) -> None:
     """Close approved tasks from CI after checking their evidence (exit 1 if any task fails).
 
     Looks at in-progress tasks in scope that wait on a CI gate or hold an approval, checks
     the latest signed run head ([orch:run-head]: vote consensus, validation pass, review
-    approve, no open MUST_FIX findings, the approved commit and tree against this checkout),
-    then resolves the gate and closes the task.
+    approve, no open MUST_FIX findings, the approved tree against this checkout), then
+    resolves the gate and closes the task. The configuration comes from --config or the
+    protected branch (--base), never from the checkout under review.
     """
     import json
     from pathlib import Path
 
     from orchestrator.ci_close import CiCloseError, ci_close
+    from orchestrator.ci_config import CiConfigError, ci_config
+    from orchestrator.runhead import git_checkout_root
     from tracker.safe_text import printable
 
-    opened = _open_scope(ctx, label, parent, repo, config_file)
+    checkout = git_checkout_root(Path(repo or ".").resolve())
+    try:
+        if checkout is None:
+            raise CiCloseError(f"{repo or '.'} is not a git checkout: ci-close compares the approved tree with the"
+                               " checked-out one (run it in the checkout, or give --repo)")
+        config, source, trusted = ci_config(checkout, base, Path(config_file) if config_file else None)
+    except (CiCloseError, CiConfigError) as exc:
+        _say(f"mesh: {exc}", err=True)
+        ctx.exit(2)
+        return
+    opened = _open_scope(ctx, label, parent, repo, None, config=config)
     if opened is None:
         return
     scope, config, tracker = opened
     with tracker:
         try:
-            checkout = Path(repo or ".").resolve()
-            # Only a config file from outside the checkout (CI's own) may switch the sandbox off.
-            outside = bool(config_file) and not Path(config_file).resolve().is_relative_to(checkout)
+            # Only CI's own config file, from outside the checkout, may switch the sandbox off.
             checks = ci_close(tracker, config, scope, repo=checkout, revalidate=revalidate,
-                              require_signed=require_signed, trust_config_sandbox=outside)
+                              require_signed=require_signed, trust_config_sandbox=trusted)
         except CiCloseError as exc:
             _say(f"mesh: {exc}", err=True)
             ctx.exit(2)
@@ -266,6 +281,7 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
     if as_json:
         click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
     else:
+        _say(f"configuration: {source}")
         if not checks:
             _say("no task in scope awaits a CI close")
         for c in checks:
@@ -491,9 +507,10 @@ def main() -> None:
     cli(prog_name="mesh")
 
 
-def _open_scope(ctx: click.Context, label, parent, repo, config_file):
+def _open_scope(ctx: click.Context, label, parent, repo, config_file, config=None):
     """The scope, config and tracker of a scoped command, or None after printing one line and
-    setting the exit code (2 for a usage error, the runner's code for the rest)."""
+    setting the exit code (2 for a usage error, the runner's code for the rest). ``config``,
+    when given, is used instead of loading one (ci-close reads the protected branch's)."""
     from pathlib import Path
 
     from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
@@ -502,8 +519,9 @@ def _open_scope(ctx: click.Context, label, parent, repo, config_file):
     root = ctx.find_root().obj or {}
     try:
         scope = resolve_scope(label, parent)
-        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
-                                            config_file=Path(config_file) if config_file else None))
+        if config is None:
+            config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
+                                                config_file=Path(config_file) if config_file else None))
         tracker = open_tracker(root.get("db"), root.get("actor"), config)
     except ScopeError as exc:
         _say(f"mesh: {exc}", err=True)

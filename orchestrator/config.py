@@ -555,13 +555,34 @@ def load_config(repo: Path | None = None, config_file: Path | None = None) -> Me
         return _validate(_with_user_prices(_read_toml(mesh_toml)), str(mesh_toml))
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
-        tool = _read_toml(pyproject).get("tool", {})
-        section = tool.get("mesh") if isinstance(tool, dict) else None
-        if section is None:
-            return _validate(_with_user_prices({}), "defaults")
-        if not isinstance(section, dict):
-            raise ConfigError(f"{pyproject}: [tool.mesh] must be a table")
-        return _validate(_with_user_prices(section), f"{pyproject} [tool.mesh]")
+        return _from_pyproject(_read_toml(pyproject), str(pyproject))
+    return _validate(_with_user_prices({}), "defaults")
+
+
+def _from_pyproject(data: dict[str, Any], source: str) -> MeshConfig:
+    tool = data.get("tool", {})
+    section = tool.get("mesh") if isinstance(tool, dict) else None
+    if section is None:
+        return _validate(_with_user_prices({}), "defaults")
+    if not isinstance(section, dict):
+        raise ConfigError(f"{source}: [tool.mesh] must be a table")
+    return _validate(_with_user_prices(section), f"{source} [tool.mesh]")
+
+
+def config_from_text(mesh_toml: str | None, pyproject: str | None, source: str) -> MeshConfig:
+    """The configuration a ``mesh.toml`` text gives, else a ``pyproject.toml`` text's
+    ``[tool.mesh]``, else the defaults: ``load_config`` for files read elsewhere than the
+    file system (``mesh ci-close`` reads them from the protected branch's git objects)."""
+    for text, name in ((mesh_toml, "mesh.toml"), (pyproject, "pyproject.toml")):
+        if text is None:
+            continue
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}:{name}: invalid TOML: {exc}") from None
+        if name == "mesh.toml":
+            return _validate(_with_user_prices(data), f"{source}:{name}")
+        return _from_pyproject(data, f"{source}:{name}")
     return _validate(_with_user_prices({}), "defaults")
 
 

@@ -18,7 +18,6 @@ gate fields and headers never decide which run is the latest.
 from __future__ import annotations
 
 import hashlib
-import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 __all__ = ["RUN_HEAD", "comment_digest", "run_comment_digests", "trusted_run_heads", "run_order", "next_attempt",
-           "write_run_head", "write_close_head", "headless_runs_after", "commit_binding", "git_checkout_root"]
+           "write_run_head", "write_close_head", "headless_runs_after", "git_checkout_root"]
 
 RUN_HEAD = "run-head"
 _CLOSING = ("closed", "awaiting_ci")
@@ -217,47 +216,3 @@ def headless_runs_after(checkpoints: Sequence[Checkpoint], key: bytes | None, ta
         if cp.run_id and cp.run_id not in headed and checkpoint_problem(cp, key, task_id=task_id) is None:
             found.setdefault(cp.run_id, None)
     return list(found)
-
-
-_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-
-
-def commit_binding(repo: Path, artifact: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """How the checkout at ``repo`` holds the signed commit: ("tree", None) when its HEAD tree
-    is the signed tree, ("contains", None) when HEAD contains the signed commit (or
-    ("landed", None) the commit it landed as on the integration branch) and no later
-    commit changed the files the run touched, else (None, why)."""
-    try:
-        return _commit_binding(repo, artifact)
-    except GitError as exc:
-        return None, f"cannot compare the checkout with the approved commit: {exc}"
-
-
-def _commit_binding(repo: Path, artifact: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    commit, tree, files = artifact.get("commit"), artifact.get("tree"), artifact.get("files")
-    if not isinstance(commit, str) or not isinstance(tree, str) or not commit or not tree:
-        return None, "the approved run integrated no commit"
-    head_tree = _git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{tree}")
-    if head_tree.returncode != 0:
-        return None, f"{repo} has no commit checked out"
-    if head_tree.stdout.strip() == tree:
-        return "tree", None
-    # A drained task may have landed rebased: the head also signs the landed commit (validated
-    # again on the integration branch), and a checkout holding that one is bound the same way.
-    landed = (artifact.get("conditions") or {}).get("on_integration_branch")
-    how, anchor = "contains", commit
-    if _git(repo, "merge-base", "--is-ancestor", commit, "HEAD").returncode != 0:
-        if not (isinstance(landed, str) and _SHA.fullmatch(landed)
-                and _git(repo, "merge-base", "--is-ancestor", landed, "HEAD").returncode == 0):
-            return None, f"the checked-out tree differs from the approved tree {tree[:12]} and HEAD does not" \
-                         f" contain the approved commit {commit[:12]}"
-        how, anchor = "landed", landed
-    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
-        return None, "the approved run names no files to compare"
-    changed = _git(repo, "diff", "--no-renames", "--name-only", "-z", anchor, "HEAD", "--", *files)
-    if changed.returncode != 0:
-        return None, "cannot compare the checkout with the approved commit"
-    later = sorted(n for n in changed.stdout.split("\x00") if n)
-    if later:
-        return None, f"the task's files changed after approval: {', '.join(later[:5])}"
-    return how, None

@@ -8,6 +8,9 @@ secret a worker or a test suite printed. ``scrub`` replaces with ``[REDACTED]``:
   (both alphabets, any alignment inside a longer stream, padded or not), hex, URL-encoded,
   rot13 and reversed. Values shorter than 8 characters are not hunted, in any form: they
   would match ordinary text by chance;
+- any 16 characters of a known value, however written (``redact.windows``: case, spacing,
+  separators, full-width letters, HTML and percent escapes, base32, base64 of base64,
+  gzip, hex xor a repeating key...);
 - credentials recognisable by their shape: private key blocks, provider tokens (Anthropic,
   OpenAI, GitHub, GitLab, Slack, AWS key ids and bare secret access keys, Google, Stripe,
   Hugging Face ``hf_``, npm ``npm_``, JWTs, Slack hooks), Azure ``AccountKey=``, the password
@@ -18,7 +21,8 @@ secret a worker or a test suite printed. ``scrub`` replaces with ``[REDACTED]``:
   secret split by invisible characters or written with escapes is redacted too, escapes and
   all.
 
-It is idempotent, and tuned to leave ordinary code alone: ``token = tokens[0]`` or
+Passes repeat until the text no longer changes, so it is idempotent (a token that a
+redaction left standing alone is taken on the next pass), and tuned to leave ordinary code alone: ``token = tokens[0]`` or
 ``key = "name"`` are not credentials, nor are git object ids, uuids or base64 of text.
 ``scrub(text) != text`` is therefore a usable test for "this text holds a secret".
 """
@@ -28,8 +32,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .known import MIN_SECRET_LEN, hunted_forms
+from .known import MIN_SECRET_LEN, hunted_forms, known_secrets
 from .view import DecodedView, decode, decoded_view, special_count
+from .windows import secret_spans
 
 __all__ = ["REDACTED", "scrub", "scrub_obj"]
 
@@ -523,17 +528,39 @@ def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(pieces)
 
 
-def scrub(text: str) -> str:
-    """``text`` with credentials replaced by ``[REDACTED]``; idempotent."""
-    if not text:
-        return text
+# Each pass only replaces spans by the marker, so passes converge quickly; a text that keeps
+# changing past this many (never seen) is redacted whole rather than returned half-clean.
+_MAX_PASSES = 8
+
+
+def _scrub_once(text: str) -> str:
     forms = hunted_forms()
     for form in forms:
         if form in text:
             text = text.replace(form, REDACTED)
+    spans = secret_spans(text, known_secrets())
+    if spans:
+        text = _redact_spans(text, spans)
     text = _patterns(text)
     spans = _view_spans(text, forms, _VIEW_DEPTH)
     return _redact_spans(text, spans) if spans else text
+
+
+def scrub(text: str) -> str:
+    """``text`` with credentials replaced by ``[REDACTED]``; idempotent.
+
+    A redaction can make a neighbour recognisable (an AWS secret key glued to a known
+    secret's value stands alone once the value is a marker), so the passes repeat until
+    the text no longer changes: the result is a fixed point, hence idempotent.
+    """
+    if not text:
+        return text
+    for _ in range(_MAX_PASSES):
+        cleaned = _scrub_once(text)
+        if cleaned == text:
+            return text
+        text = cleaned
+    return REDACTED
 
 
 def _secret_key(key: Any) -> bool:

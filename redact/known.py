@@ -8,7 +8,8 @@ rot13, hex (lower and upper case), URL encoding (upper and lower case escapes, `
 ``%20`` for spaces) and base64 in both alphabets, whole (padded or not) and as the part of a
 longer base64 stream that is fully determined by the value, at each of the three byte
 alignments it can start at. Forms split by invisible characters or written with JSON escapes
-are found by the scrubber's decoded view (``redact.view``), not listed here.
+are found by the scrubber's decoded view (``redact.view``), and pieces of 16 characters or
+more in any of many more encodings by ``redact.windows``; neither is listed here.
 
 Values shorter than ``MIN_SECRET_LEN`` (8) characters are not hunted at all, in any form:
 their encodings are short enough to occur by chance in ordinary text, and redacting them

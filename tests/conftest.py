@@ -1,10 +1,22 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures, and the Hypothesis profiles the property tests run under."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# ----------------------------------------------------------------- hypothesis
+
+# "ci" (the default) runs the same examples on every run: a property test never fails at
+# random in CI, and what it found once is pinned as an @example. "fuzz" (`make fuzz`,
+# HYPOTHESIS_PROFILE=fuzz) searches long and at random for new counterexamples. A test's own
+# @settings(max_examples=...) wins over both.
+settings.register_profile("ci", derandomize=True, max_examples=100, deadline=None, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, max_examples=20_000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # ----------------------------------------------------------------- tracker
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import codecs
 import json
+import subprocess
+import sys
 import uuid
 from urllib.parse import quote, quote_plus
 
@@ -207,7 +209,7 @@ _VIEW_TEXT = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(_VIEW_TEXT)
 def test_the_fast_decoder_and_the_mapped_view_agree(text):
     view = decoded_view(text)
@@ -215,7 +217,7 @@ def test_the_fast_decoder_and_the_mapped_view_agree(text):
     assert (view.text if view is not None and view.text != text else None) == fast
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.sampled_from([SECRET, SECRET[:9], SECRET[9:], SIGNING[::-1], AWS_SECRET, "\\n", "\\\\", '\\"',
                                  "\u200b", "\\u200b", " ", "x", "API_KEY=", "\\u0041",
                                  base64.b64encode(SECRET.encode()).decode(), REDACTED]),
@@ -321,3 +323,98 @@ def test_a_run_records_no_form_of_a_secret_a_worker_returned(tmp_path):
     _assert_no_form_of_the_secret(res.stderr, "stderr")
     for text in _db_texts(ws):
         _assert_no_form_of_the_secret(text, "the tracker database")
+
+
+# ---------------------------------------------------------------- issue 16: a key through worker_env
+
+FAKE_KEY = "sk-ant-api03-" + "Hq4Wz8Rt2Yp6Ls9Dk3Vn7Bx1Mc5Gf0Je" + "Ua3Oi8Pe2Rw6-Tz1_QsAA"
+
+# The worker's own code: it reads the key mesh gave it (worker_env) and writes it back in
+# every form the attack review got past the scrubber, into every free-text field.
+_LEAKING_WORKER = r'''
+import base64, codecs, fcntl, gzip, json, os, sys
+from urllib.parse import quote
+sys.stdin.read()
+home = os.environ["HOME"]
+role = os.environ["MESH_ROLE"]
+with open(os.path.join(home, "state.json"), "a+") as fh:
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    fh.seek(0)
+    used = json.loads(fh.read() or "{}")
+    index = used.get(role, 0)
+    used[role] = index + 1
+    fh.seek(0); fh.truncate(); fh.write(json.dumps(used))
+key = os.environ["ANTHROPIC_API_KEY"]
+data = key.encode()
+xor = lambda b, k: bytes(c ^ k[i % len(k)] for i, c in enumerate(b)).hex()
+forms = {
+    "raw": key, "no-prefix": key[len("sk-ant-api03-"):], "minus-four": key[4:], "upper": key.upper(),
+    "spaced": " ".join(key), "base32": base64.b32encode(data).decode(),
+    "base64-of-base64": base64.b64encode(base64.b64encode(data)).decode(),
+    "gzip-base64": base64.b64encode(gzip.compress(data)).decode(),
+    "fullwidth": "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in key),
+    "html": "".join(f"&#{ord(c)};" for c in key), "percent": "".join(f"%{b:02X}" for b in data),
+    "percent-std": quote(key, safe=""), "xor-hex": xor(data, b"\x42"), "xor-hex-key": xor(data, b"k3y"),
+    "base64": base64.b64encode(data).decode(), "hex": data.hex(), "reversed": key[::-1],
+    "rot13": codecs.encode(key, "rot13"), "zero-width": "\u200b".join(key),
+}
+with open(os.path.join(home, "leak.json"), "w") as fh:
+    json.dump(forms, fh)
+leak = " | ".join(f"{name}: {form}" for name, form in forms.items())
+text = json.load(open(os.path.join(home, "answers.json")))[role][index]["text"]
+sys.stdout.write(text.replace("@@LEAK@@", json.dumps(leak)[1:-1]))
+'''
+
+
+def _assert_no_form_of_the_key(text: str, forms: dict[str, str], where: str) -> None:
+    from redact.windows import WINDOW, _normal, _unescaped
+
+    views = [text, _unescaped(text) or text]
+    views.append(_unescaped(views[-1]) or views[-1])
+    norm_key = _normal(FAKE_KEY)
+    windows = [norm_key[i:i + WINDOW] for i in range(len(norm_key) - WINDOW + 1)]
+    for view in views:
+        for name, form in forms.items():
+            assert form not in view, f"{where} holds the {name} form"
+        normal = _normal(view)
+        assert not [w for w in windows if w in normal], f"{where} holds 16 characters of the key"
+
+
+def test_a_key_given_to_a_worker_is_stored_in_no_form(tmp_path, monkeypatch):
+    from tests.runkit import TASK, demo_script, make_workspace
+    from tests.test_run_backends_and_concurrency import worker_home
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    ws = make_workspace(tmp_path)
+    config = ws.repo / "mesh.toml"
+    config.write_text('worker_env = ["ANTHROPIC_API_KEY"]\nworker_home = "real"\n' + config.read_text())
+    subprocess.run(["git", "commit", "-qam", "pass the key to workers"], cwd=ws.repo, check=True)
+    home = worker_home(ws)
+    script = _with_leaks(demo_script())
+    for entries in script.values():
+        for entry in entries:
+            entry["text"] = entry["text"].replace(_leak(), "@@LEAK@@")
+    (home / "answers.json").write_text(json.dumps(script))
+    (ws.root / "worker.py").write_text(_LEAKING_WORKER)
+    res = ws.mesh("run", "--label", "plan:demo", "--backend", "command", "--worker-cmd",
+                  f"{sys.executable} {ws.root / 'worker.py'}", "--repo", str(ws.repo), "--json",
+                  env={"HOME": str(home)})
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["outcome"] == "closed"
+    forms = json.loads((home / "leak.json").read_text())  # what the worker really sent
+    assert forms["raw"] == FAKE_KEY
+    outputs = {"the run report": res.stdout + res.stderr}
+    logs = ws.mesh("logs", "--task", TASK, "--json", "--verbose")
+    assert logs.exit_code == 0, logs.output
+    outputs["mesh logs --json"] = logs.stdout
+    page = tmp_path / "report.html"
+    assert ws.mesh("report", TASK, "-o", str(page)).exit_code == 0
+    outputs["the HTML report"] = page.read_text()
+    export = tmp_path / "export.jsonl"
+    assert ws.mesh("tracker", "export", "-o", str(export)).exit_code == 0
+    outputs["the JSONL export"] = export.read_text()
+    assert "[REDACTED]" in outputs["mesh logs --json"] and "[REDACTED]" in outputs["the JSONL export"]
+    for where, text in outputs.items():
+        _assert_no_form_of_the_key(text, forms, where)
+    for text in _db_texts(ws):  # comments, mesh_calls, its FTS tables, free pages and WAL
+        _assert_no_form_of_the_key(text, forms, "the tracker database")

@@ -152,7 +152,8 @@ def test_attack6_branch_changed_after_approval_is_refused(ws):
     commit(clone, "temperature.py", "def fahrenheit_to_celsius(f):\n    return 0\n", "sneak a change in")
     code, checks, res = ci_close(ws, "--revalidate", repo=clone)
     assert code == 1, res.output
-    assert any("changed after approval" in p and "temperature.py" in p for p in checks[0]["problems"])
+    assert checks[0]["reasons"] == ["tree_differs"]
+    assert any("not the approved tree" in p and "temperature.py" in p for p in checks[0]["problems"])
     assert checks[0]["validation"] == []
     assert status(ws) == "in_progress"
 
@@ -166,14 +167,16 @@ def test_checkout_without_the_approved_commit_is_refused(ws):
     assert status(ws) == "in_progress"
 
 
-def test_unrelated_later_commit_still_closes(ws):
+def test_unrelated_later_commit_is_refused_too(ws):
+    # Which files a later commit touches says nothing of what it changes (issue 16: a package
+    # beside the approved module); only the approved tree, whole, is closed on.
     awaiting_ci(ws)
     clone = task_checkout(ws)
     commit(clone, "docs/notes.md", "unrelated\n", "unrelated change")
     code, checks, res = ci_close(ws, repo=clone)
-    assert code == 0, res.output
-    assert checks[0]["checks"]["commit_binding"] == "contains"
-    assert status(ws) == "closed"
+    assert code == 1, res.output
+    assert checks[0]["reasons"] == ["tree_differs"]
+    assert status(ws) == "in_progress"
 
 
 def test_attack14_wrong_signature_refused_without_require_signed(ws):

@@ -129,20 +129,19 @@ def test_unsigned_run_is_refused_whenever_a_key_is_configured(ws):
     assert code == 0 and checks[0]["result"] == "closed"
 
 
-def test_revalidation_failure_refuses(ws):
+def test_a_later_commit_is_refused_before_revalidation(ws):
     awaiting_ci(ws)
-    # A later commit that leaves the task's files alone still holds the approval, so
-    # revalidation is what catches the failing test it adds.
+    # A later commit that leaves the task's files alone still changes the tree CI would
+    # close on (it adds a failing test): refused before anything of the branch runs.
     clone = task_checkout(ws)
     (clone / "tests" / "test_later.py").write_text("import unittest\n\nclass T(unittest.TestCase):\n"
                                                    "    def test_fail(self):\n        self.fail('x')\n")
-    # Validation runs the committed tree of the checkout, never its uncommitted edits.
     subprocess.run(["git", "add", "tests/test_later.py"], cwd=clone, check=True)
     subprocess.run(["git", "commit", "-qm", "break the tests"], cwd=clone, check=True)
     code, checks, _ = ci_close(ws, "--revalidate", repo=clone)
     assert code == 1
-    assert checks[0]["checks"]["commit_binding"] == "contains"
-    assert checks[0]["checks"]["revalidation_pass"] is False
+    assert checks[0]["checks"]["commit_binding"] is None and checks[0]["reasons"] == ["tree_differs"]
+    assert checks[0]["validation"] == []
 
 
 def test_ci_sequence_on_a_fresh_clone(ws, tmp_path):

@@ -188,37 +188,18 @@ _FRAGMENTS = st.sampled_from([
 ])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(st.lists(_FRAGMENTS, max_size=12).map("".join))
 def test_scrub_is_idempotent(text):
     once = scrub(text)
     assert scrub(once) == once
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.text(max_size=200))
 def test_scrub_never_fails_and_is_idempotent_on_any_text(text):
     once = scrub(text)
     assert scrub(once) == once
-
-
-def _mixed_megabyte() -> str:
-    from pathlib import Path
-
-    source = (Path(__file__).resolve().parents[1] / "orchestrator" / "validation.py").read_text()
-    log = (
-        "2024-05-01 INFO GET /api/v1/items?page=2 200 12ms\n"
-        f"export API_KEY=abc123def456 token=9f8e7d6c5b4a Authorization: Bearer {JWT}\n"
-        "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
-    )
-    block = source + log * 20
-    return (block * (1_000_000 // len(block) + 1))[:1_000_000]
-
-
-def test_scrubbing_a_megabyte_is_fast():
-    text = _mixed_megabyte()
-    best = min(_timed(scrub, text) for _ in range(3))
-    assert best < 0.5, best
 
 
 def _timed(fn, arg) -> float:
