@@ -32,9 +32,11 @@ define npm_tool
 	fi
 endef
 
-# Validation and command workers run inside bubblewrap.
+# Validation and command workers run inside bubblewrap; pasta (Debian's passt) gives command
+# workers a network namespace of their own (without it they share the host's, and say so).
 sandbox:
 	$(call need,command -v bwrap,bubblewrap,mesh's validation sandbox)
+	$(call need,command -v pasta,passt,the command workers' own network)
 
 # The PostgreSQL tracker's tests start a throwaway server with initdb + pg_ctl from Debian's
 # postgresql package. `make test` requires it (MESH_REQUIRE_POSTGRES=1: those tests fail
