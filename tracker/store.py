@@ -18,7 +18,7 @@ from typing import Any
 
 from . import ids as idgen
 from .db import open_database, ready_state_changes, refresh_ready_state, refuse_initialized
-from .dialect import JSON_IDS, display_target, is_url
+from .dialect import JSON_IDS, display_target, is_url, sqlite_path
 from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError, TrackerError, WorkspaceError
 from .model import (
     AGENT_STATES,
@@ -68,7 +68,7 @@ def default_db_path(start: Path | None = None) -> Path | str | None:
     enclosing workspace."""
     env = os.environ.get("MESH_DB")
     if env:
-        return env if is_url(env) else Path(env)
+        return env if is_url(env) else sqlite_path(env)
     root = find_workspace(start)
     return root / ".beads" / DB_NAME if root else None
 
@@ -102,7 +102,7 @@ class Tracker:
         """Create the workspace database ``<root>/.beads/mesh.db`` (or ``db_path``); refused where one
         holds a workspace already, unless ``force`` opens it. Its prefix is ``prefix``, else the one
         stored, else ``issue-prefix`` of ``<root>/.beads/config.yaml``, else ``bd``."""
-        target = (db_path if is_url(db_path) else Path(db_path)) if db_path else root / ".beads" / DB_NAME
+        target = (db_path if is_url(db_path) else sqlite_path(db_path)) if db_path else root / ".beads" / DB_NAME
         if not force:
             refuse_initialized(target, prefix)
         tracker = cls(target, actor=actor, create=True)
@@ -115,7 +115,7 @@ class Tracker:
     @classmethod
     def open(cls, path: Path | str | None = None, *, actor: str | None = None) -> "Tracker":
         """Open an existing database (``path``, ``MESH_DB`` or the enclosing workspace)."""
-        target = (path if is_url(path) else Path(path)) if path else default_db_path()
+        target = (path if is_url(path) else sqlite_path(path)) if path else default_db_path()
         if target is None:
             raise WorkspaceError("no .beads/ workspace found here or above (run 'mesh tracker init')")
         return cls(target, actor=actor)
