@@ -6,7 +6,9 @@ redact, so scrub makes its second, confirming pass) and the same as one JSON str
 everywhere: the escape views are read in full). "known secrets" sets an Anthropic-shaped key
 and a value with spaces and symbols, which turns on the window search of redact.windows.
 
-Every figure is the best of N runs (default 5).
+Every figure is the best of N runs (default 5). The second table repeats pathological units
+(the starts of tokens the patterns look for) to 25,000 and 200,000 characters: linear work
+takes about 8x as long on the larger, quadratic work 64x.
 
 Usage: python bench/scrub_cost.py [--runs N]
 """
@@ -65,5 +67,19 @@ def main() -> None:
             print(f"{label:16} {name:20} {len(text) / 1e6:.2f} MB  {best(text, runs) * 1000:7.1f} ms")
 
 
+PATHOLOGICAL = ["sk-a", "eyJa.", "token=", "token:", "-token ", 'password="', "x.y", "a:b@", "://a:", "AKIA",
+                "bearer ", "authorization: ", "a" * 50, "-" * 50, "key="]
+
+
+def pathological(runs: int) -> None:
+    print(f"{'unit':18} {'25K ms':>8} {'200K ms':>8} {'ratio':>6}  (linear ~8x)")
+    for unit in PATHOLOGICAL:
+        small = (unit * (25_000 // len(unit) + 1))[:25_000]
+        large = (unit * (200_000 // len(unit) + 1))[:200_000]
+        t_small, t_large = best(small, runs), best(large, max(1, runs // 2))
+        print(f"{unit[:18]!r:18} {t_small * 1000:8.1f} {t_large * 1000:8.1f} {t_large / max(t_small, 1e-6):6.1f}")
+
+
 if __name__ == "__main__":
     main()
+    pathological(3)

@@ -16,10 +16,11 @@ redacted whole, escapes and all; it is slower, and only needed once something wa
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 import re
 from dataclasses import dataclass
 
-__all__ = ["INVISIBLE", "DecodedView", "decode", "decoded_view", "special_count"]
+__all__ = ["INVISIBLE", "DecodedView", "decode", "decoded_view", "special_count", "view_of"]
 
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
 _DROP_INVISIBLE = {ord(ch): None for ch in INVISIBLE}
@@ -114,29 +115,16 @@ class DecodedView:
         return self._orig_start(start), self._orig_end(end)
 
 
-def decoded_view(text: str) -> DecodedView | None:
-    """The decoded view of ``text`` with its map back, or None when decoding changes nothing."""
-    if not _has_special(text):
-        return None
+def view_of(text: str, replacements: Iterable[tuple[int, int, str]]) -> DecodedView | None:
+    """The view of ``text`` in which each span ``(start, end)`` (in order, not overlapping)
+    reads as its replacement, with its map back; None when there is no span."""
     pieces: list[str] = []
     view_pos: list[int] = []
     orig_pos: list[int] = []
     view_len: list[int] = []
     orig_len: list[int] = []
-    last = 0
-    size = 0
-    special = _SPECIAL if any(ch in text for ch in INVISIBLE) else _ESCAPE
-    for match in special.finditer(text):
-        start, end = match.span()
-        token = match.group(0)
-        if token[0] != "\\":
-            decoded = ""
-        elif token[1] == "u":
-            decoded = chr(int(token[2:], 16))
-            if decoded in INVISIBLE:
-                decoded = ""
-        else:
-            decoded = _SIMPLE_ESCAPES[token[1]]
+    last = size = 0
+    for start, end, decoded in replacements:
         pieces.append(text[last:start])
         size += start - last
         view_pos.append(size)
@@ -150,3 +138,20 @@ def decoded_view(text: str) -> DecodedView | None:
         return None
     pieces.append(text[last:])
     return DecodedView("".join(pieces), view_pos, orig_pos, view_len, orig_len)
+
+
+def _decoded_token(token: str) -> str:
+    if token[0] != "\\":
+        return ""
+    if token[1] == "u":
+        decoded = chr(int(token[2:], 16))
+        return "" if decoded in INVISIBLE else decoded
+    return _SIMPLE_ESCAPES[token[1]]
+
+
+def decoded_view(text: str) -> DecodedView | None:
+    """The decoded view of ``text`` with its map back, or None when decoding changes nothing."""
+    if not _has_special(text):
+        return None
+    special = _SPECIAL if any(ch in text for ch in INVISIBLE) else _ESCAPE
+    return view_of(text, ((*match.span(), _decoded_token(match.group(0))) for match in special.finditer(text)))

@@ -44,7 +44,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .view import INVISIBLE, DecodedView
+from .view import INVISIBLE, DecodedView, view_of
 
 __all__ = ["WINDOW", "MIN_DISTINCT", "secret_spans", "window_forms"]
 
@@ -274,26 +274,8 @@ def _unescaped(text: str) -> str | None:
 
 def _unescaped_view(text: str) -> DecodedView:
     """``_unescaped`` with its map back to ``text`` (built only once something was found)."""
-    pieces: list[str] = []
-    view_pos: list[int] = []
-    orig_pos: list[int] = []
-    view_len: list[int] = []
-    orig_len: list[int] = []
-    last = size = 0
-    for match in _ESCAPE.finditer(text):
-        start, end = match.span()
-        decoded = _unescape_token(match.group(0))
-        pieces.append(text[last:start])
-        size += start - last
-        view_pos.append(size)
-        orig_pos.append(start)
-        view_len.append(len(decoded))
-        orig_len.append(end - start)
-        pieces.append(decoded)
-        size += len(decoded)
-        last = end
-    pieces.append(text[last:])
-    return DecodedView("".join(pieces), view_pos, orig_pos, view_len, orig_len)
+    view = view_of(text, ((*match.span(), _unescape_token(match.group(0))) for match in _ESCAPE.finditer(text)))
+    return view if view is not None else DecodedView(text, [], [], [], [])
 
 
 def _fill(run: str, group: int, fill: str, drop: tuple[int, ...]) -> str:

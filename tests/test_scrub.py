@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -200,24 +199,3 @@ def test_scrub_is_idempotent(text):
 def test_scrub_never_fails_and_is_idempotent_on_any_text(text):
     once = scrub(text)
     assert scrub(once) == once
-
-
-def _timed(fn, arg) -> float:
-    start = time.perf_counter()
-    fn(arg)
-    return time.perf_counter() - start
-
-
-@pytest.mark.parametrize(
-    "unit",
-    ["sk-a", "eyJa.", "token=", "token:", "-token ", 'password="', "x.y", "a:b@", "://a:", "AKIA",
-     "bearer ", "authorization: ", "a" * 50, "-" * 50, "key="],
-)
-def test_pathological_input_stays_linear(unit):
-    # Eight times the input: linear work takes about 8x as long, quadratic work 64x.
-    small = (unit * (25_000 // len(unit) + 1))[:25_000]
-    large = (unit * (200_000 // len(unit) + 1))[:200_000]
-    t_small = min(_timed(scrub, small) for _ in range(3))
-    t_large = min(_timed(scrub, large) for _ in range(2))
-    assert t_large < 1.5, (unit, t_large)
-    assert t_large < 24 * t_small + 0.05, (unit, t_small, t_large)
