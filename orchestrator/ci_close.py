@@ -179,6 +179,7 @@ def approved_commits(tracker: Tracker, scope: Scope, key: bytes | None) -> set[s
 
 def _revalidate(check: CloseCheck, config: MeshConfig, repo: Path, trust_config_sandbox: bool = False) -> bool:
     """Run the signed validation commands in the sandbox on the checkout's HEAD commit."""
+    from .project_env import EnvironmentMissing, find_environment
     from .sandbox import SandboxUnavailable
     from .validation import run_validation
 
@@ -192,8 +193,9 @@ def _revalidate(check: CloseCheck, config: MeshConfig, repo: Path, trust_config_
         results = run_validation(commands, cwd=repo, allow=cfg.allow, timeout_s=cfg.timeout_s,
                                  max_output_bytes=cfg.max_output_bytes, commit=head or None,
                                  sandbox=cfg.sandbox if trust_config_sandbox else "bwrap",
-                                 env_names=cfg.env, limits=cfg.limits)
-    except (SandboxUnavailable, ValueError) as exc:
+                                 env_names=cfg.env, limits=cfg.limits,
+                                 environment=find_environment(repo, cfg.python, cfg.env_dir))
+    except (SandboxUnavailable, ValueError, EnvironmentMissing) as exc:
         check.problems.append("revalidation refused: " + " ".join(str(exc).split()))
         return False
     check.validation = [{k: r.to_dict()[k] for k in ("command", "exit_code", "passed", "rejected")} for r in results]

@@ -139,6 +139,10 @@ class ValidationConfig(_Strict):
     file_size_limit_mb: int = Field(default=1024, gt=0)
     max_processes: int = Field(default=512, gt=0)
     tree_growth_mb: int = Field(default=1024, gt=0)
+    # The project's environment (orchestrator.project_env): an interpreter, or a virtualenv;
+    # unset, it is found (VIRTUAL_ENV, .venv/, venv/, uv, Poetry, Hatch).
+    python: str | None = None
+    env_dir: str | None = None
 
     @field_validator("allow")
     @classmethod

@@ -206,9 +206,11 @@ class Engine:
         self.validation_pass: bool | None = None
         self.worktree = None
         # Set by the caller: ``lander`` (orchestrator.landing) cuts the worktree from and lands
-        # approved work onto an integration branch; ``lease`` is re-checked before tracker writes.
+        # approved work onto an integration branch; ``lease`` is re-checked before tracker writes;
+        # ``environment`` is the project's Python environment validation runs in.
         self.lander = None
         self.lease = None
+        self.environment = None
         self.tally: dict[str, int] = {"agree": 0, "disagree": 0}
         self.consensus_ok = False
         # Resume: checkpoints of this run by step key, and the next free seq.
@@ -797,7 +799,8 @@ class Engine:
 
     def _validate(self, *, phase: str) -> None:
         """Run the allowed validation commands; persist the evidence as ``[orch:proof]``."""
-        from .validation import run_validation
+        from .sandbox import tracker_paths
+        from .validation import run_configured
 
         stored = self._stored("proof", None, phase)
         if stored is not None:
@@ -808,9 +811,8 @@ class Engine:
         commands = list(source.get("validation_commands") or [])
         cfg = self.config.validation
         # The sandbox runs exactly this commit's tree: files left uncommitted in the worktree are not there.
-        results = run_validation(commands, cwd=self.worktree.path, allow=cfg.allow, timeout_s=cfg.timeout_s,
-                                 max_output_bytes=cfg.max_output_bytes, commit=self.worktree.head(),
-                                 sandbox=cfg.sandbox, env_names=cfg.env, limits=cfg.limits)
+        results = run_configured(commands, cfg, cwd=self.worktree.path, commit=self.worktree.head(),
+                                 environment=self.environment, hidden=tracker_paths(self.tracker))
         crash_point("validation")
         self.validation = [r.to_dict() for r in results]
         ran = [r for r in results if not r.rejected]

@@ -171,6 +171,8 @@ class Lander:
         self.ref = f"refs/heads/{branch}"
         self.config = config
         self.remote = remote
+        # The project's Python environment landing validation runs in (set by the caller).
+        self.environment = None
         where = self._remote_url() if remote else str(self.repo)
         self.lock_name = f"land:{where}:{branch}"
         self.emit = emit or (lambda event, fields: None)
@@ -451,7 +453,7 @@ class Lander:
     def _validate(self, commit: str, commands: list[str]) -> tuple[list[dict], bool]:
         """Run ``commands`` on ``commit``'s tree: bwrap materialises it from git objects; without
         a sandbox it is checked out in a scratch worktree first."""
-        from .validation import run_validation
+        from .validation import run_configured
 
         cfg = self.config.validation
         scratch = None
@@ -462,9 +464,8 @@ class Lander:
                 shutil.rmtree(scratch, ignore_errors=True)
                 raise GitError("git_failed", f"git worktree add: {_summary(added.stderr)}")
         try:
-            results = run_validation(commands, cwd=scratch or self.repo, allow=cfg.allow, timeout_s=cfg.timeout_s,
-                                     max_output_bytes=cfg.max_output_bytes, commit=commit, sandbox=cfg.sandbox,
-                                     env_names=cfg.env, limits=cfg.limits)
+            results = run_configured(commands, cfg, cwd=scratch or self.repo, commit=commit,
+                                     environment=self.environment)
         finally:
             if scratch is not None:
                 _git(self.repo, "worktree", "remove", "--force", str(scratch), check=False)

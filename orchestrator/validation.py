@@ -46,7 +46,9 @@ from typing import IO, Mapping, Sequence
 
 from orchestrator import cgroups
 from orchestrator import sandbox as _sandbox
+from orchestrator.project_env import ProjectEnv
 from orchestrator.sandbox import Limits
+from orchestrator.worker_sandbox import program_binds
 from redact import scrub
 from redact.controls import strip_terminal
 from roles.backends.command import split_command
@@ -58,6 +60,7 @@ __all__ = [
     "is_allowed",
     "parse_allow_entry",
     "materialize_tree",
+    "run_configured",
     "run_validation",
 ]
 
@@ -485,9 +488,9 @@ def tree_limits_note(limits: Limits) -> str:
             f"+{limits.tree_growth_mb} MB, /tmp {limits.memory_mb} MB; no control group ({problem})")
 
 
-# The sandbox's first step: copy the tree under test onto its tmpfs, then become the command.
-# A constant script; the command and its arguments are passed as "$@", never interpolated.
-_COPY_IN = 'cp -RP /mesh/source/. ' + _sandbox.SANDBOX_TREE + '/ || exit 125; exec "$@"'
+# The sandbox's first step copies the tree under test onto its tmpfs, then becomes the command:
+# a script of mesh's, whose only interpolation is the quoted target path; the command and its
+# arguments are passed as "$@", never interpolated.
 _SANDBOX_SOURCE = "/mesh/source"
 
 
@@ -517,6 +520,10 @@ class _Place:
     etc_dir: str | None = None
     hidden: tuple[str, ...] = ()
     tree_bytes: int = 0
+    # Where the tree shows inside: the repository's own path when a project environment is
+    # used (its editable install then imports the tree under test), else SANDBOX_TREE.
+    tree_target: str = _sandbox.SANDBOX_TREE
+    extra_ro: tuple[str, ...] = ()
 
     def launch(self, argv: list[str], program: str) -> tuple[list[str], str | None, Path]:
         """(argv to start, executable, host cwd) for ``program`` run with ``argv``."""
@@ -527,11 +534,11 @@ class _Place:
         root = os.path.realpath(self.root)
         real = os.path.realpath(program)
         if program.startswith(str(self.root) + os.sep):
-            inside = _sandbox.SANDBOX_TREE + program[len(str(self.root)):]
+            inside = self.tree_target + program[len(str(self.root)):]
         elif real.startswith(root + os.sep):
-            inside = _sandbox.SANDBOX_TREE + real[len(root):]
+            inside = self.tree_target + real[len(root):]
         else:
-            shown = _sandbox.visible_roots()
+            shown = [*_sandbox.visible_roots(), *self.extra_ro]
             for path in (os.path.dirname(os.path.abspath(program)), os.path.dirname(real)):
                 # A program in HOME itself (or in /) would bring all of HOME along: not bound,
                 # it is simply not found inside.
@@ -541,12 +548,14 @@ class _Place:
         growth = (int(self.limits.tree_growth_mb) << 20) if self.limits.tree_growth_mb else None
         memory = (int(self.limits.memory_mb) << 20) if self.limits.memory_mb else None
         shell = shutil.which("sh", path="/usr/bin:/bin") or "/bin/sh"
+        copy_in = f"cp -RP {_SANDBOX_SOURCE}/. {shlex.quote(self.tree_target)}/ || exit 125; exec \"$@\""
         full = _sandbox.bwrap_argv(
-            self.bwrap, [shell, "-c", _COPY_IN, "mesh-validate", inside, *argv[1:]], network=False,
-            ro_binds=[(str(self.root), _SANDBOX_SOURCE), *dict.fromkeys(ro_binds)],
-            tmpfs=[(_sandbox.SANDBOX_TREE, self.tree_bytes + growth if growth else None)],
+            self.bwrap, [shell, "-c", copy_in, "mesh-validate", inside, *argv[1:]], network=False,
+            ro_binds=[(str(self.root), _SANDBOX_SOURCE), *((path, path) for path in self.extra_ro),
+                      *dict.fromkeys(ro_binds)],
+            tmpfs=[(self.tree_target, self.tree_bytes + growth if growth else None)],
             tmp_bytes=memory, etc_dir=self.etc_dir, user=_sandbox.sandbox_user(), hidden=self.hidden,
-            chdir=_sandbox.SANDBOX_TREE)
+            chdir=self.tree_target)
         return full, None, self.root
 
 
@@ -563,6 +572,7 @@ def run_validation(
     env_names: Sequence[str] = (),
     limits: Limits | None = None,
     hidden: Sequence[str | Path] = (),
+    environment: ProjectEnv | None = None,
 ) -> list[ValidationResult]:
     """Run each allowed command and return one result per command, in order.
 
@@ -572,7 +582,11 @@ def run_validation(
     environment is PATH, LANG, a temporary HOME, ``PYTHONSAFEPATH=1``,
     ``PYTHONDONTWRITEBYTECODE=1`` and the variables of ``env`` (default: os.environ)
     named in ``env_names``, and every process is held to ``limits``. ``hidden`` paths (the
-    tracker's files) are covered wherever a bind would show them. Commands that do not
+    tracker's files) are covered wherever a bind would show them. With an ``environment``
+    (the project's, ``orchestrator.project_env``) its ``bin`` is first on PATH, it is shown
+    read-only, ``VIRTUAL_ENV`` names it, the tree shows at the repository's own path and
+    ``PYTHONSAFEPATH`` is not set (``python -m pkg`` works as in the developer's shell; a
+    committed package shadowing the standard library is refused by the patch policy). Commands that do not
     parse or do not match ``allow`` are rejected and never run. Every command is
     attempted, whatever the outcome of the ones before it.
 
@@ -596,21 +610,43 @@ def run_validation(
             os.chmod(scratch, 0o755)
             tree = Path(scratch) / "tree"
             materialize_tree(cwd, commit or "HEAD", tree)
-            run_env = _sandbox.minimal_env(source, env_names, home=_sandbox.SANDBOX_HOME,
-                                           path=_sandbox.sandbox_path(source.get("PATH")))
+            run_env = _with_environment(_sandbox.minimal_env(
+                source, env_names, home=_sandbox.SANDBOX_HOME, path=_sandbox.sandbox_path(source.get("PATH"))),
+                environment)
             etc_dir = _sandbox.write_identity(Path(scratch) / "etc", _sandbox.SANDBOX_HOME)
             place = _Place(tree, run_env, bwrap,
                            shielded=(os.path.realpath(Path.home()), os.path.realpath(cwd)),
                            limits=limits, etc_dir=etc_dir, hidden=tuple(str(path) for path in hidden),
-                           tree_bytes=_tree_bytes(tree))
+                           tree_bytes=_tree_bytes(tree),
+                           tree_target=environment.project_root if environment else _sandbox.SANDBOX_TREE,
+                           extra_ro=tuple(program_binds(environment.python)) if environment else ())
         else:
             home = Path(scratch) / "home"
             home.mkdir()
-            run_env = _sandbox.minimal_env(source, env_names, home=str(home),
-                                           path=_absolute_path_entries(source.get("PATH")))
+            run_env = _with_environment(_sandbox.minimal_env(
+                source, env_names, home=str(home), path=_absolute_path_entries(source.get("PATH"))), environment)
             place = _Place(cwd, run_env, limits=limits)
         return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
                                hidden_values=passed_values) for command in commands]
+
+
+def _with_environment(env: dict[str, str], environment: ProjectEnv | None) -> dict[str, str]:
+    if environment is None:
+        return env
+    env = dict(env)
+    env["PATH"] = os.pathsep.join([environment.bin_dir, *(p for p in env["PATH"].split(os.pathsep) if p)])
+    env.pop("PYTHONSAFEPATH", None)
+    if os.path.isfile(os.path.join(environment.prefix, "pyvenv.cfg")):
+        env["VIRTUAL_ENV"] = environment.prefix
+    return env
+
+
+def run_configured(commands: Sequence[str], cfg, *, cwd: Path, commit: str | None,
+                   environment: ProjectEnv | None = None, hidden: Sequence[str | Path] = ()) -> list[ValidationResult]:
+    """``run_validation`` with the settings of a ``[validation]`` table (``cfg``)."""
+    return run_validation(commands, cwd=cwd, allow=cfg.allow, timeout_s=cfg.timeout_s,
+                          max_output_bytes=cfg.max_output_bytes, commit=commit, sandbox=cfg.sandbox,
+                          env_names=cfg.env, limits=cfg.limits, hidden=hidden, environment=environment)
 
 
 def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout_s: float,

@@ -37,7 +37,8 @@ def _mesh_groups() -> list[str]:
     for hierarchy in ("memory", "pids", ""):
         folder = Path("/sys/fs/cgroup") / hierarchy
         if folder.is_dir():
-            found += [entry.name for entry in folder.iterdir() if entry.name.startswith("mesh-")]
+            # This process's groups only: other suites may run on the machine at the same time.
+            found += [entry.name for entry in folder.iterdir() if entry.name.startswith(f"mesh-{os.getpid()}-")]
     return found
 
 
