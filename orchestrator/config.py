@@ -139,6 +139,9 @@ class ValidationConfig(_Strict):
     file_size_limit_mb: int = Field(default=1024, gt=0)
     max_processes: int = Field(default=512, gt=0)
     tree_growth_mb: int = Field(default=1024, gt=0)
+    # Validate the run's base tree too (once per run) and fail a candidate whose test runner ran
+    # fewer tests there: the cost is one more run of each passing test command per run.
+    compare_base: bool = True
 
     @field_validator("allow")
     @classmethod
