@@ -17,6 +17,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from orchestrator.sandbox import sandbox_user
 from orchestrator.testcounts import (
     MAX_REPORT_BYTES,
     UNITTEST_SHIM,
@@ -159,8 +160,10 @@ def test_attack_a_report_forged_by_a_test_never_passes_a_failing_command(tmp_pat
 
 @pytest.mark.parametrize("swap", ["fifo", "symlink", "entities", "huge"])
 def test_attack_a_hostile_report_is_refused_without_hanging(tmp_path, swap):
-    # pytest_unconfigure runs after the JUnit plugin wrote its report: the test code replaces it.
-    replace = {
+    # pytest_unconfigure runs after the JUnit plugin wrote its report: the test code swaps it.
+    # Where the sandbox runs as its own user (mesh is root) the report's folder is not
+    # writable, so a swap of the file itself is refused and the report stays the runner's.
+    swapped = {
         "fifo": "os.unlink(path); os.mkfifo(path)",
         "symlink": "os.unlink(path); os.symlink('/etc/passwd', path)",
         "entities": "open(path, 'w').write('<?xml version=\"1.0\"?><!DOCTYPE t [<!ENTITY a \"aaaaaaaaaa\">"
@@ -173,12 +176,42 @@ def test_attack_a_hostile_report_is_refused_without_hanging(tmp_path, swap):
 
         def pytest_unconfigure(config):
             path = config.option.xmlpath
-            {replace}
+            try:
+                {swapped}
+            except OSError as exc:
+                print("swap refused:", exc)
+            else:
+                print("swapped")
         """}
     [result] = run([PYTEST], project(tmp_path, conftest), timeout_s=120)
     assert result.exit_code == 0
-    assert not result.passed and result.reason == "test_report_unreadable"
-    assert result.tests is None
+    if "swapped" in result.stdout_tail:
+        assert not result.passed and result.reason == "test_report_unreadable"
+        assert result.tests is None
+    else:
+        assert "swap refused" in result.stdout_tail and sandbox_user() is not None
+        assert result.passed and result.tests.ran == 2
+
+
+@pytest.mark.skipif(sandbox_user() is None, reason="the sandbox runs as its own user only when mesh is root")
+def test_attack_the_report_folder_takes_no_other_file(tmp_path):
+    # The report folder is on the host's disk: the command may fill its one report file up to
+    # the file-size limit, and create nothing else there.
+    test = {"tests/test_fill.py": """\
+        import os
+
+
+        def test_fill():
+            for name in ("other", ".hidden", "junit.xml.tmp"):
+                try:
+                    open(os.path.join("/mesh/report", name), "w").write("x" * 1000)
+                except OSError:
+                    continue
+                raise AssertionError(f"wrote /mesh/report/{name}")
+        """}
+    [result] = run([PYTEST], project(tmp_path, test))
+    assert result.passed, result.stdout_tail
+    assert result.tests.ran == 3
 
 
 def test_commands_of_no_known_runner_run_unchanged_and_uncounted(tmp_path, mode):
