@@ -49,8 +49,8 @@ __all__ = [
     "TestCounts",
     "instrument",
     "parse_junit",
-    "prepare",
     "parse_unittest",
+    "prepare",
     "read_report",
     "verdict",
 ]

@@ -165,6 +165,7 @@ def test_a_good_patch_closes_with_its_counts_in_the_proof_show_and_report(ws, mo
     path = ws.write_script(demo_script())
     res = ws.mesh("run", "--label", "plan:demo", "--backend", "replay", "--script", str(path), "--repo", str(ws.repo))
     assert res.exit_code == 0, res.output
+    assert f"validation: {VALIDATE} -> pass (tests 6 ran: 6 passed, 0 failed, 0 errors; 0 skipped)" in res.output
     first, second = proofs(ws)
     counts = {"runner": "unittest", "ran": 5, "passed": 5, "failed": 0, "errors": 0, "skipped": 0}
     assert first["results"][0]["tests"] == counts
