@@ -83,12 +83,16 @@ def assert_not_closed(ws, report: dict, reason: str, command: str = VALIDATE) ->
     return result
 
 
-def test_attack_os_exit_in_the_test_package_does_not_close_a_broken_task(ws):
+def test_attack_os_exit_in_the_test_package_does_not_close_a_broken_task(ws, tmp_path):
     code, report, res = run_patch(ws, BROKEN_FEATURE + EXIT_IN_TEST_PACKAGE)
     assert code == 3, res.output
     result = assert_not_closed(ws, report, "no_test_report")
     assert result["exit_code"] == 0  # what let the broken task close before: the runner exited 0
     assert result["tests"] is None
+    assert f"{VALIDATE}: fail (exit 0, no_test_report)" in ws.mesh("show", TASK).output
+    page = tmp_path / "report.html"
+    assert ws.mesh("report", TASK, "-o", str(page)).exit_code == 0
+    assert "no_test_report" in page.read_text()
 
 
 def test_attack_a_conftest_deselecting_every_test_does_not_close_the_task(ws):
