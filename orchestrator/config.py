@@ -143,6 +143,9 @@ class ValidationConfig(_Strict):
     # unset, it is found (VIRTUAL_ENV, .venv/, venv/, uv, Poetry, Hatch).
     python: str | None = None
     env_dir: str | None = None
+    # Validate the run's base tree too (once per run) and fail a candidate whose test runner ran
+    # fewer tests there: the cost is one more run of each passing test command per run.
+    compare_base: bool = True
 
     @field_validator("allow")
     @classmethod

@@ -41,6 +41,7 @@ from .checkpoint import (Checkpoint, checkpoint_problem, dedupe_key, format_chec
 from .config import MeshConfig
 from .faults import crash_point
 from .lease import lease_is_live
+from .proof import brief, failed_detail, state
 from .scope import Scope
 from .runhead import RUN_HEAD, write_close_head, write_run_head
 from redact import scrub, scrub_obj
@@ -204,6 +205,7 @@ class Engine:
         self.mutations: list[str] = []
         self.validation: list[dict[str, Any]] = []
         self.validation_pass: bool | None = None
+        self.base_tests = None  # proof.BaseTests: the base tree's test counts, counted once per run
         self.worktree = None
         # Set by the caller: ``lander`` (orchestrator.landing) cuts the worktree from and lands
         # approved work onto an integration branch; ``lease`` is re-checked before tracker writes;
@@ -259,7 +261,7 @@ class Engine:
             if not self.config.review_required_for_close:
                 # No review gate configured: consensus and a passing validation close the task.
                 if not self.validation_pass:
-                    raise Blocked("validation_failed", "the validation commands did not pass")
+                    raise Blocked("validation_failed", f"the validation did not pass: {failed_detail(self.validation)}")
                 return self._close()
             return self._review_gate()
         except Blocked as blocked:
@@ -799,33 +801,18 @@ class Engine:
 
     def _validate(self, *, phase: str) -> None:
         """Run the allowed validation commands; persist the evidence as ``[orch:proof]``."""
-        from .sandbox import tracker_paths
-        from .validation import run_configured
+        from .proof import validate_head
 
         stored = self._stored("proof", None, phase)
         if stored is not None:
             self.validation = stored["artifact"]["results"]
             self.validation_pass = stored["artifact"]["passed"]
             return
-        source = self.bus.synthesis or {}
-        commands = list(source.get("validation_commands") or [])
-        cfg = self.config.validation
-        # The sandbox runs exactly this commit's tree: files left uncommitted in the worktree are not there.
-        results = run_configured(commands, cfg, cwd=self.worktree.path, commit=self.worktree.head(),
-                                 environment=self.environment, hidden=tracker_paths(self.tracker))
-        crash_point("validation")
-        self.validation = [r.to_dict() for r in results]
-        ran = [r for r in results if not r.rejected]
-        self.validation_pass = bool(ran) and all(r.passed for r in ran)
-        rejected = [r.command for r in results if r.rejected]
-        summary = (f"{'pass' if self.validation_pass else 'fail'}: {sum(r.passed for r in ran)}/{len(ran)} passed"
-                   + (f", {len(rejected)} rejected" if rejected else ""))
-        details = "\n".join(
-            f"- `{r.command}`: " + ("rejected (" + (r.reason or "not_allowed") + ")" if r.rejected
-                                   else f"exit {r.exit_code}") for r in results)
-        self._checkpoint("proof", None, phase, summary, {"results": self.validation, "passed": self.validation_pass,
-                         "commit": self.worktree.head()}, details=details)
-        if cfg.required and not ran:
+        commands = list((self.bus.synthesis or {}).get("validation_commands") or [])
+        proof = validate_head(self, commands)
+        self.validation, self.validation_pass = proof.results, proof.passed
+        self._checkpoint("proof", None, phase, proof.summary(), proof.artifact(), details=proof.details())
+        if self.config.validation.required and not proof.ran:
             raise Blocked("missing_validation_requirements",
                           "no validation command to run" if not commands
                           else f"none of {len(commands)} validation command(s) is allowed by validation.allow")
@@ -877,7 +864,8 @@ class Engine:
                               "subtasks": dict(self.bus.review_subtasks)})
             if approved:
                 if not self.validation_pass:
-                    raise Blocked("validation_failed", "review approved but the latest validation did not pass")
+                    raise Blocked("validation_failed", "review approved but the latest validation did not pass: "
+                                  + failed_detail(self.validation))
                 return self._close()
             if cycle >= self.config.review_max_cycles:
                 raise Blocked("review_not_approved", f"{len(must_fix)} MUST_FIX finding(s) open after {cycle}"
@@ -1049,9 +1037,7 @@ class Engine:
             f"votes: {self.tally['agree']} agree / {self.tally['disagree']} disagree"
             f" (consensus cycles {self.bus.consensus_cycle + 1}, mode {self.bus.mode})",
         ]
-        for v in self.validation:
-            state = "rejected" if v["rejected"] else ("pass" if v["passed"] else f"fail (exit {v['exit_code']})")
-            lines.append(f"validation: {v['command']} -> {state}")
+        lines += [f"validation: {v['command']} -> {state(v)}" for v in self.validation]
         if self.bus.reviews:
             last = self.bus.reviews[max(self.bus.reviews)]
             lines.append(f"review: {last['decision']} after {self.bus.review_cycle} cycle(s)")
@@ -1083,7 +1069,7 @@ class Engine:
             block_detail=block.detail if block else None,
             consensus={"cycles": self.bus.consensus_cycle + 1, "mode": self.bus.mode, "tally": dict(self.tally),
                        "votes": votes},
-            validation=[{k: v[k] for k in ("command", "exit_code", "passed", "rejected")} for v in self.validation],
+            validation=[brief(v) for v in self.validation],
             review={"decision": last_review["decision"] if last_review else None, "cycles": self.bus.review_cycle,
                     "review_issue": self.bus.review_issue, "subtasks": dict(self.bus.review_subtasks)},
             mutations=list(self.mutations),

@@ -53,6 +53,7 @@ from typing import Any
 
 from .checkpoint import Checkpoint
 from .locks import named_lock
+from .proof import brief
 from .config import MeshConfig
 from .engine import Blocked, SendBack, load_checkpoints
 from .faults import crash_point
@@ -488,4 +489,4 @@ def _tree(repo: Path, commit: str) -> str:
 
 
 def _brief(results: list[dict]) -> list[dict]:
-    return [{k: r.get(k) for k in ("command", "exit_code", "passed", "rejected")} for r in results]
+    return [brief(r) for r in results]

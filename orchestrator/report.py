@@ -5,6 +5,7 @@ from __future__ import annotations
 from redact import scrub
 
 from .engine import RunReport
+from .proof import state
 from .safe_text import printable
 
 __all__ = ["render_report"]
@@ -29,9 +30,7 @@ def render_report(report: RunReport) -> str:
                      f" {c['cycles']} cycle(s), {c['mode']} mode")
         if c.get("votes"):
             lines.append("  votes:      " + ", ".join(f"{r}={v}" for r, v in c["votes"].items()))
-    for v in report.validation:
-        state = "rejected" if v["rejected"] else ("pass" if v["passed"] else f"fail (exit {v['exit_code']})")
-        lines.append(f"  validation: {v['command']} -> {state}")
+    lines += [f"  validation: {v['command']} -> {state(v)}" for v in report.validation]
     r = report.review
     if r and r.get("decision"):
         lines.append(f"  review:     {r['decision']} after {r['cycles']} cycle(s)")

@@ -42,8 +42,10 @@ from .calls import calls_for
 from .checkpoint import checkpoint_problem, signing_key
 from .config import KNOWN_ROLES, PriceTable, user_price_table
 from .engine import load_checkpoints
+from .proof import tests_line
 from .safe_text import printable
 from .show import task_history
+from .testcounts import TestCounts
 from .usage import UsageError, call_cost, usage_summary
 
 __all__ = ["DEFAULT_NAME", "default_report_path", "report_data", "render_report_html", "write_report"]
@@ -121,8 +123,9 @@ def _safe(value: Any) -> Any:
 # ------------------------------------------------------------------ pieces of the page
 
 
-def _result(raw: Any) -> dict[str, Any]:
+def _result(raw: Any, base_counts: Any = None) -> dict[str, Any]:
     r = _dict(raw)
+    counts = TestCounts.from_dict(r.get("tests"))
     if r.get("rejected"):
         state, css = "rejected", "bad"
     elif r.get("passed") is True:
@@ -132,7 +135,8 @@ def _result(raw: Any) -> dict[str, Any]:
         state, css = ("fail" if code is None else f"fail (exit {code})"), "bad"
     duration = _number(r.get("duration_s"))
     return {"command": _text(r.get("command")), "state": state, "css": css, "reason": _text(r.get("reason")),
-            "duration": "" if duration is None else f"{duration:.2f}s",
+            "duration": "" if duration is None else f"{duration:.2f}s", "tests": tests_line(r, base_counts),
+            "ran": counts.ran if counts else None,
             "stdout": _text(r.get("stdout_tail")), "stderr": _text(r.get("stderr_tail"))}
 
 
@@ -205,7 +209,8 @@ def _body(kind: str, art: Any) -> dict[str, Any]:
         vote = _text(a.get("vote"))
         return {"vote": vote, "css": "good" if vote == "agree" else "bad", "reason": _text(a.get("reason"))}
     if kind == "proof":
-        return {"results": [_result(r) for r in _list(a.get("results"))]}
+        base = _dict(a.get("base_tests")).get("counts")
+        return {"results": [_result(r, base) for r in _list(a.get("results"))]}
     if kind == "review":
         return {"decision": _text(a.get("decision")), "summary": _text(a.get("summary")),
                 "findings": len(_list(a.get("findings")))}
@@ -333,8 +338,10 @@ def _glance(votes: list, validation: list, reviews: list, landings: list, steps:
         results = validation[-1]["results"]
         counts = {state: sum(1 for r in results if r["state"].startswith(state)) for state in ("pass", "fail", "rejected")}
         words = {"pass": "passed", "fail": "failed", "rejected": "rejected"}
-        out.append({"name": "validation", "value": ", ".join(f"{n} {words[k]}" for k, n in counts.items() if n)
-                    or "no command", "css": "bad" if counts["fail"] or not counts["pass"] else "good"})
+        ran = [r["ran"] for r in results if r["ran"] is not None]
+        out.append({"name": "validation", "value": (", ".join(f"{n} {words[k]}" for k, n in counts.items() if n)
+                    or "no command") + (f"; {sum(ran)} test(s) ran" if ran else ""),
+                    "css": "bad" if counts["fail"] or not counts["pass"] else "good"})
     if reviews:
         last = reviews[-1]
         found = sum(len(r["findings"]) for r in reviews)

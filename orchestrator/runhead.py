@@ -28,6 +28,7 @@ from tracker.store import Tracker
 from .checkpoint import Checkpoint, checkpoint_problem, parse_checkpoint
 from .gitops import GitError
 from .gitops import _git as gitops_git
+from .proof import brief
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -182,7 +183,7 @@ def write_run_head(engine: "Engine", outcome_artifact: Mapping[str, Any]) -> dic
         "files": files,
         "validation": {
             "commands": [v["command"] for v in validation],
-            "results": [{k: v.get(k) for k in ("command", "exit_code", "passed", "rejected")} for v in validation],
+            "results": [brief(v) for v in validation],
             "passed": bool(ran) and all(v.get("passed") for v in ran),
         },
         "findings": findings,

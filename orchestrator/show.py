@@ -7,6 +7,7 @@ from typing import Any
 from tracker.store import Tracker
 
 from .engine import load_checkpoints
+from .proof import state
 from .safe_text import printable
 
 __all__ = ["task_history", "render_history"]
@@ -86,9 +87,8 @@ def _render_step(step: dict[str, Any]) -> list[str]:
     elif kind == "vote":
         pass  # the summary line already holds vote, tally, role and reason
     elif kind == "proof":
-        for r in art.get("results", []):
-            state = "rejected" if r.get("rejected") else ("pass" if r.get("passed") else f"fail (exit {r.get('exit_code')})")
-            lines.append(f"        {r.get('command')}: {state}")
+        base = (art.get("base_tests") or {}).get("counts")
+        lines += [f"        {_line(r.get('command'), 60)}: {_line(state(r, base), 100)}" for r in art.get("results", [])]
     elif kind == "review":
         for f in art.get("findings", []):
             lines.append(f"        [{f.get('finding_id')}] {f.get('severity')}/{f.get('label')} {f.get('location')}:"
@@ -105,9 +105,7 @@ def _render_step(step: dict[str, Any]) -> list[str]:
         if art.get("onto"):
             lines.append(f"        onto {art.get('branch')} at {art['onto'][:12]}, attempt {art.get('attempt', 1)}"
                          + (f", {art['duration_s']:.2f}s" if art.get("duration_s") is not None else ""))
-        for r in art.get("validation", []):
-            state = "rejected" if r.get("rejected") else ("pass" if r.get("passed") else f"fail (exit {r.get('exit_code')})")
-            lines.append(f"        {r.get('command')}: {state}")
+        lines += [f"        {_line(r.get('command'), 60)}: {_line(state(r), 100)}" for r in art.get("validation", [])]
         if art.get("detail"):
             lines.append(f"        {_line(art['detail'], 100)}")
     elif kind == "outcome":

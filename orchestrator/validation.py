@@ -22,6 +22,10 @@ secrets (known ones and the values of the variables passed in), and capped, befo
 stores, prints or prompts with it. A result names the limit that ended the command
 (``limit``) when the kernel's counters or the exit status say one did.
 
+A command that runs a test runner mesh knows (pytest, unittest) also writes the runner's
+report into a folder of its own outside the tree, and passes only when that report shows
+tests that ran and none that failed (``orchestrator.testcounts``).
+
 Allowlist entries are exact commands or templates: the token ``{path}`` stands for one
 relative path argument that stays inside the worktree, and a final token ``{args...}`` for
 any number of further plain arguments (no options, no shell syntax, nothing escaping the
@@ -40,12 +44,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Mapping, Sequence
 
 from orchestrator import cgroups
 from orchestrator import sandbox as _sandbox
+from orchestrator import testcounts
 from orchestrator.project_env import ProjectEnv
 from orchestrator.sandbox import Limits
 from orchestrator.worker_sandbox import program_binds
@@ -86,7 +91,10 @@ class ValidationResult:
     ``unparsable`` (both: ``rejected`` and never run), ``timeout`` or ``not_found``.
     ``limit`` names the resource limit that ended the command, if one did: ``memory``,
     ``processes`` (the tree's caps), ``cpu``, ``file_size`` (per process) or ``disk`` (the
-    tree copy or ``/tmp`` is full).
+    tree copy or ``/tmp`` is full). For a test runner that exited 0, ``reason`` may also be one
+    of ``testcounts.REPORT_REASONS`` (the engine adds ``fewer_tests_than_base``), and ``tests``
+    holds the runner's counts: None when the command runs no runner mesh knows, or its
+    runner wrote no readable report.
     """
 
     command: str
@@ -98,6 +106,7 @@ class ValidationResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     limit: str | None = None
+    tests: testcounts.TestCounts | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field."""
@@ -524,9 +533,18 @@ class _Place:
     # used (its editable install then imports the tree under test), else SANDBOX_TREE.
     tree_target: str = _sandbox.SANDBOX_TREE
     extra_ro: tuple[str, ...] = ()
+    # Where each command's test report folder is made (never inside the tree).
+    scratch: Path | None = None
 
-    def launch(self, argv: list[str], program: str) -> tuple[list[str], str | None, Path]:
-        """(argv to start, executable, host cwd) for ``program`` run with ``argv``."""
+    def report_folder(self) -> tuple[Path, str]:
+        """A new empty folder for one command's test report, and its path as the command sees it."""
+        folder = Path(tempfile.mkdtemp(prefix="report-", dir=self.scratch))
+        return folder, (testcounts.SANDBOX_REPORT if self.bwrap else str(folder))
+
+    def launch(self, argv: list[str], program: str,
+               report: Path | None = None) -> tuple[list[str], str | None, Path]:
+        """(argv to start, executable, host cwd) for ``program`` run with ``argv``; ``report``
+        is a folder shown at ``testcounts.SANDBOX_REPORT``."""
         if self.bwrap is None:
             return argv, program, self.root
         ro_binds: list[tuple[str, str]] = []
@@ -551,6 +569,7 @@ class _Place:
         copy_in = f"cp -RP {_SANDBOX_SOURCE}/. {shlex.quote(self.tree_target)}/ || exit 125; exec \"$@\""
         full = _sandbox.bwrap_argv(
             self.bwrap, [shell, "-c", copy_in, "mesh-validate", inside, *argv[1:]], network=False,
+            binds=[(str(report), testcounts.SANDBOX_REPORT)] if report else [],
             ro_binds=[(str(self.root), _SANDBOX_SOURCE), *((path, path) for path in self.extra_ro),
                       *dict.fromkeys(ro_binds)],
             tmpfs=[(self.tree_target, self.tree_bytes + growth if growth else None)],
@@ -617,7 +636,7 @@ def run_validation(
             place = _Place(tree, run_env, bwrap,
                            shielded=(os.path.realpath(Path.home()), os.path.realpath(cwd)),
                            limits=limits, etc_dir=etc_dir, hidden=tuple(str(path) for path in hidden),
-                           tree_bytes=_tree_bytes(tree),
+                           tree_bytes=_tree_bytes(tree), scratch=Path(scratch),
                            tree_target=environment.project_root if environment else _sandbox.SANDBOX_TREE,
                            extra_ro=tuple(program_binds(environment.python)) if environment else ())
         else:
@@ -625,7 +644,7 @@ def run_validation(
             home.mkdir()
             run_env = _with_environment(_sandbox.minimal_env(
                 source, env_names, home=str(home), path=_absolute_path_entries(source.get("PATH"))), environment)
-            place = _Place(cwd, run_env, limits=limits)
+            place = _Place(cwd, run_env, limits=limits, scratch=Path(scratch))
         return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
                                hidden_values=passed_values) for command in commands]
 
@@ -667,7 +686,15 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
             reason="not_found", duration_s=time.monotonic() - started,
             stderr_tail=scrub(f"program not found: {argv[0]}"),
         )
-    launch_argv, executable, host_cwd = place.launch(argv, program)
-    return _run_one(command, launch_argv, executable, cwd=host_cwd, env=place.env, timeout_s=timeout_s,
-                    max_output_bytes=max_output_bytes, started=started, limits=place.limits,
-                    confine=place.bwrap is not None, hidden_values=hidden_values)
+    # The report argument is mesh's own, added after the allowlist admitted the command.
+    probe = testcounts.instrument(argv, *place.report_folder())
+    testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
+    launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder)
+    result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=place.env, timeout_s=timeout_s,
+                      max_output_bytes=max_output_bytes, started=started, limits=place.limits,
+                      confine=place.bwrap is not None, hidden_values=hidden_values)
+    counts, reason, note = testcounts.verdict(probe, result.passed)
+    if reason is None:
+        return replace(result, tests=counts)
+    return replace(result, tests=counts, passed=False, reason=reason,
+                   stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())

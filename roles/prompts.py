@@ -36,7 +36,9 @@ validated against its schema, so a malformed one fails here, not mid-render):
 - ``prior_votes``: ``{role: vote}`` of the previous consensus cycle (critique, synthesis,
   revision-plan).
 - ``validation``: review: a list of ``{command, exit_code, passed}`` with optional
-  ``rejected`` (bool) and ``output`` (str, its tail is shown).
+  ``rejected`` (bool), ``output`` (str, its tail is shown), ``reason`` (why it failed beyond
+  its exit code, such as ``no_tests_ran``) and ``tests`` (the runner's counts: ``ran``,
+  ``failed``, ``errors``, ``skipped``).
 - ``diff``: review, revision-plan, revision: the task branch's cumulative patch text.
 - ``prior_reviews``: review: the earlier cycles' review artifacts, oldest first.
 - ``review_cycle``: review: the current cycle number.
@@ -275,8 +277,14 @@ def _validation_values(result: Mapping[str, Any]) -> dict[str, str]:
         status = "passed"
     elif result.get("exit_code") is None:
         status = "failed (no exit code: timed out or did not start)"
+    elif isinstance(result.get("reason"), str):
+        status = f"failed ({result['reason']}, exit code {result['exit_code']})"
     else:
         status = f"failed (exit code {result['exit_code']})"
+    tests = result.get("tests")
+    if isinstance(tests, Mapping) and not result.get("rejected"):
+        # Told to the reviewer so a green run of no tests is seen as what it is.
+        status += "; tests: " + ", ".join(f"{tests.get(k)} {k}" for k in ("ran", "failed", "errors", "skipped"))
     output = str(result.get("output") or "")
     if len(output) > _MAX_OUTPUT_CHARS:
         output = "[...]\n" + output[-_MAX_OUTPUT_CHARS:]

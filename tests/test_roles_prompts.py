@@ -149,6 +149,8 @@ def test_review_shows_validation_diff_and_earlier_cycles():
             {"command": "python -m pytest -q", "exit_code": 1, "passed": False, "output": "x" * 5000},
             {"command": ["ruff", "check", "a b.py"], "exit_code": 0, "passed": True},
             {"command": "rm -rf /", "exit_code": None, "passed": False, "rejected": True},
+            {"command": "python -m unittest", "exit_code": 0, "passed": False, "reason": "no_tests_ran",
+             "tests": {"runner": "unittest", "ran": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 4}},
         ],
         "diff": DIFF,
         "prior_reviews": [REVIEW],
@@ -159,6 +161,7 @@ def test_review_shows_validation_diff_and_earlier_cycles():
     assert "- python -m pytest -q: failed (exit code 1)" in text
     assert "- ruff check 'a b.py': passed" in text
     assert "- rm -rf /: rejected by the allowlist, not run" in text
+    assert "- python -m unittest: failed (no_tests_ran, exit code 0); tests: 0 ran, 0 failed, 0 errors, 4 skipped" in text
     assert "[...]\n" + "x" * 2000 + "\n```" in text and "x" * 2001 not in text
     assert f"```diff\n{DIFF}```" in text
     assert "### Cycle 0\nDecision: request_changes" in text

@@ -48,7 +48,9 @@ def test_happy_path_closes_task_with_exact_reason(ws):
     assert report["task"] == {"id": TASK, "title": "Add fahrenheit_to_celsius", "final_status": "closed"}
     assert report["consensus"]["tally"] == {"agree": 5, "disagree": 0}
     assert report["consensus"]["mode"] == "full"
-    assert report["validation"] == [{"command": VALIDATE, "exit_code": 0, "passed": True, "rejected": False}]
+    assert report["validation"] == [{"command": VALIDATE, "exit_code": 0, "passed": True, "rejected": False,
+                                     "reason": None, "tests": {"runner": "unittest", "ran": 5, "passed": 5,
+                                                               "failed": 0, "errors": 0, "skipped": 0}}]
     assert report["review"]["decision"] == "approve"
     with ws.tracker() as t:
         task = t.get(TASK)

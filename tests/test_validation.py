@@ -311,7 +311,7 @@ def test_output_and_command_are_scrubbed(tmp_path):
 def test_to_dict_has_every_field(tmp_path):
     [result] = run([py("pass")], tmp_path)
     assert set(result.to_dict()) == {"command", "exit_code", "passed", "rejected", "reason", "duration_s",
-                                     "stdout_tail", "stderr_tail", "limit"}
+                                     "stdout_tail", "stderr_tail", "limit", "tests"}
 
 
 def test_cwd_must_exist(tmp_path):

@@ -1,0 +1,319 @@
+"""How many tests a validation command ran, from its test runner's own report.
+
+An exit status of 0 proves nothing when no test ran: a patch appending ``os._exit(0)`` to
+``tests/__init__.py`` ends the runner during collection with status 0, and a ``conftest.py``
+that deselects or skips every test makes an empty run succeed. For the runners mesh knows,
+validation therefore asks the runner for a machine-readable report written to a folder
+outside the tree under test (``SANDBOX_REPORT`` inside the sandbox), and a command that
+exited 0 still fails when the report is missing (``no_test_report``), unreadable
+(``test_report_unreadable``), lists a failed test (``tests_failed``) or lists no test that ran
+(``no_tests_ran``).
+
+- pytest (``pytest``, ``py.test``, ``python -m pytest``): ``--junitxml=PATH`` is added right
+  after the program (a later ``--junitxml`` of the command wins and leaves mesh's file
+  missing, which fails).
+- unittest (``python -m unittest``): it has no report of its own, and its closing
+  "Ran N tests" line is stderr that a test can print itself, so the command runs through a
+  few lines given with ``-c`` (``UNITTEST_SHIM``) that are ``python -m unittest`` plus a
+  runner writing the result's counts as JSON.
+
+The argument is added after the allowlist admitted the command: it is mesh's, not the
+model's. The report file is made empty before the command starts, owned by the user the
+sandbox runs as, in a folder that user cannot write (when mesh runs as root): the command
+can fill that one file up to the file-size limit, not create others on the host's disk, nor
+put a symlink or a FIFO in its place. The report is written by the runner, in the same processes as the tests that model
+output controls, so it is read as hostile input (a size cap, a regular file only, no DOCTYPE
+or entity declarations) and its counts are only ever a reason to fail a command, never to
+pass one whose exit status failed. Test code can still forge a report; see
+docs/security.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+import xml.parsers.expat
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = [
+    "REPORT_REASONS",
+    "SANDBOX_REPORT",
+    "UNITTEST_SHIM",
+    "Probe",
+    "ReportError",
+    "TestCounts",
+    "instrument",
+    "parse_junit",
+    "parse_unittest",
+    "prepare",
+    "read_report",
+    "verdict",
+]
+
+# Where a sandboxed command writes its report: a folder of its own, not inside the tree.
+SANDBOX_REPORT = "/mesh/report"
+REPORT_REASONS = ("no_test_report", "test_report_unreadable", "tests_failed", "no_tests_ran")
+# A report larger than this is not read: pytest's report lists one short element per test.
+MAX_REPORT_BYTES = 32 << 20
+_JUNIT_NAME = "junit.xml"
+_UNITTEST_NAME = "unittest.json"
+_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
+# Interpreter options that take a value as the next argument; any other option stands alone.
+_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X")
+
+UNITTEST_SHIM = """\
+import json, sys, unittest
+report = sys.argv.pop(1)
+sys.argv[0] = "python -m unittest"
+class MeshCountingRunner(unittest.TextTestRunner):
+    def run(self, test):
+        result = super().run(test)
+        counts = {"tests_run": result.testsRun, "failures": len(result.failures), "errors": len(result.errors),
+                  "skipped": len(result.skipped), "unexpected_successes": len(result.unexpectedSuccesses)}
+        with open(report, "w", encoding="utf-8") as handle:
+            json.dump(counts, handle)
+        return result
+unittest.main(module=None, testRunner=MeshCountingRunner)
+"""
+
+
+class ReportError(ValueError):
+    """A test report that cannot be trusted to be one: its message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class TestCounts:
+    """What one command's test runner reports: tests that ran (skipped ones excluded), and of
+    those how many passed, failed (an assertion) or errored; plus the skipped ones."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    runner: str
+    ran: int
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> TestCounts | None:
+        """The counts of a stored dict, or None when it is not one mesh writes (a checkpoint
+        is tracker text: a forged or damaged one must not break whoever reads it)."""
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("runner"), str):
+            return None
+        numbers = {name: raw.get(name) for name in ("ran", "passed", "failed", "errors", "skipped")}
+        if not all(type(value) is int and value >= 0 for value in numbers.values()):
+            return None
+        return cls(runner=raw["runner"], **numbers)
+
+    def line(self) -> str:
+        """``12 ran: 11 passed, 1 failed, 0 errors; 2 skipped``."""
+        return (f"{self.ran} ran: {self.passed} passed, {self.failed} failed, {self.errors} errors;"
+                f" {self.skipped} skipped")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A command as it is started: ``argv`` with the report argument, the ``runner`` found
+    (None: not a runner mesh knows, nothing added), the host ``folder`` of its report and
+    the ``report`` file in it."""
+
+    argv: list[str]
+    runner: str | None = None
+    folder: Path | None = None
+    report: Path | None = None
+
+
+def _module_run(argv: Sequence[str]) -> tuple[str, list[str], list[str]] | None:
+    """(module, interpreter and its options, module arguments) for ``python [options] -m
+    module ...``; None for a script, ``-c`` code or stdin."""
+    index = 1
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "-m":
+            return (argv[index + 1], list(argv[:index]), list(argv[index + 2:])) if index + 1 < len(argv) else None
+        if arg.startswith("-m"):  # "-mpytest"
+            return arg[2:], list(argv[:index]), list(argv[index + 1:])
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            index += 2
+        elif arg.startswith("-") and not arg.startswith(("-c", "--")) and arg != "-":
+            index += 1
+        else:
+            return None
+    return None
+
+
+def instrument(argv: Sequence[str], folder: Path, inside: str) -> Probe:
+    """``argv`` made to write its runner's report into ``folder`` (seen as ``inside`` by the
+    command), or unchanged (``runner`` None) when it runs no test runner mesh knows."""
+    program = os.path.basename(argv[0]) if argv else ""
+    junit = f"--junitxml={inside}/{_JUNIT_NAME}"
+    pytest = (folder, folder / _JUNIT_NAME)
+    if program in ("pytest", "py.test"):
+        return Probe([argv[0], junit, *argv[1:]], "pytest", *pytest)
+    found = _module_run(argv) if _PYTHON.fullmatch(program) else None
+    if found is None:
+        return Probe(list(argv))
+    module, python, args = found
+    if module == "pytest":
+        return Probe([*python, "-m", "pytest", junit, *args], "pytest", *pytest)
+    if module == "unittest":
+        return Probe([*python, "-c", UNITTEST_SHIM, f"{inside}/{_UNITTEST_NAME}", *args], "unittest", folder,
+                     folder / _UNITTEST_NAME)
+    return Probe(list(argv))
+
+
+def prepare(probe: Probe, owner: int | None) -> None:
+    """Make ``probe``'s report file, empty, writable by ``owner`` (the sandbox's uid; None: this
+    process's), in its folder made read-only: the command writes that one file and no other."""
+    if probe.report is None or probe.folder is None:
+        return
+    fd = os.open(probe.report, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        if owner is not None:
+            os.fchown(fd, owner, owner)
+    finally:
+        os.close(fd)
+    os.chmod(probe.folder, 0o555)
+
+
+def _read_capped(path: Path) -> bytes | None:
+    """The bytes of ``path``; None when it does not exist. ReportError when it is no regular
+    file (the test code could leave a symlink, a FIFO or a device there) or is too large."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ReportError("the report is a symbolic link") from None
+        raise ReportError(f"the report cannot be opened: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ReportError("the report is not a regular file")
+        data = handle.read(MAX_REPORT_BYTES + 1)
+    if len(data) > MAX_REPORT_BYTES:
+        raise ReportError(f"the report is larger than {MAX_REPORT_BYTES >> 20} MiB")
+    return data
+
+
+def parse_junit(data: bytes) -> TestCounts:
+    """Count the ``testcase`` elements of a JUnit XML report and their outcomes.
+
+    Parsed with expat and nothing else: a DOCTYPE (and with it every entity declaration,
+    internal or external) is refused, so no entity is ever expanded. A test case with a
+    ``failure`` child failed, one with an ``error`` child errored, one with a ``skipped``
+    child (pytest's skip and xfail) was skipped. ReportError for anything else.
+    """
+    parser = xml.parsers.expat.ParserCreate()
+    parser.SetParamEntityParsing(xml.parsers.expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    tally = {"ran": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    case: list[set[str]] = []  # the outcome children of the open testcase (a stack of one)
+    depth = [0]
+
+    def refuse(*_args: Any) -> None:
+        raise ReportError("the report declares a DOCTYPE or an entity")
+
+    def start(name: str, _attrs: Any) -> None:
+        depth[0] += 1
+        if depth[0] > 64:
+            raise ReportError("the report nests deeper than any JUnit report")
+        if name == "testcase":
+            case.append(set())
+        elif case and name in ("failure", "error", "skipped"):
+            case[-1].add(name)
+
+    def end(name: str) -> None:
+        depth[0] -= 1
+        if name != "testcase" or not case:
+            return
+        outcome = case.pop()
+        if "failure" in outcome:
+            key = "failed"
+        elif "error" in outcome:
+            key = "errors"
+        elif "skipped" in outcome:
+            tally["skipped"] += 1
+            return
+        else:
+            key = "passed"
+        tally[key] += 1
+        tally["ran"] += 1
+
+    parser.StartDoctypeDeclHandler = refuse
+    parser.EntityDeclHandler = refuse
+    parser.UnparsedEntityDeclHandler = refuse
+    parser.ExternalEntityRefHandler = refuse
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    try:
+        parser.Parse(data, True)
+    except xml.parsers.expat.ExpatError as exc:
+        raise ReportError(f"the report is not well-formed XML ({xml.parsers.expat.ErrorString(exc.code)})") from None
+    return TestCounts(runner="pytest", **tally)
+
+
+def parse_unittest(data: bytes) -> TestCounts:
+    """The counts ``UNITTEST_SHIM`` wrote; ReportError when they are not its shape."""
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ReportError("the report is not JSON") from None
+    names = ("tests_run", "failures", "errors", "skipped", "unexpected_successes")
+    if not isinstance(raw, dict) or not all(type(raw.get(n)) is int and raw[n] >= 0 for n in names):
+        raise ReportError("the report does not hold the counts mesh's unittest runner writes")
+    ran = raw["tests_run"] - raw["skipped"]
+    failed = raw["failures"] + raw["unexpected_successes"]
+    if ran < 0 or failed + raw["errors"] > ran:
+        raise ReportError("the report's counts contradict each other")
+    return TestCounts(runner="unittest", ran=ran, passed=ran - failed - raw["errors"], failed=failed,
+                      errors=raw["errors"], skipped=raw["skipped"])
+
+
+def read_report(probe: Probe) -> TestCounts | None:
+    """The counts of ``probe``'s report; None when the runner wrote none. ReportError when unusable."""
+    if probe.report is None or probe.folder is None:
+        return None
+    try:
+        data = _read_capped(probe.report)
+    finally:
+        os.chmod(probe.folder, 0o700)  # writable again, so the scratch folder can be deleted
+    if not data:
+        return None  # still the empty file mesh made: the runner never wrote its report
+    return parse_junit(data) if probe.runner == "pytest" else parse_unittest(data)
+
+
+def verdict(probe: Probe, exit_passed: bool) -> tuple[TestCounts | None, str | None, str]:
+    """(counts, reason, note) for a command started as ``probe`` that exited as it did.
+
+    ``reason`` is one of ``REPORT_REASONS`` when the command exited 0 but its report does not
+    show at least one test that ran and none that failed, else None; ``note`` a line saying
+    why, for the command's output. Counts never turn a failed exit into a pass.
+    """
+    if probe.runner is None:
+        return None, None, ""
+    try:
+        counts = read_report(probe)
+    except ReportError as exc:
+        return None, ("test_report_unreadable" if exit_passed else None), f"mesh: {probe.runner} report: {exc}"
+    if counts is None:
+        if not exit_passed:
+            return None, None, ""
+        return None, "no_test_report", (f"mesh: {probe.runner} exited 0 without writing its report: the run ended"
+                                        " before the runner finished (os._exit, a crash, or a plugin disabled it)")
+    if not exit_passed:
+        return counts, None, ""
+    if counts.failed or counts.errors:
+        return counts, "tests_failed", f"mesh: exit status 0, but the {probe.runner} report says {counts.line()}"
+    if counts.ran == 0:
+        return counts, "no_tests_ran", f"mesh: exit status 0, but no test ran ({counts.line()})"
+    return counts, None, ""
