@@ -36,7 +36,7 @@ from .gitops import GitError, _git, repo_root
 from .landing import Lander, integration_branch_for, land_checkpoints
 from .lease import held_by_person, lease_is_live
 from .runner import (RunError, RunOptions, load_run_config, make_backend, make_lander, open_tracker,
-                     require_sandbox, run_task, sandbox_notes, unfinished_run)
+                     project_environment, require_sandbox, run_task, sandbox_notes, unfinished_run)
 from .scope import Scope, ScopeError, resolve_scope, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
@@ -237,6 +237,7 @@ class _Drain:
         self.lock = threading.Lock()
         self.landings = 0
         self.conflicts = 0
+        self.environment = None  # the project's Python environment (orchestrator.project_env)
 
     def emit(self, event: str, **fields: Any) -> None:
         self.emit_raw({"event": event, "t": round(time.monotonic() - self.t0, 3), **fields})
@@ -279,7 +280,7 @@ class _Drain:
         try:
             report = run_task(tracker, self.backend, self.config, self.scope, task, reason, self.repo,
                               self.options.run, held, echo=echo, engine_hook=hook, lander=self.lander,
-                              steal_dead=True)
+                              steal_dead=True, environment=self.environment)
         finally:
             tracker.close()
         return report, held
@@ -313,8 +314,10 @@ class _Drain:
             verified = verify_landings(tracker, self.lander, self.scope)
             for v in verified:
                 self.emit("land_verified" if v["on_branch"] else "land_missing", **v)
+            self.environment = project_environment(self.config, self.repo)
+            self.lander.environment = self.environment
             self.backend = self.options.backend or make_backend(self.config, options, tracker)
-            for note in sandbox_notes(self.config):
+            for note in sandbox_notes(self.config, self.environment):
                 print(note, file=sys.stderr)
             try:
                 stop_reason, skipped, errors = self.schedule(tracker, jobs)

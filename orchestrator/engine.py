@@ -213,6 +213,7 @@ class Engine:
         self.lander = None
         self.lease = None
         self.environment = None
+        self.notes: list[str] = []  # preflight's lines about the sandboxes, printed after its own
         self.tally: dict[str, int] = {"agree": 0, "disagree": 0}
         self.consensus_ok = False
         # Resume: checkpoints of this run by step key, and the next free seq.
@@ -243,6 +244,8 @@ class Engine:
         if self.integrate:
             self._start()  # before anything is written: a lost claim leaves no trace (TaskTaken)
         self.echo(self.preflight)
+        for note in self.notes:
+            self.echo(note)
         self._checkpoint("preflight", None, "preflight", self.preflight, {"line": self.preflight,
                          "selection_reason": self.selection_reason, "scope": self.scope.to_dict(),
                          "sandbox": self.config.validation.sandbox,

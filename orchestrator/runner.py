@@ -7,6 +7,7 @@ the task to resume, and hands over to ``Engine``.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from .config import ConfigError, MeshConfig, load_config
 from .engine import Engine, RunReport, TaskTaken, load_checkpoints, new_run_id
 from .lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
 from .gitops import cache_dir
+from .project_env import EnvironmentMissing, ProjectEnv, find_environment
 from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
 from .worker_sandbox import announce_real_home, network_problem, worker_launcher
 from .scope import Scope, ScopeError, resolve_scope, select_candidates
@@ -139,14 +141,31 @@ def _worker_launcher(config: MeshConfig, options: RunOptions, tracker: Tracker |
                            extra_ports=config.worker_loopback_ports)
 
 
-def sandbox_notes(config: MeshConfig) -> list[str]:
-    """What preflight prints of the sandboxes a run will use: validation limits, and for
-    command workers their HOME and network (with the warning ``worker_home = "real"`` owes)."""
+def project_environment(config: MeshConfig, repo: Path) -> ProjectEnv | None:
+    """The project's Python environment validation runs in (None: mesh's own Python);
+    RunError (exit 2, before any worker call) when the project needs one that is not there."""
+    if not config.integrate:
+        return None
+    try:
+        return find_environment(repo, config.validation.python, config.validation.env_dir)
+    except EnvironmentMissing as exc:
+        raise RunError(str(exc), 2) from None
+
+
+def sandbox_notes(config: MeshConfig, environment: ProjectEnv | None = None) -> list[str]:
+    """What preflight prints of the sandboxes a run will use: the environment and limits of
+    validation, and for command workers their HOME and network (with the warning
+    ``worker_home = "real"`` owes)."""
     from .validation import tree_limits_note
 
+    notes = []
+    if config.integrate:
+        notes.append(environment.describe() if environment else
+                     f"validation environment: mesh's own Python ({sys.prefix}; the project declares no dependency)")
     if config.validation.sandbox != "bwrap":
-        return ['warning: validation.sandbox = "none": validation and command workers run unconfined']
-    notes = [tree_limits_note(config.validation.limits)] if config.integrate else []
+        return [*notes, 'warning: validation.sandbox = "none": validation and command workers run unconfined']
+    if config.integrate:
+        notes.append(tree_limits_note(config.validation.limits))
     if config.backend == "command":
         if config.worker_home == "real":
             notes.append(announce_real_home())
@@ -247,12 +266,14 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         if remote and not onto and config.integrate:
             raise RunError("--remote needs an integration branch: pass --onto BRANCH (or set drain.onto)", 2)
         lander = make_lander(repo, onto, config, remote=remote) if onto and config.integrate else None
+        environment = project_environment(config, repo)
+        if lander is not None:
+            lander.environment = environment
         backend = make_backend(config, options, tracker)
-        for note in sandbox_notes(config):
-            (echo or _stderr)(note)
+        notes = sandbox_notes(config, environment)
         try:
             return _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
-                                   lander)
+                                   lander, notes=notes, environment=environment)
         except BackendError as exc:
             raise RunError(str(exc), 2) from None
         finally:
@@ -266,7 +287,8 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
 def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope,
                     candidates: Sequence[tuple[dict, str]], repo: Path, options: RunOptions,
                     echo: Callable[[str], None] | None, engine_hook: Callable[[Engine], None] | None,
-                    lander: "Lander | None" = None) -> RunReport:
+                    lander: "Lander | None" = None, *, notes: Sequence[str] = (),
+                    environment: ProjectEnv | None = None) -> RunReport:
     """Run the first candidate whose lease (and, for open tasks, claim) this run can take.
 
     Two runs on one scope never take the same task: the loser of a lease or a claim
@@ -275,7 +297,7 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
     held: list[str] = []
     for task, reason in candidates:
         report = run_task(tracker, backend, config, scope, task, reason, repo, options, held, echo=echo,
-                          engine_hook=engine_hook, lander=lander)
+                          engine_hook=engine_hook, lander=lander, notes=notes, environment=environment)
         if report is not None:
             return report
     if options.task and any("held by run" in h for h in held):
@@ -287,7 +309,8 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
 def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope, task: dict, reason: str,
              repo: Path, options: RunOptions, held: list[str], *, echo: Callable[[str], None] | None = None,
              engine_hook: Callable[[Engine], None] | None = None, lander: "Lander | None" = None,
-             steal_dead: bool = False) -> RunReport | None:
+             steal_dead: bool = False, notes: Sequence[str] = (),
+             environment: ProjectEnv | None = None) -> RunReport | None:
     """Run (or resume) one task to its outcome under its lease; None (and why, in ``held``)
     when this run may not take it.
 
@@ -330,6 +353,7 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
                             selection_reason=reason, repo=repo, run_id=run_id, ids=options.ids, echo=echo,
                             resume_from=checkpoints)
             engine.lease = lease
+            engine.notes, engine.environment = list(notes), environment
             if lander is not None:
                 lander.attach(engine)
             if engine_hook:
@@ -367,12 +391,6 @@ def lease_ttl(config: MeshConfig | None = None) -> float:
         return float(os.environ.get("MESH_LEASE_TTL_S", default))
     except ValueError:
         return default
-
-
-def _stderr(line: str) -> None:
-    import sys
-
-    print(line, file=sys.stderr)
 
 
 def _scope_of(task: dict) -> Scope:

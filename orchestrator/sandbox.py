@@ -375,7 +375,8 @@ def bwrap_argv(
         # bwrap makes the folders above a mount with the modes of the host's (/root is 0700):
         # the sandbox's user must be able to pass through them to reach what is mounted.
         # Only folders bwrap made itself are changed, never a host folder a bind shows.
-        above = {str(parent) for target in mounts for parent in Path(target).parents if str(parent) != "/"}
+        above = {str(parent) for target in mounts for parent in Path(target).parents
+                 if str(parent) != "/" and str(parent) not in mounts}
         binds = [target for target, how in mounts.items() if how[-1] != "--tmpfs"]
         argv += [arg for folder in sorted(above, key=_depth)
                  if not covered(folder, [*binds, *_SYSTEM_PATHS, "/etc", "/proc", "/dev"])

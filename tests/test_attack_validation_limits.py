@@ -26,10 +26,10 @@ def validate(repo: Path, commands: list[str], **kwargs):
     return run_validation(commands, cwd=repo, allow=commands, timeout_s=kwargs.pop("timeout_s", 60), **kwargs)
 
 
-def _left_running() -> list[str]:
-    """Processes of the sandbox's user still alive on the host (there must be none)."""
+def _left_running(marker: str) -> list[str]:
+    """Processes of this attack (their command lines carry ``marker``) still alive on the host."""
     listing = subprocess.run(["ps", "-e", "-o", "uid=,pid=,args="], capture_output=True, text=True).stdout
-    return [line for line in listing.splitlines() if line.split(None, 1)[0] == str(SANDBOX_UID)]
+    return [line for line in listing.splitlines() if marker in line and "ps -e" not in line]
 
 
 def _mesh_groups() -> list[str]:
@@ -94,22 +94,24 @@ def test_a_memory_bomb_across_children_hits_the_tree_cap(repo):
     command = py_file(repo, "children.py", (
         "import subprocess, sys\n"
         "code = 'import time\\nb = b\"x\" * (150 << 20)\\ntime.sleep(30)'\n"
-        "kids = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(6)]\n"
+        "kids = [subprocess.Popen([sys.executable, '-c', code, sys.argv[1]]) for _ in range(6)]\n"
         "print('exits', [k.wait() for k in kids])\n"
         "sys.exit(1 if any(k.returncode for k in kids) else 0)\n"))
     commit_all(repo)
-    [result] = validate(repo, [command], limits=Limits(memory_mb=512), timeout_s=60)
+    marker = f"bomb-{repo.parent.name}"
+    [result] = validate(repo, [f"{command} {marker}"], limits=Limits(memory_mb=512), timeout_s=60)
     assert not result.passed and result.limit == "memory"
-    assert not _left_running() and not _mesh_groups()
+    assert not _left_running(marker) and not _mesh_groups()
 
 
 @needs_cgroups
 def test_a_fork_bomb_is_capped_and_ends_within_the_timeout(repo):
     (repo / "bomb.sh").write_text("bomb() { bomb & bomb & wait; }\nbomb\n")
     commit_all(repo)
-    [result] = validate(repo, ["sh bomb.sh"], limits=Limits(max_processes=64, memory_mb=1024), timeout_s=8)
+    marker = f"forks-{repo.parent.name}"
+    [result] = validate(repo, [f"sh bomb.sh {marker}"], limits=Limits(max_processes=64, memory_mb=1024), timeout_s=8)
     assert not result.passed and result.limit == "processes"
-    assert not _left_running() and not _mesh_groups()
+    assert not _left_running(marker) and not _mesh_groups()
 
 
 def test_a_tmp_filler_ends_on_the_tmp_size(repo):
@@ -126,7 +128,7 @@ def test_a_tmp_filler_ends_on_the_tmp_size(repo):
     [result] = validate(repo, [command], limits=Limits(memory_mb=256, file_size_mb=2048), timeout_s=60)
     assert not result.passed and "filled" not in result.stdout_tail
     assert result.limit in (("disk", "memory") if WHOLE_TREE else ("disk",))
-    assert not _left_running()
+    assert not _left_running("fill_tmp.py")
 
 
 def test_a_disk_filler_in_the_tree_ends_on_the_growth_bound(repo, tmp_path):
@@ -143,7 +145,7 @@ def test_a_disk_filler_in_the_tree_ends_on_the_growth_bound(repo, tmp_path):
     [result] = validate(repo, [command], limits=Limits(memory_mb=2048, file_size_mb=10, tree_growth_mb=64),
                         timeout_s=60)
     assert not result.passed and result.limit == "disk" and "No space left" in result.stderr_tail
-    assert not _left_running()
+    assert not _left_running("fill_tree.py")
     # Nothing of it reached the host's disk: the copy lived on the sandbox's own tmpfs.
     assert not list(repo.glob("junk*")) and not list(Path(tmp_path).rglob("junk0.bin"))
 

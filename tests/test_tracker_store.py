@@ -244,7 +244,7 @@ def test_init_reads_prefix_from_beads_config(tmp_path):
     (tmp_path / ".beads" / "config.yaml").write_text('sync-branch: main\nissue-prefix: "web"\n')
     tracker = Tracker.init(tmp_path)
     assert tracker.prefix == "web" and tracker.create("x")["id"].startswith("web-")
-    assert Tracker.init(tmp_path, prefix="api").prefix == "api"
+    assert Tracker.init(tmp_path, prefix="api", force=True).prefix == "api"  # a live workspace: --force
 
 
 def test_where_and_status(tracker):
