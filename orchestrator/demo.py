@@ -9,7 +9,6 @@ revision), then approval and close. Prints the report and ``mesh show``.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
@@ -78,10 +77,10 @@ def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
             echo(f"mesh: {exc}")
             return exc.exit_code
         echo("")
-        echo(render_report(report))
+        echo(render_report(report, preflight=False))
         echo("")
-        echo(json.dumps(report.to_dict(), indent=2))
-        echo("")
+        echo("the task's history (mesh show); c<N>/r<M> is the consensus cycle N (a vote that failed")
+        echo("is re-run) within the review cycle M (each review that requests changes starts one):")
         with Tracker(db) as tracker:
             echo(render_history(task_history(tracker, report.task["id"])))
             echo("")
@@ -92,8 +91,17 @@ def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
         echo("")
         echo(f"branch mesh/{report.task['id']} (never merged, never pushed):")
         echo(branch.rstrip())
+        task = report.task["id"]
+        echo("")
         if keep:
-            echo(f"\nkept: {folder}")
+            echo(f"kept: {folder}; try, in {repo}:")
+        else:
+            echo("the demo folder is removed now; run 'mesh demo --keep' to keep it, then in its demo-repo:")
+        for command, what in ((f"mesh show {task}", "the rounds again"),
+                              (f"mesh report {task}", f"mesh-report-{task}.html: the task on one page"),
+                              ("mesh status --label plan:demo", "the scope as a tree"),
+                              ("mesh tracker ready --label plan:demo", "what is ready now")):
+            echo(f"  {command:38} # {what}")
         return report.exit_code
     finally:
         if not keep:

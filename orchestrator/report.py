@@ -11,9 +11,10 @@ from .safe_text import printable
 __all__ = ["render_report"]
 
 
-def render_report(report: RunReport) -> str:
+def render_report(report: RunReport, *, preflight: bool = True) -> str:
     """Selected task and final state, consensus, validation, mutations, preflight (scrubbed,
-    like the JSON report: the block detail and commands can quote model output)."""
+    like the JSON report: the block detail and commands can quote model output); without
+    ``preflight`` when it was printed already."""
     if report.outcome == "no_runnable_task":
         scope = report.scope
         where = f"label {scope['plan_label']}" if scope.get("plan_label") else f"epic {scope.get('parent_epic')}"
@@ -44,7 +45,8 @@ def render_report(report: RunReport) -> str:
     if u:
         lines.append(f"  usage:      {u['calls']} call(s), {u['input_tokens']} in / {u['output_tokens']} out tokens,"
                      f" ${u['cost_usd']:.4f}")
-    lines.append(f"  {report.preflight}")
+    if preflight:
+        lines.append(f"  {report.preflight}")
     # The title, the detail, finding ids, mutations and commands are tracker or model text:
     # every line is printable, on its line (no terminal escapes, no forged lines).
     return scrub("\n".join(printable(line, one_line=True) for line in lines))

@@ -198,3 +198,4 @@ def test_the_demo_leaves_no_worktree_in_the_cache(tmp_path, monkeypatch):
     assert run_demo(echo=lambda line: None) == 0
     homes = cache / "mesh" / "worktrees"
     assert not homes.exists() or list(homes.iterdir()) == []
+
