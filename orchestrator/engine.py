@@ -43,6 +43,7 @@ from .faults import crash_point
 from .lease import lease_is_live
 from .proof import brief, failed_detail, state
 from .scope import Scope
+from .validation_findings import NOT_ALLOWED, allowed_commands_check, with_validation_finding
 from .runhead import RUN_HEAD, write_close_head, write_run_head
 from redact import scrub, scrub_obj
 
@@ -692,11 +693,14 @@ class Engine:
                              extra={"subject": subject})
 
     def _synthesis(self, phase: str) -> None:
-        inputs = {"proposal": self.bus.proposal, "critiques": self.bus.critiques, **self._previous_cycle()}
-        artifact, attempt = self._ask_one("synthesizer", "synthesis", inputs, kind="synthesis", phase=phase)
+        cfg = self.config.validation
+        inputs = {"proposal": self.bus.proposal, "critiques": self.bus.critiques, **self._previous_cycle(),
+                  "allowed_commands": cfg.allow}
+        artifact, attempt = self._ask_one("synthesizer", "synthesis", inputs, kind="synthesis", phase=phase,
+                                          validate=allowed_commands_check(cfg.allow, cfg.required))
         if artifact is None:
             if attempt and attempt.failure == "unparsable":
-                raise Blocked("no_diff_parsed", attempt.parse_error.message if attempt.parse_error else "")
+                self._unparsable_patch(attempt)
             raise Blocked("no_response", "synthesizer gave no response")
         self.bus.set_synthesis(artifact)
         patch = artifact["patch"]
@@ -857,6 +861,9 @@ class Engine:
             self.bus.set_review_cycle(self.bus.review_cycle + 1)
             cycle = self.bus.review_cycle
             review = self._review()
+            if not self.validation_pass:
+                # A failing validation is a MUST_FIX finding, whatever the reviewer said.
+                review = with_validation_finding(review, self.validation)
             must_fix = [f for f in review["findings"] if f["label"] == "MUST_FIX"]
             approved = review["decision"] == "approve" and not must_fix
             self._sync_findings(review, approved)
@@ -866,10 +873,10 @@ class Engine:
                               "open_must_fix": len(must_fix), "review_issue": self.bus.review_issue,
                               "subtasks": dict(self.bus.review_subtasks)})
             if approved:
-                if not self.validation_pass:
-                    raise Blocked("validation_failed", "review approved but the latest validation did not pass: "
-                                  + failed_detail(self.validation))
                 return self._close()
+            if cycle >= self.config.review_max_cycles and not self.validation_pass:
+                raise Blocked("validation_failed", f"the validation still fails after {cycle} review cycle(s): "
+                              + failed_detail(self.validation))
             if cycle >= self.config.review_max_cycles:
                 raise Blocked("review_not_approved", f"{len(must_fix)} MUST_FIX finding(s) open after {cycle}"
                               " review cycle(s)")
@@ -903,12 +910,14 @@ class Engine:
                 break
         else:
             raise Blocked("no_consensus", f"no consensus on the revision plan of review cycle {cycle}")
+        cfg = self.config.validation
         inputs = {"review": review, "revision_plan": self.bus.revision_plan, "critiques": self.bus.critiques,
-                  "diff": diff}
-        artifact, attempt = self._ask_one("synthesizer", "revision", inputs, kind="revision", phase=f"r{cycle}")
+                  "diff": diff, "allowed_commands": cfg.allow}
+        artifact, attempt = self._ask_one("synthesizer", "revision", inputs, kind="revision", phase=f"r{cycle}",
+                                          validate=allowed_commands_check(cfg.allow, cfg.required))
         if artifact is None:
             if attempt and attempt.failure == "unparsable":
-                raise Blocked("no_diff_parsed", attempt.parse_error.message if attempt.parse_error else "")
+                self._unparsable_patch(attempt)
             raise Blocked("no_response", "synthesizer gave no revision")
         if not artifact["validation_commands"]:
             artifact = {**artifact, "validation_commands": list(self.bus.synthesis["validation_commands"])}
@@ -917,6 +926,13 @@ class Engine:
                          f"revision for review cycle {cycle}", artifact, attempt=attempt)
         self._integrate(artifact, phase=f"r{cycle}", step_name="revision")
         self._validate(phase=f"r{cycle}")
+
+    @staticmethod
+    def _unparsable_patch(attempt: Attempt) -> None:
+        message = attempt.parse_error.message if attempt.parse_error else ""
+        if message.startswith(NOT_ALLOWED):
+            raise Blocked("missing_validation_requirements", message)
+        raise Blocked("no_diff_parsed", message)
 
     def _sync_findings(self, review: Mapping[str, Any], approved: bool) -> None:
         """The review-findings issue flow: one parent review issue, one child per finding

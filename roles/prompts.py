@@ -42,6 +42,8 @@ validated against its schema, so a malformed one fails here, not mid-render):
 - ``diff``: review, revision-plan, revision: the task branch's cumulative patch text.
 - ``prior_reviews``: review: the earlier cycles' review artifacts, oldest first.
 - ``review_cycle``: review: the current cycle number.
+- ``allowed_commands``: synthesis and revision: the project's ``validation.allow`` entries,
+  the only forms of validation command that will run.
 
 Missing optional keys default to empty values before rendering; an unknown key is a
 ValueError, so a misspelt input cannot silently vanish from the prompt.
@@ -85,6 +87,7 @@ INPUT_KEYS = (
     "diff",
     "prior_reviews",
     "review_cycle",
+    "allowed_commands",
 )
 
 _TASK_KEYS = ("id", "title", "description", "design", "acceptance_criteria", "notes")
@@ -248,6 +251,7 @@ def _round_values(round: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         "diff": inputs.get("diff") or "",
         "prior_reviews": [_artifact(review, ReviewArtifact) for review in inputs.get("prior_reviews") or ()],
         "review_cycle": None if inputs.get("review_cycle") is None else int(inputs["review_cycle"]),
+        "allowed_commands": [str(entry) for entry in inputs.get("allowed_commands") or ()],
     }
 
 

@@ -54,13 +54,23 @@ def config(ws, extra: str = "") -> str:
     """A config file: the demo's, plus pytest in the allowlist, plus ``extra``."""
     path = ws.root / "mesh-counts.toml"
     text = (ws.repo / "mesh.toml").read_text().replace("allow = [", f"allow = [{PYTEST!r}, ", 1)
-    path.write_text(text + "\n" + extra)
+    path.write_text(_one_review_cycle(text) + "\n" + extra)
     return str(path)
+
+
+def _one_review_cycle(text: str) -> str:
+    # A failing validation starts a revision cycle while cycles are left; these attacks are
+    # about the verdict on the first one, so none is left.
+    return text.replace("review_max_cycles = 3", "review_max_cycles = 1")
 
 
 def run_patch(ws, patch: str, commands: list[str] | None = None, *extra: str):
     script = happy_script()
     script["synthesizer"][0] = r("synthesis", synthesis(patch, commands))
+    if "--config" not in extra:
+        path = ws.root / "mesh-one-cycle.toml"
+        path.write_text(_one_review_cycle((ws.repo / "mesh.toml").read_text()))
+        extra = (*extra, "--config", str(path))
     return ws.run(script, *extra)
 
 

@@ -434,12 +434,27 @@ def test_review_not_approved_after_max_cycles_blocks(ws):
 # ---------------------------------------------------------------- validation and integration safety
 
 
-def test_missing_validation_requirements_blocks(ws):
+def test_missing_validation_requirements_blocks_after_one_follow_up_naming_the_allowed_forms(ws):
     script = happy_script()
     script["synthesizer"][0] = r("synthesis", synthesis(commands=["make deploy"]))
+    script["synthesizer"].insert(1, r("synthesis", synthesis(commands=["pytest -q"])))
     code, report, _ = ws.run(script)
     assert code == 3 and report["block_reason"] == "missing_validation_requirements"
-    assert report["validation"][0]["rejected"] is True
+    with ws.tracker() as t:
+        from orchestrator.calls import calls_for
+
+        prompts = [c["prompt"] for c in calls_for(t, task_id=TASK) if c["round"] == "synthesis"]
+    # The synthesis prompt states what will run; the one follow-up names the admitted forms.
+    assert len(prompts) == 2 and all(VALIDATE in prompt for prompt in prompts)
+    assert "none of the validation_commands is admitted" in prompts[1]
+
+
+def test_a_rejected_command_fixed_in_the_follow_up_runs(ws):
+    script = happy_script()
+    script["synthesizer"].insert(0, r("synthesis", synthesis(commands=["pytest -q"])))
+    code, report, _ = ws.run(script)
+    assert code == 0 and report["outcome"] == "closed"
+    assert report["validation"][0]["command"] == VALIDATE
 
 
 def test_rejected_validation_command_never_runs(ws):
@@ -456,13 +471,51 @@ def test_rejected_validation_command_never_runs(ws):
     assert [x["rejected"] for x in proof.payload["artifact"]["results"]] == [True, True, False]
 
 
-def test_failing_validation_blocks_after_review(ws):
-    broken = PATCH_FEATURE.replace("return celsius\n", "return celsius + 1\n")
+BROKEN = PATCH_FEATURE.replace("return celsius\n", "return celsius + 1\n")
+# The revision that fixes BROKEN's line, on top of it.
+FIX = ("diff --git a/temperature.py b/temperature.py\n--- a/temperature.py\n+++ b/temperature.py\n"
+       "@@ -16,4 +16,4 @@ def fahrenheit_to_celsius(fahrenheit: float) -> float:\n"
+       "     celsius = (fahrenheit - 32) * 5 / 9\n     if celsius < ABSOLUTE_ZERO_C:\n"
+       "         raise ValueError(f\"{fahrenheit} F is below absolute zero\")\n"
+       "-    return celsius + 1\n+    return celsius\n")
+
+
+def one_review_cycle(ws) -> str:
+    config = ws.root / "one-cycle.toml"
+    config.write_text((ws.repo / "mesh.toml").read_text().replace("review_max_cycles = 3", "review_max_cycles = 1"))
+    return str(config)
+
+
+def test_failing_validation_blocks_when_no_review_cycle_is_left(ws):
     script = happy_script()
-    script["synthesizer"][0] = r("synthesis", synthesis(broken))
-    code, report, _ = ws.run(script)
+    script["synthesizer"][0] = r("synthesis", synthesis(BROKEN))
+    code, report, _ = ws.run(script, "--config", one_review_cycle(ws))
     assert code == 3 and report["block_reason"] == "validation_failed"
     assert report["validation"][0]["passed"] is False
+
+
+def test_a_failing_validation_is_a_must_fix_finding_that_the_revision_cycle_fixes(ws):
+    """The reviewer approves a change whose tests fail: the failure becomes the MUST_FIX finding
+    VALIDATION (its evidence the output tail), the revision cycle fixes it, the task closes."""
+    script = happy_script()
+    script["synthesizer"][0] = r("synthesis", synthesis(BROKEN))
+    script["synthesizer"] += [r("revision-plan", revision_plan(["VALIDATION"])), r("vote", vote()),
+                              r("revision", synthesis(FIX))]
+    for role in ("critic_a", "critic_b", "skeptic"):
+        script[role] += [r("critique", critique()), r("vote", vote())]
+    script["proposer"].append(r("vote", vote()))
+    script["reviewer"].append(r("review", review()))
+    code, report, res = ws.run(script)
+    assert code == 0 and report["outcome"] == "closed", res.output
+    cycles = [cp.payload["artifact"] for cp in ws.checkpoints() if cp.kind == "review-cycle"]
+    assert [c["approved"] for c in cycles] == [False, True] and cycles[0]["open_must_fix"] == 1
+    with ws.tracker() as t:
+        [finding_issue] = [i for i in t.list(status=["open", "closed"]) if "VALIDATION" in (i.get("title") or "")
+                           or "validation failed" in (i.get("title") or "")]
+        assert finding_issue["status"] == "closed"
+        text = (finding_issue.get("description") or "") + (finding_issue.get("notes") or "")
+    assert "AssertionError" in text or "FAIL" in text  # the failing output's tail is the evidence
+    assert "\x1b" not in text
 
 
 @pytest.mark.parametrize("path, block, reason", [
@@ -584,10 +637,9 @@ def test_secrets_in_findings_and_hydration_never_reach_issue_fields(ws):
 
 
 def test_a_new_run_after_a_blocked_one_starts_from_head_and_keeps_the_old_attempt(ws):
-    broken = PATCH_FEATURE.replace("return celsius\n", "return celsius + 1\n")
     script = happy_script()
-    script["synthesizer"][0] = r("synthesis", synthesis(broken))
-    code, first, _ = ws.run(script)
+    script["synthesizer"][0] = r("synthesis", synthesis(BROKEN))
+    code, first, _ = ws.run(script, "--config", one_review_cycle(ws))
     assert code == 3 and first["block_reason"] == "validation_failed"
     with ws.tracker() as t:
         t.update(TASK, status="open")  # the user looked at it and wants another try
