@@ -219,3 +219,23 @@ def test_the_new_views_print_issue_text_inert(tmp_path, db_target):
     for out in outputs:
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
     assert any("\\u001b" in out for out in outputs)
+
+
+@pytest.mark.parametrize("command", [["ready"], ["show", "hv-x"], ["list", "--sort", "title"]])
+def test_the_hot_commands_stay_light(tmp_path, command):
+    """``bd ready``, ``show`` and ``list`` (with the new id resolution and sorting) import none
+    of pydantic, rich, jinja2, anthropic or psycopg."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    Tracker.init(tmp_path, prefix="hv").close()
+    code = ("import sys\nfrom orchestrator.cli import cli\n"
+            f"try:\n    cli(['bd', *{command!r}, '--json'], standalone_mode=False)\nexcept BaseException:\n    pass\n"
+            "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pydantic', 'rich', 'jinja2', 'anthropic', 'psycopg')))\n")
+    env = dict(os.environ, MESH_DB=str(tmp_path / ".beads" / "mesh.db"))
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert "HEAVY []" in done.stdout, done.stdout + done.stderr
