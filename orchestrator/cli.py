@@ -16,6 +16,8 @@ from tracker.bd_shim import bd_command
 from tracker.cli import tracker_group
 from tracker.cli_io import echo as _say
 
+from .schema_cli import schema_command
+
 __all__ = ["main", "cli"]
 
 
@@ -40,6 +42,7 @@ def cli(ctx: click.Context, db_path: str | None, actor: str | None) -> None:
 
 cli.add_command(tracker_group)
 cli.add_command(bd_command)
+cli.add_command(schema_command)
 
 
 def _run_options(f):

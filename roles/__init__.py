@@ -24,6 +24,7 @@ from .definitions import (
     ROUNDS,
     critics_for,
     round_owner,
+    round_roles,
 )
 from .parsing import PARSE_ERROR_KINDS, ParsedResponse, ParseError, parse_response
 from .prompts import INPUT_KEYS, Prompt, build_prompt
@@ -55,6 +56,7 @@ __all__ = [
     "ROLE_BRIEFS",
     "critics_for",
     "round_owner",
+    "round_roles",
     # schemas
     "HydrationArtifact",
     "ProposalArtifact",

@@ -16,8 +16,10 @@ __all__ = [
     "CRITIC_ROLES",
     "ALL_ROLES",
     "ROLE_BRIEFS",
+    "OUTBOX_ROUNDS",
     "critics_for",
     "round_owner",
+    "round_roles",
 ]
 
 ROUNDS: tuple[str, ...] = (
@@ -75,6 +77,9 @@ ROLE_BRIEFS: dict[str, str] = {
     ),
 }
 
+# The profile gives an optional outbox (notes to other roles) to the planning rounds only.
+OUTBOX_ROUNDS: tuple[str, ...] = ("proposal", "critique", "synthesis", "revision-plan", "revision")
+
 # Rounds answered by one fixed role; critique and vote fan out to several roles.
 _ROUND_OWNERS: dict[str, str | None] = {
     "hydration": "proposer",
@@ -107,3 +112,15 @@ def round_owner(round: str) -> str | None:
         return _ROUND_OWNERS[round]
     except KeyError:
         raise ValueError(f"unknown round {round!r}; expected one of {', '.join(ROUNDS)}") from None
+
+
+def round_roles(round: str) -> tuple[str, ...]:
+    """Return every role that may answer ``round``, in the profile's order.
+
+    Critique goes to the critics, a vote to the five full roles (the fallback set asks a
+    subset of both), any other round to its owner. Raises ValueError for an unknown round.
+    """
+    owner = round_owner(round)
+    if owner is not None:
+        return (owner,)
+    return CRITIC_ROLES if round == "critique" else FULL_ROLES

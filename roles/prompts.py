@@ -63,7 +63,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 from pydantic import BaseModel
 
-from .definitions import ALL_ROLES, CRITIC_ROLES, FULL_ROLES, ROLE_BRIEFS, ROUNDS, round_owner
+from .definitions import ALL_ROLES, OUTBOX_ROUNDS, ROLE_BRIEFS, ROUNDS, round_roles
 from .schemas import (
     CritiqueArtifact,
     ProposalArtifact,
@@ -104,8 +104,6 @@ _REQUIRED = {
     "revision": ("review", "revision_plan"),
 }
 _PATCH_ROUNDS = ("synthesis", "revision")
-# The profile gives an optional outbox to the planning rounds only.
-_OUTBOX_ROUNDS = ("proposal", "critique", "synthesis", "revision-plan", "revision")
 _MAX_OUTPUT_CHARS = 2000
 
 
@@ -161,7 +159,7 @@ def build_prompt(
         "strict": strict,
         "shape": _render_block(round_template, "shape", {}).strip(),
         "outbox": [_outbox_values(message) for message in outbox],
-        "outbox_allowed": round in _OUTBOX_ROUNDS,
+        "outbox_allowed": round in OUTBOX_ROUNDS,
         "patch_round": round in _PATCH_ROUNDS,
         "roles": ALL_ROLES,
         "attempt": attempt,
@@ -178,12 +176,7 @@ def _check_role(round: str, role: str) -> None:
         raise ValueError(f"unknown round {round!r}; expected one of {', '.join(ROUNDS)}")
     if role not in ROLE_BRIEFS:
         raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ALL_ROLES)}")
-    if round == "critique":
-        allowed: tuple[str, ...] = CRITIC_ROLES
-    elif round == "vote":
-        allowed = FULL_ROLES
-    else:
-        allowed = (round_owner(round) or "",)
+    allowed = round_roles(round)
     if role not in allowed:
         raise ValueError(f"role {role!r} does not answer the {round} round ({', '.join(allowed)} do)")
 

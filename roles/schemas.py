@@ -9,6 +9,7 @@ a patch wrapped in a code fence is unwrapped. Anything else that is off is an er
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any, Literal
 
@@ -19,8 +20,11 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    create_model,
     field_validator,
 )
+
+from .definitions import OUTBOX_ROUNDS
 
 __all__ = [
     "HydrationArtifact",
@@ -35,6 +39,7 @@ __all__ = [
     "RevisionPlanArtifact",
     "OutboxMessage",
     "ARTIFACT_SCHEMAS",
+    "answer_model",
     "NO_DIFF_PREFIX",
     "looks_like_diff",
 ]
@@ -188,8 +193,12 @@ class SynthesisArtifact(_Artifact):
     """Round C (and the ``revision`` round): decision log, one patch, validation commands."""
 
     decision_log: list[DecisionLogEntry]
-    patch: Annotated[str, AfterValidator(_check_patch)]
-    validation_commands: list[NonEmptyStr]
+    patch: Annotated[str, AfterValidator(_check_patch), Field(description=(
+        "One unified diff in git format (a/ and b/ prefixes, paths from the repository root; a "
+        "whole-answer code fence is unwrapped), or NO_DIFF:<reason> when no change is needed."))]
+    validation_commands: Annotated[list[NonEmptyStr], Field(description=(
+        "Commands run from the repository root without a shell; each must match the project's "
+        "validation.allow."))]
 
     @property
     def no_diff_reason(self) -> str | None:
@@ -213,7 +222,7 @@ class VoteArtifact(_Artifact):
         Literal["agree", "disagree"],
         _choice("agree", "disagree", aliases={"agreed": "agree", "disagreed": "disagree"}),
     ]
-    reason: Annotated[str, AfterValidator(_first_line)]
+    reason: Annotated[str, AfterValidator(_first_line), Field(description="One line; later lines are dropped.")]
 
 
 def _check_location(value: str) -> str:
@@ -234,8 +243,10 @@ def _check_location(value: str) -> str:
 class Finding(_Artifact):
     """One review finding; ``finding_id`` stays stable across review cycles."""
 
-    finding_id: NonEmptyStr
-    location: Annotated[str, AfterValidator(_check_location)]
+    finding_id: Annotated[NonEmptyStr, Field(description=(
+        "Unique within the review; reuse an earlier cycle's id for a finding still open."))]
+    location: Annotated[str, AfterValidator(_check_location), Field(description=(
+        "path:line or path:first-last, line numbers from 1."))]
     severity: Annotated[
         Literal["Critical", "High", "Medium", "Low"],
         _choice("Critical", "High", "Medium", "Low"),
@@ -272,7 +283,7 @@ class ReviewArtifact(_Artifact):
         ),
     ]
     findings: list[Finding]
-    summary: Annotated[str, AfterValidator(_check_summary)]
+    summary: Annotated[str, AfterValidator(_check_summary), Field(description="1 to 5 non-empty lines.")]
 
     @field_validator("findings")
     @classmethod
@@ -317,3 +328,30 @@ ARTIFACT_SCHEMAS: dict[str, type[BaseModel]] = {
     "revision-plan": RevisionPlanArtifact,
     "revision": SynthesisArtifact,
 }
+
+
+class _EnvelopeBase(BaseModel):
+    role: str
+    task_id: str
+
+
+@functools.lru_cache(maxsize=64)
+def answer_model(schema: type[BaseModel], round_name: str, strict: bool) -> type[BaseModel]:
+    """The pydantic model a worker's whole answer to ``round_name`` must match.
+
+    Strict mode: the envelope ``{"role", "task_id", "artifact", "outbox"?}`` around
+    ``schema``; otherwise the artifact itself. ``outbox`` (optional) is offered in the
+    rounds whose prompt offers it (``OUTBOX_ROUNDS``). ``role`` is a plain string, not a
+    constant, so every role of a round gets the same schema and a backend's request prefix
+    stays cacheable; the engine's parser checks the role. Backends with structured output
+    send its JSON schema; ``mesh schema`` prints it.
+    """
+    outbox_field: dict[str, Any] = {}
+    if round_name in OUTBOX_ROUNDS:
+        outbox_field["outbox"] = (list[OutboxMessage] | None, None)
+    if strict:
+        return create_model(f"{schema.__name__}Envelope", __base__=_EnvelopeBase, artifact=(schema, ...),
+                            **outbox_field)
+    if outbox_field:
+        return create_model(f"{schema.__name__}WithOutbox", __base__=schema, **outbox_field)
+    return schema

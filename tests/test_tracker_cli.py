@@ -175,10 +175,11 @@ def test_comments_group_lists_by_default_and_adds(ws):
 
 def test_labels(ws):
     task = mesh_json("tracker", "create", "t")
-    assert mesh_json("tracker", "label", "add", task["id"], "plan") == {
-        "status": "added", "issue_id": task["id"], "label": "plan"}
+    # bd's label add/remove print an array, one object per issue (cmd/bd/label.go:36).
+    assert mesh_json("tracker", "label", "add", task["id"], "plan") == [{
+        "status": "added", "issue_id": task["id"], "label": "plan"}]
     assert mesh_json("tracker", "show", task["id"])[0]["labels"] == ["plan"]
-    assert mesh_json("tracker", "label", "remove", task["id"], "plan")["status"] == "removed"
+    assert mesh_json("tracker", "label", "remove", task["id"], "plan")[0]["status"] == "removed"
     missing = mesh("tracker", "label", "remove", task["id"], "plan", "--json", ok=False)
     assert json.loads(missing.stderr)["code"] == "not_found"
 

@@ -19,14 +19,15 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
 from . import bd_compat as bd
-from . import cli_admin
-from .cli_io import (EXIT_UNAVAILABLE, EXIT_USER_ERROR, echo, guard, json_option, print_json, run_action, say,
-                     settings, with_tracker, writes)
+from . import cli_admin, cli_deps, cli_labels, cli_search
+from .bd_views import LIST_SORTS, resolve_id, resolve_ids, sort_issues
+from .cli_flags import BdGroup, add_global_flags
+from .cli_io import (EXIT_UNAVAILABLE, EXIT_USER_ERROR, echo, guard, issue_line, json_option, print_issues, print_json,
+                     run_action, say, settings, split_csv, with_tracker, writes)
 from .errors import InvalidValueError
 from .model import parse_duration
 from .store import Tracker
@@ -35,31 +36,6 @@ __all__ = ["tracker_group", "EXIT_USER_ERROR", "EXIT_UNAVAILABLE"]
 
 
 # --------------------------------------------------------------------- plumbing
-
-
-def _split_csv(values: tuple[str, ...] | None) -> list[str]:
-    """Values of a repeatable option, each of which may also be comma-separated (like bd)."""
-    out: list[str] = []
-    for value in values or ():
-        out.extend(part.strip() for part in value.split(",") if part.strip())
-    return out
-
-
-def _issue_line(issue: dict) -> str:
-    line = f"{issue['id']}  [P{issue['priority']}] [{issue['issue_type']}] {issue['status']}  {issue['title']}"
-    if issue.get("labels"):
-        line += f"  ({', '.join(issue['labels'])})"
-    return line
-
-
-def _print_issues(empty: str) -> Callable[[list[dict]], None]:
-    def show(issues: list[dict]) -> None:
-        if not issues:
-            echo(empty)
-        for issue in issues:
-            echo(_issue_line(issue))
-
-    return show
 
 
 def _print_issue_block(issue: dict) -> None:
@@ -149,23 +125,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
         ctx.exit()
 
 
-class _BdGroup(click.Group):
-    """A group whose commands get bd's global flags when they are looked up.
-
-    Building those options for every command at import would cost each tracker call
-    some 12 ms; looked up, only the command that runs (or a help page) pays.
-    """
-
-    group_class = type  # subgroups are _BdGroups too
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is not None and not getattr(command, "bd_flags", False):
-            _add_global_flags(command, top=False)
-        return command
-
-
-@click.group("tracker", cls=_BdGroup)
+@click.group("tracker", cls=BdGroup)
 @click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Print bd's version line (the bd release whose commands this answers) and exit.")
 def tracker_group() -> None:
@@ -233,11 +193,11 @@ def create_cmd(title: str, issue_type: str, priority: str, labels: tuple[str, ..
         extra = {"external_ref": external_ref} if external_ref else {}
         # The issue and its dependencies exist together or not at all.
         with t.transaction():
-            issue = t.create(title, issue_type=issue_type, priority=priority, labels=_split_csv(labels),
+            issue = t.create(title, issue_type=issue_type, priority=priority, labels=split_csv(labels),
                              parent=parent, description=description, design=design,
                              acceptance_criteria=acceptance, notes=notes, assignee=assignee,
                              issue_id=explicit_id, **extra)
-            for spec in _split_csv(deps):
+            for spec in split_csv(deps):
                 dep_type, _, target = spec.partition(":") if ":" in spec else ("blocks", "", spec)
                 t.add_dependency(issue["id"], target.strip(), dep_type.strip())
         return bd.issue(t.get(issue["id"]))
@@ -258,8 +218,8 @@ def show_cmd(issue_ids: tuple[str, ...], as_json: bool) -> None:
 
     def action(t: Tracker) -> list[dict]:
         if as_json:
-            return [bd.details(t, issue_id) for issue_id in issue_ids]
-        return [t.get(issue_id, comments=True) for issue_id in issue_ids]
+            return [bd.details(t, issue_id) for issue_id in resolve_ids(t, issue_ids)]
+        return [t.get(issue_id, comments=True) for issue_id in resolve_ids(t, issue_ids)]
 
     def human(issues: list[dict]) -> None:
         for k, issue in enumerate(issues):
@@ -287,27 +247,31 @@ _label_any_option = click.option("--label-any", "labels_any", multiple=True,
 @click.option("--title", help="Only issues whose title contains this text (case-insensitive).")
 @click.option("--all", "include_closed", is_flag=True, help="Include closed (and tombstoned) issues.")
 @click.option("-n", "--limit", type=int, default=0, show_default=True, help="At most N issues (0 = all).")
+@click.option("--sort", "sort_by", type=click.Choice(LIST_SORTS), help="Sort by this field (times newest first).")
+@click.option("-r", "--reverse", is_flag=True, help="Reverse the --sort order.")
 @click.option("--tree", is_flag=False, flag_value="true", default="false", hidden=True, expose_value=False,
               help="bd's tree view switch (--tree=false); the output here is always a flat list.")
 @json_option
 def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: str | None,
              priority: int | None, parent: str | None, assignee: str | None, no_assignee: bool, title: str | None,
-             include_closed: bool, limit: int, as_json: bool) -> None:
-    """List issues, ordered by priority, creation time and id (closed ones only with --all)."""
+             include_closed: bool, limit: int, sort_by: str | None, reverse: bool, as_json: bool) -> None:
+    """List issues, ordered by priority, creation time and id, or by --sort (which comes before
+    --limit); closed ones only with --all."""
     statuses = [s.strip() for s in status.split(",") if s.strip()] if status else None
-    post_filter = bool(labels_any or priority is not None or no_assignee or title)
+    post_filter = bool(labels_any or priority is not None or no_assignee or title or sort_by)
 
     def action(t: Tracker) -> list[dict]:
-        issues = t.list(status=statuses, labels=_split_csv(labels), issue_type=issue_type, parent=parent,
+        issues = t.list(status=statuses, labels=split_csv(labels), issue_type=issue_type,
+                        parent=resolve_id(t, parent) if parent else None,
                         assignee=assignee, include_closed=include_closed,
                         limit=None if post_filter else limit or None)
         if post_filter:
-            issues = bd.list_filter(issues, labels_any=_split_csv(labels_any), priority=priority, title=title,
-                                    no_assignee=no_assignee)
+            issues = sort_issues(bd.list_filter(issues, labels_any=split_csv(labels_any), priority=priority,
+                                                title=title, no_assignee=no_assignee), sort_by, reverse)
             issues = issues[:limit] if limit else issues
         return [bd.issue_with_counts(i, dependencies=True) for i in issues]
 
-    run_action(as_json, action, _print_issues("No issues found."))
+    run_action(as_json, action, print_issues("No issues found."))
 
 
 @tracker_group.command("ready")
@@ -330,10 +294,10 @@ def ready_cmd(labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: 
     """List ready work: open, unblocked, not deferred, by priority then age."""
     run_action(
         as_json,
-        lambda t: bd.ready(t, labels=_split_csv(labels), labels_any=_split_csv(labels_any), issue_type=issue_type,
+        lambda t: bd.ready(t, labels=split_csv(labels), labels_any=split_csv(labels_any), issue_type=issue_type,
                            parent=parent, priority=priority, assignee=assignee, unassigned=unassigned,
                            sort=sort_policy, limit=limit or None),
-        _print_issues("No ready work."),
+        print_issues("No ready work."),
     )
 
 
@@ -395,10 +359,10 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
             raise InvalidValueError("nothing to update (give --status, --assignee, --claim, --priority, ...)")
         # Every issue's claim and changes commit together or not at all.
         with t.transaction():
-            return [update_one(t, issue_id) for issue_id in issue_ids]
+            return [update_one(t, issue_id) for issue_id in resolve_ids(t, issue_ids)]
 
     verb = "Claimed" if claim else "Updated"
-    run_action(as_json, action, _print_each(lambda issue: f"{verb} {_issue_line(issue)}"))
+    run_action(as_json, action, _print_each(lambda issue: f"{verb} {issue_line(issue)}"))
 
 
 @writes
@@ -408,11 +372,12 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
 @click.option("-f", "--force", is_flag=True, help="Close even while blocked by open issues.")
 @json_option
 def close_cmd(issue_ids: tuple[str, ...], reason: str, force: bool, as_json: bool) -> None:
-    """Close issues (all or none); refused while one has open blockers unless --force."""
+    """Close issues (all or none; a closed one again, with the new reason, as bd does); refused
+    while one has open blockers unless --force."""
 
     def action(t: Tracker) -> list[dict]:
         with t.transaction():
-            return [bd.issue(t.close_issue(issue_id, reason=reason, force=force)) for issue_id in issue_ids]
+            return [bd.issue(t.close_issue(i, reason=reason, force=force)) for i in resolve_ids(t, issue_ids)]
 
     run_action(as_json, action,
          _print_each(lambda issue: f"Closed {issue['id']}"
@@ -430,7 +395,7 @@ def delete_cmd(issue_ids: tuple[str, ...], force: bool, reason: str, as_json: bo
 
     def action(t: Tracker) -> list[dict]:
         with t.transaction():
-            return [bd.issue(t.delete(issue_id, reason=reason, force=force)) for issue_id in issue_ids]
+            return [bd.issue(t.delete(issue_id, reason=reason, force=force)) for issue_id in resolve_ids(t, issue_ids)]
 
     run_action(as_json, action, _print_each(lambda issue: f"Deleted {issue['id']}"))
 
@@ -456,7 +421,7 @@ def reopen_cmd(issue_ids: tuple[str, ...], reason: str | None, as_json: bool) ->
 
     def action(t: Tracker) -> list[dict]:
         with t.transaction():
-            return [reopen_one(t, issue_id) for issue_id in issue_ids]
+            return [reopen_one(t, issue_id) for issue_id in resolve_ids(t, issue_ids)]
 
     run_action(as_json, action, _print_each(lambda issue: f"Reopened {issue['id']}" + (f": {reason}" if reason else "")))
 
@@ -464,7 +429,7 @@ def reopen_cmd(issue_ids: tuple[str, ...], reason: str | None, as_json: bool) ->
 # --------------------------------------------------------------------- comments
 
 
-class _DefaultCommandGroup(_BdGroup):
+class _DefaultCommandGroup(BdGroup):
     """A group whose first argument, when it names no subcommand, goes to a default one.
 
     ``comments ID`` lists (like ``bd comments ID``) while ``comments add ID TEXT`` adds.
@@ -499,7 +464,7 @@ def comments_show_cmd(issue_id: str, as_json: bool) -> None:
         for comment in comments:
             _print_comment(comment)
 
-    run_action(as_json, lambda t: [bd.comment(c) for c in t.comments(issue_id)], human)
+    run_action(as_json, lambda t: [bd.comment(c) for c in t.comments(resolve_id(t, issue_id))], human)
 
 
 def _comment_add_command(name: str, group: click.Group, *, hidden: bool) -> None:
@@ -513,7 +478,7 @@ def _comment_add_command(name: str, group: click.Group, *, hidden: bool) -> None
     @json_option
     def add_cmd(issue_id: str, text: str, author: str | None, as_json: bool) -> None:
         """Add a comment to an issue."""
-        run_action(as_json, lambda t: bd.comment(t.add_comment(issue_id, text, author=author)),
+        run_action(as_json, lambda t: bd.comment(t.add_comment(resolve_id(t, issue_id), text, author=author)),
              say(lambda comment: f"Comment {comment['id']} added to {comment['issue_id']}"))
 
 
@@ -532,90 +497,12 @@ def note_cmd(issue_id: str, text: str, as_json: bool) -> None:
     def action(t: Tracker) -> dict:
         # Read and write in one transaction, so two notes at once never lose one.
         with t.transaction():
-            current = t.get(issue_id).get("notes")
-            t.update(issue_id, notes=f"{current}\n{text}" if current else text)
-        return bd.issue(t.get(issue_id))
+            resolved = resolve_id(t, issue_id)
+            current = t.get(resolved).get("notes")
+            t.update(resolved, notes=f"{current}\n{text}" if current else text)
+        return bd.issue(t.get(resolved))
 
     run_action(as_json, action, say(lambda issue: f"Appended note to {issue['id']}"))
-
-
-# --------------------------------------------------------------------- dependencies and labels
-
-
-@tracker_group.group("dep")
-def dep_group() -> None:
-    """Add or remove dependencies (ISSUE depends on DEPENDS_ON)."""
-
-
-@writes
-@dep_group.command("add")
-@click.argument("issue_id", metavar="ISSUE")
-@click.argument("depends_on", metavar="DEPENDS_ON")
-@click.option("-t", "--type", "dep_type", default="blocks", show_default=True,
-              help="blocks, parent-child, related, discovered-from, tracks, ... (only blocks and parent-child affect ready work).")
-@json_option
-def dep_add_cmd(issue_id: str, depends_on: str, dep_type: str, as_json: bool) -> None:
-    """Make ISSUE depend on DEPENDS_ON; refused if either is missing or it would close a cycle."""
-
-    def action(t: Tracker) -> dict:
-        dep = t.add_dependency(issue_id, depends_on, dep_type)
-        return {"status": "added", "issue_id": dep["issue_id"], "depends_on_id": dep["depends_on_id"],
-                "type": dep["type"]}
-
-    run_action(as_json, action,
-         say(lambda r: f"Added dependency: {r['issue_id']} depends on {r['depends_on_id']} ({r['type']})"))
-
-
-@writes
-@dep_group.command("remove")
-@click.argument("issue_id", metavar="ISSUE")
-@click.argument("depends_on", metavar="DEPENDS_ON")
-@click.option("-t", "--type", "dep_type", help="Remove only the edge of this type (default: every type).")
-@json_option
-def dep_remove_cmd(issue_id: str, depends_on: str, dep_type: str | None, as_json: bool) -> None:
-    """Remove the dependency of ISSUE on DEPENDS_ON."""
-
-    def action(t: Tracker) -> dict:
-        t.remove_dependency(issue_id, depends_on, dep_type)
-        return {"status": "removed", "issue_id": issue_id, "depends_on_id": depends_on}
-
-    run_action(as_json, action,
-         say(lambda r: f"Removed dependency: {r['issue_id']} no longer depends on {r['depends_on_id']}"))
-
-
-@tracker_group.group("label")
-def label_group() -> None:
-    """Add or remove labels."""
-
-
-@writes
-@label_group.command("add")
-@click.argument("issue_id")
-@click.argument("label")
-@json_option
-def label_add_cmd(issue_id: str, label: str, as_json: bool) -> None:
-    """Add LABEL to an issue."""
-
-    def action(t: Tracker) -> dict:
-        t.add_label(issue_id, label)
-        return {"status": "added", "issue_id": issue_id, "label": label}
-
-    run_action(as_json, action, say(lambda r: f"Added label '{r['label']}' to {r['issue_id']}"))
-
-
-@writes
-@label_group.command("remove")
-@click.argument("issue_id")
-@click.argument("label")
-@json_option
-def label_remove_cmd(issue_id: str, label: str, as_json: bool) -> None:
-    """Remove LABEL from an issue."""
-
-    def action(t: Tracker) -> dict:
-        t.remove_label(issue_id, label)
-        return {"status": "removed", "issue_id": issue_id, "label": label}
-
-    run_action(as_json, action, say(lambda r: f"Removed label '{r['label']}' from {r['issue_id']}"))
 
 
 # --------------------------------------------------------------------- gates
@@ -790,7 +677,7 @@ def blocked_cmd(parent: str | None, as_json: bool) -> None:
             echo("No blocked issues.")
         for issue in issues:
             held = f"  blocked by {', '.join(issue['blocked_by'])}" if issue["blocked_by"] else ""
-            echo(_issue_line(issue) + held)
+            echo(issue_line(issue) + held)
 
     run_action(as_json, lambda t: bd.blocked(t, parent=parent), human)
 
@@ -817,8 +704,8 @@ def epic_status_cmd(eligible_only: bool, as_json: bool) -> None:
     run_action(as_json, lambda t: bd.epic_status(t, eligible_only=eligible_only), human)
 
 
-for _admin_command in cli_admin.COMMANDS:
-    tracker_group.add_command(_admin_command)
+for _command in (*cli_admin.COMMANDS, *cli_deps.COMMANDS, *cli_labels.COMMANDS, *cli_search.COMMANDS):
+    tracker_group.add_command(_command)
 
 
 @tracker_group.command("quickstart")
@@ -886,49 +773,4 @@ def export_cmd(output: str | None, as_json: bool) -> None:
             echo(f"Exported {result['exported']} issue(s) to {result['path']}")
 
 
-# --------------------------------------------------------------------- bd's global flags
-
-
-def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
-    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-        if value not in (None, False):
-            ctx.find_root().ensure_object(dict)[key] = value
-
-    return store
-
-
-# bd v0.50.3's persistent flags (cmd/bd/main.go:200-213, daemon_compat.go:11). Those that
-# steer JSONL sync, the daemon, Dolt or profiling have nothing to act on here and are
-# accepted so that clients passing them keep working; --no-db (JSONL-only mode) is not.
-_GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], dict, str | None], ...] = (
-    (("--db",), {"type": click.Path(dir_okay=False), "metavar": "PATH",
-                 "help": "Tracker database (a file, or a postgresql:// URL)."}, "db"),
-    (("--actor",), {"metavar": "NAME", "help": "Who writes (audit trail, claims, comments)."}, "actor"),
-    (("--readonly",), {"is_flag": True, "help": "Refuse every command that would change the tracker."}, "readonly"),
-    (("-q", "--quiet"), {"is_flag": True, "help": "Print no warnings, only results and errors."}, "quiet"),
-    (("-v", "--verbose"), {"is_flag": True, "help": "Accepted for bd's clients; output is the same."}, None),
-    (("--no-daemon",), {"is_flag": True, "help": "Accepted for bd's clients (there is no daemon)."}, None),
-    (("--no-auto-flush",), {"is_flag": True, "help": "Accepted for bd's clients (there is no JSONL sync)."}, None),
-    (("--no-auto-import",), {"is_flag": True, "help": "Accepted for bd's clients (there is no JSONL sync)."}, None),
-    (("--sandbox",), {"is_flag": True, "help": "Accepted for bd's clients (there is no sync to disable)."}, None),
-    (("--allow-stale",), {"is_flag": True, "help": "Accepted for bd's clients (the database is never stale)."}, None),
-    (("--profile",), {"is_flag": True, "help": "Accepted for bd's clients (no profile is written)."}, None),
-    (("--lock-timeout",), {"metavar": "DURATION", "help": "Accepted for bd's clients (the busy timeout is fixed)."},
-     None),
-    (("--dolt-auto-commit",), {"metavar": "off|on", "help": "Accepted for bd's clients (there is no Dolt)."}, None),
-)
-
-
-def _add_global_flags(command: click.Command, *, top: bool) -> None:
-    """Give ``command`` bd's global flags, shown in help only on the top group."""
-    command.bd_flags = True
-    names = {opt for param in command.params for opt in getattr(param, "opts", ())}
-    flags = list(_GLOBAL_FLAGS)
-    if "--json" not in names:
-        flags.append((("--json",), {"is_flag": True, "help": "Print results as JSON."}, "json"))
-    for decls, attrs, key in flags:
-        command.params.append(click.Option(decls, expose_value=False, hidden=not top,
-                                           callback=_remember(key) if key else None, **attrs))
-
-
-_add_global_flags(tracker_group, top=True)
+add_global_flags(tracker_group, top=True)

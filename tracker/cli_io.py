@@ -21,7 +21,7 @@ from .safe_text import inert, json_text, printable
 from .store import Tracker
 
 __all__ = ["EXIT_USER_ERROR", "EXIT_UNAVAILABLE", "json_option", "settings", "writes", "with_tracker", "fail",
-           "guard", "run_action", "print_json", "echo", "say"]
+           "guard", "run_action", "print_json", "echo", "say", "split_csv", "issue_line", "print_issues"]
 
 EXIT_USER_ERROR = 1
 EXIT_UNAVAILABLE = 4
@@ -114,3 +114,30 @@ def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
 def say(text: Callable[[Any], str]) -> Callable[[Any], None]:
     """A human formatter printing the one line ``text`` makes of a result."""
     return lambda result: echo(text(result))
+
+
+def split_csv(values: tuple[str, ...] | None) -> list[str]:
+    """Values of a repeatable option, each of which may also be comma-separated (like bd)."""
+    out: list[str] = []
+    for value in values or ():
+        out.extend(part.strip() for part in value.split(",") if part.strip())
+    return out
+
+
+def issue_line(issue: dict) -> str:
+    """One issue on one line: id, priority, type, status, title and labels."""
+    line = f"{issue['id']}  [P{issue['priority']}] [{issue['issue_type']}] {issue['status']}  {issue['title']}"
+    if issue.get("labels"):
+        line += f"  ({', '.join(issue['labels'])})"
+    return line
+
+
+def print_issues(empty: str) -> Callable[[list[dict]], None]:
+    """A human formatter printing each issue of a list on its line, or ``empty`` for none."""
+    def show(issues: list[dict]) -> None:
+        if not issues:
+            echo(empty)
+        for issue in issues:
+            echo(issue_line(issue))
+
+    return show

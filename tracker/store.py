@@ -654,7 +654,8 @@ class Tracker:
 
     def close_issue(self, issue_id: str, *, reason: str = "", force: bool = False,
                     expect_status: Sequence[str] | None = None) -> dict:
-        """Close an issue; refused while it has open blockers unless ``force``.
+        """Close an issue; refused while it has open blockers unless ``force``. A closed one is closed
+        anew, as bd does: a new ``closed_at``, reason and ``closed`` event (its old status None).
 
         ``expect_status`` makes it a compare-and-set on the current status: a
         second closer loses with ``ConflictError`` instead of closing twice.
@@ -663,13 +664,11 @@ class Tracker:
             row = self._row(c, issue_id)
             if expect_status is not None and row["status"] not in expect_status:
                 raise ConflictError(f"{issue_id} is {row['status']}, not {'/'.join(expect_status)}")
-            if row["status"] == "closed":
-                raise ConflictError(f"{issue_id} is already closed")
+            current = dict(_row_obj(row), status=None) if row["status"] == "closed" else _row_obj(row)
             if not force:
                 open_blockers = [b["id"] for b in self.blockers(issue_id)]
                 if open_blockers:
                     raise ConflictError(f"{issue_id} has open blockers: {', '.join(open_blockers)} (use --force)")
-            current = _row_obj(row)
             self._apply(c, issue_id, current, {"status": "closed", "close_reason": reason or None}, event_type="closed")
         return self.get(issue_id)
 

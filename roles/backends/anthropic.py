@@ -51,11 +51,10 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
 # The rounds whose prompt offers an outbox: the schema must offer it in the same rounds.
-from ..prompts import _OUTBOX_ROUNDS
-from ..schemas import OutboxMessage
+from ..schemas import answer_model
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
 from .tools import MAX_OUTPUT_CHARS, TOOL_DEFINITIONS, RepoTools
 
@@ -264,33 +263,13 @@ class AnthropicBackend(Backend):
 # ---------------------------------------------------------------------- schemas
 
 
-class _EnvelopeBase(BaseModel):
-    role: str
-    task_id: str
-
-
 @functools.lru_cache(maxsize=64)
 def output_model(schema: type[BaseModel], round_name: str, strict: bool) -> tuple[type[BaseModel], dict[str, Any]]:
-    """The pydantic model a reply must match and its JSON schema in the API's dialect.
-
-    Strict mode: the envelope ``{"role", "task_id", "artifact", "outbox"?}`` around
-    ``schema``; otherwise the artifact itself. ``outbox`` (optional) is offered in the
-    rounds whose prompt offers it. ``role`` is a plain string, not a constant, so every
-    role of a round gets the same schema and the request prefix stays cacheable; the
-    engine's parser checks the role.
-    """
+    """The pydantic model a reply must match (``roles.schemas.answer_model``) and its JSON
+    schema in the API's dialect."""
     from anthropic import transform_schema
 
-    outbox_field: dict[str, Any] = {}
-    if round_name in _OUTBOX_ROUNDS:
-        outbox_field["outbox"] = (list[OutboxMessage] | None, None)
-    if strict:
-        model = create_model(f"{schema.__name__}Envelope", __base__=_EnvelopeBase,
-                             artifact=(schema, ...), **outbox_field)
-    elif outbox_field:
-        model = create_model(f"{schema.__name__}WithOutbox", __base__=schema, **outbox_field)
-    else:
-        model = schema
+    model = answer_model(schema, round_name, strict)
     return model, transform_schema(model.model_json_schema())
 
 

@@ -46,20 +46,18 @@ HTTP 408/504) is ``timeout``; any other failure is ``no_response`` with a one-li
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
 from redact.known import MIN_SECRET_LEN, encoded_forms
 
 # The rounds whose prompt offers an outbox: the schema must offer it in the same rounds.
-from ..prompts import _OUTBOX_ROUNDS
-from ..schemas import OutboxMessage
+from ..schemas import answer_model
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
 
 if TYPE_CHECKING:  # the run's config is passed in; roles/ never imports the orchestrator
@@ -404,24 +402,6 @@ def usage_from_llm(reported: Any) -> Usage:
 # ---------------------------------------------------------------------- schemas
 
 
-class _EnvelopeBase(BaseModel):
-    role: str
-    task_id: str
-
-
-@functools.lru_cache(maxsize=64)
-def _output_model(schema: type[BaseModel], round_name: str, strict: bool) -> type[BaseModel]:
-    outbox_field: dict[str, Any] = {}
-    if round_name in _OUTBOX_ROUNDS:
-        outbox_field["outbox"] = (list[OutboxMessage] | None, None)
-    if strict:
-        return create_model(f"{schema.__name__}Envelope", __base__=_EnvelopeBase, artifact=(schema, ...),
-                            **outbox_field)
-    if outbox_field:
-        return create_model(f"{schema.__name__}WithOutbox", __base__=schema, **outbox_field)
-    return schema
-
-
 def output_schema(schema: type[BaseModel], round_name: str, strict: bool) -> tuple[type[BaseModel], dict[str, Any]]:
     """The pydantic model a reply must match and its JSON schema (``$ref``s inlined, a fresh
     dict each time: a plugin may rewrite the schema it is given).
@@ -430,7 +410,7 @@ def output_schema(schema: type[BaseModel], round_name: str, strict: bool) -> tup
     ``schema``; otherwise the artifact itself. ``outbox`` (optional) is offered in the
     rounds whose prompt offers it.
     """
-    model = _output_model(schema, round_name, strict)
+    model = answer_model(schema, round_name, strict)
     return model, _inline_refs(model.model_json_schema())
 
 
