@@ -35,7 +35,8 @@ from pathlib import Path
 from orchestrator.patchcheck import PatchRefused, check_patch
 from orchestrator.policy import PatchPolicy, PolicyViolation
 
-__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "is_protected", "repo_root", "worktree_home"]
+__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "is_protected", "repo_root", "run_base",
+           "worktree_home"]
 
 ALWAYS_PROTECTED: tuple[str, ...] = ("main", "master")
 
@@ -132,6 +133,25 @@ def is_protected(branch: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern.lower()) for pattern in (*ALWAYS_PROTECTED, *patterns))
 
 
+def run_base(repo: Path, commit: str, run_id: str, *, depth: int = 500) -> str | None:
+    """Where run ``run_id`` started below ``commit``: the first commit of ``commit``'s first-parent
+    history that does not carry ``Mesh-Run: run_id`` (``commit`` itself when it is not the
+    run's). None when the run's commits fill the ``depth`` newest commits or reach the root.
+
+    The trailer, not a merge-base, says which commits are the run's: once they landed by
+    fast-forward, the integration branch holds them too."""
+    log = _git(repo, "log", "--first-parent", "-n", str(depth),
+               "--format=%H%x00%(trailers:key=Mesh-Run,valueonly,unfold)%x1e", commit, "--", check=False)
+    for record in log.stdout.split("\x1e"):
+        record = record.strip("\n")
+        if not record:
+            continue
+        sha, _, value = record.partition("\x00")
+        if value.strip() != run_id:
+            return sha.strip()
+    return None
+
+
 def _worktree_entries(root: Path) -> list[dict[str, str]]:
     entries: list[dict[str, str]] = []
     current: dict[str, str] = {}
@@ -202,10 +222,14 @@ class Worktree:
         *,
         protected: Sequence[str] = ALWAYS_PROTECTED,
         base: str = "HEAD",
+        run_id: str | None = None,
     ) -> "Worktree":
         """Create, or reuse for a resumed run, the worktree of ``task_id``.
 
-        The branch ``mesh/<task_id>`` is created from ``base`` when it does not exist.
+        The branch ``mesh/<task_id>`` is created from ``base`` when it does not exist. Its fork
+        is its merge-base with ``base``, or, when ``base`` already holds the whole branch (run
+        ``run_id`` was killed after its commits landed by fast-forward), the commit below that
+        run's commits: they stay this task's commits, so a resumed run does not apply them again.
         Refused when the branch name matches a protected pattern, when the branch is
         checked out elsewhere (the user's own checkout, say), or when something that is not
         this task's worktree occupies its folder.
@@ -266,6 +290,8 @@ class Worktree:
             if added.returncode != 0:
                 raise GitError("git_failed", f"git worktree add: {_summary(added.stderr)}")
         fork = _git(root, "merge-base", base_sha, ref, check=False).stdout.strip() or base_sha
+        if run_id and fork == _git(root, "rev-parse", "--verify", f"{ref}^{{commit}}").stdout.strip():
+            fork = run_base(root, fork, run_id) or fork
         return cls(path=path, branch=branch, repo_root=root, base=fork, protected=protected)
 
     # ------------------------------------------------------------------ patches

@@ -237,6 +237,7 @@ class Lander:
             if not local or _git(self.repo, "merge-base", "--is-ancestor", remote_tip, local,
                                  check=False).returncode != 0:
                 _git(self.repo, "update-ref", self.ref, remote_tip)
+                crash_point("land-sync")
         return self.tip()
 
     def _local_tip(self) -> str:
@@ -296,7 +297,12 @@ class Lander:
     def land(self, engine: Any) -> str:
         """Land ``engine``'s approved work (once, even on resume) and return the landed sha.
 
-        Raises ``SendBack`` on a first failure of the task, ``Blocked`` on a second.
+        The steps, each a crash point: take the lock, push the task branch (with a remote),
+        make the commits, push the integration branch (with a remote), move the local branch,
+        record ``[orch:land]``, release the lock. Killed anywhere, the same run resumed lands
+        once: its commits already on the branch are found by their ``Mesh-Run`` trailer and
+        only the steps after the move are done. Raises ``SendBack`` on a first failure of the
+        task, ``Blocked`` on a second.
         """
         task_id = engine.task["id"]
         stored = engine._stored("land", None, "land")
@@ -309,27 +315,21 @@ class Lander:
                 with self._fifo.turn(), named_lock(
                         engine.tracker, self.lock_name, holder=f"{engine.tracker.actor}:{engine.run_id}",
                         on_wait=lambda holder: self.emit("land_waiting", {"task": task_id, "holder": holder})):
+                    crash_point("land-locked")
                     self.emit("land_started", {"task": task_id})
                     validated = engine.worktree.head() if engine.validation_pass else None
                     if self.remote:
                         self._push(engine.worktree.head(), engine.worktree.branch, expect=None)
+                        crash_point("land-push-task")
                     outcome = self.land_commits(task_id=task_id, run_id=engine.run_id, fork=engine.worktree.base,
                                                 head=engine.worktree.branch, commands=commands, validated=validated)
+                    # Recorded under the lock: the next landing finds the branch and its record agreeing.
+                    stored = self._record(engine, outcome)
+                    crash_point("land-checkpoint")
+                crash_point("land-unlocked")
             finally:
                 with self._queue_lock:
                     self.queue.remove(task_id)
-            earlier = [cp for cp in land_checkpoints(load_checkpoints(engine.tracker, task_id))
-                       if cp.run_id != engine.run_id and (cp.payload.get("artifact") or {}).get("result") != "landed"]
-            artifact = outcome.to_dict()
-            artifact["attempt"] = len(earlier) + 1
-            artifact["action"] = ("none" if outcome.result == "landed" else "send_back" if not earlier else "block")
-            summary = (f"{outcome.result} on {self.branch}" + (f" at {outcome.sha[:12]} ({outcome.method})"
-                                                                if outcome.sha else "")
-                       + (f"; {artifact['action'].replace('_', ' ')}" if artifact["action"] != "none" else ""))
-            stored = engine._checkpoint("land", None, "land", summary, artifact, details=outcome.detail)
-            engine.mutations.append(f"land {task_id}: {summary}")
-            self.emit("land_done", {"task": task_id, **{k: artifact[k] for k in ("result", "sha", "method",
-                                                                                "duration_s", "validation_s")}})
         artifact = stored["artifact"]
         if artifact["result"] == "landed":
             return artifact["sha"]
@@ -337,6 +337,24 @@ class Lander:
         if artifact.get("action") == "send_back":
             raise SendBack(f"{reason}: {artifact.get('detail')}")
         raise Blocked(reason, artifact.get("detail") or "")
+
+    def _record(self, engine: Any, outcome: LandResult) -> dict:
+        """Write the landing's ``[orch:land]`` checkpoint (once per run: its dedupe key names the
+        run) and return its payload."""
+        task_id = engine.task["id"]
+        earlier = [cp for cp in land_checkpoints(load_checkpoints(engine.tracker, task_id))
+                   if cp.run_id != engine.run_id and (cp.payload.get("artifact") or {}).get("result") != "landed"]
+        artifact = outcome.to_dict()
+        artifact["attempt"] = len(earlier) + 1
+        artifact["action"] = ("none" if outcome.result == "landed" else "send_back" if not earlier else "block")
+        summary = (f"{outcome.result} on {self.branch}" + (f" at {outcome.sha[:12]} ({outcome.method})"
+                                                            if outcome.sha else "")
+                   + (f"; {artifact['action'].replace('_', ' ')}" if artifact["action"] != "none" else ""))
+        stored = engine._checkpoint("land", None, "land", summary, artifact, details=outcome.detail)
+        engine.mutations.append(f"land {task_id}: {summary}")
+        self.emit("land_done", {"task": task_id, **{k: artifact[k] for k in ("result", "sha", "method",
+                                                                            "duration_s", "validation_s")}})
+        return stored
 
     # ------------------------------------------------------------------ git side
 
@@ -397,8 +415,10 @@ class Lander:
             return LandResult("validation_failed", self.branch, onto=onto, sha=new, method=method,
                               detail=detail, validation=_brief(results), revalidated=True,
                               duration_s=time.monotonic() - started, validation_s=validation_s)
-        if self.remote and not self._push(new, self.branch, expect=onto):
-            raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
+        if self.remote:
+            if not self._push(new, self.branch, expect=onto):
+                raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
+            crash_point("land-push")
         moved = _git(self.repo, "update-ref", self.ref, new, onto, check=False)
         if moved.returncode != 0:
             if self.tip() != onto:
