@@ -29,6 +29,7 @@ import os
 import re
 import stat
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -60,6 +61,7 @@ _TRAILER_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 _FAKE_TRAILER_RE = re.compile(r"^\s*mesh-[\w-]*\s*:", re.IGNORECASE)
 _LOCATION_RE = re.compile(r"(?P<path>.+?):(?P<first>\d+)(?:-(?P<last>\d+)|:\d+)?")
 _GIT_TIMEOUT_S = 300.0
+_LIST_TRIES = 5
 
 
 class GitError(Exception):
@@ -153,9 +155,19 @@ def run_base(repo: Path, commit: str, run_id: str, *, depth: int = 500) -> str |
 
 
 def _worktree_entries(root: Path) -> list[dict[str, str]]:
+    # A worktree being added or removed meanwhile (another task of a drain, a landing's scratch
+    # worktree) is half-written under .git/worktrees for a moment, and listing fails on it
+    # ("failed to read .../commondir"): look again rather than fail the task.
+    for attempt in range(_LIST_TRIES):
+        listed = _git(root, "worktree", "list", "--porcelain", check=False)
+        if listed.returncode == 0:
+            break
+        time.sleep(0.05 * (attempt + 1))
+    else:
+        raise GitError("git_failed", f"git worktree list: {_summary(listed.stderr)}")
     entries: list[dict[str, str]] = []
     current: dict[str, str] = {}
-    for line in _git(root, "worktree", "list", "--porcelain").stdout.splitlines():
+    for line in listed.stdout.splitlines():
         if not line:
             if current:
                 entries.append(current)
