@@ -29,6 +29,7 @@ import os
 import re
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -61,7 +62,8 @@ _TRAILER_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 _FAKE_TRAILER_RE = re.compile(r"^\s*mesh-[\w-]*\s*:", re.IGNORECASE)
 _LOCATION_RE = re.compile(r"(?P<path>.+?):(?P<first>\d+)(?:-(?P<last>\d+)|:\d+)?")
 _GIT_TIMEOUT_S = 300.0
-_LIST_TRIES = 5
+_WORKTREE_TRIES = 5
+_WORKTREES = threading.Lock()
 
 
 class GitError(Exception):
@@ -154,17 +156,27 @@ def run_base(repo: Path, commit: str, run_id: str, *, depth: int = 500) -> str |
     return None
 
 
+def _worktree(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``git worktree ARGS`` in ``root``, one at a time in this process, and again (a few times)
+    when it failed on another process's half-written entry.
+
+    Adding or removing a worktree writes its entry under .git/worktrees in steps, and any other
+    worktree command reading the entries meanwhile fails ("failed to read .../commondir"): the
+    threads of a drain preparing task worktrees and a landing's scratch worktree would otherwise
+    fail each other's tasks."""
+    with _WORKTREES:
+        for attempt in range(_WORKTREE_TRIES):
+            proc = _git(root, "worktree", *args, check=False)
+            if proc.returncode == 0 or "failed to read" not in proc.stderr:
+                break
+            time.sleep(0.05 * (attempt + 1))
+    if check and proc.returncode != 0:
+        raise GitError("git_failed", f"git worktree {args[0]}: {_summary(proc.stderr)}")
+    return proc
+
+
 def _worktree_entries(root: Path) -> list[dict[str, str]]:
-    # A worktree being added or removed meanwhile (another task of a drain, a landing's scratch
-    # worktree) is half-written under .git/worktrees for a moment, and listing fails on it
-    # ("failed to read .../commondir"): look again rather than fail the task.
-    for attempt in range(_LIST_TRIES):
-        listed = _git(root, "worktree", "list", "--porcelain", check=False)
-        if listed.returncode == 0:
-            break
-        time.sleep(0.05 * (attempt + 1))
-    else:
-        raise GitError("git_failed", f"git worktree list: {_summary(listed.stderr)}")
+    listed = _worktree(root, "list", "--porcelain")
     entries: list[dict[str, str]] = []
     current: dict[str, str] = {}
     for line in listed.stdout.splitlines():
@@ -275,7 +287,7 @@ class Worktree:
                 path, mine = legacy, old
         if mine is not None and not path.is_dir():
             # Registered but its folder is gone (removed by hand): forget it and start over.
-            _git(root, "worktree", "prune")
+            _worktree(root, "prune")
             entries = _worktree_entries(root)
             mine = None
         if mine is not None:
@@ -293,12 +305,10 @@ class Worktree:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             has_branch = _git(root, "show-ref", "--verify", "--quiet", ref, check=False).returncode == 0
             if has_branch:
-                added = _git(root, "worktree", "add", "--quiet", str(path), branch, check=False)
+                added = _worktree(root, "add", "--quiet", str(path), branch, check=False)
             else:
-                added = _git(
-                    root, "worktree", "add", "--quiet", "--no-track", "-b", branch, str(path), base_sha,
-                    check=False,
-                )
+                added = _worktree(root, "add", "--quiet", "--no-track", "-b", branch, str(path), base_sha,
+                                  check=False)
             if added.returncode != 0:
                 raise GitError("git_failed", f"git worktree add: {_summary(added.stderr)}")
         fork = _git(root, "merge-base", base_sha, ref, check=False).stdout.strip() or base_sha
@@ -518,10 +528,10 @@ class Worktree:
         """Remove the worktree folder (``git worktree remove --force``) and prune; keep the branch."""
         registered = any(_same_path(e.get("worktree", ""), self.path) for e in _worktree_entries(self.repo_root))
         if registered:
-            proc = _git(self.repo_root, "worktree", "remove", "--force", str(self.path), check=False)
+            proc = _worktree(self.repo_root, "remove", "--force", str(self.path), check=False)
             if proc.returncode != 0:
                 raise GitError("git_failed", f"git worktree remove: {_summary(proc.stderr)}")
-        _git(self.repo_root, "worktree", "prune")
+        _worktree(self.repo_root, "prune")
 
 
 def _unsafe_target(root: Path, name: str) -> str | None:

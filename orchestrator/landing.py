@@ -56,7 +56,7 @@ from .locks import named_lock
 from .config import MeshConfig
 from .engine import Blocked, SendBack, load_checkpoints
 from .faults import crash_point
-from .gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary,
+from .gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary, _worktree,
                      _worktree_entries, is_protected, repo_root)
 from .scope import Scope
 
@@ -177,6 +177,9 @@ class Lander:
         self.queue: list[str] = []
         self._queue_lock = threading.Lock()
         self._fifo = _Fifo()
+        # One fetch at a time: a task starting (cut_base) and a landing fetching together would
+        # race for the remote-tracking ref ("cannot lock ref") and fail one of them.
+        self._sync_lock = threading.Lock()
         self._ensure_branch()
 
     # ------------------------------------------------------------------ the branch
@@ -225,6 +228,10 @@ class Lander:
         one already holds it); returns the local tip. Without a remote, just the tip."""
         if not self.remote:
             return self.tip()
+        with self._sync_lock:
+            return self._sync()
+
+    def _sync(self) -> str:
         remote_tip = self._remote_tip()
         if not remote_tip and not self._local_tip():
             return ""  # neither side has it yet: _ensure_branch creates and publishes it
@@ -273,8 +280,8 @@ class Lander:
         for entry in _worktree_entries(self.repo):
             path = entry.get("worktree", "")
             if Path(path).name.startswith(SCRATCH_PREFIX) and "detached" in entry:
-                _git(self.repo, "worktree", "remove", "--force", path, check=False)
-        _git(self.repo, "worktree", "prune", check=False)
+                _worktree(self.repo, "remove", "--force", path, check=False)
+        _worktree(self.repo, "prune", check=False)
 
     # ------------------------------------------------------------------ engine side
 
@@ -477,7 +484,7 @@ class Lander:
         scratch = None
         if cfg.sandbox == "none" and commands:
             scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
-            added = _git(self.repo, "worktree", "add", "--quiet", "--detach", str(scratch), commit, check=False)
+            added = _worktree(self.repo, "add", "--quiet", "--detach", str(scratch), commit, check=False)
             if added.returncode != 0:
                 shutil.rmtree(scratch, ignore_errors=True)
                 raise GitError("git_failed", f"git worktree add: {_summary(added.stderr)}")
@@ -487,7 +494,7 @@ class Lander:
                                      env_names=cfg.env, limits=cfg.limits)
         finally:
             if scratch is not None:
-                _git(self.repo, "worktree", "remove", "--force", str(scratch), check=False)
+                _worktree(self.repo, "remove", "--force", str(scratch), check=False)
                 shutil.rmtree(scratch, ignore_errors=True)
         dicts = [r.to_dict() for r in results]
         ran = [r for r in dicts if not r["rejected"]]
