@@ -29,10 +29,12 @@ re-validate). The local integration branch follows the remote's.
 
 A result whose tree is exactly the tree the task's own validation passed on (nothing landed
 since the task started) is not validated twice. Every landing is recorded as an
-``[orch:land]`` checkpoint. A landing killed half way is redone from the start (the branch
-had not moved; a scratch worktree of an unsandboxed validation is removed). One
-killed after the branch moved but before its checkpoint is recognised by the ``Mesh-Run``
-trailer of the task's commits on the branch and not repeated. A failed landing sends the
+``[orch:land]`` checkpoint, written before the lock is released and at most once per run.
+A landing killed half way is redone from the start (the branch had not moved; a scratch
+worktree of an unsandboxed validation is removed). One killed after the branch moved (the
+remote's or the local one) but before its checkpoint is recognised by the ``Mesh-Run``
+trailer of the task's commits on the branch and not repeated; the resumed run's worktree
+keeps those commits as its own (``Worktree.prepare``), so nothing is applied twice. A failed landing sends the
 task back once (``SendBack``: a new run on the current tip, told what went wrong); a second
 failure blocks it with ``merge_conflict`` or ``integration_validation_failed``.
 """

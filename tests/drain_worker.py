@@ -17,7 +17,7 @@
 - ``sleep_s``: seconds to wait before each answer (a fixed per-call latency).
 
 Every answer follows from the plan, the prompt and the worktree alone (no state of its own), so a
-resumed run asking again gets the same answer.
+resumed run asking again gets the same answer (``move`` aside, which acts once per call).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ that case kills twice. Then the same command runs again (``mesh run`` until noth
 the end state is an uninterrupted run's: every task closed by one run (the killed one resumed, not
 a new one), its commits on the integration branch once, locally and on the remote, its task
 branch holding exactly what landed, one ``[orch:land]`` per landing, nothing blocked, the
-dependent run, no lock or lease left behind.
+dependent run, no lock or lease left behind. Without a remote, the kill after the branch moved
+is the one that matters (the others redo what had not happened, as with a remote).
 
 The first task to land takes two review cycles, so its landing carries two commits: a resumed run
 that took the landed commits for someone else's applied its first patch again and ended blocked
@@ -26,13 +27,17 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from orchestrator.checkpoint import dedupe_key
 from orchestrator.cli import cli
 from orchestrator.faults import LAND_POINTS
 from tests.drainkit import BRANCH, LABEL, ROOT, DrainWorkspace, git, make_drain_workspace
+from tracker.store import Tracker
 
 pytestmark = pytest.mark.slow
 
@@ -50,26 +55,27 @@ def _plan(ws: DrainWorkspace) -> None:
     ws.task("B", after=("A",), files={"pkg/t_b.py": "from pkg.t_a import A\nB = A + 1\n", "checks/b.py": B_CHECK})
 
 
-def _args(ws: DrainWorkspace, command: str) -> list[str]:
+def _args(ws: DrainWorkspace, command: str, remote: bool) -> list[str]:
+    shared = ["--remote", "origin"] if remote else []
     if command == "drain":
-        return ws.drain_args("--remote", "origin")
-    return ["--db", str(ws.db), "--actor", "tester", "run", "--label", LABEL, "--onto", BRANCH, "--remote", "origin",
+        return ws.drain_args(*shared)
+    return ["--db", str(ws.db), "--actor", "tester", "run", "--label", LABEL, "--onto", BRANCH, *shared,
             "--backend", "command", "--worker-cmd", ws.worker_cmd(), "--repo", str(ws.repo), "--config",
             str(ws.config), "--json"]
 
 
-def _killed(ws: DrainWorkspace, command: str, crash_at: str) -> None:
+def _killed(ws: DrainWorkspace, command: str, remote: bool, crash_at: str) -> None:
     env = {**os.environ, "MESH_CRASH_AT": f"{crash_at}#1"}
-    proc = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", *_args(ws, command)],
+    proc = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", *_args(ws, command, remote)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, f"not killed at {crash_at}: exit {proc.returncode}\n{proc.stderr}"
 
 
-def _again(ws: DrainWorkspace, command: str) -> None:
+def _again(ws: DrainWorkspace, command: str, remote: bool) -> None:
     """The same command, in-process, until it has nothing left to do: once for ``mesh drain``,
     once per task (and once more to find none) for ``mesh run``."""
     for _ in range(5):
-        res = CliRunner().invoke(cli, _args(ws, command), catch_exceptions=False)
+        res = CliRunner().invoke(cli, _args(ws, command, remote), catch_exceptions=False)
         assert res.exit_code == 0, res.output
         if command == "drain":
             return
@@ -85,10 +91,11 @@ def _commits_by_task(repo, ref: str) -> list[str]:
     return [rec.strip() for rec in out.split("\x1e") if rec.strip()]
 
 
-def _assert_landed_once(ws: DrainWorkspace, remote) -> None:
+def _assert_landed_once(ws: DrainWorkspace, remote: Path | None) -> None:
     ids = {name: ws.ids[name] for name in "AB"}
     tip = git(ws.repo, "rev-parse", BRANCH).strip()
-    assert git(remote, "rev-parse", BRANCH).strip() == tip  # the remote holds what landed
+    if remote is not None:
+        assert git(remote, "rev-parse", BRANCH).strip() == tip  # the remote holds what landed
     landed = _commits_by_task(ws.repo, BRANCH)
     assert landed == [ids["A"], ids["A"], ids["B"]], landed
     tree = ws.tree()
@@ -109,16 +116,45 @@ def _assert_landed_once(ws: DrainWorkspace, remote) -> None:
         assert t.db.read("SELECT task_id FROM mesh_leases") == []
 
 
+def _crash_and_rerun(tmp_path: Path, db_target: str | None, command: str, kills: list[str], *, remote: bool) -> None:
+    ws = make_drain_workspace(tmp_path, db=db_target)
+    origin = None
+    if remote:
+        origin = tmp_path / "origin.git"
+        git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(origin))
+        git(ws.repo, "remote", "add", "origin", str(origin))
+    _plan(ws)
+    for point in kills:
+        _killed(ws, command, remote, point)
+    _again(ws, command, remote)
+    _assert_landed_once(ws, origin)
+
+
 @pytest.mark.parametrize("kills", KILLS, ids="+".join)
 @pytest.mark.parametrize("command", ["run", "drain"])
 def test_a_landing_killed_at_any_step_lands_once_when_the_same_command_runs_again(tmp_path, db_target, command,
                                                                                    kills):
-    ws = make_drain_workspace(tmp_path, db=db_target)
-    remote = tmp_path / "origin.git"
-    git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(remote))
-    git(ws.repo, "remote", "add", "origin", str(remote))
-    _plan(ws)
-    for point in kills:
-        _killed(ws, command, point)
-    _again(ws, command)
-    _assert_landed_once(ws, remote)
+    _crash_and_rerun(tmp_path, db_target, command, kills, remote=True)
+
+
+@pytest.mark.parametrize("command", ["run", "drain"])
+def test_without_a_remote_a_landing_killed_after_the_branch_moved_lands_once(tmp_path, db_target, command):
+    _crash_and_rerun(tmp_path, db_target, command, ["land-ref"], remote=False)
+
+
+def test_two_writers_of_one_run_record_its_landing_once(tmp_path, db_target):
+    """The tracker checks for the run's ``[orch:land]`` and writes it in one transaction: writers
+    of one run that disagree on the seq (two resumes of it racing) leave one comment."""
+    tracker = Tracker.init(tmp_path, prefix="lc", actor="tester", db_path=db_target)
+    task = tracker.create("T", issue_type="task")["id"]
+    tracker.close()
+
+    def write(seq: int) -> int:
+        with Tracker(tracker.path, actor="tester") as mine:
+            return mine.add_comment(task, f"[orch:land] landed (writer {seq})",
+                                    dedupe_key=dedupe_key("run-1", seq, "land"))["id"]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        ids = set(pool.map(write, range(15, 23)))
+    with Tracker(tracker.path, actor="tester") as t:
+        assert len(ids) == 1 and len(t.comments(task)) == 1
