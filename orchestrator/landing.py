@@ -34,9 +34,9 @@ A landing killed half way is redone from the start (the branch had not moved; a 
 worktree of an unsandboxed validation is removed). One killed after the branch moved (the
 remote's or the local one) but before its checkpoint is recognised by the ``Mesh-Run``
 trailer of the task's commits on the branch and not repeated; the resumed run's worktree
-keeps those commits as its own (``Worktree.prepare``), so nothing is applied twice. A failed landing sends the
-task back once (``SendBack``: a new run on the current tip, told what went wrong); a second
-failure blocks it with ``merge_conflict`` or ``integration_validation_failed``.
+keeps those commits as its own (``Worktree.prepare``), so nothing is applied twice. A failed
+landing sends the task back once (``SendBack``: a new run on the current tip, told what went
+wrong); a second failure blocks it with ``merge_conflict`` or ``integration_validation_failed``.
 """
 
 from __future__ import annotations
