@@ -104,9 +104,11 @@ def verify_payload(payload: dict[str, Any], key: bytes) -> bool:
     return hmac.compare_digest(sig, want)
 
 
-def dedupe_key(run_id: str, seq: int) -> str:
-    """The tracker-level uniqueness key of a checkpoint: ``(run_id, seq)``."""
-    return f"orch:{run_id}:{seq}"
+def dedupe_key(run_id: str, seq: int, kind: str = "") -> str:
+    """The tracker-level uniqueness key of a checkpoint: ``(run_id, seq)``. A run lands at most
+    once, so its ``[orch:land]`` is keyed by the run alone: the tracker checks for it and writes
+    it in one transaction, and two writers of the run that disagree on the seq still write one."""
+    return f"orch:{run_id}:land" if kind == "land" else f"orch:{run_id}:{seq}"
 
 
 def format_checkpoint(kind: str, summary: str, payload: dict[str, Any], *, details: str = "") -> str:

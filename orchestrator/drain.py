@@ -35,12 +35,12 @@ from .engine import RunReport, load_checkpoints
 from .gitops import GitError, _git, repo_root
 from .landing import Lander, integration_branch_for, land_checkpoints
 from .lease import held_by_person, lease_is_live
-from .runner import (RunError, RunOptions, load_run_config, make_backend, make_lander, open_tracker,
-                     project_environment, require_sandbox, run_task, sandbox_notes, unfinished_run)
-from .scope import Scope, ScopeError, resolve_scope, scoped_candidates, select_candidates
+from .runner import (RunError, RunOptions, interrupted_runs, load_run_config, make_backend, make_lander,
+                     open_tracker, project_environment, require_sandbox, run_task, sandbox_notes)
+from .scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
-           "interrupted_runs", "scope_tasks", "verify_landings"]
+           "verify_landings"]
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -163,35 +163,6 @@ def budget_allows(max_usd: float | None, *, finished: list[float], running: list
     average = sum(finished) / len(finished)
     still_to_spend = sum(max(average - cost, 0.0) for cost in running)
     return spent + still_to_spend + average <= max_usd
-
-
-def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
-    """Every task of the scope, closed ones included."""
-    labels = [scope.plan_label] if scope.plan_label else []
-    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
-                        include_closed=True)
-
-
-def interrupted_runs(tracker: Tracker, scope: Scope, ids: Sequence[str] = ()) -> list[tuple[dict, str]]:
-    """Scope tasks the selection rules no longer offer (closed, blocked, or in progress behind
-    a gate) whose latest run was killed after it had decided (its run head, its outcome or a
-    landing of its work is stored) but before it ended. Resuming such a run only writes what
-    it had not written yet; a run that had not decided is never resumed on a task a person
-    closed or blocked in the meantime."""
-    key = signing_key()
-    wanted = set(ids)
-    runnable = {task["id"] for task, _ in select_candidates(tracker, scope, ids)}
-    out = []
-    for task in scope_tasks(tracker, scope):
-        if task["status"] == "open" or task["id"] in runnable or (wanted and task["id"] not in wanted):
-            continue
-        checkpoints = load_checkpoints(tracker, task["id"])
-        run_id = unfinished_run(checkpoints, key)
-        if run_id and any(cp.run_id == run_id and (cp.kind in ("run-head", "outcome") or (
-                cp.kind == "land" and (cp.payload.get("artifact") or {}).get("result") == "landed"))
-                for cp in checkpoints):
-            out.append((task, "finish_interrupted_run"))
-    return out
 
 
 def blocked_in_scope(tracker: Tracker, scope: Scope, ids: Sequence[str] = (), *,

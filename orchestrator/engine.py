@@ -380,7 +380,7 @@ class Engine:
         text = format_checkpoint(kind, scrub(summary), payload, details=scrub(details))
         self._check_lease()
         self.tracker.add_comment(self.task["id"], text, author=f"mesh/{role or 'orchestrator'}",
-                                 dedupe_key=dedupe_key(self.run_id, self.seq))
+                                 dedupe_key=dedupe_key(self.run_id, self.seq, kind))
         self.memo[step] = Checkpoint(kind=kind, summary=summary, payload=payload)
         crash_point("checkpoint")
         if kind != "preflight":  # the preflight line itself was already printed
@@ -792,7 +792,7 @@ class Engine:
         try:
             base = self.lander.cut_base() if self.lander else "HEAD"
             self.worktree = Worktree.prepare(self.repo, self.task["id"], protected=self.config.protected_branches,
-                                             base=base)
+                                             base=base, run_id=self.run_id)
             earlier = [run for run in self.worktree.runs() if run != self.run_id]
             if earlier and not self.resumed:
                 # A new run starts from the current HEAD; an earlier attempt's commits are kept
@@ -1022,6 +1022,7 @@ class Engine:
         try:
             self.tracker.close_issue(task_id, reason=CLOSE_REASON, expect_status=("in_progress",))
             self.mutations.append(f"{task_id}: closed ({CLOSE_REASON})")
+            crash_point("closed")
         except ConflictError as exc:
             if self.tracker.get(task_id)["status"] != "closed":
                 raise
@@ -1045,8 +1046,7 @@ class Engine:
 
         return self._finish("blocked", block=blocked, before_outcome=mark_blocked)
 
-    def _finish(self, outcome: str, *, block: Blocked | None = None,
-                conditions: Mapping[str, Any] | None = None,
+    def _finish(self, outcome: str, *, block: Blocked | None = None, conditions: Mapping[str, Any] | None = None,
                 before_outcome: Callable[[], None] | None = None) -> RunReport:
         if self.integrate:
             self._release_agents("done" if outcome in ("closed", "awaiting_ci") else "stopped")

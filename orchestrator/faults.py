@@ -4,11 +4,16 @@
 time it reaches the point ``name`` (``n`` defaults to 1). Points: ``checkpoint``
 (after each comment write), ``apply`` (after a patch is applied), ``commit``,
 ``validation`` (after the commands ran, before their proof is written), ``close``
-(before the task is closed), ``block`` (the task was set blocked, its outcome not yet
-written), ``review-issue`` and ``finding-issue`` (after each
-issue of the review-findings flow is created), ``land-commit`` (a landing's commits are
-made, the integration branch not yet moved) and ``land-ref`` (it moved, its ``[orch:land]``
-checkpoint not yet written). Unset, it costs one dict lookup.
+(before the task is closed), ``closed`` (it was closed, its outcome not yet written),
+``block`` (the task was set blocked, its outcome not yet written), ``review-issue`` and
+``finding-issue`` (after each issue of the review-findings flow is created), and the steps
+of a landing, in order (``LAND_POINTS``): ``land-locked`` (the landing lock is taken),
+``land-push-task`` (the task branch was pushed to the remote), ``land-sync`` (the local
+integration branch moved to the remote's), ``land-commit`` (a landing's commits are made,
+the integration branch not yet moved), ``land-push`` (the remote's integration branch moved,
+the local one not yet), ``land-ref`` (the local one moved, its ``[orch:land]`` checkpoint not
+yet written), ``land-checkpoint`` (written, the lock still held) and ``land-unlocked`` (the
+lock released, the run head not yet written). Unset, it costs one dict lookup.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ import os
 import signal
 import threading
 
-__all__ = ["crash_point", "POINTS"]
+__all__ = ["crash_point", "POINTS", "LAND_POINTS"]
 
-POINTS = ("checkpoint", "apply", "commit", "validation", "close", "block", "review-issue", "finding-issue",
-          "land-commit", "land-ref")
+LAND_POINTS = ("land-locked", "land-push-task", "land-sync", "land-commit", "land-push", "land-ref",
+               "land-checkpoint", "land-unlocked")
+POINTS = ("checkpoint", "apply", "commit", "validation", "close", "closed", "block", "review-issue",
+          "finding-issue", *LAND_POINTS)
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
 

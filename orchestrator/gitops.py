@@ -29,13 +29,16 @@ import os
 import re
 import stat
 import subprocess
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from orchestrator.patchcheck import PatchRefused, check_patch
 from orchestrator.policy import PatchPolicy, PolicyViolation
 
-__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "is_protected", "repo_root", "worktree_home"]
+__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "is_protected", "repo_root", "run_base",
+           "worktree_home"]
 
 ALWAYS_PROTECTED: tuple[str, ...] = ("main", "master")
 
@@ -59,6 +62,8 @@ _TRAILER_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 _FAKE_TRAILER_RE = re.compile(r"^\s*mesh-[\w-]*\s*:", re.IGNORECASE)
 _LOCATION_RE = re.compile(r"(?P<path>.+?):(?P<first>\d+)(?:-(?P<last>\d+)|:\d+)?")
 _GIT_TIMEOUT_S = 300.0
+_WORKTREE_TRIES = 5
+_WORKTREES = threading.Lock()
 
 
 class GitError(Exception):
@@ -132,10 +137,49 @@ def is_protected(branch: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern.lower()) for pattern in (*ALWAYS_PROTECTED, *patterns))
 
 
+def run_base(repo: Path, commit: str, run_id: str, *, depth: int = 500) -> str | None:
+    """Where run ``run_id`` started below ``commit``: the first commit of ``commit``'s first-parent
+    history that does not carry ``Mesh-Run: run_id`` (``commit`` itself when it is not the
+    run's). None when the run's commits fill the ``depth`` newest commits or reach the root.
+
+    The trailer, not a merge-base, says which commits are the run's: once they landed by
+    fast-forward, the integration branch holds them too."""
+    log = _git(repo, "log", "--first-parent", "-n", str(depth),
+               "--format=%H%x00%(trailers:key=Mesh-Run,valueonly,unfold)%x1e", commit, "--", check=False)
+    for record in log.stdout.split("\x1e"):
+        record = record.strip("\n")
+        if not record:
+            continue
+        sha, _, value = record.partition("\x00")
+        if value.strip() != run_id:
+            return sha.strip()
+    return None
+
+
+def _worktree(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``git worktree ARGS`` in ``root``, one at a time in this process, and again (a few times)
+    when it failed on another process's half-written entry.
+
+    Adding or removing a worktree writes its entry under .git/worktrees in steps, and any other
+    worktree command reading the entries meanwhile fails ("failed to read .../commondir"): the
+    threads of a drain preparing task worktrees and a landing's scratch worktree would otherwise
+    fail each other's tasks."""
+    with _WORKTREES:
+        for attempt in range(_WORKTREE_TRIES):
+            proc = _git(root, "worktree", *args, check=False)
+            if proc.returncode == 0 or "failed to read" not in proc.stderr:
+                break
+            time.sleep(0.05 * (attempt + 1))
+    if check and proc.returncode != 0:
+        raise GitError("git_failed", f"git worktree {args[0]}: {_summary(proc.stderr)}")
+    return proc
+
+
 def _worktree_entries(root: Path) -> list[dict[str, str]]:
+    listed = _worktree(root, "list", "--porcelain")
     entries: list[dict[str, str]] = []
     current: dict[str, str] = {}
-    for line in _git(root, "worktree", "list", "--porcelain").stdout.splitlines():
+    for line in listed.stdout.splitlines():
         if not line:
             if current:
                 entries.append(current)
@@ -202,10 +246,14 @@ class Worktree:
         *,
         protected: Sequence[str] = ALWAYS_PROTECTED,
         base: str = "HEAD",
+        run_id: str | None = None,
     ) -> "Worktree":
         """Create, or reuse for a resumed run, the worktree of ``task_id``.
 
-        The branch ``mesh/<task_id>`` is created from ``base`` when it does not exist.
+        The branch ``mesh/<task_id>`` is created from ``base`` when it does not exist. Its fork
+        is its merge-base with ``base``, or, when ``base`` already holds the whole branch (run
+        ``run_id`` was killed after its commits landed by fast-forward), the commit below that
+        run's commits: they stay this task's commits, so a resumed run does not apply them again.
         Refused when the branch name matches a protected pattern, when the branch is
         checked out elsewhere (the user's own checkout, say), or when something that is not
         this task's worktree occupies its folder.
@@ -239,7 +287,7 @@ class Worktree:
                 path, mine = legacy, old
         if mine is not None and not path.is_dir():
             # Registered but its folder is gone (removed by hand): forget it and start over.
-            _git(root, "worktree", "prune")
+            _worktree(root, "prune")
             entries = _worktree_entries(root)
             mine = None
         if mine is not None:
@@ -257,15 +305,15 @@ class Worktree:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             has_branch = _git(root, "show-ref", "--verify", "--quiet", ref, check=False).returncode == 0
             if has_branch:
-                added = _git(root, "worktree", "add", "--quiet", str(path), branch, check=False)
+                added = _worktree(root, "add", "--quiet", str(path), branch, check=False)
             else:
-                added = _git(
-                    root, "worktree", "add", "--quiet", "--no-track", "-b", branch, str(path), base_sha,
-                    check=False,
-                )
+                added = _worktree(root, "add", "--quiet", "--no-track", "-b", branch, str(path), base_sha,
+                                  check=False)
             if added.returncode != 0:
                 raise GitError("git_failed", f"git worktree add: {_summary(added.stderr)}")
         fork = _git(root, "merge-base", base_sha, ref, check=False).stdout.strip() or base_sha
+        if run_id and fork == _git(root, "rev-parse", "--verify", f"{ref}^{{commit}}").stdout.strip():
+            fork = run_base(root, fork, run_id) or fork
         return cls(path=path, branch=branch, repo_root=root, base=fork, protected=protected)
 
     # ------------------------------------------------------------------ patches
@@ -480,10 +528,10 @@ class Worktree:
         """Remove the worktree folder (``git worktree remove --force``) and prune; keep the branch."""
         registered = any(_same_path(e.get("worktree", ""), self.path) for e in _worktree_entries(self.repo_root))
         if registered:
-            proc = _git(self.repo_root, "worktree", "remove", "--force", str(self.path), check=False)
+            proc = _worktree(self.repo_root, "remove", "--force", str(self.path), check=False)
             if proc.returncode != 0:
                 raise GitError("git_failed", f"git worktree remove: {_summary(proc.stderr)}")
-        _git(self.repo_root, "worktree", "prune")
+        _worktree(self.repo_root, "prune")
 
 
 def _unsafe_target(root: Path, name: str) -> str | None:

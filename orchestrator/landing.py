@@ -29,12 +29,14 @@ re-validate). The local integration branch follows the remote's.
 
 A result whose tree is exactly the tree the task's own validation passed on (nothing landed
 since the task started) is not validated twice. Every landing is recorded as an
-``[orch:land]`` checkpoint. A landing killed half way is redone from the start (the branch
-had not moved; a scratch worktree of an unsandboxed validation is removed). One
-killed after the branch moved but before its checkpoint is recognised by the ``Mesh-Run``
-trailer of the task's commits on the branch and not repeated. A failed landing sends the
-task back once (``SendBack``: a new run on the current tip, told what went wrong); a second
-failure blocks it with ``merge_conflict`` or ``integration_validation_failed``.
+``[orch:land]`` checkpoint, written before the lock is released and at most once per run.
+A landing killed half way is redone from the start (the branch had not moved; a scratch
+worktree of an unsandboxed validation is removed). One killed after the branch moved (the
+remote's or the local one) but before its checkpoint is recognised by the ``Mesh-Run``
+trailer of the task's commits on the branch and not repeated; the resumed run's worktree
+keeps those commits as its own (``Worktree.prepare``), so nothing is applied twice. A failed
+landing sends the task back once (``SendBack``: a new run on the current tip, told what went
+wrong); a second failure blocks it with ``merge_conflict`` or ``integration_validation_failed``.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from .proof import brief
 from .config import MeshConfig
 from .engine import Blocked, SendBack, load_checkpoints
 from .faults import crash_point
-from .gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary,
+from .gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary, _worktree,
                      _worktree_entries, is_protected, repo_root)
 from .scope import Scope
 
@@ -180,6 +182,9 @@ class Lander:
         self.queue: list[str] = []
         self._queue_lock = threading.Lock()
         self._fifo = _Fifo()
+        # One fetch at a time: a task starting (cut_base) and a landing fetching together would
+        # race for the remote-tracking ref ("cannot lock ref") and fail one of them.
+        self._sync_lock = threading.Lock()
         self._ensure_branch()
 
     # ------------------------------------------------------------------ the branch
@@ -228,6 +233,10 @@ class Lander:
         one already holds it); returns the local tip. Without a remote, just the tip."""
         if not self.remote:
             return self.tip()
+        with self._sync_lock:
+            return self._sync()
+
+    def _sync(self) -> str:
         remote_tip = self._remote_tip()
         if not remote_tip and not self._local_tip():
             return ""  # neither side has it yet: _ensure_branch creates and publishes it
@@ -240,6 +249,7 @@ class Lander:
             if not local or _git(self.repo, "merge-base", "--is-ancestor", remote_tip, local,
                                  check=False).returncode != 0:
                 _git(self.repo, "update-ref", self.ref, remote_tip)
+                crash_point("land-sync")
         return self.tip()
 
     def _local_tip(self) -> str:
@@ -275,8 +285,8 @@ class Lander:
         for entry in _worktree_entries(self.repo):
             path = entry.get("worktree", "")
             if Path(path).name.startswith(SCRATCH_PREFIX) and "detached" in entry:
-                _git(self.repo, "worktree", "remove", "--force", path, check=False)
-        _git(self.repo, "worktree", "prune", check=False)
+                _worktree(self.repo, "remove", "--force", path, check=False)
+        _worktree(self.repo, "prune", check=False)
 
     # ------------------------------------------------------------------ engine side
 
@@ -299,7 +309,12 @@ class Lander:
     def land(self, engine: Any) -> str:
         """Land ``engine``'s approved work (once, even on resume) and return the landed sha.
 
-        Raises ``SendBack`` on a first failure of the task, ``Blocked`` on a second.
+        The steps, each a crash point: take the lock, push the task branch (with a remote),
+        make the commits, push the integration branch (with a remote), move the local branch,
+        record ``[orch:land]``, release the lock. Killed anywhere, the same run resumed lands
+        once: its commits already on the branch are found by their ``Mesh-Run`` trailer and
+        only the steps after the move are done. Raises ``SendBack`` on a first failure of the
+        task, ``Blocked`` on a second.
         """
         task_id = engine.task["id"]
         stored = engine._stored("land", None, "land")
@@ -312,27 +327,21 @@ class Lander:
                 with self._fifo.turn(), named_lock(
                         engine.tracker, self.lock_name, holder=f"{engine.tracker.actor}:{engine.run_id}",
                         on_wait=lambda holder: self.emit("land_waiting", {"task": task_id, "holder": holder})):
+                    crash_point("land-locked")
                     self.emit("land_started", {"task": task_id})
                     validated = engine.worktree.head() if engine.validation_pass else None
                     if self.remote:
                         self._push(engine.worktree.head(), engine.worktree.branch, expect=None)
+                        crash_point("land-push-task")
                     outcome = self.land_commits(task_id=task_id, run_id=engine.run_id, fork=engine.worktree.base,
                                                 head=engine.worktree.branch, commands=commands, validated=validated)
+                    # Recorded under the lock: the next landing finds the branch and its record agreeing.
+                    stored = self._record(engine, outcome)
+                    crash_point("land-checkpoint")
+                crash_point("land-unlocked")
             finally:
                 with self._queue_lock:
                     self.queue.remove(task_id)
-            earlier = [cp for cp in land_checkpoints(load_checkpoints(engine.tracker, task_id))
-                       if cp.run_id != engine.run_id and (cp.payload.get("artifact") or {}).get("result") != "landed"]
-            artifact = outcome.to_dict()
-            artifact["attempt"] = len(earlier) + 1
-            artifact["action"] = ("none" if outcome.result == "landed" else "send_back" if not earlier else "block")
-            summary = (f"{outcome.result} on {self.branch}" + (f" at {outcome.sha[:12]} ({outcome.method})"
-                                                                if outcome.sha else "")
-                       + (f"; {artifact['action'].replace('_', ' ')}" if artifact["action"] != "none" else ""))
-            stored = engine._checkpoint("land", None, "land", summary, artifact, details=outcome.detail)
-            engine.mutations.append(f"land {task_id}: {summary}")
-            self.emit("land_done", {"task": task_id, **{k: artifact[k] for k in ("result", "sha", "method",
-                                                                                "duration_s", "validation_s")}})
         artifact = stored["artifact"]
         if artifact["result"] == "landed":
             return artifact["sha"]
@@ -340,6 +349,24 @@ class Lander:
         if artifact.get("action") == "send_back":
             raise SendBack(f"{reason}: {artifact.get('detail')}")
         raise Blocked(reason, artifact.get("detail") or "")
+
+    def _record(self, engine: Any, outcome: LandResult) -> dict:
+        """Write the landing's ``[orch:land]`` checkpoint (once per run: its dedupe key names the
+        run) and return its payload."""
+        task_id = engine.task["id"]
+        earlier = [cp for cp in land_checkpoints(load_checkpoints(engine.tracker, task_id))
+                   if cp.run_id != engine.run_id and (cp.payload.get("artifact") or {}).get("result") != "landed"]
+        artifact = outcome.to_dict()
+        artifact["attempt"] = len(earlier) + 1
+        artifact["action"] = ("none" if outcome.result == "landed" else "send_back" if not earlier else "block")
+        summary = (f"{outcome.result} on {self.branch}" + (f" at {outcome.sha[:12]} ({outcome.method})"
+                                                            if outcome.sha else "")
+                   + (f"; {artifact['action'].replace('_', ' ')}" if artifact["action"] != "none" else ""))
+        stored = engine._checkpoint("land", None, "land", summary, artifact, details=outcome.detail)
+        engine.mutations.append(f"land {task_id}: {summary}")
+        self.emit("land_done", {"task": task_id, **{k: artifact[k] for k in ("result", "sha", "method",
+                                                                            "duration_s", "validation_s")}})
+        return stored
 
     # ------------------------------------------------------------------ git side
 
@@ -400,8 +427,10 @@ class Lander:
             return LandResult("validation_failed", self.branch, onto=onto, sha=new, method=method,
                               detail=detail, validation=_brief(results), revalidated=True,
                               duration_s=time.monotonic() - started, validation_s=validation_s)
-        if self.remote and not self._push(new, self.branch, expect=onto):
-            raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
+        if self.remote:
+            if not self._push(new, self.branch, expect=onto):
+                raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
+            crash_point("land-push")
         moved = _git(self.repo, "update-ref", self.ref, new, onto, check=False)
         if moved.returncode != 0:
             if self.tip() != onto:
@@ -460,7 +489,7 @@ class Lander:
         scratch = None
         if cfg.sandbox == "none" and commands:
             scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
-            added = _git(self.repo, "worktree", "add", "--quiet", "--detach", str(scratch), commit, check=False)
+            added = _worktree(self.repo, "add", "--quiet", "--detach", str(scratch), commit, check=False)
             if added.returncode != 0:
                 shutil.rmtree(scratch, ignore_errors=True)
                 raise GitError("git_failed", f"git worktree add: {_summary(added.stderr)}")
@@ -469,7 +498,7 @@ class Lander:
                                      environment=self.environment)
         finally:
             if scratch is not None:
-                _git(self.repo, "worktree", "remove", "--force", str(scratch), check=False)
+                _worktree(self.repo, "remove", "--force", str(scratch), check=False)
                 shutil.rmtree(scratch, ignore_errors=True)
         dicts = [r.to_dict() for r in results]
         ran = [r for r in dicts if not r["rejected"]]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tracker.store import Tracker
 
 from .checkpoint import Checkpoint, checkpoint_problem, parse_checkpoint
-from .gitops import GitError
+from .gitops import GitError, run_base
 from .gitops import _git as gitops_git
 from .proof import brief
 
@@ -127,16 +127,7 @@ def _run_span(repo: Path, commit: str, run_id: str) -> tuple[str | None, list[st
     tree = _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{tree}}")
     if tree.returncode != 0:
         return None, []
-    log = _git(repo, "log", "-n", "500", "--format=%H%x00%(trailers:key=Mesh-Run,valueonly,unfold)%x1e", commit)
-    base = _EMPTY_TREE
-    for record in log.stdout.split("\x1e"):
-        record = record.strip("\n")
-        if not record:
-            continue
-        sha, _, value = record.partition("\x00")
-        if value.strip() != run_id:
-            base = sha.strip()
-            break
+    base = run_base(Path(repo), commit, run_id) or _EMPTY_TREE
     names = _git(repo, "diff", "--no-renames", "--name-only", "-z", base, commit)
     return tree.stdout.strip(), sorted(n for n in names.stdout.split("\x00") if n)
 

@@ -28,10 +28,10 @@ from .gitops import cache_dir
 from .project_env import EnvironmentMissing, ProjectEnv, find_environment
 from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
 from .worker_sandbox import announce_real_home, network_problem, worker_launcher
-from .scope import Scope, ScopeError, resolve_scope, select_candidates
+from .scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
 
-__all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "open_tracker",
-           "make_backend", "require_sandbox"]
+__all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "interrupted_runs",
+           "open_tracker", "make_backend", "require_sandbox"]
 
 if TYPE_CHECKING:
     from .landing import Lander
@@ -229,6 +229,28 @@ def unfinished_run(checkpoints: Sequence[Checkpoint], key: bytes | None = None) 
     return last_run if last_run and last_run not in finished else None
 
 
+def interrupted_runs(tracker: Tracker, scope: Scope, ids: Sequence[str] = ()) -> list[tuple[dict, str]]:
+    """Scope tasks the selection rules no longer offer (closed, blocked, or in progress behind
+    a gate) whose latest run was killed after it had decided (its run head, its outcome or a
+    landing of its work is stored) but before it ended. Resuming such a run only writes what
+    it had not written yet; a run that had not decided is never resumed on a task a person
+    closed or blocked in the meantime."""
+    key = signing_key()
+    wanted = set(ids)
+    runnable = {task["id"] for task, _ in select_candidates(tracker, scope, ids)}
+    out = []
+    for task in scope_tasks(tracker, scope):
+        if task["status"] == "open" or task["id"] in runnable or (wanted and task["id"] not in wanted):
+            continue
+        checkpoints = load_checkpoints(tracker, task["id"])
+        run_id = unfinished_run(checkpoints, key)
+        if run_id and any(cp.run_id == run_id and (cp.kind in ("run-head", "outcome") or (
+                cp.kind == "land" and (cp.payload.get("artifact") or {}).get("result") == "landed"))
+                for cp in checkpoints):
+            out.append((task, "finish_interrupted_run"))
+    return out
+
+
 def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         engine_hook: Callable[[Engine], None] | None = None) -> RunReport:
     """Run (or resume) one task to its outcome. Raises ``RunError`` for usage/tracker problems."""
@@ -250,7 +272,8 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 raise RunError(str(exc), 2) from None
             scope = scope or _scope_of(candidates[0][0])
         else:
-            candidates = select_candidates(tracker, scope, options.ids)
+            # Runs killed after deciding (landed, closed) are finished first, as mesh drain does.
+            candidates = interrupted_runs(tracker, scope, options.ids) + select_candidates(tracker, scope, options.ids)
         if not candidates:
             return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None,
                              outcome="no_runnable_task")
@@ -297,7 +320,8 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
     held: list[str] = []
     for task, reason in candidates:
         report = run_task(tracker, backend, config, scope, task, reason, repo, options, held, echo=echo,
-                          engine_hook=engine_hook, lander=lander, notes=notes, environment=environment)
+                          engine_hook=engine_hook, lander=lander, notes=notes, environment=environment,
+                          steal_dead=True)
         if report is not None:
             return report
     if options.task and any("held by run" in h for h in held):
@@ -317,7 +341,7 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
     A task in progress by hand (``held_by_person``) is left alone without ``take_over``.
     With a ``lander`` approved work lands on its branch; work that did not land is sent back
     once and run again, as a new run, on the branch's current tip. ``steal_dead`` takes over a
-    lease whose holder process on this host is gone (a killed drain) without waiting its TTL.
+    lease whose holder process on this host is gone (a killed drain or run) without waiting its TTL.
     """
     current = tracker.get(task["id"])
     if not options.take_over and held_by_person(tracker, current, tracker.actor):

@@ -11,7 +11,13 @@
 - ``move`` / ``retry_move``: ``{"branch", "path", "content"}``: on the (retry's) review, commit
   that file onto that branch, as another task's landing would between this task's start and
   its landing;
+- ``revise``: path -> content the reviewer requires (of files the synthesis creates): while the
+  worktree differs, the review requests changes (one MUST_FIX finding) and the revision's patch
+  brings those files there, so the task takes two review cycles and lands two commits;
 - ``sleep_s``: seconds to wait before each answer (a fixed per-call latency).
+
+Every answer follows from the plan, the prompt and the worktree alone (no state of its own), so a
+resumed run asking again gets the same answer (``move`` aside, which acts once per call).
 """
 
 from __future__ import annotations
@@ -82,11 +88,24 @@ def main() -> None:
                   "validation_commands": entry.get("commands", ["python3 check.py"])}
     elif round_name == "vote":
         answer = {"vote": "agree", "reason": "fine"}
+    elif round_name == "revision-plan":
+        answer = {"summary": "do what the reviewer asks", "steps": [{"finding_id": "F1", "change": "as required"}]}
+    elif round_name == "revision":
+        answer = {"decision_log": [{"point": "F1", "decision": "accepted", "reason": "MUST_FIX"}],
+                  "patch": _diff(entry["revise"]), "validation_commands": entry.get("commands", ["python3 check.py"])}
     elif round_name == "review":
         move = entry.get("retry_move") if retry else entry.get("move")
         if move:
             _move(move)
         answer = {"decision": "approve", "findings": [], "summary": "No material issues found."}
+        wanted = entry.get("revise") or {}
+        differs = sorted(path for path, content in wanted.items()
+                         if not Path(path).is_file() or Path(path).read_text() != content)
+        if differs:
+            answer = {"decision": "request_changes", "summary": "Changes needed.", "findings": [{
+                "finding_id": "F1", "location": f"{differs[0]}:1", "severity": "High", "label": "MUST_FIX",
+                "issue": f"{differs[0]} is not what the task needs", "evidence": "read it",
+                "minimal_fix": "rewrite it", "code_context": "see the file"}]}
     else:
         answer = {}
     print(json.dumps(answer))

@@ -50,7 +50,7 @@ class DrainWorkspace:
 
     root: Path
     repo: Path
-    db: Path
+    db: Path | str
     config: Path
     plan: dict[str, Any] = field(default_factory=dict)
     ids: dict[str, str] = field(default_factory=dict)
@@ -110,7 +110,8 @@ class DrainWorkspace:
 
 
 def make_drain_workspace(tmp_path: Path, *, sandbox: str = "none", files: dict[str, str] | None = None,
-                         extra_config: str = "") -> DrainWorkspace:
+                         extra_config: str = "", db: str | None = None) -> DrainWorkspace:
+    """The repo, its tracker (a SQLite file, or the PostgreSQL database at URL ``db``) and a config."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "--quiet", "-b", "main")
@@ -123,7 +124,7 @@ def make_drain_workspace(tmp_path: Path, *, sandbox: str = "none", files: dict[s
     git(repo, "commit", "--quiet", "-m", "base")
     ws = tmp_path / "ws"
     ws.mkdir()
-    Tracker.init(ws, prefix="dr", actor="tester").close()
+    Tracker.init(ws, prefix="dr", actor="tester", db_path=db).close()
     config = tmp_path / "mesh.toml"
     config.write_text(f'[validation]\nallow = ["python3 check.py"]\nsandbox = "{sandbox}"\n{extra_config}')
-    return DrainWorkspace(root=tmp_path, repo=repo, db=ws / ".beads" / "mesh.db", config=config)
+    return DrainWorkspace(root=tmp_path, repo=repo, db=db or ws / ".beads" / "mesh.db", config=config)
