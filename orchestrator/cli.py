@@ -67,7 +67,10 @@ def _run_options(f):
         click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
                      help="Config file (default: mesh.toml, or [tool.mesh] in pyproject.toml)."),
         click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object."),
-        click.option("--onto", help="Cut the task from and land approved work onto this integration branch."),
+        click.option("--onto", help="Cut the task from and land approved work onto this integration branch"
+                                    " (default: config drain.onto, else the scope's mesh/land/<name>)."),
+        click.option("--no-land", "no_land", is_flag=True,
+                     help="Keep approved work on its task branch mesh/<task> (its dependents wait until it lands)."),
         click.option("--take-over", "take_over", is_flag=True,
                      help="Also take a task in progress by someone else (a person working by hand)."),
         click.option("--remote", help="A git remote shared by several runners: cut from and land on its"
@@ -80,7 +83,7 @@ def _run_options(f):
 
 def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
             backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False, remote=None,
-            worker=None) -> None:
+            worker=None, no_land=False) -> None:
     import json
     import sys
     from pathlib import Path
@@ -96,6 +99,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         script=Path(script) if script else None, worker_cmd=worker_cmd, worker=worker,
         repo=Path(repo) if repo else None, config_file=Path(config_file) if config_file else None, db=root.get("db"),
         actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over, remote=remote,
+        land=not no_land,
     )
     progress = None
     if not as_json and sys.stderr.isatty():

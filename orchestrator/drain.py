@@ -33,11 +33,13 @@ from tracker.store import Tracker
 from .checkpoint import signing_key
 from .engine import RunReport, load_checkpoints
 from .gitops import GitError, _git, repo_root
-from .landing import Lander, integration_branch_for, land_checkpoints
+from .catch_up import catch_up, close_landed_epics, scope_branch
+from .landing import Lander, land_checkpoints
 from .lease import held_by_person, lease_is_live
 from .runner import (RunError, RunOptions, interrupted_runs, load_run_config, make_backend, make_lander,
                      open_tracker, project_environment, require_sandbox, run_task, sandbox_notes)
-from .scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
+from .scope import (Scope, ScopeError, require_scope_tasks, resolve_scope, scope_tasks, scoped_candidates,
+                    select_candidates)
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
            "verify_landings"]
@@ -261,8 +263,8 @@ class _Drain:
     def run(self) -> DrainReport:
         options = self.options.run
         self.config = load_run_config(options)
-        if not self.config.integrate:
-            raise RunError("mesh drain lands work: --no-integrate does not apply", 2)
+        if not self.config.integrate or not options.land:
+            raise RunError("mesh drain lands work: --no-integrate and --no-land do not apply", 2)
         require_sandbox(self.config)
         try:
             self.scope = resolve_scope(options.label, options.parent)
@@ -275,10 +277,14 @@ class _Drain:
         jobs = self.options.jobs or self.config.drain.jobs
         if jobs < 1:
             raise RunError("--jobs must be at least 1", 2)
-        branch = options.onto or self.config.drain.onto or integration_branch_for(self.scope)
         tracker = open_tracker(options.db, options.actor, self.config)
         self.db, self.actor = tracker.path, tracker.actor
         try:
+            try:
+                tasks = require_scope_tasks(tracker, self.scope)  # before any branch is made for it
+            except ScopeError as exc:
+                raise RunError(str(exc), 2) from None
+            branch = scope_branch(tracker, self.scope, tasks, options.onto or self.config.drain.onto)
             self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land,
                                       remote=options.remote or self.config.drain.remote)
             self.emit("drain_started", branch=branch, jobs=jobs, scope=self.scope.to_dict(), repo=str(self.repo))
@@ -291,7 +297,12 @@ class _Drain:
             for note in sandbox_notes(self.config, self.environment):
                 print(note, file=sys.stderr)
             try:
+                # Work closed without landing here lands first: no dependent starts without it.
+                self.landings += sum(r.result == "landed" for r in catch_up(
+                    tracker, self.lander, tasks, emit=lambda event, fields: self.emit(event, **fields)))
                 stop_reason, skipped, errors = self.schedule(tracker, jobs)
+                for epic in close_landed_epics(tracker, scope_tasks(tracker, self.scope), branch):
+                    self.emit("epic_closed", task=epic, reason=tracker.get(epic).get("close_reason"))
                 blocked_before = blocked_in_scope(tracker, self.scope, options.ids, exclude=set(self.rows))
             finally:
                 if self.options.backend is None:

@@ -47,7 +47,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -70,9 +70,21 @@ SCRATCH_PREFIX = "mesh-land-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def integration_branch_for(scope: Scope) -> str:
-    """The default integration branch of a scope: ``mesh/land/<label or epic>``."""
-    name = scope.plan_label or scope.parent_epic or "scope"
+def integration_branch_for(scope: Scope, tasks: Sequence[Mapping[str, Any]] = (),
+                           recorded: str | None = None) -> str:
+    """The integration branch of a scope, the same however the scope is named.
+
+    ``recorded``, the branch the scope's work already landed on, wins; else the name comes
+    from the scope's ``tasks``: their plan label (``--label``, or the one ``plan:`` label every
+    task carries under ``--parent``), else their epic, so ``--parent EPIC`` and ``--label
+    plan:x`` over the same tasks find one branch ``mesh/land/<name>``."""
+    if recorded:
+        return recorded
+    shared = set.intersection(*[{lab for lab in task.get("labels") or [] if lab.startswith("plan:")}
+                                for task in tasks]) if tasks else set()
+    epics = {task.get("parent") for task in tasks}
+    epic = scope.parent_epic or (next(iter(epics)) if len(epics) == 1 else None)
+    name = scope.plan_label or (sorted(shared)[0] if shared else None) or epic or "scope"
     cleaned = _UNSAFE.sub("-", name).strip(".-") or "scope"
     return f"mesh/land/{cleaned}"
 
@@ -288,6 +300,14 @@ class Lander:
                 _worktree(self.repo, "remove", "--force", path, check=False)
         _worktree(self.repo, "prune", check=False)
 
+    @contextmanager
+    def turn(self, tracker: Any, task_id: str, run_id: str) -> Iterator[None]:
+        """This process's turn in the queue (arrival order), then the tracker's lock of the branch."""
+        with self._fifo.turn(), named_lock(
+                tracker, self.lock_name, holder=f"{tracker.actor}:{run_id}",
+                on_wait=lambda holder: self.emit("land_waiting", {"task": task_id, "holder": holder})):
+            yield
+
     # ------------------------------------------------------------------ engine side
 
     def attach(self, engine: Any) -> None:
@@ -324,9 +344,7 @@ class Lander:
             with self._queue_lock:
                 self.queue.append(task_id)
             try:
-                with self._fifo.turn(), named_lock(
-                        engine.tracker, self.lock_name, holder=f"{engine.tracker.actor}:{engine.run_id}",
-                        on_wait=lambda holder: self.emit("land_waiting", {"task": task_id, "holder": holder})):
+                with self.turn(engine.tracker, task_id, engine.run_id):
                     crash_point("land-locked")
                     self.emit("land_started", {"task": task_id})
                     validated = engine.worktree.head() if engine.validation_pass else None

@@ -79,6 +79,10 @@ def _plain(event: dict[str, Any]) -> str | None:
     if kind == "land_done":
         sha = (event.get("sha") or "")[:12]
         return f"{stamp} {task}: land {event['result']}" + (f" at {sha} ({event.get('method')})" if sha else "")
+    if kind == "catch_up":
+        return f"{stamp} {task}: closed (run {event.get('run_id')}) but not landed: landing it before its dependents"
+    if kind == "epic_closed":
+        return f"{stamp} {task}: epic closed: {event.get('reason') or 'every task landed'}"
     if kind in ("land_verified", "land_missing"):
         state = "on the branch" if event["on_branch"] else "NOT on the branch any more"
         return f"{stamp} {task}: earlier landing {event['sha'][:12]} {state}"

@@ -29,6 +29,7 @@ from .project_env import EnvironmentMissing, ProjectEnv, find_environment
 from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
 from .worker_sandbox import announce_real_home, network_problem, worker_launcher
 from .scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
+from .catch_up import catch_up, close_landed_epics, scope_branch
 
 __all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
@@ -67,6 +68,7 @@ class RunOptions:
     task: str | None = None
     force: bool = False
     onto: str | None = None
+    land: bool = True  # land approved work on the scope's integration branch (--no-land: its branch only)
     take_over: bool = False
     remote: str | None = None  # a shared git remote (else config drain.remote): push and land there
 
@@ -284,19 +286,26 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 repo = repo_root(repo)
             except GitError as exc:
                 raise RunError(f"--repo {repo}: {exc}", 2) from None
-        remote = options.remote or config.drain.remote
-        onto = options.onto or (config.drain.onto if remote else None)
-        if remote and not onto and config.integrate:
-            raise RunError("--remote needs an integration branch: pass --onto BRANCH (or set drain.onto)", 2)
-        lander = make_lander(repo, onto, config, remote=remote) if onto and config.integrate else None
+        lander = _scope_lander(tracker, scope, repo, config, options)
         environment = project_environment(config, repo)
         if lander is not None:
             lander.environment = environment
+            # Work closed without landing here lands first: no dependent starts without it.
+            if catch_up(tracker, lander, scope_tasks(tracker, scope)) and not options.task:
+                candidates = interrupted_runs(tracker, scope, options.ids) + select_candidates(tracker, scope,
+                                                                                               options.ids)
+                if not candidates:
+                    return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None,
+                                     outcome="no_runnable_task")
         backend = make_backend(config, options, tracker)
         notes = sandbox_notes(config, environment)
         try:
-            return _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
-                                   lander, notes=notes, environment=environment)
+            report = _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
+                                     lander, notes=notes, environment=environment)
+            if lander is not None:
+                report.mutations += [f"{epic}: closed (every task landed on {lander.branch})"
+                                     for epic in close_landed_epics(tracker, scope_tasks(tracker, scope), lander.branch)]
+            return report
         except BackendError as exc:
             raise RunError(str(exc), 2) from None
         finally:
@@ -305,6 +314,21 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         raise RunError(str(exc), 4 if isinstance(exc, WorkspaceError) else 2) from None
     finally:
         tracker.close()
+
+
+def _scope_lander(tracker: Tracker, scope: Scope, repo: Path, config: MeshConfig,
+                  options: RunOptions) -> "Lander | None":
+    """The scope's integration branch (``catch_up.scope_branch``) a landing run cuts from and lands
+    on; None for ``--no-land`` or ``--no-integrate``."""
+    remote = options.remote or config.drain.remote
+    if not config.integrate:
+        return None
+    if not options.land:
+        if options.onto or remote:
+            raise RunError("--no-land keeps work on its task branch: it takes no --onto or --remote", 2)
+        return None
+    onto = scope_branch(tracker, scope, scope_tasks(tracker, scope), options.onto or config.drain.onto)
+    return make_lander(repo, onto, config, remote=remote)
 
 
 def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope,
@@ -353,15 +377,16 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
         held.append(f"{task['id']} has no interrupted run to resume (status {current['status']})")
         return None
     run_id = unfinished or new_run_id()
-    if lander is None and unfinished:
+    if unfinished and not options.onto:
         # A run that was landing onto an integration branch (mesh drain, --onto) resumes landing there.
         # With a key, only a verified preflight names it: a forged one must not pick a branch.
         key = signing_key()
         onto = next((cp.payload.get("artifact", {}).get("onto") for cp in checkpoints
                      if cp.kind == "preflight" and cp.run_id == unfinished
                      and (key is None or checkpoint_problem(cp, key, task_id=task["id"]) is None)), None)
-        if onto:
+        if onto and onto != (lander.branch if lander is not None else None):
             lander = make_lander(repo, onto, config, remote=options.remote or config.drain.remote)
+            lander.environment = environment
     lease = None
     if config.integrate:
         try:

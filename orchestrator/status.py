@@ -1,8 +1,10 @@
 """``mesh status``: a scope as a tree of epics and tasks, with what mesh did to each.
 
 For every task: its state, its open blockers, its branch ``mesh/<task>`` (when it exists) and
-the commit its work landed as on the integration branch (from its ``[orch:land]``
-checkpoints). Read-only: nothing is written to the tracker or to git.
+the commit its work landed as on the scope's integration branch (``catch_up.scope_branch``,
+the branch ``mesh run`` and ``mesh drain`` use, from its ``[orch:land]`` checkpoints); a
+task closed without landing there, and the dependents that wait for it; for every open
+epic, what keeps it open. Read-only: nothing is written to the tracker or to git.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from tracker.store import Tracker
 
 from .engine import load_checkpoints
 from .gitops import GitError, _git, repo_root
-from .landing import integration_branch_for, land_checkpoints
+from .catch_up import closed_unlanded, epic_open_because, landed_on, scope_branch
+from .landing import land_checkpoints
 from .safe_text import clip, printable
-from .scope import Scope
+from .scope import Scope, scope_tasks
 
 __all__ = ["scope_status", "render_status"]
 
@@ -27,14 +30,11 @@ def _branch_exists(repo: Path | None, branch: str) -> bool:
     return _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0
 
 
-def _task_entry(tracker: Tracker, task: dict, repo: Path | None) -> dict[str, Any]:
-    landed = None
-    last_land = None
-    for cp in land_checkpoints(load_checkpoints(tracker, task["id"])):
-        artifact = cp.payload.get("artifact") or {}
-        last_land = artifact.get("result")
-        if artifact.get("result") == "landed":
-            landed = artifact.get("sha")
+def _task_entry(tracker: Tracker, task: dict, repo: Path | None, branch: str,
+                unlanded: set[str]) -> dict[str, Any]:
+    checkpoints = load_checkpoints(tracker, task["id"])
+    lands = [cp.payload.get("artifact") or {} for cp in land_checkpoints(checkpoints)]
+    last_land = lands[-1].get("result") if lands else None
     branch = f"mesh/{task['id']}"
     return {
         "id": task["id"],
@@ -43,8 +43,11 @@ def _task_entry(tracker: Tracker, task: dict, repo: Path | None) -> dict[str, An
         "assignee": task.get("assignee"),
         "blockers": [b["id"] for b in tracker.blockers(task["id"])],
         "branch": branch if _branch_exists(repo, branch) else None,
-        "landed": landed,
+        "landed": landed_on(checkpoints, branch),
         "last_land": last_land,
+        "unlanded": task["id"] in unlanded,
+        "waits_for_landing": [d["depends_on_id"] for d in task.get("dependencies") or []
+                              if d.get("type") == "blocks" and d["depends_on_id"] in unlanded],
     }
 
 
@@ -58,18 +61,19 @@ def scope_status(tracker: Tracker, scope: Scope, *, repo: Path | None = None,
         root = repo_root(repo) if repo is not None else None
     except GitError:
         root = None
-    labels = [scope.plan_label] if scope.plan_label else []
-    tasks = tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
-                         include_closed=True)
+    tasks = scope_tasks(tracker, scope)
+    branch = scope_branch(tracker, scope, tasks, onto)
+    unlanded = {task["id"] for task, _ in closed_unlanded(tracker, tasks, branch)}
     epics: dict[str | None, dict[str, Any]] = {}
     for task in tasks:
         parent = task.get("parent") or scope.parent_epic
         if parent not in epics:
             epic = tracker.get(parent) if parent else None
+            open_because = epic_open_because(tracker, parent, branch) if epic and epic["status"] != "closed" else []
             epics[parent] = {"id": parent, "title": epic["title"] if epic else "(no epic)",
-                             "status": epic["status"] if epic else None, "tasks": []}
-        epics[parent]["tasks"].append(_task_entry(tracker, task, root))
-    branch = onto or integration_branch_for(scope)
+                             "status": epic["status"] if epic else None, "open_because": open_because,
+                             "tasks": []}
+        epics[parent]["tasks"].append(_task_entry(tracker, task, root, branch, unlanded))
     tip = None
     if root is not None and _branch_exists(root, branch):
         tip = _git(root, "rev-parse", f"refs/heads/{branch}").stdout.strip()
@@ -84,7 +88,10 @@ def render_status(status: dict[str, Any]) -> str:
     if not status["epics"]:
         out.append("  no task in scope")
     for epic in status["epics"]:
-        out.append(f"{epic['id'] or '-'}  {epic['title']}" + (f"  [{epic['status']}]" if epic["status"] else ""))
+        out.append(f"{epic['id'] or '-'}  {epic['title']}" + (f"  [{epic['status']}]" if epic["status"] else "")
+                   + (f"  open: {'; '.join(epic['open_because'])}" if epic.get("open_because") else
+                      "  open: every task landed (the next mesh run or drain closes it)"
+                      if epic["status"] not in (None, "closed") else ""))
         for i, task in enumerate(epic["tasks"]):
             corner = "└─" if i == len(epic["tasks"]) - 1 else "├─"
             bits = [task["status"]]
@@ -96,7 +103,11 @@ def render_status(status: dict[str, Any]) -> str:
                 bits.append(task["branch"])
             if task["landed"]:
                 bits.append(f"landed {task['landed'][:12]}")
+            elif task["unlanded"]:
+                bits.append(f"not landed on {status['branch']}: mesh run or mesh drain lands it before its dependents")
             elif task["last_land"]:
                 bits.append(f"land {task['last_land']}")
+            if task["waits_for_landing"]:
+                bits.append("waits for " + ",".join(task["waits_for_landing"]) + " to land")
             out.append(f"  {corner} {task['id']}  {clip(task['title'], 50)}  ({'; '.join(bits)})")
     return "\n".join(printable(line, one_line=True) for line in out)
