@@ -35,14 +35,14 @@ def _task_entry(tracker: Tracker, task: dict, repo: Path | None, branch: str,
     checkpoints = load_checkpoints(tracker, task["id"])
     lands = [cp.payload.get("artifact") or {} for cp in land_checkpoints(checkpoints)]
     last_land = lands[-1].get("result") if lands else None
-    branch = f"mesh/{task['id']}"
+    task_branch = f"mesh/{task['id']}"
     return {
         "id": task["id"],
         "title": task["title"],
         "status": task["status"],
         "assignee": task.get("assignee"),
         "blockers": [b["id"] for b in tracker.blockers(task["id"])],
-        "branch": branch if _branch_exists(repo, branch) else None,
+        "branch": task_branch if _branch_exists(repo, task_branch) else None,
         "landed": landed_on(checkpoints, branch),
         "last_land": last_land,
         "unlanded": task["id"] in unlanded,
