@@ -112,8 +112,13 @@ class Workspace:
                              catch_exceptions=False)
 
     def run(self, script: dict, *extra: str, label: str = "plan:demo", env: dict | None = None):
-        """``mesh run --json`` with a replay script; returns (exit code, report or None, result)."""
+        """``mesh run --json`` with a replay script; returns (exit code, report or None, result).
+
+        Branch-only (``--no-land``) unless ``--onto`` is given: these tests pin the run protocol
+        itself; landing by default is tests/test_run_then_drain.py's."""
         path = self.write_script(script)
+        if "--onto" not in extra and "--no-land" not in extra:
+            extra = (*extra, "--no-land")
         res = self.mesh("run", "--label", label, "--backend", "replay", "--script", str(path), "--repo",
                         str(self.repo), "--json", *extra, env=env)
         report = json.loads(res.stdout) if res.stdout.strip().startswith("{") else None
