@@ -8,10 +8,10 @@ task first (``land_closed``): the commit its closing run validated and had revie
 its trusted run head) is rebased onto the branch and validated on the merged tree exactly as
 an approved run's landing is (``Lander.land_commits``), under the same queue and lock.
 
-Crash-safe like every landing: the branch moves before the ``[orch:land]`` checkpoint is
-written (under the closing run's id, at the next seq, so a rewrite dedupes), and a landing
-killed between the two is recognised by the ``Mesh-Run`` trailer on the branch and only
-recorded. A landing that conflicts or fails validation blocks the task (its dependents wait;
+Crash-safe like every landing (the same crash points): the branch moves before the
+``[orch:land]`` checkpoint is written (under the closing run's id, at the next seq, so a
+rewrite dedupes), and a landing killed between the two is recognised by the ``Mesh-Run``
+trailer on the branch and only recorded; one killed before the move is redone. A landing that conflicts or fails validation blocks the task (its dependents wait;
 ``mesh status`` says why) instead of letting them start without it.
 """
 
@@ -22,24 +22,33 @@ from typing import Any
 
 from tracker.store import Tracker
 
-from .checkpoint import Checkpoint, dedupe_key, format_checkpoint, sign_payload, signing_key
+from .checkpoint import Checkpoint, checkpoint_problem, dedupe_key, format_checkpoint, sign_payload, signing_key
 from .engine import load_checkpoints
+from .faults import crash_point
 from .gitops import _git, run_base
 from .landing import LandResult, Lander, integration_branch_for, land_checkpoints
 from .runhead import run_order, trusted_run_heads
 from .scope import Scope
 
-__all__ = ["scope_branch", "closed_unlanded", "land_closed", "catch_up", "close_landed_epics", "epic_open_because",
+__all__ = ["scope_branch", "closed_unlanded", "waiting_on_landing", "land_closed", "catch_up", "close_landed_epics", "epic_open_because",
            "landed_on"]
 
 _CLOSING = ("closed", "awaiting_ci")
 
 
+def _landings(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """The successful ``[orch:land]`` checkpoints that verify (with a signing key: a forged
+    comment neither picks a branch nor passes for landed work)."""
+    key = signing_key()
+    return [cp for cp in land_checkpoints(list(checkpoints))
+            if isinstance(cp.payload.get("artifact"), dict) and cp.payload["artifact"].get("result") == "landed"
+            and checkpoint_problem(cp, key) is None]
+
+
 def landed_on(checkpoints: Sequence[Checkpoint], branch: str) -> str | None:
     """The sha a task's work landed as on ``branch`` (its latest landing there), else None."""
-    shas = [(cp.payload.get("artifact") or {}).get("sha") for cp in land_checkpoints(list(checkpoints))
-            if (cp.payload.get("artifact") or {}).get("result") == "landed"
-            and (cp.payload.get("artifact") or {}).get("branch") == branch]
+    shas = [cp.payload["artifact"].get("sha") for cp in _landings(checkpoints)
+            if cp.payload["artifact"].get("branch") == branch]
     return shas[-1] if shas else None
 
 
@@ -52,10 +61,9 @@ def scope_branch(tracker: Tracker, scope: Scope, tasks: Sequence[dict], onto: st
         return onto
     recorded = []
     for task in tasks:
-        for cp in land_checkpoints(load_checkpoints(tracker, task["id"])):
-            artifact = cp.payload.get("artifact") or {}
-            if artifact.get("result") == "landed" and artifact.get("branch"):
-                recorded.append((cp.created_at or "", artifact["branch"]))
+        recorded += [(cp.created_at or "", cp.payload["artifact"]["branch"])
+                     for cp in _landings(load_checkpoints(tracker, task["id"]))
+                     if isinstance(cp.payload["artifact"].get("branch"), str) and cp.payload["artifact"]["branch"]]
     return integration_branch_for(scope, tasks, recorded=max(recorded)[1] if recorded else None)
 
 
@@ -78,6 +86,19 @@ def closed_unlanded(tracker: Tracker, tasks: Sequence[dict], branch: str) -> lis
     return out
 
 
+def waiting_on_landing(tracker: Tracker, tasks: Sequence[dict], branch: str) -> dict[str, list[str]]:
+    """Task id -> its blockers that closed without landing on ``branch``: work no dependent may
+    start without (a landing run or drain lands it first; a ``--no-land`` run leaves it waiting)."""
+    unlanded = {task["id"] for task, _ in closed_unlanded(tracker, tasks, branch)}
+    out = {}
+    for task in tasks:
+        waits = [d["depends_on_id"] for d in task.get("dependencies") or []
+                 if d.get("type") == "blocks" and d.get("depends_on_id") in unlanded]
+        if waits:
+            out[task["id"]] = waits
+    return out
+
+
 def land_closed(tracker: Tracker, lander: Lander, task: dict, head: Checkpoint) -> LandResult:
     """Land the work of closed ``task`` (its run head ``head``) on ``lander``'s branch, record it,
     and block the task when it does not land."""
@@ -85,6 +106,7 @@ def land_closed(tracker: Tracker, lander: Lander, task: dict, head: Checkpoint) 
     run_id, commit = head.run_id or "", artifact["commit"]
     commands = list((artifact.get("validation") or {}).get("commands") or [])
     with lander.turn(tracker, task["id"], run_id):
+        crash_point("land-locked")
         if _git(lander.repo, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode != 0:
             outcome = LandResult("conflict", lander.branch, detail=f"commit {commit[:12]} of run {run_id} is gone"
                                  " from the repository")
@@ -93,6 +115,8 @@ def land_closed(tracker: Tracker, lander: Lander, task: dict, head: Checkpoint) 
             outcome = lander.land_commits(task_id=task["id"], run_id=run_id, fork=fork, head=commit,
                                           commands=commands, validated=commit)
         _record(tracker, task["id"], run_id, outcome)
+        crash_point("land-checkpoint")
+    crash_point("land-unlocked")
     if outcome.result != "landed":
         tracker.update(task["id"], status="blocked")
     return outcome

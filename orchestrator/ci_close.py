@@ -167,13 +167,20 @@ def approved_commits(tracker: Tracker, scope: Scope, key: bytes | None) -> set[s
     found: set[str] = set()
     for task in tracker.list(status=["in_progress", "closed"], labels=labels, issue_type="task",
                              parent=scope.parent_epic, descendants=True):
-        heads, _ = trusted_run_heads(load_checkpoints(tracker, task["id"]), key, task["id"])
+        checkpoints = load_checkpoints(tracker, task["id"])
+        heads, _ = trusted_run_heads(checkpoints, key, task["id"])
         if not heads:
             continue
-        art = max(heads, key=run_order).payload["artifact"]
+        head = max(heads, key=run_order)
+        art = head.payload["artifact"]
         if art.get("decision") == "approve" and art.get("task_id") == task["id"]:
             landed = (art.get("conditions") or {}).get("on_integration_branch")
-            found.update(c for c in (art.get("commit"), landed) if isinstance(c, str) and c)
+            # A task closed before landing is landed later (orchestrator.catch_up), under its run's id.
+            later = [(cp.payload.get("artifact") or {}).get("sha") for cp in checkpoints
+                     if cp.kind == "land" and cp.run_id == head.run_id
+                     and (cp.payload.get("artifact") or {}).get("result") == "landed"
+                     and checkpoint_problem(cp, key, task_id=task["id"]) is None]
+            found.update(c for c in (art.get("commit"), landed, *later) if isinstance(c, str) and c)
     return found
 
 

@@ -170,14 +170,19 @@ def budget_allows(max_usd: float | None, *, finished: list[float], running: list
 def blocked_in_scope(tracker: Tracker, scope: Scope, ids: Sequence[str] = (), *,
                      exclude: Collection[str] = ()) -> dict[str, str]:
     """Blocked tasks of the scope (``ids`` restricts them) outside ``exclude``, with the reason
-    of their latest ``[orch:outcome]`` (``blocked`` when no mesh run blocked them)."""
+    of their latest ``[orch:outcome]``, or of a failed ``[orch:land]`` after it (``blocked``
+    when no mesh run blocked them)."""
     wanted = set(ids)
     out = {}
     for task in scope_tasks(tracker, scope):
         if task["status"] != "blocked" or task["id"] in exclude or (wanted and task["id"] not in wanted):
             continue
-        outcomes = [cp for cp in load_checkpoints(tracker, task["id"]) if cp.kind == "outcome"]
-        reason = (outcomes[-1].payload.get("artifact") or {}).get("block_reason") if outcomes else None
+        ends = [cp for cp in load_checkpoints(tracker, task["id"]) if cp.kind in ("outcome", "land")]
+        last = (ends[-1].payload.get("artifact") or {}) if ends else {}
+        # A closed task whose later landing failed (orchestrator.catch_up) was blocked by that landing.
+        reason = (last.get("block_reason") if ends[-1].kind == "outcome" else
+                  {"conflict": "merge_conflict", "validation_failed": "integration_validation_failed"}
+                  .get(last.get("result"))) if ends else None
         out[task["id"]] = reason if isinstance(reason, str) and reason else "blocked"
     return out
 

@@ -18,7 +18,7 @@ def render_report(report: RunReport, *, preflight: bool = True) -> str:
     if report.outcome == "no_runnable_task":
         scope = report.scope
         where = f"label {scope['plan_label']}" if scope.get("plan_label") else f"epic {scope.get('parent_epic')}"
-        return f"no runnable task in scope ({where})"
+        return f"no runnable task in scope ({where})" + "".join(f"\n  {line}" for line in report.mutations)
     task = report.task or {}
     lines = [f"task {task.get('id')}: {task.get('title')}",
              f"  outcome:    {report.outcome}" + (f" ({report.block_reason})" if report.block_reason else ""),

@@ -29,7 +29,7 @@ from .project_env import EnvironmentMissing, ProjectEnv, find_environment
 from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
 from .worker_sandbox import announce_real_home, network_problem, worker_launcher
 from .scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
-from .catch_up import catch_up, close_landed_epics, scope_branch
+from .catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 
 __all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
@@ -287,6 +287,11 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
             except GitError as exc:
                 raise RunError(f"--repo {repo}: {exc}", 2) from None
         lander = _scope_lander(tracker, scope, repo, config, options)
+        if lander is None and config.integrate and not options.task:
+            candidates, waiting = _not_waiting(tracker, scope, config, candidates)
+            if not candidates:
+                return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None,
+                                 outcome="no_runnable_task", mutations=waiting)
         environment = project_environment(config, repo)
         if lander is not None:
             lander.environment = environment
@@ -329,6 +334,17 @@ def _scope_lander(tracker: Tracker, scope: Scope, repo: Path, config: MeshConfig
         return None
     onto = scope_branch(tracker, scope, scope_tasks(tracker, scope), options.onto or config.drain.onto)
     return make_lander(repo, onto, config, remote=remote)
+
+
+def _not_waiting(tracker: Tracker, scope: Scope, config: MeshConfig,
+                 candidates: list[tuple[dict, str]]) -> tuple[list[tuple[dict, str]], list[str]]:
+    """A ``--no-land`` run's candidates without the dependents of work closed but not landed
+    (they wait: cut from HEAD they would lack it), and a line for each one left waiting."""
+    tasks = scope_tasks(tracker, scope)
+    waiting = waiting_on_landing(tracker, tasks, scope_branch(tracker, scope, tasks, config.drain.onto))
+    kept = [(task, why) for task, why in candidates if task["id"] not in waiting]
+    return kept, [f"{task['id']} waits for {', '.join(waiting[task['id']])} to land (mesh run or mesh drain"
+                  " lands it first)" for task, _ in candidates if task["id"] in waiting]
 
 
 def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope,

@@ -16,7 +16,7 @@ from tracker.store import Tracker
 
 from .engine import load_checkpoints
 from .gitops import GitError, _git, repo_root
-from .catch_up import closed_unlanded, epic_open_because, landed_on, scope_branch
+from .catch_up import closed_unlanded, epic_open_because, landed_on, scope_branch, waiting_on_landing
 from .landing import land_checkpoints
 from .safe_text import clip, printable
 from .scope import Scope, scope_tasks
@@ -30,8 +30,8 @@ def _branch_exists(repo: Path | None, branch: str) -> bool:
     return _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0
 
 
-def _task_entry(tracker: Tracker, task: dict, repo: Path | None, branch: str,
-                unlanded: set[str]) -> dict[str, Any]:
+def _task_entry(tracker: Tracker, task: dict, repo: Path | None, branch: str, unlanded: set[str],
+                waiting: dict[str, list[str]]) -> dict[str, Any]:
     checkpoints = load_checkpoints(tracker, task["id"])
     lands = [cp.payload.get("artifact") or {} for cp in land_checkpoints(checkpoints)]
     last_land = lands[-1].get("result") if lands else None
@@ -46,8 +46,7 @@ def _task_entry(tracker: Tracker, task: dict, repo: Path | None, branch: str,
         "landed": landed_on(checkpoints, branch),
         "last_land": last_land,
         "unlanded": task["id"] in unlanded,
-        "waits_for_landing": [d["depends_on_id"] for d in task.get("dependencies") or []
-                              if d.get("type") == "blocks" and d["depends_on_id"] in unlanded],
+        "waits_for_landing": waiting.get(task["id"], []),
     }
 
 
@@ -64,6 +63,7 @@ def scope_status(tracker: Tracker, scope: Scope, *, repo: Path | None = None,
     tasks = scope_tasks(tracker, scope)
     branch = scope_branch(tracker, scope, tasks, onto)
     unlanded = {task["id"] for task, _ in closed_unlanded(tracker, tasks, branch)}
+    waiting = waiting_on_landing(tracker, tasks, branch)
     epics: dict[str | None, dict[str, Any]] = {}
     for task in tasks:
         parent = task.get("parent") or scope.parent_epic
@@ -73,7 +73,7 @@ def scope_status(tracker: Tracker, scope: Scope, *, repo: Path | None = None,
             epics[parent] = {"id": parent, "title": epic["title"] if epic else "(no epic)",
                              "status": epic["status"] if epic else None, "open_because": open_because,
                              "tasks": []}
-        epics[parent]["tasks"].append(_task_entry(tracker, task, root, branch, unlanded))
+        epics[parent]["tasks"].append(_task_entry(tracker, task, root, branch, unlanded, waiting))
     tip = None
     if root is not None and _branch_exists(root, branch):
         tip = _git(root, "rev-parse", f"refs/heads/{branch}").stdout.strip()

@@ -11,6 +11,8 @@ landing would have conflicted), and every check passes on the branch's tree.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -19,7 +21,9 @@ from click.testing import CliRunner
 
 from orchestrator.cli import cli
 
-from .drainkit import BRANCH, LABEL, git, make_drain_workspace
+from orchestrator.faults import LAND_POINTS
+
+from .drainkit import BRANCH, LABEL, ROOT, git, make_drain_workspace
 
 LIB_1 = "def f():\n    return 1\n"
 LIB_2 = LIB_1 + "\n\ndef g():\n    return f() + 1\n"
@@ -55,7 +59,12 @@ def test_run_then_drain_builds_the_dependent_on_its_blockers_code(tmp_path, run_
         status = _mesh(ws, "status", "--label", LABEL, "--repo", str(ws.repo)).stdout
         assert f"{one}  " in status and "not landed on mesh/land/plan-drain" in status
         assert f"waits for {one} to land" in status
-        assert f"{ws.ids['epic']} is closed but not landed" not in status and f"{one} is closed but not landed" in status
+        assert f"{one} is closed but not landed on {BRANCH}" in status.splitlines()[1]
+        # Another branch-only run leaves the dependent waiting, and says so.
+        res = _mesh(ws, *_run_args(ws, "--no-land", "--ids", two))
+        assert res.exit_code == 0 and json.loads(res.stdout)["outcome"] == "no_runnable_task"
+        assert f"{two} waits for {one} to land" in " ".join(json.loads(res.stdout)["mutations"])
+        assert ws.status("two") == "open"
     code, events, res = ws.drain()
     assert code == 0, res.output
     if run_flags:
@@ -99,3 +108,50 @@ def test_a_typod_scope_creates_nothing_and_names_the_closest(tmp_path, scope):
     assert "no task in scope" in out and ("closest: plan:drain" in out if scope[0] == "--label" else ws.ids["epic"] in out)
     assert _branches(ws) == before
     assert len(git(ws.repo, "worktree", "list").splitlines()) == 1
+
+
+def _lands_of(ws, name: str) -> list[str]:
+    return [a["result"] for a in ws.lands(name)]
+
+
+@pytest.mark.parametrize("point", [p for p in LAND_POINTS if p not in ("land-push-task", "land-sync", "land-push")])
+def test_a_catch_up_landing_killed_at_any_step_lands_once(tmp_path, point):
+    """``mesh drain`` killed while landing a task ``mesh run --no-land`` closed: the same drain
+    run again lands it once (one commit, one ``[orch:land]``) and then its dependent."""
+    ws = make_drain_workspace(tmp_path)
+    one, two, three = _epic(ws)
+    assert _mesh(ws, *_run_args(ws, "--no-land")).exit_code == 0
+    env = {**os.environ, "MESH_CRASH_AT": f"{point}#1"}
+    proc = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", *ws.drain_args()],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert ws.status("two") == "open"  # nothing started before the blocker landed
+    code, events, res = ws.drain()
+    assert code == 0, res.output
+    assert ws.landed_tasks() == [one, two, three]
+    assert _lands_of(ws, "one") == ["landed"]
+    with ws.tracker() as t:
+        assert t.db.read("SELECT name FROM mesh_locks") == []
+
+
+def test_a_closed_task_that_cannot_land_blocks_and_its_dependent_waits(tmp_path):
+    """The integration branch gained a conflicting ``lib.py`` after ``mesh run --no-land`` closed
+    task one: the drain's landing of one conflicts, one is blocked, two never starts."""
+    ws = make_drain_workspace(tmp_path)
+    one, two, three = _epic(ws)
+    assert _mesh(ws, *_run_args(ws, "--no-land")).exit_code == 0
+    git(ws.repo, "branch", BRANCH, "main")
+    other = tmp_path / "other"
+    git(ws.repo, "worktree", "add", "--quiet", str(other), BRANCH)
+    (other / "lib.py").write_text("def f():\n    return 'something else'\n")
+    git(other, "add", "lib.py")
+    git(other, "commit", "--quiet", "-m", "someone else's lib")
+    git(ws.repo, "worktree", "remove", str(other))
+    code, events, res = ws.drain()
+    assert code == 3, res.output
+    assert ws.status("one") == "blocked" and ws.status("two") == "open"
+    assert _lands_of(ws, "one") == ["conflict"]
+    assert events[-1]["blocked"] == {one: "merge_conflict"}
+    assert ws.landed_tasks() == [three]
+    status = _mesh(ws, "status", "--label", LABEL, "--repo", str(ws.repo)).stdout
+    assert f"blocked by {one}" in status and "land conflict" in status
