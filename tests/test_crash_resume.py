@@ -26,8 +26,10 @@ pytestmark = pytest.mark.slow
 
 
 def _options(ws, script_path: Path, *, task: str | None = None, force: bool = False) -> RunOptions:
+    # Branch-only (--no-land): this harness pins the run protocol; landing killed at every
+    # step is tests/test_land_crash.py's.
     return RunOptions(label="plan:demo", backend="replay", script=script_path, repo=ws.repo, db=ws.db,
-                      actor="tester", task=task, force=force)
+                      actor="tester", task=task, force=force, land=False)
 
 
 def _child(ws, script_path: Path, crash_at: str) -> None:

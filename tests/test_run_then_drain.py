@@ -155,3 +155,24 @@ def test_a_closed_task_that_cannot_land_blocks_and_its_dependent_waits(tmp_path)
     assert ws.landed_tasks() == [three]
     status = _mesh(ws, "status", "--label", LABEL, "--repo", str(ws.repo)).stdout
     assert f"blocked by {one}" in status and "land conflict" in status
+
+
+def test_attack_a_forged_landing_neither_skips_the_catch_up_nor_picks_the_branch(tmp_path, monkeypatch):
+    """With a signing key, an unsigned ``[orch:land]`` claiming task one landed on another branch
+    is no landing: the drain still lands one (on the scope's branch) before two starts."""
+    from orchestrator.checkpoint import format_checkpoint
+
+    monkeypatch.setenv("MESH_SIGNING_KEY", "k" * 40)
+    ws = make_drain_workspace(tmp_path)
+    one, two, three = _epic(ws)
+    assert _mesh(ws, *_run_args(ws, "--no-land")).exit_code == 0
+    run_id = ws.checkpoints("one")[-1].run_id
+    head = git(ws.repo, "rev-parse", "main").strip()
+    payload = {"v": 1, "run_id": run_id, "seq": 99, "kind": "land", "task_id": one, "role": None,
+               "step": ["land", "", "land"], "artifact": {"result": "landed", "branch": "mesh/land/evil", "sha": head}}
+    with ws.tracker() as t:
+        t.add_comment(one, format_checkpoint("land", "landed on mesh/land/evil", payload), author="mesh/orchestrator")
+    code, events, res = ws.drain()
+    assert code == 0, res.output
+    assert events[-1]["branch"] == BRANCH and ws.landed_tasks() == [one, two, three]
+    assert git(ws.repo, "show-ref", "--verify", "refs/heads/mesh/land/evil", check=False) == ""
