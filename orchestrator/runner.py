@@ -28,7 +28,7 @@ from .gitops import cache_dir
 from .project_env import EnvironmentMissing, ProjectEnv, find_environment
 from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
 from .worker_sandbox import announce_real_home, network_problem, worker_launcher
-from .scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
+from .scope import Scope, ScopeError, require_scope_tasks, resolve_scope, scope_tasks, select_candidates
 from .catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 
 __all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "interrupted_runs",
@@ -274,6 +274,10 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 raise RunError(str(exc), 2) from None
             scope = scope or _scope_of(candidates[0][0])
         else:
+            try:
+                require_scope_tasks(tracker, scope)  # a typo'd scope: exit 2, nothing created
+            except ScopeError as exc:
+                raise RunError(str(exc), 2) from None
             # Runs killed after deciding (landed, closed) are finished first, as mesh drain does.
             candidates = interrupted_runs(tracker, scope, options.ids) + select_candidates(tracker, scope, options.ids)
         if not candidates:

@@ -140,8 +140,14 @@ def test_parent_scope_selects_children_of_epic(ws):
     assert report["scope"]["mode"] == "parent" and report["task"]["id"] == TASK
 
 
+def test_an_unknown_label_exits_2_naming_the_closest(ws):
+    code, report, res = ws.run(happy_script(), label="plan:dmeo")
+    assert code == 2 and report is None
+    assert "label 'plan:dmeo' is unknown; closest: plan:demo" in res.output
+
+
 def test_no_runnable_task_exits_0(ws):
-    code, report, _ = ws.run(happy_script(), label="plan:nothing-here")
+    code, report, _ = ws.run(happy_script(), "--ids", "demo-nothing")
     assert code == 0 and report["outcome"] == "no_runnable_task"
 
 

@@ -108,6 +108,12 @@ def test_a_typod_scope_creates_nothing_and_names_the_closest(tmp_path, scope):
     assert "no task in scope" in out and ("closest: plan:drain" in out if scope[0] == "--label" else ws.ids["epic"] in out)
     assert _branches(ws) == before
     assert len(git(ws.repo, "worktree", "list").splitlines()) == 1
+    # mesh run says the same, and creates nothing either.
+    run_args = [a if a != LABEL else scope[1] for a in _run_args(ws)]
+    run_args[run_args.index("--label")] = scope[0]
+    res = _mesh(ws, *run_args)
+    assert res.exit_code == 2 and "no task in scope" in res.output
+    assert _branches(ws) == before and len(git(ws.repo, "worktree", "list").splitlines()) == 1
 
 
 def _lands_of(ws, name: str) -> list[str]:
