@@ -47,8 +47,8 @@ def _run_args(ws, *extra: str) -> list[str]:
 
 
 @pytest.mark.parametrize("run_flags", [(), ("--no-land",)], ids=["run-lands", "run-no-land"])
-def test_run_then_drain_builds_the_dependent_on_its_blockers_code(tmp_path, run_flags):
-    ws = make_drain_workspace(tmp_path)
+def test_run_then_drain_builds_the_dependent_on_its_blockers_code(tmp_path, run_flags, db_target):
+    ws = make_drain_workspace(tmp_path, db=db_target)
     one, two, three = _epic(ws)
     res = _mesh(ws, *_run_args(ws, *run_flags))
     assert res.exit_code == 0, res.output
