@@ -1,7 +1,8 @@
 """Landing: approved work goes onto an integration branch through a one-at-a-time queue.
 
-Under ``mesh run --onto BRANCH`` and ``mesh drain`` each task's worktree is cut from the
-integration branch's tip when the task starts, and after approval the task's commits land:
+Under ``mesh run`` (unless ``--no-land``) and ``mesh drain`` each task's worktree is cut from
+the tip of the scope's integration branch (``--onto``, else ``catch_up.scope_branch``) when
+the task starts, and after approval the task's commits land:
 
 1. when nothing landed since the task started they go on as they are (a fast-forward);
    otherwise they are re-created one by one on top of the integration tip (a rebase, done in
@@ -174,7 +175,7 @@ class _Fifo:
 
 
 class Lander:
-    """The integration branch of one ``mesh run --onto`` or ``mesh drain`` and its merge queue.
+    """The integration branch of one ``mesh run`` or ``mesh drain`` and its merge queue.
 
     ``emit(event, fields)`` is told about queue and landing events (the live view).
     """
