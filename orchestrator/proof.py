@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["BaseTests", "Proof", "brief", "failed_detail", "state", "tests_line", "validate_head"]
 
 # The fields of a result that the run report, the run head and the land checkpoint keep.
-_BRIEF_KEYS = ("command", "exit_code", "passed", "rejected", "reason", "tests")
+_BRIEF_KEYS = ("command", "exit_code", "passed", "rejected", "reason", "tests", "limit")
 
 
 def brief(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,6 +56,8 @@ def state(result: Mapping[str, Any], base_counts: Any = None) -> str:
     parts = [f"exit {result.get('exit_code')}"]
     if isinstance(result.get("reason"), str):
         parts.append(result["reason"])
+    if isinstance(result.get("limit"), str):
+        parts.append(f"{result['limit']} limit hit")
     return f"fail ({', '.join([*parts, *([f'tests {tests}'] if tests else [])])})"
 
 
@@ -141,6 +143,7 @@ class Proof:
 def failed_detail(results: Iterable[Mapping[str, Any]]) -> str:
     """Why the latest validation did not pass, for a block detail: each failed command's reason."""
     failed = [f"`{r.get('command')}`: {r.get('reason') or 'exit ' + str(r.get('exit_code'))}"
+              + (f" ({r['limit']} limit hit)" if isinstance(r.get("limit"), str) else "")
               for r in results if not r.get("passed") and not r.get("rejected")]
     return "; ".join(failed) if failed else "no command ran"
 

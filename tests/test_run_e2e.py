@@ -50,7 +50,8 @@ def test_happy_path_closes_task_with_exact_reason(ws):
     assert report["consensus"]["mode"] == "full"
     assert report["validation"] == [{"command": VALIDATE, "exit_code": 0, "passed": True, "rejected": False,
                                      "reason": None, "tests": {"runner": "unittest", "ran": 5, "passed": 5,
-                                                               "failed": 0, "errors": 0, "skipped": 0}}]
+                                                               "failed": 0, "errors": 0, "skipped": 0},
+                                     "limit": None}]
     assert report["review"]["decision"] == "approve"
     with ws.tracker() as t:
         task = t.get(TASK)
