@@ -261,15 +261,27 @@ def test_a_worker_reaches_its_model_endpoint_but_no_other_loopback_service(tmp_p
         listener.close()
         for server in servers:
             server.shutdown()
-    # pasta ends with the namespace it served: no process of it is left behind.
+    # pasta ends with the call it served: no process of it is left behind, after a normal exit
+    # or after the caller killed the call's process group (a timeout).
+    assert not _pastas() - before
+    launch = worker_launcher(bwrap, private_root=tmp_path / "homes", network="isolated")
+    argv, run_env = launch(["/bin/sleep", "60"], {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, None)
+    hung = subprocess.Popen(argv, env=run_env, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not _pastas() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pastas() - before  # connected while it runs
+    os.killpg(hung.pid, 9)
+    hung.wait()
     deadline = time.monotonic() + 10
     while _pastas() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.05)
     assert not _pastas() - before
 
 
 def _pastas() -> set[str]:
-    return set(subprocess.run(["pgrep", "-x", "pasta"], capture_output=True, text=True).stdout.split())
+    # pasta's process name is passt's binary (passt.avx2 ...): match its command line.
+    return set(subprocess.run(["pgrep", "-f", "^/usr/bin/pasta "], capture_output=True, text=True).stdout.split())
 
 
 def test_worker_home_config_key(tmp_path):
