@@ -20,8 +20,42 @@ from .schema_cli import schema_command
 
 __all__ = ["main", "cli"]
 
+_GLOBAL_OPTIONS = ("--db", "--actor")
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _MeshGroup(click.Group):
+    """The ``mesh`` group: ``--db`` and ``--actor`` are its own options, so ``mesh run --db F``
+    is refused by ``run``; the message then says where the option goes, with the command
+    line rewritten (``mesh --db F run ...``) rather than click's bare "no such option"."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["mesh.argv"] = list(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.NoSuchOption as exc:
+            if exc.option_name not in _GLOBAL_OPTIONS:
+                raise
+            import shlex
+
+            argv, moved = list(ctx.meta.get("mesh.argv") or []), []
+            for index, arg in enumerate(argv):
+                if arg.startswith(exc.option_name + "="):
+                    moved = [arg]
+                elif arg == exc.option_name and index + 1 < len(argv):
+                    moved = argv[index:index + 2]
+                if moved:
+                    del argv[index:index + len(moved)]
+                    break
+            where = exc.ctx.command_path if exc.ctx else "the command"
+            raise click.UsageError(
+                f"{exc.option_name} is an option of mesh itself, not of '{where}': give it before the command,"
+                f" as in: {shlex.join([ctx.command_path, *moved, *argv])}", ctx=exc.ctx) from None
+
+
+@click.group(cls=_MeshGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), envvar="MESH_DB",
               help="Tracker database (default: .beads/mesh.db of the enclosing workspace; env MESH_DB).")
 @click.option("--actor", envvar="MESH_ACTOR", help="Who writes (env MESH_ACTOR; default $USER).")
@@ -59,7 +93,8 @@ def _run_options(f):
                      help="Worker backend (default from config: replay)."),
         click.option("--script", type=click.Path(exists=True, dir_okay=False),
                      help="Replay script (JSON: role -> list of responses)."),
-        click.option("--worker-cmd", "worker_cmd", help="Command backend: an agent CLI reading the prompt on stdin."),
+        click.option("--worker-cmd", "worker_cmd",
+                     help="An agent CLI reading the prompt on stdin, for every role (selects the command backend)."),
         # The names live in roles.backends.presets; importing it here would slow `mesh --help`.
         click.option("--worker", type=click.Choice(["claude-code", "codex", "opencode"]),
                      help="An agent CLI preset for every role (a command worker; implies --backend command)."),
@@ -204,13 +239,17 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
     import json
 
     from orchestrator.show import render_history, task_history
+    from orchestrator.workspace import TrackerNotFound, tracker_target
     from tracker.errors import TrackerError
     from tracker.store import Tracker
 
     root = ctx.find_root().obj or {}
     try:
-        with Tracker.open(root.get("db"), actor=root.get("actor")) as tracker:
+        with Tracker.open(tracker_target(root.get("db")), actor=root.get("actor")) as tracker:
             history = task_history(tracker, task)
+    except TrackerNotFound as exc:
+        _fail(ctx, str(exc), 4, as_json)
+        return
     except TrackerError as exc:
         if as_json:
             click.echo(json.dumps({"error": str(exc), "code": exc.code}), err=True)
@@ -352,7 +391,7 @@ def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
     try:
         config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
                                             config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(root.get("db"), root.get("actor"), config)
+        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
     except RunError as exc:
         _fail(ctx, str(exc), exc.exit_code, as_json)
         return None
@@ -525,7 +564,7 @@ def _open_scope(ctx: click.Context, label, parent, repo, config_file, config=Non
         if config is None:
             config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
                                                 config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(root.get("db"), root.get("actor"), config)
+        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
     except ScopeError as exc:
         _say(f"mesh: {exc}", err=True)
         ctx.exit(2)

@@ -35,6 +35,7 @@ from .engine import RunReport, load_checkpoints
 from .gitops import GitError, _git, repo_root
 from .landing import Lander, integration_branch_for, land_checkpoints
 from .lease import held_by_person, lease_is_live
+from .live import line_kind
 from .runner import (RunError, RunOptions, load_run_config, make_backend, make_lander, open_tracker,
                      project_environment, require_sandbox, run_task, sandbox_notes, unfinished_run)
 from .scope import Scope, ScopeError, resolve_scope, scoped_candidates, select_candidates
@@ -264,11 +265,15 @@ class _Drain:
                 self.engines[task_id] = engine
                 self.rows[task_id].run_id = engine.run_id
             self.emit("task_run", task=task_id, run_id=engine.run_id, resumed=engine.resumed)
+            engine.watch.listen(lambda event: self.emit(event.pop("event"), task=task_id, **event))
 
         def echo(line: str) -> None:
             engine = self.engines.get(task_id)
             row = self.rows[task_id]
-            kind = line[len("[orch:"):line.index("]")] if line.startswith("[orch:") and "]" in line else "preflight"
+            kind = line_kind(line)
+            if kind is None:  # a note between checkpoints: a failed call, failing output
+                self.emit("note", task=task_id, line=line)
+                return
             if engine is not None:
                 row.round = kind
                 row.cycle = f"c{engine.bus.consensus_cycle}/r{engine.bus.review_cycle}"
@@ -305,7 +310,7 @@ class _Drain:
         if jobs < 1:
             raise RunError("--jobs must be at least 1", 2)
         branch = options.onto or self.config.drain.onto or integration_branch_for(self.scope)
-        tracker = open_tracker(options.db, options.actor, self.config)
+        tracker = open_tracker(options.db, options.actor, self.config, repo=options.repo)
         self.db, self.actor = tracker.path, tracker.actor
         try:
             self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land,

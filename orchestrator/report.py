@@ -31,7 +31,10 @@ def render_report(report: RunReport, *, preflight: bool = True) -> str:
                      f" {c['cycles']} cycle(s), {c['mode']} mode")
         if c.get("votes"):
             lines.append("  votes:      " + ", ".join(f"{r}={v}" for r, v in c["votes"].items()))
-    lines += [f"  validation: {v['command']} -> {state(v)}" for v in report.validation]
+    for v in report.validation:
+        lines.append(f"  validation: {v['command']} -> {state(v)}")
+        # A failing command's output tail (kept with the report), so the failure is read here.
+        lines += [f"              | {line}" for line in v.get("output_tail") or []]
     r = report.review
     if r and r.get("decision"):
         lines.append(f"  review:     {r['decision']} after {r['cycles']} cycle(s)")

@@ -29,6 +29,7 @@ from .project_env import EnvironmentMissing, ProjectEnv, find_environment
 from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
 from .worker_sandbox import announce_real_home, network_problem, worker_launcher
 from .scope import Scope, ScopeError, resolve_scope, select_candidates
+from .workspace import TrackerNotFound, tracker_target
 
 __all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "open_tracker",
            "make_backend", "require_sandbox"]
@@ -71,11 +72,15 @@ class RunOptions:
     remote: str | None = None  # a shared git remote (else config drain.remote): push and land there
 
 
-def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | None = None) -> Tracker:
+def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | None = None, *,
+                 repo: Path | str | None = None) -> Tracker:
     """Open the tracker (``db``, else ``MESH_DB``, else the config's ``tracker.url``, else the
-    workspace's file) and run the prechecks (``where``, ``status``); exit 4 when unusable."""
-    if not db and not os.environ.get("MESH_DB") and config is not None:
-        db = config.tracker.url
+    workspace's file found from ``repo``, then from the current folder) and run the prechecks
+    (``where``, ``status``); exit 4 when unusable or not found."""
+    try:
+        db = tracker_target(db, repo, config.tracker.url if config is not None else None)
+    except TrackerNotFound as exc:
+        raise RunError(str(exc), 4) from None
     try:
         tracker = Tracker.open(db, actor=actor or os.environ.get("MESH_ACTOR") or "mesh")
         tracker.where()
@@ -153,12 +158,14 @@ def project_environment(config: MeshConfig, repo: Path) -> ProjectEnv | None:
 
 
 def sandbox_notes(config: MeshConfig, environment: ProjectEnv | None = None) -> list[str]:
-    """What preflight prints of the sandboxes a run will use: the environment and limits of
-    validation, and for command workers their HOME and network (with the warning
-    ``worker_home = "real"`` owes)."""
+    """What preflight prints of the configuration in use (the file, found from a subfolder too)
+    and the sandboxes a run will use: the environment and limits of validation, and for
+    command workers their HOME and network (with the warning ``worker_home = "real"`` owes)."""
     from .validation import tree_limits_note
 
-    notes = []
+    notes = [f"configuration: {config.source}" if config.source != "defaults" else
+             "configuration: defaults (no mesh.toml, nor [tool.mesh] in a pyproject.toml, from here up to the"
+             " repository's root)"]
     if config.integrate:
         notes.append(environment.describe() if environment else
                      f"validation environment: mesh's own Python ({sys.prefix}; the project declares no dependency)")
@@ -209,6 +216,11 @@ def load_run_config(options: RunOptions) -> MeshConfig:
             raise RunError(f"--worker {options.worker} is a command worker; it cannot run with --backend"
                            f" {options.backend}", 2)
         overrides["backend"] = "command"
+    elif options.worker_cmd:
+        # A worker command is only ever run by the command backend: naming one selects it.
+        if options.backend not in (None, "command"):
+            raise RunError(f"--worker-cmd runs a command worker; it cannot run with --backend {options.backend}", 2)
+        overrides["backend"] = "command"
     return config.with_overrides(**overrides) if overrides else config
 
 
@@ -241,7 +253,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
     except ScopeError as exc:
         if not options.task:
             raise RunError(str(exc), 2) from None
-    tracker = open_tracker(options.db, options.actor, config)
+    tracker = open_tracker(options.db, options.actor, config, repo=options.repo)
     try:
         if options.task:
             try:
