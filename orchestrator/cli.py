@@ -263,6 +263,43 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
         _say(render_history(history))
 
 
+@cli.command("retry")
+@click.argument("task")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as one JSON object.")
+@click.pass_context
+def retry_command(ctx: click.Context, task: str, as_json: bool) -> None:
+    """Re-open a blocked TASK for a new run (its earlier runs' history stays on it).
+
+    The next run starts from the current HEAD (or the integration branch); the earlier
+    attempt's commits are kept on branch mesh/<task>-<run>. Exit 2 when the task is not
+    blocked or unknown.
+    """
+    import json
+
+    from orchestrator.retry import RetryRefused, retry_task
+    from orchestrator.safe_text import clip
+    from tracker.errors import NotFoundError, TrackerError
+
+    opened = _calls_context(ctx, None, None, as_json)
+    if opened is None:
+        return
+    with opened[1] as tracker:
+        try:
+            done = retry_task(tracker, task)
+        except (RetryRefused, NotFoundError) as exc:
+            _fail(ctx, str(exc), 2, as_json)
+            return
+        except TrackerError as exc:
+            _fail(ctx, str(exc), 4, as_json)
+            return
+    if as_json:
+        click.echo(json.dumps(done, indent=2))
+        return
+    _say(f"{done['id']}: blocked -> open (it was blocked: {clip(done['was'], 300)})")
+    _say(f"  the history of its {len(done['runs'])} earlier run(s) stays: mesh show {done['id']}")
+    _say(f"  run it again: {done['next']}")
+
+
 @cli.command("ci-close")
 @click.option("--label", help="Scope: the plan label (else env BD_PLAN_LABEL, else --parent).")
 @click.option("--parent", help="Scope: the parent epic id.")
@@ -542,6 +579,49 @@ def report_command(ctx: click.Context, task: str, output, repo, config_file) -> 
             _fail(ctx, f"cannot write {target}: {exc.strerror or exc}", 1, False)
             return
     _say(str(path))
+
+
+@cli.command("clean")
+@click.option("--yes", is_flag=True, help="Remove them (without it: only say what would be removed and why).")
+@click.option("--json", "as_json", is_flag=True, help="Print one object per branch or folder, as an array.")
+@_config_options
+@click.pass_context
+def clean_command(ctx: click.Context, yes: bool, as_json: bool, repo, config_file) -> None:
+    """Remove the mesh/<task> branches and worktrees of landed or closed work (a dry run without --yes).
+
+    Keeps every branch with commits that are on neither the base branch nor an integration
+    branch (unlanded work), every branch of a task in progress, integration branches, and
+    says why for each.
+    """
+    import json
+    from pathlib import Path
+
+    from orchestrator.clean import clean
+    from orchestrator.gitops import GitError, repo_root
+    from orchestrator.safe_text import clip
+
+    opened = _calls_context(ctx, repo, config_file, as_json)
+    if opened is None:
+        return
+    config, tracker = opened
+    with tracker:
+        try:
+            items = clean(tracker, repo_root(Path(repo or ".")), yes=yes, protected=config.protected_branches,
+                          onto=config.drain.onto)
+        except GitError as exc:
+            _fail(ctx, str(exc), 2, as_json)
+            return
+    if as_json:
+        click.echo(json.dumps([item.to_dict() for item in items], indent=2))
+        return
+    verb = {"remove": "remove" if yes else "would remove", "removed": "removed", "keep": "keep", "kept": "kept"}
+    if not items:
+        _say("nothing to clean: no mesh/ branch and no worktree left")
+    for item in items:
+        where = f"  (worktree {item.worktree})" if item.worktree and item.action in ("remove", "removed") else ""
+        _say(f"{verb[item.action]:<13} {clip(item.name, 70)}: {clip(item.why, 200)}{where}")
+    if not yes and any(item.action == "remove" for item in items):
+        _say("(a dry run: nothing was removed; mesh clean --yes removes them)")
 
 
 def main() -> None:

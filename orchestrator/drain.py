@@ -35,10 +35,11 @@ from .engine import RunReport, load_checkpoints
 from .gitops import GitError, _git, repo_root
 from .landing import Lander, integration_branch_for, land_checkpoints
 from .lease import held_by_person, lease_is_live
+from .idle import last_block
 from .live import line_kind
 from .runner import (RunError, RunOptions, load_run_config, make_backend, make_lander, open_tracker,
                      project_environment, require_sandbox, run_task, sandbox_notes, unfinished_run)
-from .scope import Scope, ScopeError, resolve_scope, scoped_candidates, select_candidates
+from .scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
            "interrupted_runs", "scope_tasks", "verify_landings"]
@@ -166,13 +167,6 @@ def budget_allows(max_usd: float | None, *, finished: list[float], running: list
     return spent + still_to_spend + average <= max_usd
 
 
-def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
-    """Every task of the scope, closed ones included."""
-    labels = [scope.plan_label] if scope.plan_label else []
-    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
-                        include_closed=True)
-
-
 def interrupted_runs(tracker: Tracker, scope: Scope, ids: Sequence[str] = ()) -> list[tuple[dict, str]]:
     """Scope tasks the selection rules no longer offer (closed, blocked, or in progress behind
     a gate) whose latest run was killed after it had decided (its run head, its outcome or a
@@ -204,9 +198,7 @@ def blocked_in_scope(tracker: Tracker, scope: Scope, ids: Sequence[str] = (), *,
     for task in scope_tasks(tracker, scope):
         if task["status"] != "blocked" or task["id"] in exclude or (wanted and task["id"] not in wanted):
             continue
-        outcomes = [cp for cp in load_checkpoints(tracker, task["id"]) if cp.kind == "outcome"]
-        reason = (outcomes[-1].payload.get("artifact") or {}).get("block_reason") if outcomes else None
-        out[task["id"]] = reason if isinstance(reason, str) and reason else "blocked"
+        out[task["id"]] = last_block(tracker, task["id"])[0]
     return out
 
 

@@ -264,8 +264,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         else:
             candidates = select_candidates(tracker, scope, options.ids)
         if not candidates:
-            return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None,
-                             outcome="no_runnable_task")
+            return _idle(tracker, scope, options.ids)
         if config.integrate:
             from .gitops import GitError, repo_root
 
@@ -314,8 +313,18 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
             return report
     if options.task and any("held by run" in h for h in held):
         raise RunError("; ".join(held), 3)
-    return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None, outcome="no_runnable_task",
-                     mutations=[f"skipped: {h}" for h in held])
+    return _idle(tracker, scope, options.ids, held)
+
+
+def _idle(tracker: Tracker, scope: Scope, ids: Sequence[str], held: Sequence[str] = ()) -> RunReport:
+    """The report of a run with nothing to run, saying why; RunError (exit 2) for a scope
+    that names no existing label or epic."""
+    from .idle import UnknownScope, explain_idle
+
+    try:
+        return explain_idle(tracker, scope, ids, held)
+    except UnknownScope as exc:
+        raise RunError(str(exc), 2) from None
 
 
 def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope, task: dict, reason: str,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tracker.store import Tracker
 
-__all__ = ["Scope", "ScopeError", "resolve_scope", "select_candidates", "scoped_candidates"]
+__all__ = ["Scope", "ScopeError", "resolve_scope", "scope_tasks", "select_candidates", "scoped_candidates"]
 
 
 class ScopeError(Exception):
@@ -42,6 +42,13 @@ def _sort_key(issue: dict) -> tuple:
     from tracker.model import normalize_ts
 
     return (issue.get("priority", 2), normalize_ts(issue.get("created_at")) or "", issue["id"])
+
+
+def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
+    """Every task of the scope, closed ones included."""
+    labels = [scope.plan_label] if scope.plan_label else []
+    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
+                        include_closed=True)
 
 
 def scoped_candidates(tracker: Tracker, scope: Scope, *, status: str) -> list[dict]:

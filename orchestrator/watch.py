@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from redact import scrub
+from redact.controls import strip_terminal
 
 from .proof import output_tail
 from .safe_text import clip
@@ -46,7 +47,9 @@ def call_error(response: Any) -> str | None:
 
 
 def _safe(text: str, width: int = _ERROR_WIDTH) -> str:
-    return clip(scrub(" ".join(str(text).split())), width)
+    """Worker text on one printable line: colours and other terminal sequences dropped, the
+    rest of what a terminal would act on shown as escapes, secrets scrubbed, clipped."""
+    return clip(scrub(" ".join(strip_terminal(str(text)).split())), width)
 
 
 class CallTimer:
