@@ -41,6 +41,11 @@ class IdleReport(RunReport):
     tasks: list[dict[str, Any]] = field(default_factory=list)
     closed: int = 0
 
+    @property
+    def exit_code(self) -> int:
+        """3 when every task of the scope is blocked, as for a run that ends blocked; else 0."""
+        return 3 if self.why == "all_blocked" else 0
+
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         out["idle"] = {"why": self.why, "closed": self.closed, "tasks": self.tasks}

@@ -262,7 +262,10 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 raise RunError(str(exc), 2) from None
             scope = scope or _scope_of(candidates[0][0])
         else:
-            candidates = select_candidates(tracker, scope, options.ids)
+            try:
+                candidates = select_candidates(tracker, scope, options.ids)
+            except NotFoundError:
+                candidates = []  # an epic that does not exist: _idle names the closest ones
         if not candidates:
             return _idle(tracker, scope, options.ids)
         if config.integrate:
