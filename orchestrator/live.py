@@ -300,7 +300,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
            f" task time {summary['task_s']:.1f}s, {summary['calls']} calls, {summary['tokens']} tokens,"
            f" ${summary['cost_usd']:.4f}"]
     for task_id, reason in summary["blocked"].items():
-        out.append(f"  blocked {task_id}: {reason}")
+        out.append(f"  blocked {task_id}: {reason}  ->  mesh retry {task_id}")
     for why in summary["skipped"]:
         out.append(f"  left alone: {why}")
     for error in summary.get("errors") or []:

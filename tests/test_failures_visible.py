@@ -156,8 +156,16 @@ def test_an_outstanding_call_is_reported_while_it_waits_and_shown_in_the_live_ta
             assert "critic_b " in render(sink._render(), width=200)
         assert lines[0].startswith("waiting: critic_b (critique, attempt 2) has not answered for ")
         assert watch.outstanding() == [] and "critic_b" not in render(sink._render(), width=200)
+        # A note (a failed call, say) is printed above the table, its task named on a drain's.
+        progress.echo("call failed: critic_b (critique, attempt 2): no_response; no retry left")
+        drain = LiveSink(_quiet_console(), title="mesh drain")
+        drain({"event": "note", "t": 1, "task": "dr-7", "line": "fallback: switching to the 3-role fallback: x"})
+        drain.close()
+        assert "dr-7: fallback: switching to the 3-role fallback: x" in drain.live.console.file.getvalue()
     finally:
         sink.close()
+    assert "call failed: critic_b (critique, attempt 2): no_response; no retry left" in \
+        sink.live.console.file.getvalue()
 
 
 def _quiet_console():
