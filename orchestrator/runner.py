@@ -25,6 +25,7 @@ from .config import ConfigError, MeshConfig, load_config
 from .engine import Engine, RunReport, TaskTaken, load_checkpoints, new_run_id
 from .lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
 from .gitops import cache_dir
+from .idle import UnknownScope, explain_idle
 from .project_env import EnvironmentMissing, ProjectEnv, find_environment
 from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
 from .worker_sandbox import announce_real_home, network_problem, worker_launcher
@@ -322,8 +323,6 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
 def _idle(tracker: Tracker, scope: Scope, ids: Sequence[str], held: Sequence[str] = ()) -> RunReport:
     """The report of a run with nothing to run, saying why; RunError (exit 2) for a scope
     that names no existing label or epic."""
-    from .idle import UnknownScope, explain_idle
-
     try:
         return explain_idle(tracker, scope, ids, held)
     except UnknownScope as exc:
