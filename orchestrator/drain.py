@@ -30,11 +30,12 @@ from roles.backends.base import Backend
 from tracker.errors import TrackerError, WorkspaceError
 from tracker.store import Tracker
 
-from .checkpoint import signing_key
 from .engine import RunReport, load_checkpoints
 from .gitops import GitError, _git, repo_root
 from .landing import Lander, integration_branch_for, land_checkpoints
 from .lease import held_by_person, lease_is_live
+from .idle import last_block
+from .live import line_kind
 from .runner import (RunError, RunOptions, interrupted_runs, load_run_config, make_backend, make_lander,
                      open_tracker, project_environment, require_sandbox, run_task, sandbox_notes)
 from .scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
@@ -174,9 +175,7 @@ def blocked_in_scope(tracker: Tracker, scope: Scope, ids: Sequence[str] = (), *,
     for task in scope_tasks(tracker, scope):
         if task["status"] != "blocked" or task["id"] in exclude or (wanted and task["id"] not in wanted):
             continue
-        outcomes = [cp for cp in load_checkpoints(tracker, task["id"]) if cp.kind == "outcome"]
-        reason = (outcomes[-1].payload.get("artifact") or {}).get("block_reason") if outcomes else None
-        out[task["id"]] = reason if isinstance(reason, str) and reason else "blocked"
+        out[task["id"]] = last_block(tracker, task["id"])[0]
     return out
 
 
@@ -235,11 +234,15 @@ class _Drain:
                 self.engines[task_id] = engine
                 self.rows[task_id].run_id = engine.run_id
             self.emit("task_run", task=task_id, run_id=engine.run_id, resumed=engine.resumed)
+            engine.watch.listen(lambda event: self.emit(event.pop("event"), task=task_id, **event))
 
         def echo(line: str) -> None:
             engine = self.engines.get(task_id)
             row = self.rows[task_id]
-            kind = line[len("[orch:"):line.index("]")] if line.startswith("[orch:") and "]" in line else "preflight"
+            kind = line_kind(line)
+            if kind is None:  # a note between checkpoints: a failed call, failing output
+                self.emit("note", task=task_id, line=line)
+                return
             if engine is not None:
                 row.round = kind
                 row.cycle = f"c{engine.bus.consensus_cycle}/r{engine.bus.review_cycle}"
@@ -276,7 +279,7 @@ class _Drain:
         if jobs < 1:
             raise RunError("--jobs must be at least 1", 2)
         branch = options.onto or self.config.drain.onto or integration_branch_for(self.scope)
-        tracker = open_tracker(options.db, options.actor, self.config)
+        tracker = open_tracker(options.db, options.actor, self.config, repo=options.repo)
         self.db, self.actor = tracker.path, tracker.actor
         try:
             self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land,

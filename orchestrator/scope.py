@@ -44,6 +44,13 @@ def _sort_key(issue: dict) -> tuple:
     return (issue.get("priority", 2), normalize_ts(issue.get("created_at")) or "", issue["id"])
 
 
+def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
+    """Every task of the scope, closed ones included."""
+    labels = [scope.plan_label] if scope.plan_label else []
+    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
+                        include_closed=True)
+
+
 def scoped_candidates(tracker: Tracker, scope: Scope, *, status: str) -> list[dict]:
     """Scoped tasks with ``status`` (``in_progress``) or ready ones (``ready``), in tie-break order."""
     labels = [scope.plan_label] if scope.plan_label else []

@@ -142,8 +142,10 @@ def test_parent_scope_selects_children_of_epic(ws):
 
 
 def test_no_runnable_task_exits_0(ws):
+    with ws.tracker() as t:
+        t.create("Nothing to do yet", issue_type="epic", labels=["plan:nothing-here"])
     code, report, _ = ws.run(happy_script(), label="plan:nothing-here")
-    assert code == 0 and report["outcome"] == "no_runnable_task"
+    assert code == 0 and report["outcome"] == "no_runnable_task" and report["idle"]["why"] == "empty_scope"
 
 
 def test_ids_restrict_selection(ws):
