@@ -74,10 +74,3 @@ def select_candidates(tracker: Tracker, scope: Scope, ids: Sequence[str] = ()) -
             if not wanted or issue["id"] in wanted:
                 out.append((issue, why))
     return out
-
-
-def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
-    """Every task of the scope, closed ones included."""
-    labels = [scope.plan_label] if scope.plan_label else []
-    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
-                        include_closed=True)
