@@ -293,3 +293,23 @@ def test_worker_home_config_key(tmp_path):
         (tmp_path / "mesh.toml").write_text(text)
         with pytest.raises(ConfigError):
             load_config(tmp_path)
+
+
+def test_a_version_managers_shim_brings_its_root(tmp_path, bwrap):
+    """``python3`` on PATH is often a pyenv (rbenv, asdf, mise) shim: a script that runs the
+    manager's own scripts. Found on a real machine: the shim alone fails with status 127."""
+    home = _home(tmp_path)
+    root = home / ".pyenv"
+    (root / "libexec").mkdir(parents=True)
+    (root / "shims").mkdir()
+    (root / "libexec" / "pyenv").write_text(f"#!/bin/sh\nshift\nexec {sys.executable} \"$@\"\n")
+    (root / "libexec" / "pyenv").chmod(0o755)
+    shim = root / "shims" / "python3"
+    shim.write_text(f"#!/bin/sh\nexec \"{root}/libexec/pyenv\" exec \"$@\"\n")
+    shim.chmod(0o755)
+    assert str(root) in program_binds(str(shim))
+    launch = worker_launcher(bwrap, private_root=tmp_path / "homes")
+    argv, env = launch([str(shim), "-c", "print('through the shim')"], {"PATH": "/usr/bin:/bin", "HOME": str(home)},
+                       None)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "through the shim\n", done.stderr
