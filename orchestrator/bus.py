@@ -9,6 +9,7 @@ destructively: the earlier one stays queryable in ``history``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,8 @@ class ArtifactBus:
     review_cycle: int = 0
     history: list[HistoryEntry] = field(default_factory=list)
     mode: str = "full"
+    # Told of the fallback switch as it happens (the run prints it); not part of the state.
+    on_fallback: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ audit
 
@@ -168,6 +171,8 @@ class ArtifactBus:
     def switch_to_fallback(self, reason: str) -> None:
         self.mode = "fallback"
         self._log("fallback", {"reason": reason})
+        if self.on_fallback is not None:
+            self.on_fallback(reason)
 
     def note(self, event: str, data: Any = None, role: str | None = None) -> None:
         """Append a free audit entry (decisions that change no artifact)."""

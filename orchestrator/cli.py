@@ -20,8 +20,42 @@ from .schema_cli import schema_command
 
 __all__ = ["main", "cli"]
 
+_GLOBAL_OPTIONS = ("--db", "--actor")
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _MeshGroup(click.Group):
+    """The ``mesh`` group: ``--db`` and ``--actor`` are its own options, so ``mesh run --db F``
+    is refused by ``run``; the message then says where the option goes, with the command
+    line rewritten (``mesh --db F run ...``) rather than click's bare "no such option"."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["mesh.argv"] = list(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.NoSuchOption as exc:
+            if exc.option_name not in _GLOBAL_OPTIONS:
+                raise
+            import shlex
+
+            argv, moved = list(ctx.meta.get("mesh.argv") or []), []
+            for index, arg in enumerate(argv):
+                if arg.startswith(exc.option_name + "="):
+                    moved = [arg]
+                elif arg == exc.option_name and index + 1 < len(argv):
+                    moved = argv[index:index + 2]
+                if moved:
+                    del argv[index:index + len(moved)]
+                    break
+            where = exc.ctx.command_path if exc.ctx else "the command"
+            raise click.UsageError(
+                f"{exc.option_name} is an option of mesh itself, not of '{where}': give it before the command,"
+                f" as in: {shlex.join([ctx.command_path, *moved, *argv])}", ctx=exc.ctx) from None
+
+
+@click.group(cls=_MeshGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), envvar="MESH_DB",
               help="Tracker database (default: .beads/mesh.db of the enclosing workspace; env MESH_DB).")
 @click.option("--actor", envvar="MESH_ACTOR", help="Who writes (env MESH_ACTOR; default $USER).")
@@ -59,7 +93,8 @@ def _run_options(f):
                      help="Worker backend (default from config: replay)."),
         click.option("--script", type=click.Path(exists=True, dir_okay=False),
                      help="Replay script (JSON: role -> list of responses)."),
-        click.option("--worker-cmd", "worker_cmd", help="Command backend: an agent CLI reading the prompt on stdin."),
+        click.option("--worker-cmd", "worker_cmd",
+                     help="An agent CLI reading the prompt on stdin, for every role (selects the command backend)."),
         # The names live in roles.backends.presets; importing it here would slow `mesh --help`.
         click.option("--worker", type=click.Choice(["claude-code", "codex", "opencode"]),
                      help="An agent CLI preset for every role (a command worker; implies --backend command)."),
@@ -208,13 +243,17 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
     import json
 
     from orchestrator.show import render_history, task_history
+    from orchestrator.workspace import TrackerNotFound, tracker_target
     from tracker.errors import TrackerError
     from tracker.store import Tracker
 
     root = ctx.find_root().obj or {}
     try:
-        with Tracker.open(root.get("db"), actor=root.get("actor")) as tracker:
+        with Tracker.open(tracker_target(root.get("db")), actor=root.get("actor")) as tracker:
             history = task_history(tracker, task)
+    except TrackerNotFound as exc:
+        _fail(ctx, str(exc), 4, as_json)
+        return
     except TrackerError as exc:
         if as_json:
             click.echo(json.dumps({"error": str(exc), "code": exc.code}), err=True)
@@ -226,6 +265,43 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
         click.echo(json.dumps(history, indent=2))
     else:
         _say(render_history(history))
+
+
+@cli.command("retry")
+@click.argument("task")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as one JSON object.")
+@click.pass_context
+def retry_command(ctx: click.Context, task: str, as_json: bool) -> None:
+    """Re-open a blocked TASK for a new run (its earlier runs' history stays on it).
+
+    The next run starts from the current HEAD (or the integration branch); the earlier
+    attempt's commits are kept on branch mesh/<task>-<run>. Exit 2 when the task is not
+    blocked or unknown.
+    """
+    import json
+
+    from orchestrator.retry import RetryRefused, retry_task
+    from orchestrator.safe_text import clip
+    from tracker.errors import NotFoundError, TrackerError
+
+    opened = _calls_context(ctx, None, None, as_json)
+    if opened is None:
+        return
+    with opened[1] as tracker:
+        try:
+            done = retry_task(tracker, task)
+        except (RetryRefused, NotFoundError) as exc:
+            _fail(ctx, str(exc), 2, as_json)
+            return
+        except TrackerError as exc:
+            _fail(ctx, str(exc), 4, as_json)
+            return
+    if as_json:
+        click.echo(json.dumps(done, indent=2))
+        return
+    _say(f"{done['id']}: blocked -> open (it was blocked: {clip(done['was'], 300)})")
+    _say(f"  the history of its {len(done['runs'])} earlier run(s) stays: mesh show {done['id']}")
+    _say(f"  run it again: {done['next']}")
 
 
 @cli.command("ci-close")
@@ -356,7 +432,7 @@ def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
     try:
         config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
                                             config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(root.get("db"), root.get("actor"), config)
+        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
     except RunError as exc:
         _fail(ctx, str(exc), exc.exit_code, as_json)
         return None
@@ -509,6 +585,49 @@ def report_command(ctx: click.Context, task: str, output, repo, config_file) -> 
     _say(str(path))
 
 
+@cli.command("clean")
+@click.option("--yes", is_flag=True, help="Remove them (without it: only say what would be removed and why).")
+@click.option("--json", "as_json", is_flag=True, help="Print one object per branch or folder, as an array.")
+@_config_options
+@click.pass_context
+def clean_command(ctx: click.Context, yes: bool, as_json: bool, repo, config_file) -> None:
+    """Remove the mesh/<task> branches and worktrees of landed or closed work (a dry run without --yes).
+
+    Keeps every branch with commits that are on neither the base branch nor an integration
+    branch (unlanded work), every branch of a task in progress, integration branches, and
+    says why for each.
+    """
+    import json
+    from pathlib import Path
+
+    from orchestrator.clean import clean
+    from orchestrator.gitops import GitError, repo_root
+    from orchestrator.safe_text import clip
+
+    opened = _calls_context(ctx, repo, config_file, as_json)
+    if opened is None:
+        return
+    config, tracker = opened
+    with tracker:
+        try:
+            items = clean(tracker, repo_root(Path(repo or ".")), yes=yes, protected=config.protected_branches,
+                          onto=config.drain.onto)
+        except GitError as exc:
+            _fail(ctx, str(exc), 2, as_json)
+            return
+    if as_json:
+        click.echo(json.dumps([item.to_dict() for item in items], indent=2))
+        return
+    verb = {"remove": "remove" if yes else "would remove", "removed": "removed", "keep": "keep", "kept": "kept"}
+    if not items:
+        _say("nothing to clean: no mesh/ branch and no worktree left")
+    for item in items:
+        where = f"  (worktree {item.worktree})" if item.worktree and item.action in ("remove", "removed") else ""
+        _say(f"{verb[item.action]:<13} {clip(item.name, 70)}: {clip(item.why, 200)}{where}")
+    if not yes and any(item.action == "remove" for item in items):
+        _say("(a dry run: nothing was removed; mesh clean --yes removes them)")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="mesh")
@@ -529,7 +648,7 @@ def _open_scope(ctx: click.Context, label, parent, repo, config_file, config=Non
         if config is None:
             config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
                                                 config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(root.get("db"), root.get("actor"), config)
+        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
     except ScopeError as exc:
         _say(f"mesh: {exc}", err=True)
         ctx.exit(2)

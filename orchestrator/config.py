@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -479,6 +480,15 @@ class MeshConfig(_Strict):
         except KeyError:
             raise ConfigError(f"no model configured for role {role!r}") from None
 
+    # Where the configuration was read (a file, or "defaults"): preflight prints it.
+    _source: str = PrivateAttr(default="defaults")
+
+    @property
+    def source(self) -> str:
+        """The file this configuration came from (``mesh.toml``, ``pyproject.toml [tool.mesh]``),
+        or ``defaults`` when none was found."""
+        return self._source
+
     def with_overrides(self, **overrides: Any) -> "MeshConfig":
         """A validated copy with command-line overrides applied.
 
@@ -499,7 +509,9 @@ class MeshConfig(_Strict):
             if path[-1] not in target:
                 raise ConfigError(f"command line: unknown key {'.'.join(path)!r}")
             target[path[-1]] = value.model_dump() if isinstance(value, BaseModel) else value
-        return _validate(data, "command line")
+        changed = _validate(data, "command line")
+        changed._source = self._source
+        return changed
 
 
 def _error_key(loc: tuple[Any, ...]) -> str:
@@ -526,9 +538,11 @@ def _one_line(exc: ValidationError, source: str, key_prefix: str = "") -> str:
 
 def _validate(data: dict[str, Any], source: str, key_prefix: str = "") -> MeshConfig:
     try:
-        return MeshConfig.model_validate(data)
+        config = MeshConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc, source, key_prefix)) from None
+    config._source = source
+    return config
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -543,26 +557,42 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
 
 
+def config_folders(start: Path | None = None) -> list[Path]:
+    """The folders whose config applies to ``start`` (default: the current directory), nearest
+    first: ``start`` and each folder above it up to the repository's root (the folder holding
+    ``.git``) or the folder holding the tracker's ``.beads/``, whichever is higher, the way the
+    tracker itself is found from a subfolder. Outside both, ``start`` alone."""
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    chain = [here, *here.parents]
+    git = next((i for i, folder in enumerate(chain) if (folder / ".git").exists()), 0)
+    beads = next((i for i, folder in enumerate(chain) if (folder / ".beads").is_dir()), 0)
+    return chain[:max(git, beads) + 1]
+
+
 def load_config(repo: Path | None = None, config_file: Path | None = None) -> MeshConfig:
     """Load the configuration of ``repo`` (default: the current directory).
 
-    An explicit ``config_file`` (shaped like ``mesh.toml``) wins; else ``<repo>/mesh.toml``;
-    else ``[tool.mesh]`` in ``<repo>/pyproject.toml``; else the defaults. The price table
-    is the one exception to "files are never merged": the user's stored table
-    (``user_prices_path``) is laid over the built-in rows, and the project's ``[prices]``
-    over that. Any problem raises ConfigError with a one-line message naming the file and
-    the key.
+    An explicit ``config_file`` (shaped like ``mesh.toml``) wins; else the nearest of
+    ``config_folders(repo)`` that holds a ``mesh.toml`` or a ``pyproject.toml`` with a
+    ``[tool.mesh]`` table (a ``mesh.toml`` before a ``pyproject.toml`` of the same folder), so
+    a run started in a subfolder of the project reads the project's config; else the
+    defaults. ``MeshConfig.source`` says which. The price table is the one exception to
+    "files are never merged": the user's stored table (``user_prices_path``) is laid over the
+    built-in rows, and the project's ``[prices]`` over that. Any problem raises ConfigError
+    with a one-line message naming the file and the key.
     """
     if config_file is not None:
         path = Path(config_file)
         return _validate(_with_user_prices(_read_toml(path)), str(path))
-    root = Path(repo) if repo is not None else Path.cwd()
-    mesh_toml = root / "mesh.toml"
-    if mesh_toml.is_file():
-        return _validate(_with_user_prices(_read_toml(mesh_toml)), str(mesh_toml))
-    pyproject = root / "pyproject.toml"
-    if pyproject.is_file():
-        return _from_pyproject(_read_toml(pyproject), str(pyproject))
+    for folder in config_folders(repo):
+        mesh_toml = folder / "mesh.toml"
+        if mesh_toml.is_file():
+            return _validate(_with_user_prices(_read_toml(mesh_toml)), str(mesh_toml))
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            data = _read_toml(pyproject)
+            if isinstance(data.get("tool"), dict) and "mesh" in data["tool"]:
+                return _from_pyproject(data, str(pyproject))
     return _validate(_with_user_prices({}), "defaults")
 
 

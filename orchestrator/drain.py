@@ -30,16 +30,16 @@ from roles.backends.base import Backend
 from tracker.errors import TrackerError, WorkspaceError
 from tracker.store import Tracker
 
-from .checkpoint import signing_key
 from .engine import RunReport, load_checkpoints
 from .gitops import GitError, _git, repo_root
 from .catch_up import catch_up, close_landed_epics, scope_branch
 from .landing import Lander, land_checkpoints
 from .lease import held_by_person, lease_is_live
+from .idle import check_scope, last_block
+from .live import line_kind
 from .runner import (RunError, RunOptions, interrupted_runs, load_run_config, make_backend, make_lander,
                      open_tracker, project_environment, require_sandbox, run_task, sandbox_notes)
-from .scope import (Scope, ScopeError, require_scope_tasks, resolve_scope, scope_tasks, scoped_candidates,
-                    select_candidates)
+from .scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
            "verify_landings"]
@@ -170,20 +170,13 @@ def budget_allows(max_usd: float | None, *, finished: list[float], running: list
 def blocked_in_scope(tracker: Tracker, scope: Scope, ids: Sequence[str] = (), *,
                      exclude: Collection[str] = ()) -> dict[str, str]:
     """Blocked tasks of the scope (``ids`` restricts them) outside ``exclude``, with the reason
-    of their latest ``[orch:outcome]``, or of a failed ``[orch:land]`` after it (``blocked``
-    when no mesh run blocked them)."""
+    of their latest ``[orch:outcome]`` (``blocked`` when no mesh run blocked them)."""
     wanted = set(ids)
     out = {}
     for task in scope_tasks(tracker, scope):
         if task["status"] != "blocked" or task["id"] in exclude or (wanted and task["id"] not in wanted):
             continue
-        ends = [cp for cp in load_checkpoints(tracker, task["id"]) if cp.kind in ("outcome", "land")]
-        last = (ends[-1].payload.get("artifact") or {}) if ends else {}
-        # A closed task whose later landing failed (orchestrator.catch_up) was blocked by that landing.
-        reason = (last.get("block_reason") if ends[-1].kind == "outcome" else
-                  {"conflict": "merge_conflict", "validation_failed": "integration_validation_failed"}
-                  .get(last.get("result"))) if ends else None
-        out[task["id"]] = reason if isinstance(reason, str) and reason else "blocked"
+        out[task["id"]] = last_block(tracker, task["id"])[0]
     return out
 
 
@@ -242,11 +235,15 @@ class _Drain:
                 self.engines[task_id] = engine
                 self.rows[task_id].run_id = engine.run_id
             self.emit("task_run", task=task_id, run_id=engine.run_id, resumed=engine.resumed)
+            engine.watch.listen(lambda event: self.emit(event.pop("event"), task=task_id, **event))
 
         def echo(line: str) -> None:
             engine = self.engines.get(task_id)
             row = self.rows[task_id]
-            kind = line[len("[orch:"):line.index("]")] if line.startswith("[orch:") and "]" in line else "preflight"
+            kind = line_kind(line)
+            if kind is None:  # a note between checkpoints: a failed call, failing output
+                self.emit("note", task=task_id, line=line)
+                return
             if engine is not None:
                 row.round = kind
                 row.cycle = f"c{engine.bus.consensus_cycle}/r{engine.bus.review_cycle}"
@@ -282,13 +279,17 @@ class _Drain:
         jobs = self.options.jobs or self.config.drain.jobs
         if jobs < 1:
             raise RunError("--jobs must be at least 1", 2)
-        tracker = open_tracker(options.db, options.actor, self.config)
+        tracker = open_tracker(options.db, options.actor, self.config, repo=options.repo)
         self.db, self.actor = tracker.path, tracker.actor
         try:
             try:
-                tasks = require_scope_tasks(tracker, self.scope)  # before any branch is made for it
+                check_scope(tracker, self.scope)  # a misspelt scope: exit 2, before any branch is made
             except ScopeError as exc:
                 raise RunError(str(exc), 2) from None
+            tasks = scope_tasks(tracker, self.scope)
+            if not tasks:  # a scope with no task: nothing to land, so no branch either
+                return DrainReport(branch="", scope=self.scope.to_dict(), tasks=[], stop_reason="empty_scope",
+                                   wall_s=time.monotonic() - self.t0)
             branch = scope_branch(tracker, self.scope, tasks, options.onto or self.config.drain.onto)
             self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land,
                                       remote=options.remote or self.config.drain.remote)

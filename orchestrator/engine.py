@@ -18,7 +18,6 @@ import concurrent.futures
 import secrets
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -45,6 +44,7 @@ from .proof import brief, failed_detail, state
 from .scope import Scope
 from .validation_findings import NOT_ALLOWED, allowed_commands_check, with_validation_finding
 from .runhead import RUN_HEAD, write_close_head, write_run_head
+from .watch import RunWatch, call_error
 from redact import scrub, scrub_obj
 
 __all__ = ["CLOSE_REASON", "Engine", "RunReport", "BLOCK_REASONS", "TaskTaken", "new_run_id", "load_checkpoints"]
@@ -192,7 +192,8 @@ class Engine:
         self.integrate = config.integrate
         self.strict = config.strict_output
         self.key = signing_key()
-        self.bus = ArtifactBus(task_id=task["id"], task_meta=_task_meta(task))
+        self.watch = RunWatch(self.echo, fallback_roles=config.fallback_roles)  # failed calls, waits, fallback
+        self.bus = ArtifactBus(task_id=task["id"], task_meta=_task_meta(task), on_fallback=self.watch.fallback)
         self.usage = Usage()
         # Budget accounting: what finished calls used plus the worst case of calls in flight,
         # so that critics or voters asked at the same time cannot overshoot together.
@@ -466,18 +467,17 @@ class Engine:
             if logged is not None:
                 return logged
         held = self._check_budget(request)
-        started = time.monotonic()
         response = None
         try:
-            response = self.backend.call(request)
+            with self.watch.call(role, round_name, attempt) as timer:
+                response = self.backend.call(request)
         finally:
             self._settle_budget(held, response.usage if response is not None else Usage())
-        if not response.duration_s:
-            response.duration_s = time.monotonic() - started
+        response.duration_s = response.duration_s or timer.elapsed()
         log_call(self.tracker, run_id=self.run_id, task_id=self.task["id"], role=role, round=round_name,
                  attempt=attempt, backend=self.backend.name, model=response.model, prompt=prompt.text,
                  response=response.text, usage=response.usage.to_dict(), duration_s=response.duration_s,
-                 error=_call_error(response))
+                 error=call_error(response))
         return response
 
     def _logged_answer(self, role: str, round_name: str, attempt: int, prompt: str) -> WorkerResponse | None:
@@ -519,6 +519,8 @@ class Engine:
             if error == "refusal":
                 error = "no_response"
             if error in ("no_response", "timeout") or (error is None and not (response.text or "").strip()):
+                self.watch.failed(role, round_name, attempt, call_error(response) or "an empty answer",
+                                  then="asking again" if no_response_left else "no retry left")
                 if no_response_left:
                     no_response_left -= 1
                     result.worker_retries += 1
@@ -534,6 +536,8 @@ class Engine:
                 if validate:
                     validate(parsed)
             except ParseError as exc:
+                self.watch.failed(role, round_name, attempt, f"{exc.kind}: {exc.message}",
+                                  then="one strict follow-up" if follow_up_left else "no follow-up left")
                 if follow_up_left:
                     follow_up_left -= 1
                     result.parse_retries += 1
@@ -819,6 +823,7 @@ class Engine:
         proof = validate_head(self, commands)
         self.validation, self.validation_pass = proof.results, proof.passed
         self._checkpoint("proof", None, phase, proof.summary(), proof.artifact(), details=proof.details())
+        self.watch.validation(proof.results)
         if self.config.validation.required and not proof.ran:
             raise Blocked("missing_validation_requirements",
                           "no validation command to run" if not commands
@@ -1088,7 +1093,7 @@ class Engine:
             block_detail=block.detail if block else None,
             consensus={"cycles": self.bus.consensus_cycle + 1, "mode": self.bus.mode, "tally": dict(self.tally),
                        "votes": votes},
-            validation=[brief(v) for v in self.validation],
+            validation=[brief(v, output=True) for v in self.validation],
             review={"decision": last_review["decision"] if last_review else None, "cycles": self.bus.review_cycle,
                     "review_issue": self.bus.review_issue, "subtasks": dict(self.bus.review_subtasks)},
             mutations=list(self.mutations),
@@ -1103,12 +1108,6 @@ class Engine:
 def _tokens(usage: Usage) -> int:
     """Every token a call is billed for, cached or not."""
     return usage.input_tokens + usage.output_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-
-
-def _call_error(response: WorkerResponse) -> str | None:
-    if response.error is None:
-        return f"note: {response.detail}" if response.detail else None
-    return f"{response.error}: {response.detail}" if response.detail else response.error
 
 
 def _task_meta(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,12 @@ start):
 the engine's progress lines into these events (``live_run_progress``); without a terminal
 it prints the engine's lines as they are.
 
+The engine's lines are of two sorts (``line_kind``): a checkpoint's line (and preflight's),
+which moves the task's row on, and a note between checkpoints (a failed call, the fallback
+switch, a failing command's output, a call still waiting: ``orchestrator.watch``), a ``note``
+event that is printed and changes no row. ``call_started`` and ``call_finished`` events keep
+the table's "waiting" column: which roles the task waits on, and for how long.
+
 Every text that leaves mesh here is scrubbed like the rest of its logs and printable (terminal
 escapes and bidirectional overrides shown, never sent); rich renders it as plain text, never as
 markup (a task title or a block detail can hold ``[/bold]``).
@@ -30,7 +36,17 @@ from redact import scrub, scrub_obj
 from .safe_text import clip, printable
 
 __all__ = ["NdjsonSink", "LineSink", "LiveSink", "RunProgress", "live_run_progress", "checkpoint_fields",
-           "summary_lines"]
+           "line_kind", "summary_lines"]
+
+_QUIET = ("call_started", "call_finished", "interrupt")
+
+
+def line_kind(line: str) -> str | None:
+    """The checkpoint kind of one of the engine's lines (``preflight`` for preflight's own),
+    or None for a note between checkpoints."""
+    if line.startswith("[orch:") and "]" in line:
+        return line[len("[orch:"):line.index("]")]
+    return "preflight" if line.startswith("orch_preflight ") else None
 
 
 class NdjsonSink:
@@ -53,7 +69,7 @@ class NdjsonSink:
 def _plain(event: dict[str, Any]) -> str | None:
     kind, task = event["event"], event.get("task", "")
     stamp = f"[{event['t']:8.2f}s]"
-    if kind == "checkpoint":
+    if kind in ("checkpoint", "note"):
         return f"{stamp} {task}: {event['line'].split(chr(10), 1)[0]}"
     if kind == "drain_started":
         return f"{stamp} drain of {event['scope'].get('plan_label') or event['scope'].get('parent_epic')} onto" \
@@ -86,8 +102,8 @@ def _plain(event: dict[str, Any]) -> str | None:
     if kind in ("land_verified", "land_missing"):
         state = "on the branch" if event["on_branch"] else "NOT on the branch any more"
         return f"{stamp} {task}: earlier landing {event['sha'][:12]} {state}"
-    if kind == "interrupt":
-        return None  # the CLI says it on stderr the moment Ctrl-C is pressed
+    if kind in _QUIET:
+        return None  # the CLI says an interrupt on stderr the moment Ctrl-C is pressed; calls show as notes
     return f"{stamp} {kind} {task}".rstrip()
 
 
@@ -115,7 +131,8 @@ class LiveSink:
 
     ``title`` heads the table (``onto <branch>`` is added once the branch is known);
     ``landing`` shows the landing queue and count; ``lines`` also prints each checkpoint's
-    line above the table, as the plain output would."""
+    line above the table, as the plain output would. Notes (failed calls, failing output) are
+    printed above it either way, with their task's id when checkpoint lines are not."""
 
     def __init__(self, console: Any, *, title: str = "mesh drain", branch: str = "", landing: bool = True,
                  lines: bool = False) -> None:
@@ -136,22 +153,28 @@ class LiveSink:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind, task = event["event"], event.get("task")
-        if kind == "checkpoint" and self.show_lines:
+        if (kind == "checkpoint" and self.show_lines) or kind == "note":
             from rich.text import Text
 
+            line = event["line"] if self.show_lines else f"{task}: {event['line']}"
             # Outside self.lock: the refresh thread holds the console while it asks for a frame.
-            self.live.console.print(Text(scrub(clip(event["line"], 400))), soft_wrap=True)
+            self.live.console.print(Text(scrub(clip(line, 400))), soft_wrap=True)
         with self.lock:
             if kind == "drain_started":
                 self.branch = event["branch"]
             elif kind == "task_started":
                 self.rows[task] = {"id": task, "title": event.get("title", ""), "round": "", "cycle": "",
-                                   "start": time.monotonic(), "end": None, "cost": 0.0, "outcome": "running"}
+                                   "start": time.monotonic(), "end": None, "cost": 0.0, "outcome": "running",
+                                   "calls": {}}
+            elif kind == "call_started" and task in self.rows:
+                self.rows[task]["calls"][event["call"]] = (event["role"], time.monotonic())
+            elif kind == "call_finished" and task in self.rows:
+                self.rows[task]["calls"].pop(event["call"], None)
             elif kind == "checkpoint" and task in self.rows:
                 self.rows[task].update(round=event["kind"], cycle=event.get("cycle", ""),
                                        cost=event.get("cost_usd", 0.0))
             elif kind == "task_finished" and task in self.rows:
-                self.rows[task].update(end=time.monotonic(), cost=event["cost_usd"],
+                self.rows[task].update(end=time.monotonic(), cost=event["cost_usd"], calls={},
                                        outcome=event["state"] + (f" ({event['block_reason']})"
                                                                  if event.get("block_reason") else ""))
             elif kind == "task_skipped":
@@ -174,17 +197,17 @@ class LiveSink:
 
         title = f"{self.title} onto {self.branch}" if self.branch else self.title
         table = Table(title=Text(clip(title, 120)), expand=False)
-        for name in ("task", "title", "round", "cycle", "elapsed", "cost", "outcome"):
+        for name in ("task", "title", "round", "cycle", "elapsed", "cost", "waiting on", "outcome"):
             table.add_column(name, justify="right" if name in ("elapsed", "cost") else "left")
         now = time.monotonic()
         with self.lock:
-            rows = list(self.rows.values())
+            rows = [{**row, "calls": list(row["calls"].values())} for row in self.rows.values()]
             queue = list(self.queue)
             landing = self.landing
         for row in rows:
             elapsed = (row["end"] or now) - row["start"]
             cells = (row["id"], scrub(row["title"]), row["round"], row["cycle"], f"{elapsed:.1f}s",
-                     f"${row['cost']:.4f}", row["outcome"])
+                     f"${row['cost']:.4f}", _waiting(row["calls"], now), row["outcome"])
             table.add_row(*(Text(clip(str(cell), 40)) for cell in cells))
         done = sum(1 for r in rows if r["end"] is not None)
         queued = f"landing: {clip(landing, 40) or '-'}   queue: {clip(', '.join(queue), 80) or '-'}   " \
@@ -199,10 +222,20 @@ class LiveSink:
         self.live.stop()
 
 
+def _waiting(calls: list[tuple[str, float]], now: float) -> str:
+    """``synthesizer 42s``, ``critic_a, critic_b +1 12s``: the roles a task waits on, and how
+    long the oldest call has been outstanding."""
+    if not calls:
+        return ""
+    roles = [role for role, _ in sorted(calls, key=lambda c: c[1])]
+    more = f" +{len(roles) - 2}" if len(roles) > 2 else ""
+    return f"{', '.join(roles[:2])}{more} {now - min(start for _, start in calls):.0f}s"
+
+
 def checkpoint_fields(engine: Any, line: str) -> dict[str, Any]:
     """The fields of a ``checkpoint`` event for one of ``engine``'s progress lines: the kind
     (``preflight`` for the preflight line), the cycle, the run's cost so far and the line."""
-    kind = line[len("[orch:"):line.index("]")] if line.startswith("[orch:") and "]" in line else "preflight"
+    kind = line_kind(line) or "preflight"
     if engine is None:
         return {"kind": kind, "cycle": "", "cost_usd": 0.0, "line": line}
     return {"kind": kind, "cycle": f"c{engine.bus.consensus_cycle}/r{engine.bus.review_cycle}",
@@ -233,10 +266,14 @@ class RunProgress:
         if first:
             self._emit("task_started", task=self._task(), title=engine.task.get("title") or "")
         self._emit("task_run", task=self._task(), run_id=engine.run_id, resumed=engine.resumed)
+        engine.watch.listen(lambda event: self._emit(event.pop("event"), task=self._task(), **event))
 
     def echo(self, line: str) -> None:
-        """One progress line of the engine."""
-        self._emit("checkpoint", task=self._task(), **checkpoint_fields(self.engine, line))
+        """One progress line of the engine: a checkpoint's, or a note between them."""
+        if self.engine is not None and line_kind(line) is None:
+            self._emit("note", task=self._task(), line=line)
+        else:
+            self._emit("checkpoint", task=self._task(), **checkpoint_fields(self.engine, line))
 
     def finish(self, report: Any) -> None:
         """The run's report: its outcome and cost end the task's row."""
@@ -267,13 +304,15 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
            f" task time {summary['task_s']:.1f}s, {summary['calls']} calls, {summary['tokens']} tokens,"
            f" ${summary['cost_usd']:.4f}"]
     for task_id, reason in summary["blocked"].items():
-        out.append(f"  blocked {task_id}: {reason}")
+        out.append(f"  blocked {task_id}: {reason}  ->  mesh retry {task_id}")
     for why in summary["skipped"]:
         out.append(f"  left alone: {why}")
     for error in summary.get("errors") or []:
         out.append(f"  error {error}")
     remote = summary.get("remote")
-    if remote:
+    if not branch:
+        out.append("no task of type task in scope: nothing was run and no branch was made")
+    elif remote:
         out.append(f"integration branch {branch} on {remote} (landings push it; your checkout is untouched)."
                    " To look and merge:")
         out.append(f"  git fetch {remote} && git log --oneline HEAD..{remote}/{branch}")

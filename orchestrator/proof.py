@@ -15,22 +15,46 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from redact import scrub
+from redact.controls import strip_terminal
+
 from .faults import crash_point
+from .safe_text import clip
 from .testcounts import TestCounts
 
 if TYPE_CHECKING:
     from .engine import Engine
     from .validation import ValidationResult
 
-__all__ = ["BaseTests", "Proof", "brief", "failed_detail", "state", "tests_line", "validate_head"]
+__all__ = ["BaseTests", "Proof", "TAIL_LINES", "brief", "failed_detail", "output_tail", "state", "tests_line",
+           "validate_head"]
 
 # The fields of a result that the run report, the run head and the land checkpoint keep.
-_BRIEF_KEYS = ("command", "exit_code", "passed", "rejected", "reason", "tests")
+_BRIEF_KEYS = ("command", "exit_code", "passed", "rejected", "reason", "tests", "limit")
+# How much of a failing command's output the run summary, ``mesh show`` and the live lines
+# print: enough for a traceback's last frames and the assertion, not a whole test log.
+TAIL_LINES = 20
+_TAIL_WIDTH = 240
 
 
-def brief(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The short form of a result dict (a stored one may predate ``reason`` and ``tests``)."""
-    return {key: result.get(key) for key in _BRIEF_KEYS}
+def brief(result: Mapping[str, Any], *, output: bool = False) -> dict[str, Any]:
+    """The short form of a result dict (a stored one may predate ``reason`` and ``tests``);
+    with ``output``, a failed command keeps its ``output_tail`` (the run report's)."""
+    out = {key: result.get(key) for key in _BRIEF_KEYS}
+    if output and not result.get("passed") and not result.get("rejected"):
+        out["output_tail"] = output_tail(result)
+    return out
+
+
+def output_tail(result: Mapping[str, Any], lines: int = TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-blank lines of a result's output (stdout, then stderr), each one
+    printable line clipped to a terminal's width. The tails were stripped of terminal
+    sequences and scrubbed when they were kept; a stored checkpoint is tracker text, so this
+    does both again rather than trust it."""
+    text = "\n".join(part for part in (result.get("stdout_tail"), result.get("stderr_tail"))
+                     if isinstance(part, str) and part)
+    kept = [line.rstrip() for line in scrub(strip_terminal(text)).splitlines() if line.strip()]
+    return [clip(line, _TAIL_WIDTH) for line in kept[-lines:]]
 
 
 def tests_line(result: Mapping[str, Any], base_counts: Any = None) -> str:
@@ -56,6 +80,8 @@ def state(result: Mapping[str, Any], base_counts: Any = None) -> str:
     parts = [f"exit {result.get('exit_code')}"]
     if isinstance(result.get("reason"), str):
         parts.append(result["reason"])
+    if isinstance(result.get("limit"), str):
+        parts.append(f"{result['limit']} limit hit")
     return f"fail ({', '.join([*parts, *([f'tests {tests}'] if tests else [])])})"
 
 
@@ -141,6 +167,7 @@ class Proof:
 def failed_detail(results: Iterable[Mapping[str, Any]]) -> str:
     """Why the latest validation did not pass, for a block detail: each failed command's reason."""
     failed = [f"`{r.get('command')}`: {r.get('reason') or 'exit ' + str(r.get('exit_code'))}"
+              + (f" ({r['limit']} limit hit)" if isinstance(r.get("limit"), str) else "")
               for r in results if not r.get("passed") and not r.get("rejected")]
     return "; ".join(failed) if failed else "no command ran"
 

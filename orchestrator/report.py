@@ -5,6 +5,7 @@ from __future__ import annotations
 from redact import scrub
 
 from .engine import RunReport
+from .idle import IdleReport, idle_lines
 from .proof import state
 from .safe_text import printable
 
@@ -15,10 +16,9 @@ def render_report(report: RunReport, *, preflight: bool = True) -> str:
     """Selected task and final state, consensus, validation, mutations, preflight (scrubbed,
     like the JSON report: the block detail and commands can quote model output); without
     ``preflight`` when it was printed already."""
-    if report.outcome == "no_runnable_task":
-        scope = report.scope
-        where = f"label {scope['plan_label']}" if scope.get("plan_label") else f"epic {scope.get('parent_epic')}"
-        return f"no runnable task in scope ({where})" + "".join(f"\n  {line}" for line in report.mutations)
+    if isinstance(report, IdleReport):
+        # Why nothing ran; task titles and block details are tracker and model text.
+        return scrub("\n".join(printable(line, one_line=True) for line in idle_lines(report)))
     task = report.task or {}
     lines = [f"task {task.get('id')}: {task.get('title')}",
              f"  outcome:    {report.outcome}" + (f" ({report.block_reason})" if report.block_reason else ""),
@@ -31,7 +31,10 @@ def render_report(report: RunReport, *, preflight: bool = True) -> str:
                      f" {c['cycles']} cycle(s), {c['mode']} mode")
         if c.get("votes"):
             lines.append("  votes:      " + ", ".join(f"{r}={v}" for r, v in c["votes"].items()))
-    lines += [f"  validation: {v['command']} -> {state(v)}" for v in report.validation]
+    for v in report.validation:
+        lines.append(f"  validation: {v['command']} -> {state(v)}")
+        # A failing command's output tail (kept with the report), so the failure is read here.
+        lines += [f"              | {line}" for line in v.get("output_tail") or []]
     r = report.review
     if r and r.get("decision"):
         lines.append(f"  review:     {r['decision']} after {r['cycles']} cycle(s)")

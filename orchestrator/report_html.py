@@ -42,7 +42,7 @@ from .calls import calls_for
 from .checkpoint import checkpoint_problem, signing_key
 from .config import KNOWN_ROLES, PriceTable, user_price_table
 from .engine import load_checkpoints
-from .proof import tests_line
+from .proof import output_tail, tests_line
 from .safe_text import printable
 from .show import task_history
 from .testcounts import TestCounts
@@ -134,9 +134,11 @@ def _result(raw: Any, base_counts: Any = None) -> dict[str, Any]:
         code = _int(r.get("exit_code"))
         state, css = ("fail" if code is None else f"fail (exit {code})"), "bad"
     duration = _number(r.get("duration_s"))
+    # A failing command shows the end of its output in the table, not behind a click.
+    tail = output_tail(r) if css == "bad" and not r.get("rejected") else []
     return {"command": _text(r.get("command")), "state": state, "css": css, "reason": _text(r.get("reason")),
             "duration": "" if duration is None else f"{duration:.2f}s", "tests": tests_line(r, base_counts),
-            "ran": counts.ran if counts else None,
+            "ran": counts.ran if counts else None, "tail": "\n".join(tail), "tail_lines": len(tail),
             "stdout": _text(r.get("stdout_tail")), "stderr": _text(r.get("stderr_tail"))}
 
 
@@ -263,6 +265,7 @@ def _run_view(run: dict[str, Any], trust: dict[str, dict[str, str]], issues: dic
               patch_counter: list[int]) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     votes: dict[str, dict[str, Any]] = {}
+    run_id = _text(run["run_id"])
     patches, validation, reviews, landings = [], [], [], []
     subtasks_by_cycle: dict[Any, dict[str, Any]] = {}
     for step in run["steps"]:
@@ -296,7 +299,8 @@ def _run_view(run: dict[str, Any], trust: dict[str, dict[str, str]], issues: dic
             patches.append({"anchor": anchor, "title": f"{kind} ({cycle})", "role": card["role"],
                             **_diff(_text(a.get("patch")))})
         elif kind == "proof":
-            validation.append({"title": f"validation ({cycle})", "results": card["body"]["results"]})
+            validation.append({"title": "validation", "run": run_id, "cycle": cycle,
+                               "results": card["body"]["results"]})
         elif kind == "review":
             subtasks = subtasks_by_cycle.get(review, {})
             reviews.append({"title": f"review cycle {review if review is not None else '?'}",
@@ -313,12 +317,13 @@ def _run_view(run: dict[str, Any], trust: dict[str, dict[str, str]], issues: dic
                              "duration": "" if duration is None else f"{duration:.2f}s",
                              "validation": [_result(r) for r in _list(a.get("validation"))]})
             if landings[-1]["validation"]:
-                validation.append({"title": f"landing validation (attempt {landings[-1]['attempt']})",
+                validation.append({"title": "landing validation", "run": run_id,
+                                   "cycle": f"landing attempt {landings[-1]['attempt'] or '?'}",
                                    "results": landings[-1]["validation"]})
     outcome = _dict(run["outcome"])
     conditions = [{"name": _text(k), "value": _text(v)} for k, v in _dict(outcome.get("conditions")).items()]
     state = _text(outcome.get("outcome")) or "unfinished"
-    return {"run_id": _text(run["run_id"]), "outcome": state,
+    return {"run_id": run_id, "outcome": state,
             "glance": _glance(list(votes.values()), validation, reviews, landings, len(run["steps"])),
             "css": {"closed": "good", "awaiting_ci": "good", "synthesis_only": "muted", "unfinished": "muted"}
             .get(state, "bad"),

@@ -25,11 +25,13 @@ from .config import ConfigError, MeshConfig, load_config
 from .engine import Engine, RunReport, TaskTaken, load_checkpoints, new_run_id
 from .lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
 from .gitops import cache_dir
+from .idle import UnknownScope, explain_idle
 from .project_env import EnvironmentMissing, ProjectEnv, find_environment
 from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
 from .worker_sandbox import announce_real_home, network_problem, worker_launcher
-from .scope import Scope, ScopeError, require_scope_tasks, resolve_scope, scope_tasks, select_candidates
+from .scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
 from .catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
+from .workspace import TrackerNotFound, tracker_target
 
 __all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
@@ -73,11 +75,15 @@ class RunOptions:
     remote: str | None = None  # a shared git remote (else config drain.remote): push and land there
 
 
-def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | None = None) -> Tracker:
+def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | None = None, *,
+                 repo: Path | str | None = None) -> Tracker:
     """Open the tracker (``db``, else ``MESH_DB``, else the config's ``tracker.url``, else the
-    workspace's file) and run the prechecks (``where``, ``status``); exit 4 when unusable."""
-    if not db and not os.environ.get("MESH_DB") and config is not None:
-        db = config.tracker.url
+    workspace's file found from ``repo``, then from the current folder) and run the prechecks
+    (``where``, ``status``); exit 4 when unusable or not found."""
+    try:
+        db = tracker_target(db, repo, config.tracker.url if config is not None else None)
+    except TrackerNotFound as exc:
+        raise RunError(str(exc), 4) from None
     try:
         tracker = Tracker.open(db, actor=actor or os.environ.get("MESH_ACTOR") or "mesh")
         tracker.where()
@@ -155,12 +161,14 @@ def project_environment(config: MeshConfig, repo: Path) -> ProjectEnv | None:
 
 
 def sandbox_notes(config: MeshConfig, environment: ProjectEnv | None = None) -> list[str]:
-    """What preflight prints of the sandboxes a run will use: the environment and limits of
-    validation, and for command workers their HOME and network (with the warning
-    ``worker_home = "real"`` owes)."""
+    """What preflight prints of the configuration in use (the file, found from a subfolder too)
+    and the sandboxes a run will use: the environment and limits of validation, and for
+    command workers their HOME and network (with the warning ``worker_home = "real"`` owes)."""
     from .validation import tree_limits_note
 
-    notes = []
+    notes = [f"configuration: {config.source}" if config.source != "defaults" else
+             "configuration: defaults (no mesh.toml, nor [tool.mesh] in a pyproject.toml, from here up to the"
+             " repository's root)"]
     if config.integrate:
         notes.append(environment.describe() if environment else
                      f"validation environment: mesh's own Python ({sys.prefix}; the project declares no dependency)")
@@ -210,6 +218,11 @@ def load_run_config(options: RunOptions) -> MeshConfig:
         if options.backend not in (None, "command"):
             raise RunError(f"--worker {options.worker} is a command worker; it cannot run with --backend"
                            f" {options.backend}", 2)
+        overrides["backend"] = "command"
+    elif options.worker_cmd:
+        # A worker command is only ever run by the command backend: naming one selects it.
+        if options.backend not in (None, "command"):
+            raise RunError(f"--worker-cmd runs a command worker; it cannot run with --backend {options.backend}", 2)
         overrides["backend"] = "command"
     return config.with_overrides(**overrides) if overrides else config
 
@@ -265,7 +278,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
     except ScopeError as exc:
         if not options.task:
             raise RunError(str(exc), 2) from None
-    tracker = open_tracker(options.db, options.actor, config)
+    tracker = open_tracker(options.db, options.actor, config, repo=options.repo)
     try:
         if options.task:
             try:
@@ -274,15 +287,14 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 raise RunError(str(exc), 2) from None
             scope = scope or _scope_of(candidates[0][0])
         else:
-            try:
-                require_scope_tasks(tracker, scope)  # a typo'd scope: exit 2, nothing created
-            except ScopeError as exc:
-                raise RunError(str(exc), 2) from None
             # Runs killed after deciding (landed, closed) are finished first, as mesh drain does.
-            candidates = interrupted_runs(tracker, scope, options.ids) + select_candidates(tracker, scope, options.ids)
+            try:
+                candidates = (interrupted_runs(tracker, scope, options.ids)
+                              + select_candidates(tracker, scope, options.ids))
+            except NotFoundError:
+                candidates = []  # an epic that does not exist: _idle names the closest ones
         if not candidates:
-            return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None,
-                             outcome="no_runnable_task")
+            return _idle(tracker, scope, options.ids)
         if config.integrate:
             from .gitops import GitError, repo_root
 
@@ -294,8 +306,11 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         if lander is None and config.integrate and not options.task:
             candidates, waiting = _not_waiting(tracker, scope, config, candidates)
             if not candidates:
-                return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None,
-                                 outcome="no_runnable_task", mutations=waiting)
+                report = _idle(tracker, scope, options.ids)
+                for entry in report.tasks:
+                    if entry["id"] in waiting:
+                        entry["reason"] = waiting[entry["id"]]
+                return report
         environment = project_environment(config, repo)
         if lander is not None:
             lander.environment = environment
@@ -304,8 +319,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 candidates = interrupted_runs(tracker, scope, options.ids) + select_candidates(tracker, scope,
                                                                                                options.ids)
                 if not candidates:
-                    return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None,
-                                     outcome="no_runnable_task")
+                    return _idle(tracker, scope, options.ids)
         backend = make_backend(config, options, tracker)
         notes = sandbox_notes(config, environment)
         try:
@@ -341,14 +355,14 @@ def _scope_lander(tracker: Tracker, scope: Scope, repo: Path, config: MeshConfig
 
 
 def _not_waiting(tracker: Tracker, scope: Scope, config: MeshConfig,
-                 candidates: list[tuple[dict, str]]) -> tuple[list[tuple[dict, str]], list[str]]:
+                 candidates: list[tuple[dict, str]]) -> tuple[list[tuple[dict, str]], dict[str, str]]:
     """A ``--no-land`` run's candidates without the dependents of work closed but not landed
-    (they wait: cut from HEAD they would lack it), and a line for each one left waiting."""
+    (they wait: cut from HEAD they would lack it), and why each one left out waits."""
     tasks = scope_tasks(tracker, scope)
     waiting = waiting_on_landing(tracker, tasks, scope_branch(tracker, scope, tasks, config.drain.onto))
     kept = [(task, why) for task, why in candidates if task["id"] not in waiting]
-    return kept, [f"{task['id']} waits for {', '.join(waiting[task['id']])} to land (mesh run or mesh drain"
-                  " lands it first)" for task, _ in candidates if task["id"] in waiting]
+    return kept, {task["id"]: f"waits for {', '.join(waiting[task['id']])} to land (mesh run or mesh drain"
+                              " lands it first)" for task, _ in candidates if task["id"] in waiting}
 
 
 def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope,
@@ -370,8 +384,16 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
             return report
     if options.task and any("held by run" in h for h in held):
         raise RunError("; ".join(held), 3)
-    return RunReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None, outcome="no_runnable_task",
-                     mutations=[f"skipped: {h}" for h in held])
+    return _idle(tracker, scope, options.ids, held)
+
+
+def _idle(tracker: Tracker, scope: Scope, ids: Sequence[str], held: Sequence[str] = ()) -> RunReport:
+    """The report of a run with nothing to run, saying why; RunError (exit 2) for a scope
+    that names no existing label or epic."""
+    try:
+        return explain_idle(tracker, scope, ids, held)
+    except UnknownScope as exc:
+        raise RunError(str(exc), 2) from None
 
 
 def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scope, task: dict, reason: str,

@@ -3,19 +3,17 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tracker.store import Tracker
 
-__all__ = ["Scope", "ScopeError", "require_scope_tasks", "resolve_scope", "scope_tasks", "select_candidates",
-           "scoped_candidates"]
+__all__ = ["Scope", "ScopeError", "resolve_scope", "scope_tasks", "select_candidates", "scoped_candidates"]
 
 
 class ScopeError(Exception):
-    """No scope was given, or it names no task (exit 2: ask for one)."""
+    """No scope was given (exit 2: ask for one)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,13 @@ def _sort_key(issue: dict) -> tuple:
     return (issue.get("priority", 2), normalize_ts(issue.get("created_at")) or "", issue["id"])
 
 
+def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
+    """Every task of the scope, closed ones included."""
+    labels = [scope.plan_label] if scope.plan_label else []
+    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
+                        include_closed=True)
+
+
 def scoped_candidates(tracker: Tracker, scope: Scope, *, status: str) -> list[dict]:
     """Scoped tasks with ``status`` (``in_progress``) or ready ones (``ready``), in tie-break order."""
     labels = [scope.plan_label] if scope.plan_label else []
@@ -69,35 +74,3 @@ def select_candidates(tracker: Tracker, scope: Scope, ids: Sequence[str] = ()) -
             if not wanted or issue["id"] in wanted:
                 out.append((issue, why))
     return out
-
-
-def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
-    """Every task of the scope, closed ones included."""
-    labels = [scope.plan_label] if scope.plan_label else []
-    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
-                        include_closed=True)
-
-
-def require_scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
-    """``scope_tasks``, or ``ScopeError`` naming the closest existing labels or epics when the
-    scope holds no task: checked before anything (a branch, a worktree) is made for it, so a
-    typo'd ``--label`` or ``--parent`` creates nothing."""
-    from tracker.errors import NotFoundError
-
-    try:
-        tasks = scope_tasks(tracker, scope)
-    except NotFoundError:
-        tasks = []
-    if tasks:
-        return tasks
-    issues = tracker.list(include_closed=True)
-    if scope.plan_label:
-        what, name = "label", scope.plan_label
-        known = sorted({label for issue in issues for label in issue.get("labels") or []})
-    else:
-        what, name = "epic", scope.parent_epic or ""
-        known = sorted(issue["id"] for issue in issues if issue.get("issue_type") == "epic")
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"; closest: {', '.join(close)}" if close else (f"; known: {', '.join(known[:5])}" if known else "")
-    exists = name in known
-    raise ScopeError(f"no task in scope: {what} {name!r} " + ("holds no task" if exists else "is unknown" + hint))

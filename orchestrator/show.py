@@ -7,7 +7,7 @@ from typing import Any
 from tracker.store import Tracker
 
 from .engine import load_checkpoints
-from .proof import state
+from .proof import output_tail, state
 from .safe_text import printable
 
 __all__ = ["task_history", "render_history"]
@@ -88,7 +88,10 @@ def _render_step(step: dict[str, Any]) -> list[str]:
         pass  # the summary line already holds vote, tally, role and reason
     elif kind == "proof":
         base = (art.get("base_tests") or {}).get("counts")
-        lines += [f"        {_line(r.get('command'), 60)}: {_line(state(r, base), 100)}" for r in art.get("results", [])]
+        for r in art.get("results", []):
+            lines.append(f"        {_line(r.get('command'), 60)}: {_line(state(r, base), 100)}")
+            if not r.get("passed") and not r.get("rejected"):
+                lines += [f"          | {line}" for line in output_tail(r)]
     elif kind == "review":
         for f in art.get("findings", []):
             lines.append(f"        [{f.get('finding_id')}] {f.get('severity')}/{f.get('label')} {f.get('location')}:"

@@ -191,6 +191,14 @@ def _python_prefix(path: str) -> str | None:
     return str(prefix) if any(prefix.glob("lib/python3*/os.py")) else None
 
 
+def _shim_root(path: str) -> str | None:
+    """The version manager a shim belongs to (``~/.pyenv/shims/python3`` -> ``~/.pyenv``: pyenv,
+    rbenv, nodenv, asdf, mise keep their shims in a ``shims`` folder of their root), whose
+    scripts and installed versions the shim runs."""
+    folder = Path(path).parent
+    return str(folder.parent) if folder.name == "shims" and folder.parent != Path(folder.anchor) else None
+
+
 def _shebang(path: str) -> str | None:
     try:
         with open(path, "rb") as handle:
@@ -205,14 +213,15 @@ def _shebang(path: str) -> str | None:
 
 def program_binds(program: str, _depth: int = 0) -> list[str]:
     """What must be visible to run ``program``: the file itself (and its link target), or
-    the installation it belongs to (a virtualenv, an npm package, a Python prefix), and a
-    script's interpreter the same way; never the folder a loose binary sits in."""
+    the installation it belongs to (a virtualenv, an npm package, a Python prefix, a version
+    manager's root for its shims), and a script's interpreter the same way; never the folder
+    a loose binary sits in."""
     shown = visible_roots()
     found: list[str] = []
     for path in dict.fromkeys([os.path.abspath(program), os.path.realpath(program)]):
         if covered(path, shown):
             continue
-        root = _venv_root(path) or _npm_package(path) or _python_prefix(path)
+        root = _venv_root(path) or _npm_package(path) or _python_prefix(path) or _shim_root(path)
         found.append(root or path)
         if root and _venv_root(path):
             cfg = Path(root) / "pyvenv.cfg"

@@ -170,3 +170,26 @@ def test_preflight_says_which_limits_hold():
     note = tree_limits_note(Limits(memory_mb=512, max_processes=512, tree_growth_mb=1024))
     assert "512 MB" in note and "+1024 MB" in note
     assert ("control group" in note) if WHOLE_TREE else ("no control group" in note)
+
+
+def test_a_run_whose_validation_hits_a_limit_says_which_one(tmp_path):
+    """End to end: a patch whose test fills the tree copy blocks, and the run report, the
+    block detail and ``mesh show`` name the limit."""
+    from tests.runkit import PATCH_FEATURE, happy_script, make_workspace, r, synthesis
+
+    ws = make_workspace(tmp_path)
+    filler = ("diff --git a/tests/test_fill.py b/tests/test_fill.py\nnew file mode 100644\n--- /dev/null\n"
+              "+++ b/tests/test_fill.py\n@@ -0,0 +1,7 @@\n+import unittest\n+\n+\n+class Fill(unittest.TestCase):\n"
+              "+    def test_fill(self):\n+        for n in range(40):\n"
+              "+            open(f'junk{n}.bin', 'wb').write(b'x' * (8 << 20))\n")
+    script = happy_script()
+    script["synthesizer"][0] = r("synthesis", synthesis(PATCH_FEATURE + filler))
+    config = ws.root / "small.toml"
+    config.write_text((ws.repo / "mesh.toml").read_text().replace("review_max_cycles = 3", "review_max_cycles = 1")
+                      .replace("[validation]\n", "[validation]\ntree_growth_mb = 64\nfile_size_limit_mb = 16\n", 1))
+    code, report, res = ws.run(script, "--config", str(config))
+    assert code == 3 and report["block_reason"] == "validation_failed", res.output
+    assert "disk limit hit" in report["block_detail"]
+    assert report["validation"][0]["limit"] == "disk"
+    shown = ws.mesh("show", "demo-7kq.1")
+    assert "disk limit hit" in shown.output

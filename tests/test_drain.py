@@ -428,7 +428,7 @@ def test_live_view_and_plain_lines_show_rows_queue_and_outcomes(tmp_path):
                "landings": 1, "conflicts": 2, "wall_s": 1.0, "task_s": 1.5, "calls": 22, "tokens": 0,
                "cost_usd": 0.0, "skipped": []}
     text = "\n".join(summary_lines(summary))
-    assert f"git merge --ff-only {BRANCH}" in text and "blocked dr-1: merge_conflict" in text
+    assert f"git merge --ff-only {BRANCH}" in text and "blocked dr-1: merge_conflict  ->  mesh retry dr-1" in text
 
 
 def test_lander_lands_again_when_another_process_moves_the_branch_mid_landing(tmp_path):

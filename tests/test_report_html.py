@@ -144,6 +144,39 @@ def test_report_of_a_real_run_renders_every_section_without_console_messages(dem
     print(f"screenshot of the report: {shot}")
 
 
+@needs_chromium
+def test_a_failing_validation_shows_its_output_tail_in_a_table_labelled_with_its_run(tmp_path):
+    """The failure is read on the page, not behind a click: the failing command's last lines
+    under its row, and every validation table names its run and cycle."""
+    from tests.runkit import r, synthesis
+    from tests.test_run_e2e import BROKEN, one_review_cycle
+
+    ws = make_workspace(tmp_path / "ws")
+    script = happy_script()
+    script["synthesizer"][0] = r("synthesis", synthesis(BROKEN))
+    code, report, res = ws.run(script, "--config", one_review_cycle(ws))
+    assert code == 3, res.output
+    page = tmp_path / "failed.html"
+    assert ws.mesh("report", TASK, "-o", str(page)).exit_code == 0
+    dom, console = browse(page, tmp_path / "profile")
+    assert console == []
+    validation = dom[dom.index('id="validation"'):dom.index('id="review"')]
+    run = report["orch_run_id"]
+    assert re.search(rf'<h3>validation <span class="note">run <code>{run}</code>, review cycle 0, consensus cycle 0'
+                     r"</span></h3>", validation), validation[:2000]
+    row = re.search(r'<tr class="tail-row"><td colspan="5">\s*<div class="label">output, last (\d+) line\(s\)</div>'
+                    r'<pre class="out tail">(.*?)</pre>', validation, re.S)
+    assert row, validation[:3000]
+    lines = html.unescape(row.group(2)).splitlines()
+    assert len(lines) == int(row.group(1)) <= 20 and lines[-1] == "FAILED (failures=2)"
+    assert "AssertionError: 1.0 != 0" in lines and "\x1b" not in row.group(2)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report-failed.png"
+    shot.unlink(missing_ok=True)
+    done = chromium(page, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,4000")
+    assert done.returncode == 0 and shot.stat().st_size > 20_000, done.stderr[-2000:]
+
+
 # ------------------------------------------------------------------ hostile model output
 
 PAYLOADS = [

@@ -62,8 +62,10 @@ def test_run_then_drain_builds_the_dependent_on_its_blockers_code(tmp_path, run_
         assert f"{one} is closed but not landed on {BRANCH}" in status.splitlines()[1]
         # Another branch-only run leaves the dependent waiting, and says so.
         res = _mesh(ws, *_run_args(ws, "--no-land", "--ids", two))
-        assert res.exit_code == 0 and json.loads(res.stdout)["outcome"] == "no_runnable_task"
-        assert f"{two} waits for {one} to land" in " ".join(json.loads(res.stdout)["mutations"])
+        idle = json.loads(res.stdout)
+        assert res.exit_code == 0 and idle["outcome"] == "no_runnable_task"
+        assert [t["reason"] for t in idle["idle"]["tasks"]] == [f"waits for {one} to land (mesh run or mesh drain"
+                                                                " lands it first)"]
         assert ws.status("two") == "open"
     code, events, res = ws.drain()
     assert code == 0, res.output
@@ -105,14 +107,14 @@ def test_a_typod_scope_creates_nothing_and_names_the_closest(tmp_path, scope):
     res = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert res.exit_code == 2
     out = res.output
-    assert "no task in scope" in out and ("closest: plan:drain" in out if scope[0] == "--label" else ws.ids["epic"] in out)
+    assert ("did you mean --label plan:drain" in out if scope[0] == "--label" else ws.ids["epic"] in out), out
     assert _branches(ws) == before
     assert len(git(ws.repo, "worktree", "list").splitlines()) == 1
     # mesh run says the same, and creates nothing either.
     run_args = [a if a != LABEL else scope[1] for a in _run_args(ws)]
     run_args[run_args.index("--label")] = scope[0]
     res = _mesh(ws, *run_args)
-    assert res.exit_code == 2 and "no task in scope" in res.output
+    assert res.exit_code == 2 and ("plan:drain" in res.output or ws.ids["epic"] in res.output), res.output
     assert _branches(ws) == before and len(git(ws.repo, "worktree", "list").splitlines()) == 1
 
 
@@ -182,3 +184,14 @@ def test_attack_a_forged_landing_neither_skips_the_catch_up_nor_picks_the_branch
     assert code == 0, res.output
     assert events[-1]["branch"] == BRANCH and ws.landed_tasks() == [one, two, three]
     assert git(ws.repo, "show-ref", "--verify", "refs/heads/mesh/land/evil", check=False) == ""
+
+
+def test_a_scope_with_no_task_makes_no_branch(tmp_path):
+    """A label only an epic carries: the drain ends at once, exit 0, and creates nothing."""
+    ws = make_drain_workspace(tmp_path)
+    with ws.tracker() as t:
+        t.create("Later", issue_type="epic", labels=[LABEL])
+    before = _branches(ws)
+    code, events, res = ws.drain()
+    assert code == 0 and events[-1]["stop_reason"] == "empty_scope" and events[-1]["branch"] == ""
+    assert _branches(ws) == before and len(git(ws.repo, "worktree", "list").splitlines()) == 1

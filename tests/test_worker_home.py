@@ -261,15 +261,27 @@ def test_a_worker_reaches_its_model_endpoint_but_no_other_loopback_service(tmp_p
         listener.close()
         for server in servers:
             server.shutdown()
-    # pasta ends with the namespace it served: no process of it is left behind.
+    # pasta ends with the call it served: no process of it is left behind, after a normal exit
+    # or after the caller killed the call's process group (a timeout).
+    assert not _pastas() - before
+    launch = worker_launcher(bwrap, private_root=tmp_path / "homes", network="isolated")
+    argv, run_env = launch(["/bin/sleep", "60"], {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, None)
+    hung = subprocess.Popen(argv, env=run_env, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not _pastas() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pastas() - before  # connected while it runs
+    os.killpg(hung.pid, 9)
+    hung.wait()
     deadline = time.monotonic() + 10
     while _pastas() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.05)
     assert not _pastas() - before
 
 
 def _pastas() -> set[str]:
-    return set(subprocess.run(["pgrep", "-x", "pasta"], capture_output=True, text=True).stdout.split())
+    # pasta's process name is passt's binary (passt.avx2 ...): match its command line.
+    return set(subprocess.run(["pgrep", "-f", "^/usr/bin/pasta "], capture_output=True, text=True).stdout.split())
 
 
 def test_worker_home_config_key(tmp_path):
@@ -281,3 +293,23 @@ def test_worker_home_config_key(tmp_path):
         (tmp_path / "mesh.toml").write_text(text)
         with pytest.raises(ConfigError):
             load_config(tmp_path)
+
+
+def test_a_version_managers_shim_brings_its_root(tmp_path, bwrap):
+    """``python3`` on PATH is often a pyenv (rbenv, asdf, mise) shim: a script that runs the
+    manager's own scripts. Found on a real machine: the shim alone fails with status 127."""
+    home = _home(tmp_path)
+    root = home / ".pyenv"
+    (root / "libexec").mkdir(parents=True)
+    (root / "shims").mkdir()
+    (root / "libexec" / "pyenv").write_text(f"#!/bin/sh\nshift\nexec {sys.executable} \"$@\"\n")
+    (root / "libexec" / "pyenv").chmod(0o755)
+    shim = root / "shims" / "python3"
+    shim.write_text(f"#!/bin/sh\nexec \"{root}/libexec/pyenv\" exec \"$@\"\n")
+    shim.chmod(0o755)
+    assert str(root) in program_binds(str(shim))
+    launch = worker_launcher(bwrap, private_root=tmp_path / "homes")
+    argv, env = launch([str(shim), "-c", "print('through the shim')"], {"PATH": "/usr/bin:/bin", "HOME": str(home)},
+                       None)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "through the shim\n", done.stderr

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from .errors import InvalidValueError
 from .model import BLOCKING_STATUSES, COMPUTED_FIELDS, parse_ts

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import ids as idgen
 from .db import open_database, ready_state_changes, refresh_ready_state, refuse_initialized
-from .dialect import JSON_IDS, display_target, is_url, sqlite_path
+from .dialect import JSON_IDS, is_url, sqlite_path
 from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError, TrackerError, WorkspaceError
 from .model import (
     AGENT_STATES,
