@@ -217,7 +217,6 @@ def drain_command(ctx: click.Context, jobs, max_tasks, max_usd, **kw) -> None:
 @click.pass_context
 def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> None:
     """The scope as a tree: epic, tasks, state, blockers, branch, landed commit."""
-    import json
     from pathlib import Path
 
     from orchestrator.status import render_status, scope_status
@@ -228,10 +227,7 @@ def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> No
     scope, config, tracker = opened
     with tracker:
         status = scope_status(tracker, scope, repo=Path(repo or ".").resolve(), onto=onto or config.drain.onto)
-    if as_json:
-        click.echo(json.dumps(status, indent=2))
-    else:
-        _say(render_status(status))
+    _result(as_json, status, render_status)
 
 
 @cli.command("show")
@@ -261,10 +257,7 @@ def show_command(ctx: click.Context, task: str, as_json: bool) -> None:
             _say(f"mesh: {exc}", err=True)
         ctx.exit(4 if exc.code in ("workspace_unavailable", "tracker_unavailable") else 1)
         return
-    if as_json:
-        click.echo(json.dumps(history, indent=2))
-    else:
-        _say(render_history(history))
+    _result(as_json, history, render_history)
 
 
 @cli.command("retry")
@@ -437,6 +430,16 @@ def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
         _fail(ctx, str(exc), exc.exit_code, as_json)
         return None
     return config, tracker
+
+
+def _result(as_json: bool, data: Any, render: Callable[[Any], str]) -> None:
+    """``data`` as indented JSON, or rendered for a person (terminal-safe)."""
+    import json
+
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        _say(render(data))
 
 
 def _fail(ctx: click.Context, message: str, code: int, as_json: bool) -> None:
