@@ -318,3 +318,19 @@ def test_an_allowed_program_outside_the_system_brings_only_its_own_folder(tmp_pa
     in_home.chmod(0o755)
     [refused] = validate(repo, [str(in_home)])
     assert not refused.passed and "ran" not in refused.stdout_tail
+
+
+def test_a_bind_below_tmp_keeps_tmp_writable_for_the_sandbox_user(tmp_path):
+    """A checkout under /tmp puts the running Python's virtualenv below /tmp: the folders
+    bwrap makes above a bind are opened up for the sandbox's user, but /tmp keeps its sticky,
+    world-writable mode (found running the suite from a clone in /tmp)."""
+    from orchestrator.sandbox import sandbox_user
+
+    shown = tmp_path / "venv-like"
+    shown.mkdir()
+    script = "echo x > /tmp/written && echo ok"
+    argv = bwrap_argv(require_bwrap(), ["/bin/sh", "-c", script], network=False, chdir="/",
+                      ro_binds=[(str(shown), str(shown))], user=sandbox_user())
+    assert "/tmp" not in [argv[i + 2] for i, arg in enumerate(argv) if arg == "--chmod"]
+    done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "ok\n", done.stderr
