@@ -40,7 +40,7 @@ def one_run(script: dict) -> tuple[float, float, str]:
         report = run(RunOptions(label="plan:demo", backend="replay", script=path, repo=repo, db=db,
                                 actor="bench"), echo=lambda line: None)
         wall = time.perf_counter() - started
-        from orchestrator.engine import load_checkpoints
+        from orchestrator.protocol.checkpoint import load_checkpoints
         from tracker.store import Tracker
 
         with Tracker(db) as tracker:

@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.demo import prepare_demo  # noqa: E402
-from orchestrator.sandbox import SANDBOX_HOME, bwrap_argv, minimal_env, require_bwrap  # noqa: E402
-from orchestrator.validation import run_validation  # noqa: E402
+from orchestrator.sandbox.bwrap import SANDBOX_HOME, bwrap_argv, minimal_env, require_bwrap  # noqa: E402
+from orchestrator.sandbox.validation import run_validation  # noqa: E402
 
 
 def median_ms(action, runs: int) -> float:

@@ -1,0 +1,38 @@
+"""mesh's orchestrator: an LLM team takes a beads task from ready to closed and lands it.
+
+A house with rooms by concern; ``docs/architecture.md`` walks through it. Lowest first, each
+room may import only the rooms its line names (and ``tracker``, ``redact``, ``roles`` where
+named); ``tests/test_layering.py`` reads these lines and checks every import against them.
+
+Subpackages (each ``__init__`` says what it holds):
+
+- ``sandbox``: may import ``redact``, ``roles``.
+- ``worktree``: may import ``tracker``, ``redact``.
+- ``ledger``: may import ``tracker``, ``redact``, ``orchestrator.safe_text``, ``orchestrator.config``.
+- ``protocol``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
+  ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``.
+- ``landing``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
+  ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
+  ``orchestrator.ledger``, ``orchestrator.protocol``.
+- ``views``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
+  ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
+  ``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.landing``.
+- ``cli``: may import anything.
+
+Modules directly here:
+
+- ``safe_text`` (untrusted text made safe for a terminal): may import ``tracker``.
+- ``workspace`` (which tracker a command uses): may import ``tracker``.
+- ``config`` (``mesh.toml``): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
+  ``orchestrator.worktree``.
+- ``runner`` (``mesh run``/``resume`` as a library: the tracker, config, backend, sandbox and
+  lease put together into an engine): may import ``tracker``, ``redact``, ``roles``,
+  ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,
+  ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``,
+  ``orchestrator.protocol``, ``orchestrator.landing``.
+- ``drain`` (``mesh drain`` as a library: a scope's tasks, ``--jobs`` at a time, landed in
+  order): may import what ``runner`` may, and ``orchestrator.runner``, ``orchestrator.views``.
+- ``retry`` (``mesh retry``): may import what ``runner`` may, and ``orchestrator.runner``.
+- ``demo`` (``mesh demo``): may import what ``runner`` may, and ``orchestrator.runner``,
+  ``orchestrator.views``.
+"""

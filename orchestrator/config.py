@@ -27,9 +27,9 @@ from pydantic import (
 )
 
 from redact.known import SIGNING_KEY_ENV
-from orchestrator.policy import check_pattern
-from orchestrator.sandbox import Limits
-from orchestrator.validation import parse_allow_entry
+from orchestrator.worktree.policy import check_pattern
+from orchestrator.sandbox.bwrap import Limits
+from orchestrator.sandbox.validation import parse_allow_entry
 from roles.backends.command import split_command
 from roles.backends.presets import PRESET_NAMES, WORKER_NAMES
 
@@ -140,7 +140,7 @@ class ValidationConfig(_Strict):
     file_size_limit_mb: int = Field(default=1024, gt=0)
     max_processes: int = Field(default=512, gt=0)
     tree_growth_mb: int = Field(default=1024, gt=0)
-    # The project's environment (orchestrator.project_env): an interpreter, or a virtualenv;
+    # The project's environment (orchestrator.sandbox.project_env): an interpreter, or a virtualenv;
     # unset, it is found (VIRTUAL_ENV, .venv/, venv/, uv, Poetry, Hatch).
     python: str | None = None
     env_dir: str | None = None
@@ -197,7 +197,7 @@ class TrackerConfig(_Strict):
 
 class PatchConfig(_Strict):
     """`[patch]`: size limits on the synthesizer's diff, and its protected-path policy
-    (``protected`` adds glob patterns to ``orchestrator.policy.DEFAULT_PROTECTED``,
+    (``protected`` adds glob patterns to ``orchestrator.worktree.policy.DEFAULT_PROTECTED``,
     ``allow`` permits patterns the defaults refuse)."""
 
     max_bytes: int = Field(default=1_000_000, gt=0)
@@ -332,7 +332,7 @@ class MeshConfig(_Strict):
     workers: dict[str, str] = Field(default_factory=dict)  # role -> preset (or "command": worker_cmd)
     worker_timeout_s: float = Field(default=600.0, gt=0)
     worker_env: list[str] = Field(default_factory=list)
-    # The HOME a command worker sees (orchestrator.worker_sandbox): "private" (the default; "auto"
+    # The HOME a command worker sees (orchestrator.sandbox.worker_sandbox): "private" (the default; "auto"
     # is its old name) is a folder of its own, plus a preset's login file read-only; "real" is
     # the user's HOME, writable, announced on every start.
     worker_home: Literal["private", "real", "auto"] = "private"

@@ -58,9 +58,9 @@ def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
     """Run the demo; returns the exit code of the run (0 when the task closed)."""
     from tracker.store import Tracker
 
-    from .report import render_report
-    from .runner import RunError, RunOptions, run
-    from .show import render_history, task_history
+    from orchestrator.views.report import render_report
+    from orchestrator.runner import RunError, RunOptions, run
+    from orchestrator.views.show import render_history, task_history
 
     folder = Path(tempfile.mkdtemp(prefix="mesh-demo-"))
     try:
@@ -105,7 +105,7 @@ def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
         return report.exit_code
     finally:
         if not keep:
-            from .gitops import worktree_home
+            from orchestrator.worktree.gitops import worktree_home
 
             # The task worktree lives in the user's cache, not in the folder: it goes too.
             shutil.rmtree(worktree_home(folder / "demo-repo" / ".git"), ignore_errors=True)

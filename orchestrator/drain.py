@@ -1,5 +1,5 @@
 """``mesh drain``: run every ready task of a scope, up to ``--jobs`` at a time, and land each
-approved one on the integration branch through the merge queue (``orchestrator.landing``).
+approved one on the integration branch through the merge queue (``orchestrator.landing.lander``).
 
 Each task runs in a thread of this process exactly as ``mesh run`` runs it
 (``runner.run_task``): its own tracker connection, lease, worktree, branch ``mesh/<task>`` and
@@ -30,16 +30,18 @@ from roles.backends.base import Backend
 from tracker.errors import TrackerError, WorkspaceError
 from tracker.store import Tracker
 
-from .engine import RunReport, load_checkpoints
-from .gitops import GitError, _git, repo_root
-from .catch_up import catch_up, close_landed_epics, scope_branch
-from .landing import Lander, land_checkpoints
-from .lease import held_by_person, lease_is_live
-from .idle import check_scope, last_block
-from .live import line_kind
-from .runner import (RunError, RunOptions, interrupted_runs, load_run_config, make_backend, make_lander,
+from orchestrator.protocol.outcomes import RunReport
+
+from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.worktree.gitops import GitError, _git, repo_root
+from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch
+from orchestrator.landing.lander import Lander, land_checkpoints
+from orchestrator.protocol.lease import held_by_person, lease_is_live
+from orchestrator.protocol.idle import check_scope, last_block
+from orchestrator.views.live import line_kind
+from orchestrator.runner import (RunError, RunOptions, interrupted_runs, load_run_config, make_backend, make_lander,
                      open_tracker, project_environment, require_sandbox, run_task, sandbox_notes)
-from .scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
+from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
            "verify_landings"]
@@ -208,7 +210,7 @@ class _Drain:
         self.lock = threading.Lock()
         self.landings = 0
         self.conflicts = 0
-        self.environment = None  # the project's Python environment (orchestrator.project_env)
+        self.environment = None  # the project's Python environment (orchestrator.sandbox.project_env)
 
     def emit(self, event: str, **fields: Any) -> None:
         self.emit_raw({"event": event, "t": round(time.monotonic() - self.t0, 3), **fields})

@@ -18,10 +18,10 @@ from redact import scrub
 from tracker.errors import ConflictError
 from tracker.store import Tracker
 
-from .checkpoint import signing_key
-from .engine import load_checkpoints
-from .idle import last_block
-from .runner import unfinished_run
+from orchestrator.protocol.checkpoint import signing_key
+from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.protocol.idle import last_block
+from orchestrator.runner import unfinished_run
 
 __all__ = ["RetryRefused", "retry_task"]
 

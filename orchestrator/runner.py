@@ -20,24 +20,26 @@ from tracker.errors import NotFoundError, TrackerError, WorkspaceError
 from tracker.dialect import is_url
 from tracker.store import Tracker
 
-from .checkpoint import Checkpoint, checkpoint_problem, signing_key
-from .config import ConfigError, MeshConfig, load_config
-from .engine import Engine, RunReport, TaskTaken, load_checkpoints, new_run_id
-from .lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
-from .gitops import cache_dir
-from .idle import UnknownScope, explain_idle
-from .project_env import EnvironmentMissing, ProjectEnv, find_environment
-from .sandbox import SandboxUnavailable, require_bwrap, tracker_paths
-from .worker_sandbox import announce_real_home, network_problem, worker_launcher
-from .scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
-from .catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
-from .workspace import TrackerNotFound, tracker_target
+from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_problem, signing_key
+from orchestrator.config import ConfigError, MeshConfig, load_config
+from orchestrator.protocol.engine import Engine
+from orchestrator.protocol.outcomes import RunReport, TaskTaken, new_run_id
+from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.protocol.lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
+from orchestrator.worktree.gitops import cache_dir
+from orchestrator.protocol.idle import UnknownScope, explain_idle
+from orchestrator.sandbox.project_env import EnvironmentMissing, ProjectEnv, find_environment
+from orchestrator.sandbox.bwrap import SandboxUnavailable, require_bwrap, tracker_paths
+from orchestrator.sandbox.worker_sandbox import announce_real_home, network_problem, worker_launcher
+from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
+from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
+from orchestrator.workspace import TrackerNotFound, tracker_target
 
 __all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
 
 if TYPE_CHECKING:
-    from .landing import Lander
+    from orchestrator.landing.lander import Lander
 
 DOCTOR_HINT = "run 'mesh tracker doctor --fix'"
 
@@ -164,7 +166,7 @@ def sandbox_notes(config: MeshConfig, environment: ProjectEnv | None = None) -> 
     """What preflight prints of the configuration in use (the file, found from a subfolder too)
     and the sandboxes a run will use: the environment and limits of validation, and for
     command workers their HOME and network (with the warning ``worker_home = "real"`` owes)."""
-    from .validation import tree_limits_note
+    from orchestrator.sandbox.validation import tree_limits_note
 
     notes = [f"configuration: {config.source}" if config.source != "defaults" else
              "configuration: defaults (no mesh.toml, nor [tool.mesh] in a pyproject.toml, from here up to the"
@@ -296,7 +298,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         if not candidates:
             return _idle(tracker, scope, options.ids)
         if config.integrate:
-            from .gitops import GitError, repo_root
+            from orchestrator.worktree.gitops import GitError, repo_root
 
             try:
                 repo = repo_root(repo)
@@ -466,8 +468,8 @@ def make_lander(repo: Path, onto: str, config: MeshConfig, emit=None, *, remote:
     """The integration branch ``onto`` of ``repo`` (created from HEAD when missing; with a
     ``remote``, from the remote's branch, published when the remote has none); RunError
     (exit 2) for a protected or checked-out branch or an unusable remote."""
-    from .gitops import GitError
-    from .landing import Lander
+    from orchestrator.worktree.gitops import GitError
+    from orchestrator.landing.lander import Lander
 
     try:
         return Lander(repo, onto, config, emit=emit, remote=remote)

@@ -17,8 +17,8 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
-from orchestrator.engine import load_checkpoints
+from orchestrator.cli.main import cli
+from orchestrator.protocol.checkpoint import load_checkpoints
 from tracker.store import Tracker
 
 LABEL = "plan:drain"

@@ -52,7 +52,7 @@ sys.exit(entry.get("exit", 0))
 
 
 # Where each fake keeps its state and log: its CLI's folder under HOME (under mesh's sandbox, the
-# private HOME mesh keeps for that program: see orchestrator.worker_sandbox).
+# private HOME mesh keeps for that program: see orchestrator.sandbox.worker_sandbox).
 LOGIN = {"claude": ".claude", "codex": ".codex", "opencode": ".local/share/opencode"}
 
 
@@ -89,7 +89,7 @@ def make_home(home: Path) -> Path:
 def calls(home: Path, program: str) -> list[dict[str, Any]]:
     """What the fake ``program`` was given, call by call: run unsandboxed it logs under
     ``home``, sandboxed under the private HOME mesh keeps for it in ``home``'s cache."""
-    from orchestrator.gitops import cache_dir
+    from orchestrator.worktree.gitops import cache_dir
 
     found: list[dict[str, Any]] = []
     private = {home / ".cache" / "mesh-worker-homes" / program, cache_dir() / "mesh-worker-homes" / program}

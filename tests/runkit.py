@@ -15,7 +15,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 from orchestrator.demo import prepare_demo, project_root
 from tracker.store import Tracker
 
@@ -125,13 +125,13 @@ class Workspace:
         return res.exit_code, report, res
 
     def kinds(self, task: str = TASK) -> list[str]:
-        from orchestrator.engine import load_checkpoints
+        from orchestrator.protocol.checkpoint import load_checkpoints
 
         with self.tracker() as t:
             return [cp.kind for cp in load_checkpoints(t, task)]
 
     def checkpoints(self, task: str = TASK):
-        from orchestrator.engine import load_checkpoints
+        from orchestrator.protocol.checkpoint import load_checkpoints
 
         with self.tracker() as t:
             return load_checkpoints(t, task)

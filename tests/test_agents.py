@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.agents import agent_name, hook_role_agent
-from orchestrator.lease import Lease
+from orchestrator.protocol.agents import agent_name, hook_role_agent
+from orchestrator.protocol.lease import Lease
 from tracker.errors import ConflictError
 from tests.runkit import make_workspace
 
@@ -51,7 +51,7 @@ def test_replacing_a_hook_is_a_compare_and_set(ws):
 
 
 def test_liveness_comes_from_the_task_lease(ws):
-    from orchestrator.lease import lease_is_live
+    from orchestrator.protocol.lease import lease_is_live
 
     with ws.tracker() as t:
         assert not lease_is_live(t, TASK)

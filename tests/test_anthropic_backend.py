@@ -322,7 +322,7 @@ def test_worst_case_bounds_a_call_with_tool_turns(fake, tmp_path):
 
 
 def test_mesh_help_never_imports_the_sdk():
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom orchestrator.cli import cli\n"
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom orchestrator.cli.main import cli\n"
             "assert CliRunner().invoke(cli, ['--help']).exit_code == 0\n"
             "assert CliRunner().invoke(cli, ['run', '--help']).exit_code == 0\n"
             "print('anthropic' in sys.modules)\n")

@@ -13,7 +13,7 @@ from itertools import groupby
 
 import pytest
 
-from orchestrator.calls import calls_for
+from orchestrator.ledger.calls import calls_for
 from roles.backends.anthropic import output_model
 from roles.schemas import ARTIFACT_SCHEMAS
 from tests.fake_anthropic import FakeAnthropic, Reply, RoleScript, api_error, hang, malformed, message, tool_use

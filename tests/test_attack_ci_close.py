@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 from tests.runkit import TASK, happy_script, make_workspace, r, synthesis
 from tests.test_ci_close import KEY, awaiting_ci, ci_close, ci_config, task_checkout
 

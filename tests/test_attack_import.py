@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 from tracker import jsonl as jsonl_module
 from tracker.errors import ImportLineError
 from tracker.jsonl import MAX_DEPTH, MAX_LINE_CHARS, import_jsonl

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import ConfigError, load_config
-from orchestrator.gitops import GitError, Worktree
-from orchestrator.patchcheck import check_patch
-from orchestrator.policy import DEFAULT_PROTECTED, PatchPolicy
+from orchestrator.worktree.gitops import GitError, Worktree
+from orchestrator.worktree.patchcheck import check_patch
+from orchestrator.worktree.policy import DEFAULT_PROTECTED, PatchPolicy
 from tests.runkit import PATCH_FEATURE, PATCH_REVISION, TASK, demo_script, happy_script, make_workspace, r, synthesis
 
 # A value shaped like nothing the scrubber knows by pattern: only its environment variable's
@@ -461,9 +461,9 @@ def test_a_patch_planting_claude_local_md_blocks_the_run(ws):
 
 
 def test_docs_print_the_protected_paths_table_the_policy_reads():
-    from orchestrator.protected_paths import markdown_table
+    from orchestrator.worktree.protected_paths import markdown_table
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text(encoding="utf-8")
     start, end = "<!-- protected-paths: generated -->\n", "<!-- /protected-paths -->"
     printed = docs[docs.index(start) + len(start):docs.index(end)]
-    assert printed == markdown_table(), "regenerate it: python -m orchestrator.protected_paths"
+    assert printed == markdown_table(), "regenerate it: python -m orchestrator.worktree.protected_paths"

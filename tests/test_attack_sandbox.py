@@ -134,7 +134,7 @@ def validate_as_mesh(worktree: Path, command: str, home: Path, sandbox: str) -> 
     """Run ``command`` as validation from a separate "mesh" process holding the canaries."""
     script = textwrap.dedent(f"""
         import json
-        from orchestrator.validation import run_validation
+        from orchestrator.sandbox.validation import run_validation
         results = run_validation([{command!r}], cwd={str(worktree)!r}, allow=[{command!r}], timeout_s=120,
                                  sandbox={sandbox!r})
         print(json.dumps([r.to_dict() for r in results]))
@@ -354,8 +354,8 @@ def test_a_command_worker_cannot_write_into_the_worktrees_under_its_home(tmp_pat
     (``worker_home = "real"``) cannot write there."""
     import subprocess as sp
 
-    from orchestrator.sandbox import require_bwrap
-    from orchestrator.worker_sandbox import worker_launcher
+    from orchestrator.sandbox.bwrap import require_bwrap
+    from orchestrator.sandbox.worker_sandbox import worker_launcher
 
     home = tmp_path / "home"
     worktrees = home / ".cache" / "mesh"

@@ -312,7 +312,7 @@ def test_a_run_records_no_form_of_a_secret_a_worker_returned(tmp_path):
     assert report["outcome"] == "closed" and report["task"]["id"] == TASK
     with ws.tracker() as t:
         findings = [i for i in t.list(include_closed=True) if "mesh:finding" in i.get("labels", [])]
-        from orchestrator.calls import calls_for
+        from orchestrator.ledger.calls import calls_for
 
         calls = calls_for(t, task_id=TASK)
     # The leak reached every place a worker's words are recorded, and was redacted there.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.checkpoint import format_checkpoint, parse_checkpoint, sign_payload
+from orchestrator.protocol.checkpoint import format_checkpoint, parse_checkpoint, sign_payload
 from orchestrator.runner import RunOptions, run
 from tests.runkit import TASK, VALIDATE, demo_script, make_workspace
 from tests.test_ci_close import KEY, awaiting_ci, ci_close, task_checkout
@@ -273,9 +273,9 @@ def test_a_checkout_config_cannot_switch_the_revalidation_sandbox_off(tmp_path):
     """Remark 3: mesh.toml on the checked-out branch says sandbox = "none"; revalidation stays in bwrap."""
     import subprocess as sp
 
-    from orchestrator.ci_close import CloseCheck, _revalidate
+    from orchestrator.landing.ci_close import CloseCheck, _revalidate
     from orchestrator.config import MeshConfig
-    from orchestrator.sandbox import SANDBOX_HOME
+    from orchestrator.sandbox.bwrap import SANDBOX_HOME
 
     repo = tmp_path / "checkout"
     (repo / "tests").mkdir(parents=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.live import LineSink, summary_lines
+from orchestrator.views.live import LineSink, summary_lines
 from tests.runkit import TASK, demo_script, make_workspace, r
 from tracker.safe_text import clip, inert, json_text, printable
 
@@ -192,8 +192,8 @@ def test_mesh_show_status_logs_and_usage_print_hostile_artifacts_inert(seeded):
 
 
 def test_the_run_report_and_progress_lines_print_hostile_findings_and_mutations_inert(seeded):
-    from orchestrator.engine import RunReport
-    from orchestrator.report import render_report
+    from orchestrator.protocol.outcomes import RunReport
+    from orchestrator.views.report import render_report
 
     report = dict(seeded["report"])
     report.update(mutations=[*report["mutations"], hostile("mutation") + "\nforged: line"],

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import validation
+from orchestrator.sandbox import validation
 from orchestrator.runner import RunOptions, run
 from tests.runkit import (PATCH_FEATURE, TASK, VALIDATE, demo_script, happy_script, make_workspace, r,
                           synthesis)
@@ -214,7 +214,7 @@ def test_a_resumed_run_takes_the_base_counts_from_its_proof(ws, monkeypatch):
     child.start()
     child.join(120)
     assert child.exitcode == -9
-    from orchestrator.calls import calls_for
+    from orchestrator.ledger.calls import calls_for
 
     script = demo_script()
     with ws.tracker() as t:

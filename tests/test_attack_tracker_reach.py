@@ -84,8 +84,8 @@ def test_a_worker_cannot_reach_the_tracker_named_in_mesh_toml(tmp_path, spelling
 
 
 def test_validation_cannot_reach_the_tracker_either(tmp_path):
-    from orchestrator.sandbox import tracker_paths
-    from orchestrator.validation import run_validation
+    from orchestrator.sandbox.bwrap import tracker_paths
+    from orchestrator.sandbox.validation import run_validation
     from tracker.store import Tracker
 
     ws = make_workspace(tmp_path)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import cgroups
-from orchestrator.sandbox import SANDBOX_UID, Limits, sandbox_user
-from orchestrator.validation import run_validation, tree_limits_note
+from orchestrator.sandbox import cgroups
+from orchestrator.sandbox.bwrap import SANDBOX_UID, Limits, sandbox_user
+from orchestrator.sandbox.validation import run_validation, tree_limits_note
 from tests.test_sandbox import PY, commit_all, py_file
 
 WHOLE_TREE = cgroups.probe() is None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.gitops import GitError, Worktree, worktree_home
+from orchestrator.worktree.gitops import GitError, Worktree, worktree_home
 from tests.runkit import TASK, happy_script, make_workspace, r, synthesis
 
 HOOK_PATCH = (

@@ -227,7 +227,7 @@ def test_maintenance_reports_for_beads_mcp_admin(ws):
 
 
 def test_bd_shim_and_mesh_bd_read_bds_environment(tmp_path, monkeypatch):
-    from orchestrator.cli import cli
+    from orchestrator.cli.main import cli
     from tracker.bd_shim import bd_settings
 
     assert bd_settings({"BEADS_DB": "/a/x.db", "BEADS_DIR": "/b/.beads"})["db"] == "/a/x.db"

@@ -231,7 +231,7 @@ def test_the_hot_commands_stay_light(tmp_path, command):
     from pathlib import Path
 
     Tracker.init(tmp_path, prefix="hv").close()
-    code = ("import sys\nfrom orchestrator.cli import cli\n"
+    code = ("import sys\nfrom orchestrator.cli.main import cli\n"
             f"try:\n    cli(['bd', *{command!r}, '--json'], standalone_mode=False)\nexcept BaseException:\n    pass\n"
             "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pydantic', 'rich', 'jinja2', 'anthropic', 'psycopg')))\n")

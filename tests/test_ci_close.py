@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.checkpoint import format_checkpoint, sign_payload, verify_payload
-from orchestrator.engine import CLOSE_REASON
+from orchestrator.protocol.checkpoint import format_checkpoint, sign_payload, verify_payload
+from orchestrator.protocol.outcomes import CLOSE_REASON
 from tests.runkit import TASK, happy_script, make_workspace
 
 KEY = "test-signing-key-0123456789"

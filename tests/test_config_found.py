@@ -15,11 +15,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 from orchestrator.config import config_folders, load_config
 from tests.runkit import TASK, happy_script, make_workspace
 
-MESH = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+MESH = [sys.executable, "-c", "from orchestrator.cli.main import main; main()"]
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import context as context_module
-from orchestrator.context import build_repo_context, code_names, named_paths, patch_paths
+from orchestrator.protocol import context as context_module
+from orchestrator.protocol.context import build_repo_context, code_names, named_paths, patch_paths
 
 PATCH = """\
 diff --git a/pkg/mod.py b/pkg/mod.py

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine import load_checkpoints
+from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.runner import RunOptions, run
 from tests.runkit import TASK, demo_script, make_workspace
 
@@ -40,7 +40,7 @@ def _child(ws, script_path: Path, crash_at: str) -> None:
 
 def _remaining_script(ws) -> dict:
     """The demo script minus the answers the killed run already received."""
-    from orchestrator.calls import calls_for
+    from orchestrator.ledger.calls import calls_for
 
     script = demo_script()
     with ws.tracker() as t:
@@ -52,7 +52,7 @@ def _remaining_script(ws) -> dict:
 
 def state(ws) -> dict:
     """What must be equal between a crashed-and-resumed run and an uninterrupted one."""
-    from orchestrator.calls import calls_for
+    from orchestrator.ledger.calls import calls_for
 
     with ws.tracker() as t:
         checkpoints = load_checkpoints(t, TASK)

@@ -8,12 +8,12 @@ import json
 import pytest
 
 from orchestrator.config import MeshConfig
-from orchestrator.gitops import GitError
-from orchestrator.landing import Lander, landed_commits
+from orchestrator.worktree.gitops import GitError
+from orchestrator.landing.lander import Lander, landed_commits
 from tests.drainkit import BRANCH, LABEL, DrainWorkspace, git, make_drain_workspace
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 
 PROTOCOL = ["preflight", "proposal", "critique", "critique", "critique", "synthesis", "vote", "vote", "vote", "vote",
             "vote", "proof", "review", "review-cycle", "land", "outcome"]
@@ -86,7 +86,7 @@ def test_diamond_lands_every_task_once_on_top_of_its_blockers(tmp_path, jobs):
 def ws_mesh(ws: DrainWorkspace, *args: str):
     from click.testing import CliRunner
 
-    from orchestrator.cli import cli
+    from orchestrator.cli.main import cli
 
     return CliRunner().invoke(cli, ["--db", str(ws.db), "--actor", "tester", *args], catch_exceptions=False)
 
@@ -337,7 +337,7 @@ def test_lander_refuses_protected_and_checked_out_branches(tmp_path):
 
 
 def test_engine_writes_nothing_once_its_lease_was_taken_over(tmp_path):
-    from orchestrator.lease import Lease
+    from orchestrator.protocol.lease import Lease
     from orchestrator.runner import RunOptions, run
     from tests.runkit import TASK, happy_script, make_workspace
 
@@ -358,7 +358,7 @@ def test_engine_writes_nothing_once_its_lease_was_taken_over(tmp_path):
 
 
 def test_a_run_whose_lease_was_taken_mid_review_files_no_finding_issue(tmp_path):
-    from orchestrator.lease import Lease
+    from orchestrator.protocol.lease import Lease
     from orchestrator.runner import RunOptions, run
     from tests.runkit import TASK, demo_script, make_workspace
 
@@ -397,7 +397,7 @@ def test_live_view_and_plain_lines_show_rows_queue_and_outcomes(tmp_path):
 
     from rich.console import Console
 
-    from orchestrator.live import LineSink, LiveSink, summary_lines
+    from orchestrator.views.live import LineSink, LiveSink, summary_lines
 
     events = [
         {"event": "drain_started", "t": 0.0, "branch": BRANCH, "jobs": 2, "scope": {"plan_label": LABEL}},
@@ -494,7 +494,7 @@ def test_remote_refuses_to_push_a_protected_branch(tmp_path):
 
 def test_a_task_s_backend_or_git_error_is_in_the_summary_with_exit_2():
     from orchestrator.drain import DrainReport, TaskRow
-    from orchestrator.live import summary_lines
+    from orchestrator.views.live import summary_lines
 
     report = DrainReport(branch="mesh/land/x", scope={}, tasks=[TaskRow(id="t-1", title="a", state="closed")],
                          errors=["t-2: git worktree add: fatal: disk full"], remote="origin")

@@ -22,7 +22,7 @@ def _child(ws: DrainWorkspace, *extra: str, jobs: int = 1, crash_at: str | None 
     env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
     if crash_at:
         env["MESH_CRASH_AT"] = crash_at
-    return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()",
+    return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli.main import main; main()",
                              *ws.drain_args(*extra, jobs=jobs)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

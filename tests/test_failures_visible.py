@@ -13,11 +13,11 @@ import threading
 
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
-from orchestrator.live import LiveSink, RunProgress
-from orchestrator.proof import output_tail
+from orchestrator.cli.main import cli
+from orchestrator.views.live import LiveSink, RunProgress
+from orchestrator.protocol.proof import output_tail
 from orchestrator.safe_text import render
-from orchestrator.watch import RunWatch
+from orchestrator.protocol.watch import RunWatch
 from tests.drainkit import LABEL, WORKER, make_drain_workspace
 from tests.runkit import TASK, happy_script, make_workspace, r, synthesis
 from tests.test_run_e2e import BROKEN, one_review_cycle
@@ -179,7 +179,7 @@ def _quiet_console():
 def test_notes_are_plain_lines_of_their_task_and_calls_print_nothing():
     import io
 
-    from orchestrator.live import LineSink
+    from orchestrator.views.live import LineSink
 
     stream = io.StringIO()
     sink = LineSink(stream)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.gitops import GitError, Worktree, is_protected, repo_root, worktree_home
-from orchestrator.policy import PatchPolicy
+from orchestrator.worktree.gitops import GitError, Worktree, is_protected, repo_root, worktree_home
+from orchestrator.worktree.policy import PatchPolicy
 
 TASK = "bd-a1b.2"
 
@@ -557,7 +557,7 @@ def test_runs_and_set_aside_keep_an_earlier_attempt(tmp_path):
     """runs() lists the Mesh-Run ids on the branch; set_aside() renames the branch, deletes nothing."""
     import subprocess
 
-    from orchestrator.gitops import Worktree
+    from orchestrator.worktree.gitops import Worktree
 
     repo = tmp_path / "r"
     repo.mkdir()

@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.checkpoint import dedupe_key
-from orchestrator.cli import cli
-from orchestrator.faults import LAND_POINTS
+from orchestrator.protocol.checkpoint import dedupe_key
+from orchestrator.cli.main import cli
+from orchestrator.protocol.faults import LAND_POINTS
 from tests.drainkit import BRANCH, LABEL, ROOT, DrainWorkspace, git, make_drain_workspace
 from tracker.store import Tracker
 
@@ -66,7 +66,7 @@ def _args(ws: DrainWorkspace, command: str, remote: bool) -> list[str]:
 
 def _killed(ws: DrainWorkspace, command: str, remote: bool, crash_at: str) -> None:
     env = {**os.environ, "MESH_CRASH_AT": f"{crash_at}#1"}
-    proc = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", *_args(ws, command, remote)],
+    proc = subprocess.run([sys.executable, "-c", "from orchestrator.cli.main import main; main()", *_args(ws, command, remote)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, f"not killed at {crash_at}: exit {proc.returncode}\n{proc.stderr}"
 

@@ -351,7 +351,7 @@ def test_a_key_from_the_environment_works_too(monkeypatch):
 
 
 def test_llm_is_imported_only_when_the_backend_is_chosen():
-    code = ("import sys, orchestrator.cli, roles.backends, roles.backends.base;"
+    code = ("import sys, orchestrator.cli.main, roles.backends, roles.backends.base;"
             " assert 'llm' not in sys.modules, 'llm imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from orchestrator.calls import calls_for
+from orchestrator.ledger.calls import calls_for
 from tests.llm_test_plugin import Fault, ProviderError, ProviderTimeout, Script, registered
 from tests.runkit import TASK, critique, happy_script, make_workspace, proposal, r
 

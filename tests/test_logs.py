@@ -14,11 +14,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.calls import calls_for, ensure_calls_table, has_search_index, log_call
-from orchestrator.cli import cli
-from orchestrator.logs import DEFAULT_LIMIT, list_calls, portable_search_clause, render_calls
+from orchestrator.ledger.calls import calls_for, ensure_calls_table, has_search_index, log_call
+from orchestrator.cli.main import cli
+from orchestrator.ledger.logs import DEFAULT_LIMIT, list_calls, portable_search_clause, render_calls
 from orchestrator.config import PriceTable
-from orchestrator.usage import CallsUnavailable, UsageError, usage_summary
+from orchestrator.ledger.usage import CallsUnavailable, UsageError, usage_summary
 from tests.runkit import TASK, critique, happy_script, make_workspace, r, review
 from tracker.store import Tracker
 
@@ -393,7 +393,7 @@ def test_commands_have_help_and_start_light(name):
         if isinstance(param, click.Option):
             assert (param.help or "").strip(), f"{name} {param.opts} has no help text"
     # --help must stay fast: rich, sqlite-utils and pydantic are imported by the commands only.
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom orchestrator.cli import cli\n"
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom orchestrator.cli.main import cli\n"
             f"assert CliRunner().invoke(cli, [{name!r}, '--help']).exit_code == 0\n"
             "print(sorted(m for m in ('rich', 'sqlite_utils', 'pydantic') if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

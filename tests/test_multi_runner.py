@@ -65,7 +65,7 @@ def _start(ws: DrainWorkspace, clone: Path, k: int) -> subprocess.Popen:
     args[args.index("--repo") + 1] = str(clone)
     args[args.index("--actor") + 1] = f"runner-{k}"
     env = {**os.environ, "MESH_LEASE_TTL_S": str(LEASE_TTL_S)}
-    return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
+    return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli.main import main; main()", *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.bus import ArtifactBus
-from orchestrator.checkpoint import KINDS, dedupe_key, format_checkpoint, parse_checkpoint, sign_payload, verify_payload
+from orchestrator.protocol.bus import ArtifactBus
+from orchestrator.protocol.checkpoint import KINDS, dedupe_key, format_checkpoint, parse_checkpoint, sign_payload, verify_payload
 from orchestrator.runner import unfinished_run
-from orchestrator.scope import Scope, ScopeError, resolve_scope
+from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope
 
 
 # ---------------------------------------------------------------- bus

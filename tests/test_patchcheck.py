@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.patchcheck import (
+from orchestrator.worktree.patchcheck import (
     REFUSAL_REASONS,
     PatchRefused,
     PatchSummary,
     check_patch,
     extract_touched_files,
 )
-from orchestrator.policy import PatchPolicy, PolicyViolation
+from orchestrator.worktree.policy import PatchPolicy, PolicyViolation
 
 GIT_MODIFY = """\
 diff --git a/src/app.py b/src/app.py

@@ -90,8 +90,8 @@ def test_sixteen_runners_racing_for_one_lease_or_lock_one_wins(tmp_path, pg_url,
     of them in, and the rest see who holds it."""
     import threading
 
-    from orchestrator.lease import Lease, LeaseHeld
-    from orchestrator.locks import _try_take, ensure_lock_table
+    from orchestrator.protocol.lease import Lease, LeaseHeld
+    from orchestrator.landing.locks import _try_take, ensure_lock_table
     from tracker.store import Tracker
 
     with Tracker.init(tmp_path, prefix="lr", db_path=pg_url) as t:

@@ -282,7 +282,7 @@ def test_config_rejects_unknown_workers_in_one_line(tmp_path, text, message):
 
 
 def test_preset_names_match_the_cli_choice():
-    from orchestrator.cli import _run_options
+    from orchestrator.cli.main import _run_options
 
     import click
 

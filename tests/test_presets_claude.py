@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.calls import calls_for
+from orchestrator.ledger.calls import calls_for
 from roles.backends import BackendError, WorkerRequest
 from roles.backends.presets import PresetBackend
 from roles.prompts import Prompt

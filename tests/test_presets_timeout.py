@@ -7,7 +7,7 @@ import json
 import sys
 import textwrap
 
-from orchestrator.calls import calls_for
+from orchestrator.ledger.calls import calls_for
 from tests.runkit import TASK, make_workspace
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 from orchestrator.config import (
     DEFAULT_PRICES_AS_OF,
     ConfigError,
@@ -18,7 +18,7 @@ from orchestrator.config import (
     read_price_file,
     user_prices_path,
 )
-from orchestrator.prices import install_prices
+from orchestrator.ledger.prices import install_prices
 
 GOOD = {"as_of": "2027-01-15", "models": {"claude-haiku-4-5": {"input": 0.8, "output": 4.0},
                                           "gpt-test": {"input": 2.5, "output": 10.0, "cache_read": 1.25,

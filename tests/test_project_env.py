@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.project_env import EnvironmentMissing, find_environment
-from orchestrator.validation import run_validation
+from orchestrator.sandbox.project_env import EnvironmentMissing, find_environment
+from orchestrator.sandbox.validation import run_validation
 from tests.test_attack_sandbox import MESH
 
 UNITTEST = "python -m unittest discover -s tests -t ."

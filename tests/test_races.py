@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from orchestrator.engine import load_checkpoints
-from orchestrator.lease import Lease, LeaseHeld
+from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.protocol.lease import Lease, LeaseHeld
 from orchestrator.runner import RunOptions, run
 from tests.runkit import TASK, happy_script, make_workspace
 
@@ -101,9 +101,9 @@ def _close_by_resume(db, repo, script, start):
 
 
 def _close_by_ci(db, checkout, start):
-    from orchestrator.ci_close import ci_close
+    from orchestrator.landing.ci_close import ci_close
     from orchestrator.config import load_config
-    from orchestrator.scope import Scope
+    from orchestrator.protocol.scope import Scope
     from tracker.store import Tracker
 
     while time.time() < start:
@@ -144,9 +144,9 @@ def test_local_run_and_ci_close_racing_close_once(tmp_path):
         assert [cp.kind for cp in load_checkpoints(t, TASK)][-1] == "run-head", "the killed run must hold its head"
         t.db.conn.execute(f"VACUUM INTO '{tmp_path / 'ci-alone.db'}'")
     # Alone, the CI closer closes the task: in the race below it is a real contender.
-    from orchestrator.ci_close import ci_close
+    from orchestrator.landing.ci_close import ci_close
     from orchestrator.config import load_config
-    from orchestrator.scope import Scope
+    from orchestrator.protocol.scope import Scope
     from tracker.store import Tracker
 
     with Tracker(tmp_path / "ci-alone.db", actor="ci") as t:

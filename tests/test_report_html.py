@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.calls import ensure_calls_table, log_call
+from orchestrator.ledger.calls import ensure_calls_table, log_call
 from orchestrator.config import PriceTable
-from orchestrator.report_html import default_report_path, render_report_html, report_data, write_report
+from orchestrator.views.report_html import default_report_path, render_report_html, report_data, write_report
 from tests.runkit import TASK, demo_script, happy_script, make_workspace
 from tracker.store import Tracker
 

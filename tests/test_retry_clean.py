@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from orchestrator.engine import load_checkpoints
-from orchestrator.gitops import worktree_home
+from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.worktree.gitops import worktree_home
 from tests.runkit import TASK, happy_script, make_workspace, r, synthesis
 from tests.test_run_e2e import BROKEN, one_review_cycle
 

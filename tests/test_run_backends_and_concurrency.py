@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.calls import calls_for
+from orchestrator.ledger.calls import calls_for
 from tests.runkit import TASK, happy_script, make_workspace
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.engine import CLOSE_REASON
+from orchestrator.protocol.outcomes import CLOSE_REASON
 from tests.runkit import (
     PATCH_FEATURE,
     PATCH_REVISION,
@@ -156,7 +156,7 @@ def test_ids_restrict_selection(ws):
 def test_tracker_missing_exits_4(tmp_path):
     from click.testing import CliRunner
 
-    from orchestrator.cli import cli
+    from orchestrator.cli.main import cli
 
     res = CliRunner().invoke(cli, ["--db", str(tmp_path / "none.db"), "run", "--label", "x", "--backend", "replay",
                                    "--script", __file__])
@@ -228,7 +228,7 @@ def test_outbox_message_is_delivered_to_its_recipient(ws):
                                                                       "message": "remember ABSOLUTE_ZERO_C"}]})
     code, _, res = ws.run(script)
     assert code == 0, res.output
-    from orchestrator.calls import calls_for
+    from orchestrator.ledger.calls import calls_for
 
     with ws.tracker() as t:
         calls = calls_for(t, task_id=TASK)
@@ -258,7 +258,7 @@ def test_proposal_unparsable_gets_one_strict_follow_up(ws):
     script["proposer"].insert(0, r("proposal", "I think we should just do it."))
     code, report, res = ws.run(script)
     assert code == 0, res.output
-    from orchestrator.calls import calls_for
+    from orchestrator.ledger.calls import calls_for
 
     with ws.tracker() as t:
         calls = [c for c in calls_for(t, task_id=TASK) if c["round"] == "proposal"]
@@ -444,7 +444,7 @@ def test_missing_validation_requirements_blocks_after_one_follow_up_naming_the_a
     code, report, _ = ws.run(script)
     assert code == 3 and report["block_reason"] == "missing_validation_requirements"
     with ws.tracker() as t:
-        from orchestrator.calls import calls_for
+        from orchestrator.ledger.calls import calls_for
 
         prompts = [c["prompt"] for c in calls_for(t, task_id=TASK) if c["round"] == "synthesis"]
     # The synthesis prompt states what will run; the one follow-up names the admitted forms.
@@ -570,7 +570,7 @@ def test_secrets_are_scrubbed_from_comments_calls_and_report(ws):
     script["proposer"][0] = r("proposal", {**proposal(), "assumptions": [f"use key {secret}"]})
     code, report, res = ws.run(script)
     assert code == 0, res.output
-    from orchestrator.calls import calls_for
+    from orchestrator.ledger.calls import calls_for
 
     with ws.tracker() as t:
         texts = [c["text"] for c in t.comments(TASK)]

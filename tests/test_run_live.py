@@ -19,7 +19,7 @@ from pathlib import Path
 from tests.runkit import TASK, demo_script, make_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
-MESH = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+MESH = [sys.executable, "-c", "from orchestrator.cli.main import main; main()"]
 # rich markup and a terminal escape in a task title: both must show as text.
 HOSTILE_TITLE = "Add [/bold] fahrenheit [red]\x1b[2J"
 
@@ -95,7 +95,7 @@ def test_on_a_terminal_run_shows_the_live_table_and_ends_with_the_report(tmp_pat
 
 def test_help_does_not_import_rich_or_jinja(tmp_path):
     code = ("import sys\n"
-            "from orchestrator.cli import cli\n"
+            "from orchestrator.cli.main import cli\n"
             "try:\n"
             "    cli(['--help'], standalone_mode=False)\n"
             "except SystemExit:\n"

@@ -19,9 +19,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 
-from orchestrator.faults import LAND_POINTS
+from orchestrator.protocol.faults import LAND_POINTS
 
 from .drainkit import BRANCH, LABEL, ROOT, git, make_drain_workspace
 
@@ -130,7 +130,7 @@ def test_a_catch_up_landing_killed_at_any_step_lands_once(tmp_path, point):
     one, two, three = _epic(ws)
     assert _mesh(ws, *_run_args(ws, "--no-land")).exit_code == 0
     env = {**os.environ, "MESH_CRASH_AT": f"{point}#1"}
-    proc = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", *ws.drain_args()],
+    proc = subprocess.run([sys.executable, "-c", "from orchestrator.cli.main import main; main()", *ws.drain_args()],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert ws.status("two") == "open"  # nothing started before the blocker landed
@@ -168,7 +168,7 @@ def test_a_closed_task_that_cannot_land_blocks_and_its_dependent_waits(tmp_path)
 def test_attack_a_forged_landing_neither_skips_the_catch_up_nor_picks_the_branch(tmp_path, monkeypatch):
     """With a signing key, an unsigned ``[orch:land]`` claiming task one landed on another branch
     is no landing: the drain still lands one (on the scope's branch) before two starts."""
-    from orchestrator.checkpoint import format_checkpoint
+    from orchestrator.protocol.checkpoint import format_checkpoint
 
     monkeypatch.setenv("MESH_SIGNING_KEY", "k" * 40)
     ws = make_drain_workspace(tmp_path)

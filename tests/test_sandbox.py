@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import ConfigError, MeshConfig, load_config
-from orchestrator.sandbox import (
+from orchestrator.sandbox.bwrap import (
     SANDBOX_HOME,
     SANDBOX_TREE,
     Limits,
@@ -22,8 +22,8 @@ from orchestrator.sandbox import (
     bwrap_argv,
     require_bwrap,
 )
-from orchestrator.worker_sandbox import worker_launcher
-from orchestrator.validation import materialize_tree, run_validation
+from orchestrator.sandbox.worker_sandbox import worker_launcher
+from orchestrator.sandbox.validation import materialize_tree, run_validation
 
 PY = shlex.quote(sys.executable)
 
@@ -324,7 +324,7 @@ def test_a_bind_below_tmp_keeps_tmp_writable_for_the_sandbox_user(tmp_path):
     """A checkout under /tmp puts the running Python's virtualenv below /tmp: the folders
     bwrap makes above a bind are opened up for the sandbox's user, but /tmp keeps its sticky,
     world-writable mode (found running the suite from a clone in /tmp)."""
-    from orchestrator.sandbox import sandbox_user
+    from orchestrator.sandbox.bwrap import sandbox_user
 
     shown = tmp_path / "venv-like"
     shown.mkdir()

@@ -205,8 +205,8 @@ def test_a_shaped_token_touching_a_redaction_is_redacted():
 
 
 def test_a_patch_holding_the_key_minus_four_characters_is_refused(tmp_path):
-    from orchestrator.patchcheck import check_patch
-    from orchestrator.policy import PatchPolicy
+    from orchestrator.worktree.patchcheck import check_patch
+    from orchestrator.worktree.policy import PatchPolicy
 
     for leaked in (KEY[4:], ENCODINGS["spaced"](KEY[13:40]), ENCODINGS["base32"](KEY[4:])):
         patch = ("--- /dev/null\n+++ b/settings.py\n@@ -0,0 +1,2 @@\n"

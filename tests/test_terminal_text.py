@@ -4,9 +4,9 @@ summary show terminal escapes and bidirectional overrides as \\uXXXX, and a forg
 
 from __future__ import annotations
 
-from orchestrator.engine import RunReport
-from orchestrator.report import render_report
-from orchestrator.show import render_history
+from orchestrator.protocol.outcomes import RunReport
+from orchestrator.views.report import render_report
+from orchestrator.views.show import render_history
 
 HOSTILE = "fix\x1b[2J\x1b]0;pwned\x07 it\u202e"
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.sandbox import sandbox_user
-from orchestrator.testcounts import (
+from orchestrator.sandbox.bwrap import sandbox_user
+from orchestrator.sandbox.testcounts import (
     MAX_REPORT_BYTES,
     UNITTEST_SHIM,
     ReportError,

@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 from tracker.cli import tracker_group
 from tracker.store import Tracker
 
@@ -328,7 +328,7 @@ def test_tracker_commands_do_not_import_heavy_modules(tmp_path):
     Tracker.init(tmp_path, prefix="hv").close()
     code = (
         "import sys\n"
-        "from orchestrator.cli import cli\n"
+        "from orchestrator.cli.main import cli\n"
         "try:\n"
         "    cli(['tracker', 'ready', '--json'], standalone_mode=False)\n"
         "except SystemExit:\n"

@@ -65,7 +65,7 @@ def test_cli_claims_race_has_one_winner(tmp_path):
     issue = tracker.create("contended")["id"]
     tracker.close()
     env = dict(os.environ, MESH_DB=str(tmp_path / ".beads" / "mesh.db"))
-    code = "from orchestrator.cli import main; main()"
+    code = "from orchestrator.cli.main import main; main()"
     procs = [
         subprocess.Popen([sys.executable, "-c", code, "--actor", f"cli-{k}", "tracker", "update", issue, "--claim",
                           "--json"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 from tracker.errors import AlreadyInitializedError
 from tracker.jsonl import export_jsonl
 from tracker.store import Tracker

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.calls import ensure_calls_table, log_call
-from orchestrator.checkpoint import checkpoint_problem, dedupe_key, format_checkpoint, parse_checkpoint, sign_payload
-from orchestrator.cli import cli
-from orchestrator.lease import ensure_lease_table
-from orchestrator.locks import ensure_lock_table
+from orchestrator.ledger.calls import ensure_calls_table, log_call
+from orchestrator.protocol.checkpoint import checkpoint_problem, dedupe_key, format_checkpoint, parse_checkpoint, sign_payload
+from orchestrator.cli.main import cli
+from orchestrator.protocol.lease import ensure_lease_table
+from orchestrator.landing.locks import ensure_lock_table
 from tests.conftest import beads_real_files
 from tracker.errors import ConflictError, InvalidValueError, WorkspaceError
 from tracker.jsonl import export_jsonl, import_jsonl
@@ -101,7 +101,7 @@ def verified_checkpoints(tracker: Tracker, task_id: str) -> list[str]:
 @pytest.fixture
 def signing_key(monkeypatch):
     monkeypatch.setenv("MESH_SIGNING_KEY", KEY)
-    from orchestrator.checkpoint import signing_key as key
+    from orchestrator.protocol.checkpoint import signing_key as key
 
     return key()
 

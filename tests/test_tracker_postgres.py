@@ -39,7 +39,7 @@ def mesh_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     """``mesh ARGS`` in a new interpreter: what a user sees, tracebacks included if any."""
     run_env = {k: v for k, v in os.environ.items() if k != "MESH_DB"}
     run_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from orchestrator.cli.main import main; main()", *args],
                           cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=120)
 
 

@@ -10,9 +10,9 @@ import math
 
 import pytest
 
-from orchestrator.calls import calls_for, ensure_calls_table, log_call
+from orchestrator.ledger.calls import calls_for, ensure_calls_table, log_call
 from orchestrator.config import KNOWN_ROLES, PriceTable
-from orchestrator.usage import Cost, UsageError, call_cost, parse_since, render_usage, usage_summary
+from orchestrator.ledger.usage import Cost, UsageError, call_cost, parse_since, render_usage, usage_summary
 from tests.fake_anthropic import FakeAnthropic, RoleScript
 from tests.runkit import TASK, happy_script, make_workspace
 from tracker.store import Tracker
@@ -267,7 +267,7 @@ def test_default_prices_are_the_stored_table(tmp_path, monkeypatch):
         built_in = usage_summary(t)
         stored = tmp_path / "p.toml"
         stored.write_text('as_of = 2027-03-01\n[models.claude-haiku-4-5]\ninput = 0.5\noutput = 2\n')
-        from orchestrator.prices import install_prices
+        from orchestrator.ledger.prices import install_prices
 
         install_prices(stored)
         updated = usage_summary(t, task_id="tt-1")

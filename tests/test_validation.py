@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.sandbox import SANDBOX_HOME, SANDBOX_TREE
+from orchestrator.sandbox.bwrap import SANDBOX_HOME, SANDBOX_TREE
 from redact import REDACTED
-from orchestrator.validation import (
+from orchestrator.sandbox.validation import (
     ValidationResult,
     is_allowed,
     parse_allow_entry,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.cli.main import cli
 from roles.contract import answer_schema, example_answer, main, render_markdown, replace_generated
 from roles.definitions import ALL_ROLES, ROUNDS, round_roles
 from roles.parsing import parse_response
@@ -85,7 +85,7 @@ def test_mesh_schema_lists_rounds_and_turns_a_role_into_its_rounds():
 
 
 def test_mesh_help_stays_light():
-    code = ("import sys\nfrom orchestrator.cli import cli\n"
+    code = ("import sys\nfrom orchestrator.cli.main import cli\n"
             "try:\n    cli(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
             "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'jinja2')))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

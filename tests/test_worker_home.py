@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import ConfigError, MeshConfig, load_config
-from orchestrator.sandbox import require_bwrap
-from orchestrator.worker_sandbox import loopback_ports, network_problem, program_binds, worker_launcher
+from orchestrator.sandbox.bwrap import require_bwrap
+from orchestrator.sandbox.worker_sandbox import loopback_ports, network_problem, program_binds, worker_launcher
 
 SECRETS = {
     ".ssh/id_ed25519": "PRIVATE KEY canary-ssh",

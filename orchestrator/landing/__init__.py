@@ -1,0 +1,12 @@
+"""Landing: approved work onto an integration branch, once, through a queue across machines.
+
+Holds the lander (``lander``: the one-at-a-time landing queue and its integration branch),
+named locks shared by every runner of a tracker (``locks``), closed work landing before its
+dependents start (``catch_up``), and the CI gate: ``mesh ci-close`` (``ci_close``), the
+configuration it reads from the protected branch (``ci_config``) and whether a checkout holds the
+approved tree (``binding``).
+
+May import: ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``, ``orchestrator.config``,
+``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``,
+``orchestrator.protocol``. Never ``views``, ``cli`` or the command modules.
+"""

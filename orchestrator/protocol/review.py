@@ -1,0 +1,188 @@
+"""The review gate (E): the reviewer's decision, its findings as sub-issues, and revision cycles.
+
+Part of ``Engine`` (a mixin): it uses the engine's bus, checkpoints and worker calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from roles.definitions import REVIEWER
+from roles.parsing import ParseError, ParsedResponse
+from tracker.errors import ConflictError
+
+from orchestrator.protocol.faults import crash_point
+from orchestrator.protocol.proof import failed_detail
+from orchestrator.protocol.validation_findings import NOT_ALLOWED, allowed_commands_check, with_validation_finding
+from redact import scrub_obj
+from orchestrator.protocol.outcomes import Attempt, Blocked, RunReport
+
+
+
+class ReviewCycles:
+    """The review gate and its revision cycles (mixed into ``Engine``)."""
+
+    # ================================================================== review gate
+
+    def _finding_location_check(self, parsed: ParsedResponse) -> None:
+        for finding in getattr(parsed.artifact, "findings", []):
+            if not self.worktree.location_exists(finding.location):
+                raise ParseError("invalid_finding_shape",
+                                 f"finding {finding.finding_id}: location {finding.location} does not exist in the"
+                                 " worktree (use path:line of a real line)")
+
+    def _review(self) -> dict:
+        cycle = self.bus.review_cycle
+        inputs = {"synthesis": self.bus.synthesis, "validation": self.validation, "review_cycle": cycle,
+                  "diff": self.worktree.diff_from_base(),
+                  "prior_reviews": [self.bus.reviews[c] for c in sorted(self.bus.reviews) if c < cycle]}
+        artifact, attempt = self._ask_one(REVIEWER, "review", inputs, kind="review", phase=f"r{cycle}",
+                                          validate=self._finding_location_check)
+        if artifact is None:
+            if attempt.failure == "no_response":
+                raise Blocked("review_no_response", "reviewer gave no response twice")
+            err = attempt.parse_error
+            if err is not None and err.kind == "invalid_finding_shape":
+                raise Blocked("invalid_finding_shape", err.message)
+            raise Blocked("review_unparsable", err.message if err else "")
+        self.bus.add_review(cycle, artifact)
+        must_fix = [f for f in artifact["findings"] if f["label"] == "MUST_FIX"]
+        self._checkpoint("review", REVIEWER, f"r{cycle}",
+                         f"decision={artifact['decision']} findings={len(artifact['findings'])}"
+                         f" must_fix={len(must_fix)} (review cycle {cycle})", artifact,
+                         attempt=attempt, details=artifact["summary"])
+        return artifact
+
+    def _review_gate(self) -> RunReport:
+        """Round E, repeated through revision cycles until approval or ``review_max_cycles``."""
+        while True:
+            self.bus.set_review_cycle(self.bus.review_cycle + 1)
+            cycle = self.bus.review_cycle
+            review = self._review()
+            if not self.validation_pass:
+                # A failing validation is a MUST_FIX finding, whatever the reviewer said.
+                review = with_validation_finding(review, self.validation)
+            must_fix = [f for f in review["findings"] if f["label"] == "MUST_FIX"]
+            approved = review["decision"] == "approve" and not must_fix
+            self._sync_findings(review, approved)
+            self._checkpoint("review-cycle", None, f"r{cycle}",
+                             f"cycle {cycle}: {'approved' if approved else 'changes requested'}",
+                             {"cycle": cycle, "decision": review["decision"], "approved": approved,
+                              "open_must_fix": len(must_fix), "review_issue": self.bus.review_issue,
+                              "subtasks": dict(self.bus.review_subtasks)})
+            if approved:
+                return self._close()
+            if cycle >= self.config.review_max_cycles and not self.validation_pass:
+                raise Blocked("validation_failed", f"the validation still fails after {cycle} review cycle(s): "
+                              + failed_detail(self.validation))
+            if cycle >= self.config.review_max_cycles:
+                raise Blocked("review_not_approved", f"{len(must_fix)} MUST_FIX finding(s) open after {cycle}"
+                              " review cycle(s)")
+            self._revise(review)
+
+    def _revise(self, review: Mapping[str, Any]) -> None:
+        """revision_plan -> critique + vote -> revision patch -> validation (the profile's steps 1-4)."""
+        cycle = self.bus.review_cycle
+        diff = self.worktree.diff_from_base()
+        for plan_cycle in range(self.config.consensus_retries + 1):
+            phase = f"r{cycle}p{plan_cycle}"
+            inputs: dict[str, Any] = {"review": review, "diff": diff}
+            if plan_cycle:
+                inputs.update(revision_plan=self.bus.revision_plan, prior_votes=dict(self.bus.votes),
+                              critiques=dict(self.bus.critiques))
+            artifact, attempt = self._ask_one("synthesizer", "revision-plan", inputs, kind="revision-plan",
+                                              phase=phase)
+            if artifact is None:
+                if attempt and attempt.failure == "unparsable":
+                    raise Blocked("revision_plan_unparsable", attempt.parse_error.message if attempt.parse_error else "")
+                raise Blocked("no_response", "synthesizer gave no revision plan")
+            self.bus.set_revision_plan(artifact)
+            self._checkpoint("revision-plan", "synthesizer", phase,
+                             f"{len(artifact['steps'])} step(s) for review cycle {cycle}", artifact,
+                             attempt=attempt, details=artifact["summary"])
+            self.bus.reset_round(critiques=True, votes=True)
+            self._critique({"subject": "revision_plan", "revision_plan": artifact, "review": review},
+                           phase=phase, subject="revision_plan")
+            if self._vote({"subject": "revision_plan", "revision_plan": artifact, "review": review,
+                           "critiques": self.bus.critiques}, phase=phase):
+                break
+        else:
+            raise Blocked("no_consensus", f"no consensus on the revision plan of review cycle {cycle}")
+        cfg = self.config.validation
+        inputs = {"review": review, "revision_plan": self.bus.revision_plan, "critiques": self.bus.critiques,
+                  "diff": diff, "allowed_commands": cfg.allow}
+        artifact, attempt = self._ask_one("synthesizer", "revision", inputs, kind="revision", phase=f"r{cycle}",
+                                          validate=allowed_commands_check(cfg.allow, cfg.required))
+        if artifact is None:
+            if attempt and attempt.failure == "unparsable":
+                self._unparsable_patch(attempt)
+            raise Blocked("no_response", "synthesizer gave no revision")
+        if not artifact["validation_commands"]:
+            artifact = {**artifact, "validation_commands": list(self.bus.synthesis["validation_commands"])}
+        self.bus.set_synthesis(artifact, event="revision")
+        self._checkpoint("revision", "synthesizer", f"r{cycle}",
+                         f"revision for review cycle {cycle}", artifact, attempt=attempt)
+        self._integrate(artifact, phase=f"r{cycle}", step_name="revision")
+        self._validate(phase=f"r{cycle}")
+
+    @staticmethod
+    def _unparsable_patch(attempt: Attempt) -> None:
+        message = attempt.parse_error.message if attempt.parse_error else ""
+        if message.startswith(NOT_ALLOWED):
+            raise Blocked("missing_validation_requirements", message)
+        raise Blocked("no_diff_parsed", message)
+
+    def _sync_findings(self, review: Mapping[str, Any], approved: bool) -> None:
+        """The review-findings issue flow: one parent review issue, one child per finding
+        (parent-child only); children closed as findings are resolved, the parent after all."""
+        findings = review["findings"]
+        open_ids = {f["finding_id"] for f in findings if f["label"] != "CAN_IGNORE"}
+        task_id = self.task["id"]
+        if not approved and findings and self.bus.review_issue is None:
+            self._check_lease()
+            parent = self.tracker.create(
+                f"Review findings for {task_id}: {self.task['title']}"[:200], issue_type="chore",
+                labels=["mesh:review"], parent=task_id,
+                description=f"Findings of the mesh reviewer on {task_id} (run {self.run_id}).",
+                idempotency_key=f"{self.run_id}:review-issue")
+            crash_point("review-issue")
+            self.bus.set_review_issue(parent["id"])
+            self.mutations.append(f"created review issue {parent['id']}")
+        if not approved:
+            for f in findings:
+                if f["finding_id"] in self.bus.review_subtasks:
+                    continue
+                f = scrub_obj(f)  # model text becomes issue text: no secret may land there
+                self._check_lease()
+                child = self.tracker.create(
+                    f"[{f['severity']}/{f['label']}] {f['issue']}"[:200], issue_type="chore",
+                    labels=["mesh:finding", f"severity:{f['severity']}", f"label:{f['label']}"],
+                    parent=self.bus.review_issue,
+                    description=f"{f['issue']}\n\nLocation: {f['location']}\nEvidence: {f['evidence']}\n"
+                                f"Minimal fix: {f['minimal_fix']}\n\n```\n{f['code_context']}\n```",
+                    metadata={"finding_id": f["finding_id"], "task_id": task_id, "run_id": self.run_id},
+                    idempotency_key=f"{self.run_id}:finding:{f['finding_id']}")
+                crash_point("finding-issue")
+                self.bus.add_review_subtask(f["finding_id"], child["id"])
+                self.mutations.append(f"created finding issue {child['id']} ({f['finding_id']})")
+        # A finding is resolved once a later review no longer raises it (or approves).
+        ignored = {f["finding_id"] for f in findings if f["label"] == "CAN_IGNORE"}
+        for finding_id, issue_id in self.bus.review_subtasks.items():
+            resolved = approved or finding_id not in open_ids
+            if resolved and self.tracker.get(issue_id)["status"] != "closed":
+                why = "CAN_IGNORE: no action needed" if finding_id in ignored else "resolved and re-reviewed"
+                self._close_quietly(issue_id, f"{why} (review cycle {self.bus.review_cycle})")
+        if approved and self.bus.review_issue and self.tracker.get(self.bus.review_issue)["status"] != "closed":
+            children = [self.tracker.get(i)["status"] for i in self.bus.review_subtasks.values()]
+            if all(s == "closed" for s in children):
+                self._close_quietly(self.bus.review_issue, "all findings resolved")
+
+    def _close_quietly(self, issue_id: str, reason: str) -> None:
+        self._check_lease()
+        try:
+            self.tracker.close_issue(issue_id, reason=reason, force=True, expect_status=("open", "in_progress",
+                                                                                      "blocked"))
+            self.mutations.append(f"closed {issue_id} ({reason})")
+        except ConflictError:
+            pass  # closed by an earlier attempt of this run: the CAS keeps it once

@@ -1,0 +1,246 @@
+"""The rounds of consensus and the integration of their patch: proposal (A), critique (B),
+synthesis (C), vote (D), then applying the synthesis in the task's worktree and validating it.
+
+Part of ``Engine`` (a mixin): it uses the engine's bus, checkpoints and worker calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from roles.definitions import CRITIC_ROLES
+
+from orchestrator.protocol.faults import crash_point
+from orchestrator.protocol.validation_findings import allowed_commands_check
+from orchestrator.protocol.proof import BaseTests, Proof
+from orchestrator.protocol.outcomes import Attempt, Blocked
+
+if TYPE_CHECKING:
+    from orchestrator.sandbox.validation import ValidationResult
+
+
+
+class Rounds:
+    """Rounds A-D, integration and validation of one run (mixed into ``Engine``)."""
+
+    # ================================================================== rounds A-D
+
+    def _consensus_on_synthesis(self) -> None:
+        """Proposal once, then critique -> synthesis -> vote cycles until consensus or retries run out."""
+        self._proposal()
+        for cycle in range(self.config.consensus_retries + 1):
+            if cycle:
+                self.bus.start_consensus_cycle()
+            phase = f"c{cycle}"
+            self._critique({"subject": "proposal", "proposal": self.bus.proposal, **self._previous_cycle()},
+                           phase=phase, subject="proposal")
+            self._synthesis(phase)
+            if self._vote({"subject": "synthesis", "proposal": self.bus.proposal, "synthesis": self.bus.synthesis},
+                          phase=phase):
+                return
+        raise Blocked("no_consensus", f"{self.tally['agree']}/{len(self._voters())} agree after"
+                      f" {self.config.consensus_retries + 1} cycle(s)")
+
+    def _previous_cycle(self) -> dict[str, Any]:
+        if not self.bus.consensus_cycle:
+            return {}
+        last = self.bus.cycle_artifacts("consensus_cycle_end", self.bus.consensus_cycle - 1)
+        if not last:
+            return {}
+        return {"prior_votes": last[-1].data.get("votes") or {}}
+
+    def _proposal(self) -> None:
+        artifact, attempt = self._ask_one("proposer", "proposal", {}, kind="proposal", phase="p")
+        if artifact is None:
+            if attempt and attempt.failure == "unparsable":
+                raise Blocked("proposal_unparsable", attempt.parse_error.message if attempt.parse_error else "")
+            raise Blocked("no_response", "proposer gave no response")
+        self.bus.set_proposal(artifact)
+        self._checkpoint("proposal", "proposer", "p", f"risk={artifact['risk']} plan={len(artifact['plan'])} step(s)",
+                         artifact, attempt=attempt,
+                         details="\n".join(f"- {step}" for step in artifact["plan"]))
+
+    def _critique(self, inputs: Mapping[str, Any], *, phase: str, subject: str) -> None:
+        stored = self._stored_phase_roles("critique", phase)
+        roles = [r for r in CRITIC_ROLES if r in self._critics() or r in stored]
+        results = self._ask_many(roles, "critique", inputs, kind="critique", phase=phase)
+        failed = [r for r, res in results.items() if isinstance(res, Attempt) and res.failure == "no_response"]
+        if failed and self.bus.mode == "full":
+            self.bus.switch_to_fallback(f"no response from {', '.join(failed)} in critique")
+            for role in failed:
+                if role in self.config.fallback_roles:
+                    again = self._ask(role, "critique", inputs, outbox=self.bus.take_mail(role))
+                    self._account(again)
+                    results[role] = again
+        for role, res in results.items():
+            artifact = res if isinstance(res, dict) else (res.parsed.artifact.model_dump() if res.parsed else None)
+            if artifact is None:
+                if role in self._critics() and res.failure == "no_response" and self.bus.mode == "fallback":
+                    raise Blocked("no_response", f"{role} gave no response in critique")
+                # A critique is advice: an unusable one is dropped (audited), not fatal.
+                self.bus.note("critique_dropped", {"failure": res.failure,
+                                                   "error": res.parse_error.message if res.parse_error else None}, role)
+                continue
+            self.bus.add_critique(role, artifact)
+            self._checkpoint("critique", role, phase,
+                             f"{role} risk={artifact['risk']} must_fix={len(artifact['must_fix'])} ({subject})",
+                             artifact, attempt=res,
+                             extra={"subject": subject})
+
+    def _synthesis(self, phase: str) -> None:
+        cfg = self.config.validation
+        inputs = {"proposal": self.bus.proposal, "critiques": self.bus.critiques, **self._previous_cycle(),
+                  "allowed_commands": cfg.allow}
+        artifact, attempt = self._ask_one("synthesizer", "synthesis", inputs, kind="synthesis", phase=phase,
+                                          validate=allowed_commands_check(cfg.allow, cfg.required))
+        if artifact is None:
+            if attempt and attempt.failure == "unparsable":
+                self._unparsable_patch(attempt)
+            raise Blocked("no_response", "synthesizer gave no response")
+        self.bus.set_synthesis(artifact)
+        patch = artifact["patch"]
+        what = patch.split("\n", 1)[0] if patch.startswith("NO_DIFF:") else f"{patch.count(chr(10)) + 1}-line diff"
+        self._checkpoint("synthesis", "synthesizer", phase, f"{what}; {len(artifact['validation_commands'])}"
+                         " validation command(s)", artifact, attempt=attempt)
+
+    def _vote(self, inputs: Mapping[str, Any], *, phase: str) -> bool:
+        """Round D: every voter at once; invalid shapes get one follow-up, then count as disagree."""
+        self._stored_phase_roles("vote", phase)
+        voters = self._voters()
+        results = self._ask_many(voters, "vote", inputs, kind="vote", phase=phase)
+        failed = [r for r, res in results.items() if isinstance(res, Attempt) and res.failure == "no_response"]
+        if failed and self.bus.mode == "full":
+            self.bus.switch_to_fallback(f"no response from {', '.join(failed)} in vote")
+            voters = self._voters()
+            for role in failed:
+                if role in voters:
+                    again = self._ask(role, "vote", inputs)
+                    self._account(again)
+                    results[role] = again
+        votes: dict[str, dict] = {}
+        for role in voters:
+            res = results.get(role)
+            if isinstance(res, dict):
+                votes[role] = res
+            elif res is not None and res.parsed:
+                votes[role] = res.parsed.artifact.model_dump()
+            else:
+                reason = "invalid_vote_shape" if res is not None and res.failure == "unparsable" else "no_response"
+                votes[role] = {"vote": "disagree", "reason": reason}
+        agree = sum(1 for v in votes.values() if v["vote"] == "agree")
+        needed = len(voters) if self.bus.mode == "fallback" else self.config.consensus_needed
+        self.tally = {"agree": agree, "disagree": len(voters) - agree}
+        for role in voters:
+            self.bus.add_vote(role, votes[role])
+            res = results.get(role)
+            self._checkpoint("vote", role, phase,
+                             f"{votes[role]['vote']} {agree}/{len(voters)} (cycle {self.bus.consensus_cycle}) {role}:"
+                             f" {votes[role]['reason']}", votes[role],
+                             attempt=res,
+                             extra={"subject": inputs.get("subject"), "tally": self.tally, "needed": needed})
+        self.consensus_ok = agree >= needed
+        self.bus.note("consensus", {"agree": agree, "needed": needed, "ok": self.consensus_ok})
+        return self.consensus_ok
+
+    # ================================================================== integration & validation
+
+    def _integrate(self, artifact: Mapping[str, Any], *, phase: str, step_name: str) -> None:
+        """Check and apply a patch in the task worktree, then commit it (once, even on resume)."""
+        from orchestrator.worktree.gitops import GitError
+        from orchestrator.worktree.patchcheck import PatchRefused, check_patch
+        from orchestrator.worktree.policy import PatchPolicy, PolicyViolation
+
+        patch = artifact["patch"]
+        if patch.startswith("NO_DIFF:"):
+            self.bus.note("no_diff", {"reason": patch, "step": step_name})
+            return
+        marker = f"{step_name}:{phase}:{self.bus.review_cycle}"
+        if self.worktree.find_commit(run_id=self.run_id, trailer="Mesh-Step", value=marker):
+            return
+        policy = PatchPolicy.from_config(self.config.patch)
+        try:
+            summary = check_patch(patch, max_bytes=self.config.patch.max_bytes, max_files=self.config.patch.max_files)
+            policy.check(summary, root=self.worktree.path)
+        except PatchRefused as exc:
+            raise Blocked("patch_refused", f"{exc.reason}: {exc.detail}") from None
+        except PolicyViolation as exc:
+            raise Blocked("policy_violation", exc.detail) from None
+        if not self.worktree.is_applied(patch):
+            try:
+                self.worktree.apply(patch, policy=policy)
+            except GitError as exc:
+                # "patch_refused": what the worktree holds (a planted symlink, FIFO, hard link).
+                reason = exc.reason if exc.reason in ("patch_refused", "policy_violation") else "patch_does_not_apply"
+                raise Blocked(reason, str(exc)) from None
+            crash_point("apply")
+        sha = self.worktree.commit(
+            f"mesh: {self.task['title']}\n\n{step_name} for {self.task['id']} (review cycle {self.bus.review_cycle})",
+            task_id=self.task["id"], run_id=self.run_id, extra_trailers={"Mesh-Step": marker},
+        )
+        self.mutations.append(f"commit {sha[:12]} on {self.worktree.branch}")
+        crash_point("commit")
+
+    def _prepare_worktree(self) -> None:
+        """The task's worktree on ``mesh/<task-id>`` (reused by a resumed run)."""
+        from orchestrator.worktree.gitops import GitError, Worktree
+
+        try:
+            base = self.lander.cut_base() if self.lander else "HEAD"
+            self.worktree = Worktree.prepare(self.repo, self.task["id"], protected=self.config.protected_branches,
+                                             base=base, run_id=self.run_id)
+            earlier = [run for run in self.worktree.runs() if run != self.run_id]
+            if earlier and not self.resumed:
+                # A new run starts from the current HEAD; an earlier attempt's commits are kept
+                # on their own branch rather than stacked under this run's patch.
+                kept = f"{self.worktree.branch}-{earlier[-1]}"
+                self.worktree.set_aside(kept)
+                self.mutations.append(f"earlier attempt kept on branch {kept}")
+                self.worktree = Worktree.prepare(self.repo, self.task["id"],
+                                                 protected=self.config.protected_branches, base=base)
+        except GitError as exc:
+            raise Blocked("patch_refused", f"{exc.reason}: {exc}") from None
+        self.mutations.append(f"worktree on branch {self.worktree.branch}")
+
+    def _validate(self, *, phase: str) -> None:
+        """Run the allowed validation commands; persist the evidence as ``[orch:proof]``."""
+
+        stored = self._stored("proof", None, phase)
+        if stored is not None:
+            self.validation = stored["artifact"]["results"]
+            self.validation_pass = stored["artifact"]["passed"]
+            return
+        commands = list((self.bus.synthesis or {}).get("validation_commands") or [])
+        proof = self._validate_head(commands)
+        self.validation, self.validation_pass = proof.results, proof.passed
+        self._checkpoint("proof", None, phase, proof.summary(), proof.artifact(), details=proof.details())
+        self.watch.validation(proof.results)
+        if self.config.validation.required and not proof.ran:
+            raise Blocked("missing_validation_requirements",
+                          "no validation command to run" if not commands
+                          else f"none of {len(commands)} validation command(s) is allowed by validation.allow")
+
+    def _validate_head(self, commands: list[str]) -> Proof:
+        """Run ``commands`` on the head of the engine's task branch; with ``validation.compare_base``,
+        hold each test runner's counts against the base tree's (counted once per run, and taken
+        from the run's stored proofs when it was resumed)."""
+        from orchestrator.sandbox.bwrap import tracker_paths
+        from orchestrator.sandbox.validation import run_configured
+
+        cfg = self.config.validation
+
+        def run(wanted: list[str], commit: str) -> list[ValidationResult]:
+            # The sandbox runs exactly this commit's tree: files left uncommitted in the worktree are not there.
+            return run_configured(wanted, cfg, cwd=self.worktree.path, commit=commit,
+                                  environment=self.environment, hidden=tracker_paths(self.tracker))
+
+        head = self.worktree.head()
+        results = run(commands, head)
+        crash_point("validation")
+        if cfg.compare_base:
+            if self.base_tests is None:
+                stored = [cp.payload.get("artifact") for step, cp in self.memo.items() if step[0] == "proof"]
+                self.base_tests = BaseTests.resumed(stored, self.worktree.base)
+            base = self.base_tests
+            results = base.judge(results, lambda wanted: run(wanted, base.commit))
+        return Proof.of(results, commit=head, base_tests=self.base_tests)

@@ -1,0 +1,12 @@
+"""The sandbox: where untrusted commands run.
+
+Holds the bubblewrap command line and the identity a sandbox runs as (``bwrap``), control
+groups that cap a whole command tree (``cgroups``), the command workers' sandbox (``worker_sandbox``:
+private HOME, the reduced git view, the hidden tracker) and its network (``netjoin``: pasta, run
+as ``python -I -m orchestrator.sandbox.netjoin``), the project's environment (``project_env``),
+validation commands (``validation``) and the test counts read from their runners' own reports
+(``testcounts``).
+
+May import: ``redact``, ``roles``. Nothing of the rest of ``orchestrator``
+(``orchestrator.config`` reads its limits from here, not the other way round).
+"""

@@ -1,0 +1,113 @@
+"""``mesh status``: a scope as a tree of epics and tasks, with what mesh did to each.
+
+For every task: its state, its open blockers, its branch ``mesh/<task>`` (when it exists) and
+the commit its work landed as on the scope's integration branch (``catch_up.scope_branch``,
+the branch ``mesh run`` and ``mesh drain`` use, from its ``[orch:land]`` checkpoints); a
+task closed without landing there, and the dependents that wait for it; for every open
+epic, what keeps it open. Read-only: nothing is written to the tracker or to git.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tracker.store import Tracker
+
+from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.worktree.gitops import GitError, _git, repo_root
+from orchestrator.landing.catch_up import closed_unlanded, epic_open_because, landed_on, scope_branch, waiting_on_landing
+from orchestrator.landing.lander import land_checkpoints
+from orchestrator.safe_text import clip, printable
+from orchestrator.protocol.scope import Scope, scope_tasks
+
+__all__ = ["scope_status", "render_status"]
+
+
+def _branch_exists(repo: Path | None, branch: str) -> bool:
+    if repo is None:
+        return False
+    return _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0
+
+
+def _task_entry(tracker: Tracker, task: dict, repo: Path | None, branch: str, unlanded: set[str],
+                waiting: dict[str, list[str]]) -> dict[str, Any]:
+    checkpoints = load_checkpoints(tracker, task["id"])
+    lands = [cp.payload.get("artifact") or {} for cp in land_checkpoints(checkpoints)]
+    last_land = lands[-1].get("result") if lands else None
+    task_branch = f"mesh/{task['id']}"
+    return {
+        "id": task["id"],
+        "title": task["title"],
+        "status": task["status"],
+        "assignee": task.get("assignee"),
+        "blockers": [b["id"] for b in tracker.blockers(task["id"])],
+        "branch": task_branch if _branch_exists(repo, task_branch) else None,
+        "landed": landed_on(checkpoints, branch),
+        "last_land": last_land,
+        "unlanded": task["id"] in unlanded,
+        "waits_for_landing": waiting.get(task["id"], []),
+    }
+
+
+def scope_status(tracker: Tracker, scope: Scope, *, repo: Path | None = None,
+                 onto: str | None = None) -> dict[str, Any]:
+    """The scope's tree: ``{"scope", "branch", "epics": [{"id", "title", "status", "tasks": [...]}]}``.
+
+    Tasks without an epic in scope sit under a pseudo-epic with id None.
+    """
+    try:
+        root = repo_root(repo) if repo is not None else None
+    except GitError:
+        root = None
+    tasks = scope_tasks(tracker, scope)
+    branch = scope_branch(tracker, scope, tasks, onto)
+    unlanded = {task["id"] for task, _ in closed_unlanded(tracker, tasks, branch)}
+    waiting = waiting_on_landing(tracker, tasks, branch)
+    epics: dict[str | None, dict[str, Any]] = {}
+    for task in tasks:
+        parent = task.get("parent") or scope.parent_epic
+        if parent not in epics:
+            epic = tracker.get(parent) if parent else None
+            open_because = epic_open_because(tracker, parent, branch) if epic and epic["status"] != "closed" else []
+            epics[parent] = {"id": parent, "title": epic["title"] if epic else "(no epic)",
+                             "status": epic["status"] if epic else None, "open_because": open_because,
+                             "tasks": []}
+        epics[parent]["tasks"].append(_task_entry(tracker, task, root, branch, unlanded, waiting))
+    tip = None
+    if root is not None and _branch_exists(root, branch):
+        tip = _git(root, "rev-parse", f"refs/heads/{branch}").stdout.strip()
+    return {"scope": scope.to_dict(), "branch": branch, "branch_tip": tip, "epics": list(epics.values())}
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """The tree as text, one line per epic and per task."""
+    scope = status["scope"]
+    out = [f"scope {scope.get('plan_label') or scope.get('parent_epic')}  integration branch {status['branch']}"
+           + (f" at {status['branch_tip'][:12]}" if status["branch_tip"] else " (not created yet)")]
+    if not status["epics"]:
+        out.append("  no task in scope")
+    for epic in status["epics"]:
+        out.append(f"{epic['id'] or '-'}  {epic['title']}" + (f"  [{epic['status']}]" if epic["status"] else "")
+                   + (f"  open: {'; '.join(epic['open_because'])}" if epic.get("open_because") else
+                      "  open: every task landed (the next mesh run or drain closes it)"
+                      if epic["status"] not in (None, "closed") else ""))
+        for i, task in enumerate(epic["tasks"]):
+            corner = "└─" if i == len(epic["tasks"]) - 1 else "├─"
+            bits = [task["status"]]
+            if task["assignee"]:
+                bits.append(f"@{task['assignee']}")
+            if task["blockers"]:
+                bits.append("blocked by " + ",".join(task["blockers"]))
+            if task["branch"]:
+                bits.append(task["branch"])
+            if task["landed"]:
+                bits.append(f"landed {task['landed'][:12]}")
+            elif task["unlanded"]:
+                bits.append(f"not landed on {status['branch']}: mesh run or mesh drain lands it before its dependents")
+            elif task["last_land"]:
+                bits.append(f"land {task['last_land']}")
+            if task["waits_for_landing"]:
+                bits.append("waits for " + ",".join(task["waits_for_landing"]) + " to land")
+            out.append(f"  {corner} {task['id']}  {clip(task['title'], 50)}  ({'; '.join(bits)})")
+    return "\n".join(printable(line, one_line=True) for line in out)

@@ -1,0 +1,498 @@
+"""Which paths and contents a model-written patch may not touch, even inside the worktree.
+
+``orchestrator.worktree.patchcheck`` refuses what no configuration may permit (paths outside the
+worktree, ``.git``, ``.beads/``, ``.mesh/``, ``mesh.toml``, symlinks, submodules, binaries).
+This module holds the policy on top of it, refused with the block reason
+``policy_violation`` and adjustable in ``mesh.toml`` (``patch.protected``, ``patch.allow``):
+
+- protected paths (``DEFAULT_PROTECTED``, from the table in ``protected_paths``): files that
+  run code on a developer's machine, in CI or on deploy (VCS and hook files, every common CI
+  system's files, deploy and package-manager settings, ``.envrc``, editor folders, Python
+  start-up hooks), what agent tools load as instructions, ``CODEOWNERS``, and test-runner
+  configuration that can silence tests;
+- a change to the ``[tool.pytest...]``, ``[tool.tox]`` or ``[tool.mesh]`` tables of a
+  ``pyproject.toml`` (compared as parsed TOML when the patched text can be rebuilt, by the
+  changed lines' tables otherwise);
+- an embedded git repository: a directory given ``HEAD`` next to ``config``, ``objects/``,
+  ``refs/`` (git run inside it would obey that ``config``: ``core.fsmonitor`` runs a program);
+- a new module or regular package named like a standard-library module
+  (``sys.stdlib_module_names``) or a test runner (``pytest``, ``_pytest``, ``unittest``) in
+  a directory on ``sys.path``: the repository root, ``src/``, or a directory pytest's default
+  (``prepend``) import mode inserts, i.e. the first directory above a test file or
+  ``conftest.py`` that is not a package;
+- a secret value in the added text or in a file name (``redact`` is the
+  detector); the detail names the file, never the value.
+
+Patterns are globs matched without regard to case (and as a case-insensitive or
+name-trimming file system would read the path): one without a ``/`` matches a path component
+at any depth (``conftest.py``, ``.vscode``, ``*.pth``); one with a ``/`` is anchored at the
+repository root (``docs/conf.py``, ``ci/**``). A pattern that matches a directory covers
+everything below it. ``allow`` overrides the defaults and the structural checks, never
+``protected``: a path the user listed there stays refused even if ``allow`` matches it too.
+A secret is refused whatever ``allow`` says.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import stat
+import sys
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.worktree.patchcheck import _normalize_component
+from orchestrator.worktree.protected_paths import DEFAULT_PROTECTED
+
+if TYPE_CHECKING:
+    from orchestrator.worktree.patchcheck import FileChange, PatchSummary
+
+__all__ = [
+    "DEFAULT_PROTECTED",
+    "PatchPolicy",
+    "PolicyViolation",
+    "check_pattern",
+    "embedded_repositories",
+    "pyproject_tables_changed",
+    "shadowing_modules",
+]
+
+_RUNNERS = frozenset({"pytest", "_pytest", "unittest"})
+_SHADOWED = frozenset(sys.stdlib_module_names) | _RUNNERS
+# What a directory needs besides HEAD for git to take it for a repository (lower case).
+_GIT_DIR_PARTS = frozenset({"config", "objects", "refs", "packed-refs", "commondir"})
+# pyproject.toml tables a patch may not change: test-runner settings and mesh's own config.
+_PROTECTED_TABLES = ("tool.pytest", "tool.tox", "tool.mesh")
+_TABLE_RE = re.compile(r"^\s*\[\[?\s*([^\]]*?)\s*\]\]?\s*(?:#.*)?$")
+_MAX_READ = 4 << 20
+_MAX_LISTED = 8
+_HIDDEN = "holds a secret value (not shown)"
+
+
+class PolicyViolation(Exception):
+    """The patch breaks the policy; ``problems`` says how, one entry per path or finding."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        from redact import scrub
+
+        self.problems = list(problems)
+        shown = "; ".join(self.problems[:_MAX_LISTED])
+        if len(self.problems) > _MAX_LISTED:
+            shown += f"; and {len(self.problems) - _MAX_LISTED} more"
+        if any(_HIDDEN not in problem for problem in self.problems):
+            shown += " (patch.allow in mesh.toml can permit a path the defaults refuse)"
+        # A path can hold a secret too: the detail is scrubbed like everything mesh prints.
+        self.detail = scrub(shown)
+        super().__init__(self.detail)
+
+
+def check_pattern(pattern: str) -> str:
+    """Validate one ``patch.protected``/``patch.allow`` glob; return it stripped.
+
+    Raises ValueError for an empty pattern, one with control characters, a backslash or a
+    ``..`` component (a pattern names paths inside the repository).
+    """
+    text = pattern.strip()
+    if not text.strip("/"):
+        raise ValueError("a pattern must name a path")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text) or "\\" in text:
+        raise ValueError(f"pattern {pattern!r} holds a control character or a backslash")
+    if ".." in text.split("/"):
+        raise ValueError(f"pattern {pattern!r} leaves the repository")
+    return text
+
+
+def _normalize(path: str) -> str:
+    return "/".join(_normalize_component(part) for part in path.split("/") if part)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile(pattern: str) -> tuple[bool, re.Pattern[str]]:
+    """(anchored, regex) of one glob; the regex matches a path or one of its directories."""
+    stripped = pattern.strip()
+    text = _normalize(stripped)
+    anchored = "/" in text or stripped.startswith("/")
+    out, index = [], 0
+    while index < len(text):
+        char = text[index]
+        if text.startswith("**/", index):
+            out.append("(?:.*/)?")
+            index += 3
+            continue
+        if text.startswith("**", index):
+            out.append(".*")
+            index += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and (close := text.find("]", index + 2)) != -1:
+            body = text[index + 1 : close]
+            body = "^" + body[1:] if body.startswith("!") else body
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            index = close + 1
+            continue
+        else:
+            out.append(re.escape(char))
+        index += 1
+    return anchored, re.compile("".join(out) + r"(?:/.*)?")
+
+
+def _matches(pattern: str, normalized: str) -> bool:
+    anchored, regex = _compile(pattern)
+    if anchored:
+        return regex.fullmatch(normalized) is not None
+    parts = normalized.split("/")
+    # An unanchored pattern names one component: try it from each depth.
+    return any(regex.fullmatch("/".join(parts[start:])) for start in range(len(parts)))
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if directory else name
+
+
+def _lexists(root: Path | None, rel: str) -> bool:
+    return root is not None and os.path.lexists(os.path.join(root, rel) if rel else root)
+
+
+def _read_regular(root: Path | None, rel: str) -> str | None:
+    """The text of ``rel`` in ``root`` when it is a plain regular file there, else None.
+
+    Never follows a symlink at the last component and never blocks on a FIFO: the worktree
+    may hold what a worker planted (gitops refuses to apply over it, after this look).
+    """
+    if root is None:
+        return None
+    try:
+        fd = os.open(os.path.join(root, rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1 or info.st_size > _MAX_READ:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(_MAX_READ).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
+def _listdir(root: Path | None, rel: str) -> list[str]:
+    if root is None:
+        return []
+    path = os.path.join(root, rel) if rel else str(root)
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return []
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+# ---------------------------------------------------------------- structural checks
+
+
+def embedded_repositories(files: Iterable[str], root: Path | None = None) -> list[str]:
+    """Directories that ``files`` (paths a patch writes) would turn into a git repository.
+
+    A directory is one when it holds ``HEAD`` and one of ``config``, ``objects``, ``refs``,
+    ``packed-refs``, ``commondir`` (what ``root``, the worktree, already has counts) and the
+    patch writes one of those names, or below ``objects/`` or ``refs/``, in it.
+    """
+    names = [name for name in dict.fromkeys(files) if name]
+    candidates: dict[str, None] = {}
+    for name in names:
+        parts = name.split("/")
+        for depth, part in enumerate(parts):
+            low = part.lower()
+            last = depth == len(parts) - 1
+            if (last and (low == "head" or low in _GIT_DIR_PARTS)) or (not last and low in ("objects", "refs")):
+                candidates.setdefault("/".join(parts[:depth]))
+    found = []
+    for directory in candidates:
+        prefix = directory + "/" if directory else ""
+        listed = {name[len(prefix):].split("/")[0].lower() for name in names if name.startswith(prefix)}
+        listed |= {entry.lower() for entry in _listdir(root, directory)}
+        if "head" in listed and listed & _GIT_DIR_PARTS:
+            found.append(directory or ".")
+    return found
+
+
+def _module_of(path: str) -> tuple[str, str] | None:
+    """(directory it is importable from, module name) when ``path`` makes a module or a
+    regular package; None for anything else (a namespace portion never shadows a module)."""
+    parts = path.split("/")
+    if len(parts) >= 2 and re.fullmatch(r"__init__\.pyw?", parts[-1]):
+        return "/".join(parts[:-2]), parts[-2]
+    match = re.fullmatch(r"([^.]+)\.pyw?", parts[-1])
+    return ("/".join(parts[:-1]), match.group(1)) if match else None
+
+
+def _is_test_file(name: str) -> bool:
+    # pytest's default python_files and conftest.py, plus unittest discover's "test*.py".
+    return name == "conftest.py" or (name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py")))
+
+
+class _Tree:
+    """The worktree as the patch will leave it, as far as module lookup cares."""
+
+    def __init__(self, files: Sequence[str], root: Path | None) -> None:
+        self.files = set(files)
+        self.root = root
+
+    def has(self, rel: str) -> bool:
+        return rel in self.files or _lexists(self.root, rel)
+
+    def entries(self, directory: str) -> set[str]:
+        prefix = directory + "/" if directory else ""
+        listed = {name[len(prefix):].split("/")[0] for name in self.files if name.startswith(prefix)}
+        return listed | set(_listdir(self.root, directory))
+
+    def is_package(self, directory: str) -> bool:
+        return bool(directory) and (self.has(_join(directory, "__init__.py")) or self.has(_join(directory, "__init__.pyw")))
+
+    def holds_tests(self, directory: str, depth: int = 0) -> bool:
+        """A test file sits in ``directory``, or below it in a chain of packages."""
+        for entry in self.entries(directory):
+            child = _join(directory, entry)
+            if _is_test_file(entry) and not self.is_package(child):
+                return True
+            if depth < 8 and self.is_package(child) and self.holds_tests(child, depth + 1):
+                return True
+        return False
+
+
+def shadowing_modules(created: Iterable[str], files: Sequence[str], root: Path | None = None) -> list[str]:
+    """The paths in ``created`` that add a module or a regular package named like a
+    standard-library module or a test runner where it lands on ``sys.path``: the root,
+    ``src/``, or a non-package directory holding tests (pytest's prepend import mode puts
+    it first on ``sys.path``). ``files`` are all the paths the patch writes."""
+    tree = _Tree(files, root)
+    found = []
+    for path in created:
+        located = _module_of(path)
+        if located is None or located[1] not in _SHADOWED:
+            continue
+        directory = located[0]
+        if directory in ("", "src") or (not tree.is_package(directory) and tree.holds_tests(directory)):
+            found.append(path)
+    return found
+
+
+# ---------------------------------------------------------------- pyproject.toml
+
+
+def _protected_table(name: str) -> bool:
+    key = re.sub(r"[\s\"']", "", name).lower()
+    return any(key == table or key.startswith(table + ".") for table in _PROTECTED_TABLES)
+
+
+def _tables(lines: Sequence[str]) -> list[str]:
+    """The table each line of a TOML file belongs to (a header line belongs to its own)."""
+    current, out = "", []
+    for line in lines:
+        match = _TABLE_RE.match(line)
+        if match:
+            current = match.group(1)
+        out.append(current)
+    return out
+
+
+def _spots(old_lines: Sequence[str], side: Sequence[str]) -> list[int]:
+    width = len(side)
+    return [i for i in range(len(old_lines) - width + 1) if old_lines[i : i + width] == list(side)]
+
+
+def _rebuild(base: Sequence[str], hunks: Sequence[tuple[int, Sequence[str]]]) -> list[str] | None:
+    """``base`` with ``hunks`` applied as git would (each hunk at the match nearest its stated
+    line, after the previous one), or None when a hunk's old side is not found."""
+    out: list[str] = []
+    position = 0
+    shift = 0
+    for start, lines in hunks:
+        old_side = [line[1:] for line in lines if line[:1] in (" ", "-")]
+        new_side = [line[1:] for line in lines if line[:1] in (" ", "+")]
+        if old_side:
+            spots = [spot for spot in _spots(base, old_side) if spot >= position]
+            if not spots:
+                return None
+            wanted = start - 1 + shift
+            spot = min(spots, key=lambda s: abs(s - wanted))
+        else:
+            spot = start + shift  # a pure insertion goes after line ``start``
+            if not position <= spot <= len(base):
+                return None
+        out.extend(base[position:spot])
+        out.extend(new_side)
+        position = spot + len(old_side)
+        shift = spot - (start - 1 if old_side else start)
+    out.extend(base[position:])
+    return out
+
+
+def _protected_values(text: str) -> dict[str, Any]:
+    tool = tomllib.loads(text).get("tool", {})
+    if not isinstance(tool, dict):
+        return {"tool": tool}
+    return {name: tool.get(name.split(".", 1)[1]) for name in _PROTECTED_TABLES}
+
+
+def _changed_by_lines(hunks: Sequence[tuple[int, Sequence[str]]], base: Sequence[str]) -> bool:
+    """Conservative reading from the changed lines alone: any changed line naming pytest,
+    tox or mesh's table, any added header of a protected table, or a change that falls
+    inside a protected table at any place its hunk fits."""
+    for _, lines in hunks:
+        for line in lines:
+            if line[:1] in "+-" and re.search(r"pytest|\btox\b|tool\s*\.\s*[\"']?mesh", line, re.IGNORECASE):
+                return True
+    added = [line[1:] for _, lines in hunks for line in lines if line[:1] == "+"]
+    if any(_protected_table(table) for table in _tables(added)):
+        return True
+    tables = _tables(base)
+    for start, lines in hunks:
+        old_side = [line[1:] for line in lines if line[:1] in (" ", "-")]
+        for spot in (_spots(base, old_side) if old_side else [start]):
+            position = spot
+            for line in lines:
+                marker = line[:1]
+                if marker == "+":
+                    # An inserted line joins the table of the line before it.
+                    if 0 < position <= len(tables) and _protected_table(tables[position - 1]):
+                        return True
+                elif marker == "-":
+                    if position < len(tables) and _protected_table(tables[position]):
+                        return True
+                    position += 1
+                else:
+                    position += 1
+    return False
+
+
+def pyproject_tables_changed(
+    hunks: Sequence[tuple[int, Sequence[str]]], base: str | None, *, deleted: bool = False
+) -> bool:
+    """Whether ``hunks`` (each ``(old_start, lines with their ' '/'+'/'-' markers)``) change
+    the ``[tool.pytest...]``, ``[tool.tox]`` or ``[tool.mesh]`` tables of a ``pyproject.toml``
+    whose text was ``base`` (``""`` for a new file; None when it cannot be read, which counts
+    as a change).
+
+    The patched text is rebuilt and both are compared as parsed TOML; when that cannot be
+    done (a hunk that does not fit, a file that does not parse) the changed lines decide.
+    """
+    if base is None:
+        return True
+    base_lines = base.split("\n") if base else []
+    if deleted:
+        new_lines: list[str] | None = []
+    else:
+        new_lines = _rebuild(base_lines, hunks)
+    if new_lines is not None:
+        try:
+            before = _protected_values(base or "")
+            after = _protected_values("\n".join(new_lines))
+        except tomllib.TOMLDecodeError:
+            pass
+        else:
+            return before != after
+    return _changed_by_lines(hunks, base_lines)
+
+
+# ---------------------------------------------------------------- the policy
+
+
+@dataclass(frozen=True)
+class PatchPolicy:
+    """The protected-path policy: the defaults, plus ``protected``, minus ``allow``."""
+
+    protected: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, config: object) -> "PatchPolicy":
+        """The policy of a ``PatchConfig`` (its ``protected`` and ``allow`` lists)."""
+        return cls(protected=tuple(getattr(config, "protected", ())), allow=tuple(getattr(config, "allow", ())))
+
+    def allowed(self, path: str) -> bool:
+        """True when ``allow`` explicitly permits ``path`` and ``protected`` does not name it."""
+        normalized = _normalize(path)
+        if any(_matches(pattern, normalized) for pattern in self.protected):
+            return False
+        return any(_matches(pattern, normalized) for pattern in self.allow)
+
+    def protected_by(self, path: str) -> str | None:
+        """The pattern that protects ``path`` (a repository-relative name), or None."""
+        normalized = _normalize(path)
+        for pattern in self.protected:
+            if _matches(pattern, normalized):
+                return pattern
+        if any(_matches(pattern, normalized) for pattern in self.allow):
+            return None
+        return next((pattern for pattern in DEFAULT_PROTECTED if _matches(pattern, normalized)), None)
+
+    def violations(self, summary: "PatchSummary", root: Path | None = None) -> list[str]:
+        """What in a patch that passed ``check_patch`` breaks the policy, one line each.
+
+        ``root`` is the worktree the patch will be applied to: what it already holds decides
+        which files are new, what a directory will contain, and the ``pyproject.toml`` text
+        the hunks change. Without it every file counts as new and every change is read
+        from the patch alone, which can only refuse more.
+        """
+        from redact import scrub
+
+        problems: list[str] = []
+        changes = list(summary.changes)
+        readings = list(dict.fromkeys([*summary.files, *(p for change in changes for p in change.paths)]))
+        # Every name any reading of a header could mean: git sees no name this did not.
+        for path in readings:
+            pattern = self.protected_by(path)
+            if pattern is not None:
+                problems.append(f"{path} is protected ({pattern})")
+        if any(scrub(path) != path for path in readings):
+            problems.append(f"a file name {_HIDDEN}")
+        files = list(summary.files)
+        for directory in embedded_repositories(files, root):
+            if not self.allowed(_join("" if directory == "." else directory, "HEAD")):
+                problems.append(f"{directory}/ would be an embedded git repository")
+        created = [path for path in files if _created(path, changes, root)]
+        for path in shadowing_modules(created, files, root):
+            if not self.allowed(path):
+                problems.append(f"{path} shadows a standard-library or test-runner module")
+        for change in changes:
+            problems.extend(self._content_problems(change, root))
+        return list(dict.fromkeys(problems))
+
+    def _content_problems(self, change: "FileChange", root: Path | None) -> list[str]:
+        from redact import scrub
+
+        problems = []
+        name = change.paths[-1] if change.paths else "?"
+        hunks = [(hunk.old_start, hunk.lines) for hunk in change.hunks]
+        added = "\n".join(line[1:] for hunk in change.hunks for line in hunk.lines if line[:1] == "+")
+        if added and scrub(added) != added:
+            problems.append(f"the text added to {name} {_HIDDEN}")
+        for path in change.paths:
+            if path.rpartition("/")[2].lower() != "pyproject.toml" or self.allowed(path):
+                continue
+            # A rename or copy brings another file's text: unknown here, so it counts as a change.
+            base = None if change.moved else "" if change.created else _read_regular(root, path)
+            if pyproject_tables_changed(hunks, base, deleted=change.deleted):
+                problems.append(f"{path} changes [tool.pytest], [tool.tox] or [tool.mesh]")
+            break
+        return problems
+
+    def check(self, summary: "PatchSummary", root: Path | None = None) -> None:
+        """Raise PolicyViolation when ``violations`` finds anything."""
+        problems = self.violations(summary, root)
+        if problems:
+            raise PolicyViolation(problems)
+
+
+def _created(path: str, changes: Sequence["FileChange"], root: Path | None) -> bool:
+    if root is not None:
+        return not _lexists(root, path)
+    return any(change.created and path in change.paths for change in changes)

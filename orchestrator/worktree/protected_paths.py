@@ -1,0 +1,113 @@
+"""The paths a model-written patch may not touch by default: one table, with who loads each
+path and why that makes it dangerous.
+
+``orchestrator.worktree.policy`` refuses every pattern here (``DEFAULT_PROTECTED``) with block reason
+``policy_violation`` unless ``patch.allow`` admits it; docs/security.md prints the same table
+(``markdown_table``; a test fails when the two differ, ``python -m orchestrator.worktree.protected_paths``
+prints it). Patterns follow the policy's globs: one without ``/`` names a file or folder at
+any depth, one with ``/`` is anchored at the repository root (``**/`` for any depth), a
+folder covers everything below it, and case never matters.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Protected", "PROTECTED_PATHS", "DEFAULT_PROTECTED", "markdown_table"]
+
+
+class Protected(NamedTuple):
+    """One row: the patterns, the tools that load what they name, and why a patch may not."""
+
+    patterns: tuple[str, ...]
+    loaded_by: str
+    why: str
+
+
+_CI = "runs commands in CI, with CI's secrets"
+_AGENT = "instructions (and settings, hooks, MCP servers) an agent obeys on a developer's machine"
+
+PROTECTED_PATHS: tuple[Protected, ...] = (
+    # version control and its hook managers
+    Protected((".gitmodules", ".gitattributes", ".gitconfig", ".lfsconfig"), "git, git LFS",
+              "submodule URLs, filter and diff drivers: what git fetches and runs"),
+    Protected((".githooks", ".git-hooks"), "git (core.hooksPath)", "hook scripts run on commit, checkout and push"),
+    Protected((".hg", ".hgrc", ".svn", ".bzr", ".jj"), "Mercurial, Subversion, Bazaar, Jujutsu",
+              "another VCS's metadata and config: hooks and aliases run commands"),
+    Protected((".husky", ".pre-commit-config.yaml", ".pre-commit-config.yml", ".pre-commit-hooks.yaml",
+               "lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml", "lefthook-local.yml", ".lefthook",
+               ".overcommit.yml"), "husky, pre-commit, lefthook, overcommit", "commands run on every commit"),
+    # CI systems
+    Protected((".github",), "GitHub Actions, Dependabot, Copilot", f"workflows: {_CI}"),
+    Protected((".gitlab", ".gitlab-ci.yml", ".gitlab-ci.yaml"), "GitLab CI", _CI),
+    Protected((".circleci", ".ci", "Jenkinsfile", "Jenkinsfile.*", "*.jenkinsfile", ".travis.yml", ".travis.yaml",
+               "azure-pipelines.yml", "azure-pipelines.yaml", ".azure-pipelines", ".azuredevops", ".buildkite",
+               "bitbucket-pipelines.yml", "bitbucket-pipelines.yaml", ".drone.yml", ".drone.yaml", ".drone.star",
+               "appveyor.yml", ".appveyor.yml", ".woodpecker", ".woodpecker.yml", ".woodpecker.yaml", ".cirrus.yml",
+               ".cirrus.yaml", ".cirrus.star", "cloudbuild.yml", "cloudbuild.yaml", "buildspec.yml", "buildspec.yaml",
+               ".semaphore", "codefresh.yml", ".teamcity", "bamboo-specs", ".tekton", ".forgejo", ".gitea",
+               ".builds", ".zuul.yaml", ".zuul.yml", "zuul.yaml", "zuul.d", ".zuul.d", ".harness", "wercker.yml"),
+              "CircleCI, Jenkins, Travis, Azure Pipelines, Buildkite, Bitbucket, Drone, AppVeyor, Woodpecker, "
+              "Cirrus, Cloud Build, CodeBuild, Semaphore, Codefresh, TeamCity, Bamboo, Tekton, Forgejo, Gitea, "
+              "sourcehut, Zuul, Harness, Wercker", _CI),
+    # deploy services and tools that run commands from the project on ordinary use
+    Protected((".readthedocs.yaml", ".readthedocs.yml"), "Read the Docs",
+              "build commands run on every docs build, with the project's variables"),
+    Protected(("netlify.toml",), "Netlify", "build command and plugins run on deploy, with deploy secrets"),
+    Protected(("vercel.json",), "Vercel", "install and build commands run on deploy"),
+    Protected(("app.json",), "Heroku (review apps, buttons)", "postdeploy and release scripts run on deploy"),
+    Protected((".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs"), "npm, Yarn, pnpm",
+              "script-shell, node-options, yarnPath and pnpm hooks run code on every install or script"),
+    Protected((".pdbrc",), "pdb", "commands run whenever the debugger starts in the folder"),
+    Protected((".cargo",), "Cargo (in the folder and every one below)",
+              "runner, rustc wrapper and aliases run on every build"),
+    Protected(("mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml", ".mise", "**/mise/config.toml",
+               "**/.config/mise.toml", "**/.config/mise"), "mise",
+              "env sourcing, hooks and tasks run when a shell enters the folder"),
+    # environments and editors that run code when a folder is opened or entered
+    Protected((".envrc",), "direnv", "shell code run when a shell enters the folder"),
+    Protected((".env",), "docker compose, dotenv loaders", "sets PATH, LD_PRELOAD, NODE_OPTIONS... of what reads it"),
+    Protected((".vscode", ".idea", ".devcontainer", ".devcontainer.json", ".gitpod.yml"),
+              "VS Code, JetBrains IDEs, Dev Containers, Gitpod", "tasks, launch settings and start-up commands"),
+    Protected((".zed", ".rules"), "Zed", f"tasks, language servers; {_AGENT}"),
+    # agent CLIs mesh drives (presets): the next worker call would load them
+    Protected((".claude", "CLAUDE.md", "CLAUDE.local.md", ".mcp.json"), "Claude Code (the claude preset)", _AGENT),
+    Protected((".codex", "AGENTS.md", "AGENTS.override.md"), "Codex (the codex preset), and most agents", _AGENT),
+    Protected((".opencode", "opencode.json", "opencode.jsonc"), "opencode (the opencode preset)",
+              f"plugins (code it runs); {_AGENT}"),
+    # other agent tools on a developer's machine
+    Protected(("GEMINI.md", ".gemini"), "Gemini CLI", _AGENT),
+    Protected(("QWEN.md", ".qwen"), "Qwen Code", _AGENT),
+    Protected((".cursor", ".cursorrules"), "Cursor", _AGENT),
+    Protected((".windsurf", ".windsurfrules"), "Windsurf", _AGENT),
+    Protected((".clinerules",), "Cline", _AGENT),
+    Protected((".roo", ".roomodes"), "Roo Code", _AGENT),
+    Protected((".kiro",), "Kiro", f"hooks run on file events; {_AGENT}"),
+    Protected((".amazonq",), "Amazon Q Developer", _AGENT),
+    Protected(("crush.json", ".crush.json"), "Crush", f"language servers it starts; {_AGENT}"),
+    Protected((".continue",), "Continue", _AGENT),
+    Protected((".goosehints",), "Goose", _AGENT),
+    Protected((".aider.conf.yml",), "aider", "lint and test commands it runs"),
+    Protected((".github/copilot-instructions.md",), "GitHub Copilot", _AGENT),
+    # Python start-up hooks
+    Protected(("sitecustomize.py", "usercustomize.py", "*.pth"), "Python (site)", "code run at every interpreter start"),
+    # review routing
+    Protected(("CODEOWNERS",), "GitHub, GitLab", "decides who must approve a change"),
+    # test-runner configuration that can silence tests
+    Protected(("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg"),
+              "pytest, tox", "can skip or silence tests (conftest.py runs code at collection)"),
+)
+
+DEFAULT_PROTECTED: tuple[str, ...] = tuple(pattern for row in PROTECTED_PATHS for pattern in row.patterns)
+
+
+def markdown_table() -> str:
+    """``PROTECTED_PATHS`` as the Markdown table docs/security.md prints."""
+    lines = ["| paths | loaded by | why a patch may not touch them |", "|---|---|---|"]
+    for row in PROTECTED_PATHS:
+        lines.append(f"| {', '.join(f'`{p}`' for p in row.patterns)} | {row.loaded_by} | {row.why} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")
