@@ -324,6 +324,11 @@ class MeshConfig(_Strict):
     consensus_retries: int = Field(default=2, ge=0)
     review_max_cycles: int = Field(default=3, ge=1)
     review_required_for_close: bool = True
+    # Who gives round E's review: a reviewer worker, or a person (orchestrator.protocol.human_review:
+    # the run waits at the review gate for ``mesh review``); a task or epic labelled review:human
+    # always waits for a person. ``human_review_poll_s``: how often a waiting run looks.
+    reviewer: Literal["worker", "human"] = "worker"
+    human_review_poll_s: float = Field(default=1.0, gt=0, le=60)
     strict_output: bool = False
     integrate: bool = True
     backend: Literal["replay", "command", "anthropic", "llm"] = "replay"

@@ -75,6 +75,7 @@ class RunOptions:
     land: bool = True  # land approved work on the scope's integration branch (--no-land: its branch only)
     take_over: bool = False
     remote: str | None = None  # a shared git remote (else config drain.remote): push and land there
+    reviewer: str | None = None  # "worker" or "human" (--reviewer; else config reviewer)
 
 
 def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | None = None, *,
@@ -214,6 +215,8 @@ def load_run_config(options: RunOptions) -> MeshConfig:
         overrides["strict_output"] = options.strict_output
     if options.backend:
         overrides["backend"] = options.backend
+    if options.reviewer:
+        overrides["reviewer"] = options.reviewer
     if options.worker:
         if options.worker_cmd:
             raise RunError("give --worker NAME or --worker-cmd CMD, not both", 2)

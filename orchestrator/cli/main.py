@@ -16,6 +16,8 @@ from tracker.bd_shim import bd_command
 from tracker.cli import tracker_group
 from tracker.cli_io import echo as _say
 
+from orchestrator.cli.common import _calls_context, _fail, _result
+from orchestrator.cli.review_cli import review_command
 from orchestrator.cli.schema_cli import schema_command
 
 __all__ = ["main", "cli"]
@@ -77,6 +79,7 @@ def cli(ctx: click.Context, db_path: str | None, actor: str | None) -> None:
 cli.add_command(tracker_group)
 cli.add_command(bd_command)
 cli.add_command(schema_command)
+cli.add_command(review_command)
 
 
 def _run_options(f):
@@ -110,6 +113,9 @@ def _run_options(f):
                      help="Also take a task in progress by someone else (a person working by hand)."),
         click.option("--remote", help="A git remote shared by several runners: cut from and land on its"
                                       " integration branch, push task branches (default: config drain.remote)."),
+        click.option("--reviewer", type=click.Choice(["worker", "human"]),
+                     help="Who reviews (round E): a reviewer worker, or a person through `mesh review`"
+                          " (default: config reviewer; a task labelled review:human always waits for a person)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -118,7 +124,7 @@ def _run_options(f):
 
 def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
             backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False, remote=None,
-            worker=None, no_land=False) -> None:
+            worker=None, no_land=False, reviewer=None) -> None:
     import json
     import sys
     from pathlib import Path
@@ -134,7 +140,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         script=Path(script) if script else None, worker_cmd=worker_cmd, worker=worker,
         repo=Path(repo) if repo else None, config_file=Path(config_file) if config_file else None, db=root.get("db"),
         actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over, remote=remote,
-        land=not no_land,
+        land=not no_land, reviewer=reviewer,
     )
     progress = None
     if not as_json and sys.stderr.isatty():
@@ -413,43 +419,6 @@ def _terminal() -> tuple[int, bool]:
     if sys.stdout.isatty():
         return shutil.get_terminal_size((100, 24)).columns, "NO_COLOR" not in os.environ
     return 120, False
-
-
-def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
-    """The config and tracker of ``logs`` and ``usage``, or None after one line and the exit code."""
-    from pathlib import Path
-
-    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
-
-    root = ctx.find_root().obj or {}
-    try:
-        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
-                                            config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
-    except RunError as exc:
-        _fail(ctx, str(exc), exc.exit_code, as_json)
-        return None
-    return config, tracker
-
-
-def _result(as_json: bool, data: Any, render: Callable[[Any], str]) -> None:
-    """``data`` as indented JSON, or rendered for a person (terminal-safe)."""
-    import json
-
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-    else:
-        _say(render(data))
-
-
-def _fail(ctx: click.Context, message: str, code: int, as_json: bool) -> None:
-    import json
-
-    if as_json:
-        click.echo(json.dumps({"error": message, "code": code}), err=True)
-    else:
-        _say(f"mesh: {message}", err=True)
-    ctx.exit(code)
 
 
 @cli.command("logs")

@@ -55,6 +55,8 @@ KINDS = (
     "vote",
     "proof",
     "review",
+    "review-request",
+    "human-review",
     "review-cycle",
     "revision-plan",
     "revision",

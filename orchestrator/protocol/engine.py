@@ -41,6 +41,7 @@ from orchestrator.protocol.scope import Scope
 from orchestrator.protocol.runhead import RUN_HEAD
 from orchestrator.protocol.watch import RunWatch, call_error
 from redact import scrub, scrub_obj
+from orchestrator.protocol.human_review import wants_human_review
 from orchestrator.protocol.outcomes import Attempt, Blocked, RunReport, SendBack, TaskTaken, new_run_id
 from orchestrator.protocol.closing import Closing
 from orchestrator.protocol.review import ReviewCycles
@@ -77,6 +78,7 @@ class Engine(Rounds, ReviewCycles, Closing):
         self.ids = list(ids)
         self.echo = echo or (lambda line: print(line, file=sys.stderr))
         self.integrate = config.integrate
+        self.human_review = wants_human_review(config.reviewer, tracker, task)  # round E given by a person
         self.strict = config.strict_output
         self.key = signing_key()
         self.watch = RunWatch(self.echo, fallback_roles=config.fallback_roles)  # failed calls, waits, fallback

@@ -8,14 +8,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from roles.definitions import REVIEWER
 from roles.parsing import ParseError, ParsedResponse
+from roles.schemas import ReviewArtifact
 from tracker.errors import ConflictError
 
 from orchestrator.protocol.faults import crash_point
-from orchestrator.protocol.proof import failed_detail
+from orchestrator.protocol.proof import brief, failed_detail
 from orchestrator.protocol.validation_findings import NOT_ALLOWED, allowed_commands_check, with_validation_finding
 from redact import scrub_obj
+from orchestrator.protocol.human_review import REQUEST, wait_for_submission
 from orchestrator.protocol.outcomes import Attempt, Blocked, RunReport
 
 
@@ -37,6 +41,9 @@ class ReviewCycles:
         inputs = {"synthesis": self.bus.synthesis, "validation": self.validation, "review_cycle": cycle,
                   "diff": self.worktree.diff_from_base(),
                   "prior_reviews": [self.bus.reviews[c] for c in sorted(self.bus.reviews) if c < cycle]}
+        if self.human_review:
+            artifact, person = self._person_review(cycle)
+            return self._record_review(cycle, artifact, None, extra={"reviewer": person})
         artifact, attempt = self._ask_one(REVIEWER, "review", inputs, kind="review", phase=f"r{cycle}",
                                           validate=self._finding_location_check)
         if artifact is None:
@@ -46,13 +53,45 @@ class ReviewCycles:
             if err is not None and err.kind == "invalid_finding_shape":
                 raise Blocked("invalid_finding_shape", err.message)
             raise Blocked("review_unparsable", err.message if err else "")
+        return self._record_review(cycle, artifact, attempt)
+
+    def _record_review(self, cycle: int, artifact: dict, attempt: Attempt | None, *,
+                       extra: Mapping[str, Any] | None = None) -> dict:
         self.bus.add_review(cycle, artifact)
         must_fix = [f for f in artifact["findings"] if f["label"] == "MUST_FIX"]
         self._checkpoint("review", REVIEWER, f"r{cycle}",
                          f"decision={artifact['decision']} findings={len(artifact['findings'])}"
                          f" must_fix={len(must_fix)} (review cycle {cycle})", artifact,
-                         attempt=attempt, details=artifact["summary"])
+                         attempt=attempt, details=artifact["summary"], extra=extra)
         return artifact
+
+    def _person_review(self, cycle: int) -> tuple[dict, str]:
+        """Round E given by a person (``human_review``): ask once, wait, check, return the review.
+
+        The request is checkpointed once; a resumed run waits again at the same request, and a
+        review already recorded for the cycle is taken from its checkpoint.
+        """
+        phase = f"r{cycle}"
+        stored = self._stored("review", REVIEWER, phase)
+        if stored is not None:
+            return stored["artifact"], str(stored.get("reviewer") or "person")
+        task_id = self.task["id"]
+        self._checkpoint(REQUEST, None, phase, f"waiting for a person's review (review cycle {cycle})",
+                         {"cycle": cycle, "commit": self.worktree.head(), "branch": self.worktree.branch,
+                          "base": self.worktree.base, "diff": self.worktree.diff_from_base(),
+                          "validation": [brief(v) for v in self.validation]})
+        self.echo(f"{task_id}: waiting for a person's review (mesh review {task_id})")
+        review, person = wait_for_submission(self.tracker, task_id, self.run_id, cycle, self.key,
+                                             poll_s=self.config.human_review_poll_s, still_mine=self._check_lease)
+        try:
+            review = ReviewArtifact.model_validate(review).model_dump(mode="json")
+        except ValidationError as exc:
+            raise Blocked("review_unparsable", f"the person's review: {exc.errors()[0].get('msg')}") from None
+        missing = [f["location"] for f in review["findings"] if not self.worktree.location_exists(f["location"])]
+        if missing:
+            raise Blocked("invalid_finding_shape", "the person's review names lines the worktree does not have: "
+                          + ", ".join(missing))
+        return review, f"person/{person}"
 
     def _review_gate(self) -> RunReport:
         """Round E, repeated through revision cycles until approval or ``review_max_cycles``."""

@@ -7,6 +7,7 @@ from typing import Any
 from tracker.store import Tracker
 
 from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.protocol.human_review import new_side_lines
 from orchestrator.protocol.proof import output_tail, state
 from orchestrator.safe_text import printable
 
@@ -31,6 +32,7 @@ def task_history(tracker: Tracker, task_id: str) -> dict[str, Any]:
             "review_cycle": p.get("review_cycle"),
             "artifact": p.get("artifact"),
             "signed": "sig" in p,
+            "reviewer": p.get("reviewer"),
             "created_at": cp.created_at,
         }
         run["steps"].append(step)
@@ -74,7 +76,8 @@ def render_history(history: dict[str, Any]) -> str:
 def _render_step(step: dict[str, Any]) -> list[str]:
     kind, art = step["kind"], step["artifact"] or {}
     cyc = f"c{step['consensus_cycle']}/r{step['review_cycle']}"
-    lines = [f"  #{step['seq']:<3} {kind:<13} {cyc:<7} {_line(step['summary'], 100)}"]
+    seq = step["seq"] if isinstance(step["seq"], int) else "-"  # a person's review has no seq of the run
+    lines = [f"  #{seq:<3} {kind:<13} {cyc:<7} {_line(step['summary'], 100)}"]
     if kind == "proposal":
         lines += [f"        - {_line(p, 100)}" for p in art.get("plan", [])]
     elif kind == "critique":
@@ -93,11 +96,20 @@ def _render_step(step: dict[str, Any]) -> list[str]:
             if not r.get("passed") and not r.get("rejected"):
                 lines += [f"          | {line}" for line in output_tail(r)]
     elif kind == "review":
+        if step.get("reviewer"):
+            lines.append(f"        reviewed by {_line(step['reviewer'], 60)}")
         for f in art.get("findings", []):
             lines.append(f"        [{f.get('finding_id')}] {f.get('severity')}/{f.get('label')} {f.get('location')}:"
                          f" {_line(f.get('issue', ''), 70)}")
         if art.get("summary"):
             lines.append(f"        summary: {_line(art['summary'], 96)}")
+    elif kind == "review-request":
+        files = sorted(new_side_lines(art.get("diff") or ""))
+        lines.append(f"        {len(files)} file(s) at {str(art.get('commit') or '')[:12]} on {_line(art.get('branch') or '', 60)}")
+    elif kind == "human-review":
+        review = art.get("review") or {}
+        lines.append(f"        by {_line(art.get('reviewer') or 'someone', 40)}: {review.get('decision')},"
+                     f" {len(review.get('findings') or [])} comment(s)")
     elif kind == "review-cycle":
         subtasks = art.get("subtasks") or {}
         if subtasks:

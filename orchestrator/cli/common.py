@@ -1,0 +1,50 @@
+"""What the ``mesh`` commands share: opening a command's config and tracker, printing a result
+or a failure (JSON with ``--json``, terminal-safe text for a person) with its exit code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from tracker.cli_io import echo as _say
+
+__all__ = ["_calls_context", "_result", "_fail"]
+
+
+def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
+    """The config and tracker of ``logs`` and ``usage``, or None after one line and the exit code."""
+    from pathlib import Path
+
+    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
+
+    root = ctx.find_root().obj or {}
+    try:
+        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
+                                            config_file=Path(config_file) if config_file else None))
+        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
+    except RunError as exc:
+        _fail(ctx, str(exc), exc.exit_code, as_json)
+        return None
+    return config, tracker
+
+
+def _result(as_json: bool, data: Any, render: Callable[[Any], str]) -> None:
+    """``data`` as indented JSON, or rendered for a person (terminal-safe)."""
+    import json
+
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        _say(render(data))
+
+
+def _fail(ctx: click.Context, message: str, code: int, as_json: bool) -> None:
+    import json
+
+    if as_json:
+        click.echo(json.dumps({"error": message, "code": code}), err=True)
+    else:
+        _say(f"mesh: {message}", err=True)
+    ctx.exit(code)
