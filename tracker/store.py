@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from . import ids as idgen
-from .db import open_database, ready_state_changes, refresh_ready_state, refuse_initialized
+from .connect import open_database, refuse_initialized
+from .db import ready_state_changes, refresh_ready_state
 from .dialect import JSON_IDS, is_url, sqlite_path
 from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError, TrackerError, WorkspaceError
 from .model import (
