@@ -1,9 +1,9 @@
 """mesh's tracker: a beads-compatible issue tracker, as a library with a thin command line.
 
-The bottom layer of mesh. It imports the standard library, click (the command line and the
-``bd`` shim only) and psycopg with psycopg_pool (``postgres`` and ``migrate`` only, inside
-the functions that talk to a server); nothing of ``orchestrator``, ``roles`` or ``redact``.
-Everything above may import it.
+The bottom layer of mesh: everything above may import it. May import: no other package of
+mesh. Besides the standard library it uses click (the command line and the ``bd`` shim only)
+and psycopg with psycopg_pool (``postgres`` and ``migrate`` only, inside the functions that
+talk to a server); nothing of orchestrator, roles or redact.
 
 Its modules, by group:
 
