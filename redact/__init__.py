@@ -25,6 +25,13 @@ Passes repeat until the text no longer changes, so it is idempotent (a token tha
 redaction left standing alone is taken on the next pass), and tuned to leave ordinary code alone: ``token = tokens[0]`` or
 ``key = "name"`` are not credentials, nor are git object ids, uuids or base64 of text.
 ``scrub(text) != text`` is therefore a usable test for "this text holds a secret".
+
+The package: this module (``scrub``, ``scrub_obj``, the shape patterns and the passes),
+``known`` (the known secrets and their encoded forms), ``view`` (the decoded view),
+``windows`` (the 16-character windows of a known value, however written) and ``controls``
+(terminal control sequences stripped from untrusted output). A bottom layer beside the
+tracker, imported by roles and the orchestrator. May import: no other package of mesh (the
+standard library only).
 """
 
 from __future__ import annotations

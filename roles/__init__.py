@@ -1,5 +1,22 @@
-"""Roles: the protocol's role and round names, artifact schemas, output parsing, prompts,
-and the worker backends that produce the raw answers."""
+"""Roles: what the protocol asks of each worker and how its answer is read.
+
+The middle layer of mesh, below the orchestrator. It holds:
+
+- ``definitions``: the rounds and roles, their briefs, and who answers which round;
+- ``schemas``: the pydantic model of every round's artifact;
+- ``prompts``: each worker's prompt, rendered from the Jinja2 templates of ``templates/``;
+- ``parsing``: a worker's raw text turned into a validated artifact, reading JSON and, in
+  tolerant mode, markdown (``fields``: each round's field kinds and aliases;
+  ``markdown``: the section scanner and its readers);
+- ``contract``: the worker contract, rendered from the code;
+- ``backends``: the ways to get a role's answer (see ``roles.backends``).
+
+May import: ``redact`` (to scrub what workers and tools print). Besides it, the standard
+library, pydantic, jinja2 and the templates folder (data only); nothing of tracker (a
+role's inputs reach it as plain data) and never orchestrator, not even for types: what a
+backend reads of the run's configuration is the protocol ``BackendConfig`` of
+``roles.backends.settings``, which the orchestrator's config satisfies.
+"""
 
 from .backends import (
     BACKEND_NAMES,

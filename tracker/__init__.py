@@ -1,0 +1,34 @@
+"""mesh's tracker: a beads-compatible issue tracker, as a library with a thin command line.
+
+The bottom layer of mesh: everything above may import it. May import: no other package of
+mesh. Besides the standard library it uses click (the command line and the ``bd`` shim only)
+and psycopg with psycopg_pool (``postgres`` and ``migrate`` only, inside the functions that
+talk to a server); nothing of orchestrator, roles or redact.
+
+Its modules, by group:
+
+- storage engines: ``db`` (the SQLite engine, the transactions both engines share, and the
+  ready-work state every write refreshes), ``postgres`` (the PostgreSQL engine),
+  ``connect`` (opening either engine, schema brought up to date), ``dialect`` (what
+  differs between the engines' SQL), ``schema`` (the tables and their versions), and
+  ``migrate`` (moving a workspace from one database to the other);
+- the Tracker API: ``store`` (``Tracker``, which composes ``issues``, ``ready``,
+  ``dependencies``, ``comments`` and ``coordination``; and where a workspace is), ``rows``
+  (how rows become issue, dependency and comment objects), ``model`` (field names, allowed
+  values, time), ``ids``, ``errors``, ``jsonl`` (beads JSONL import and export) and
+  ``safe_text`` (untrusted text made safe to print);
+- bd compatibility: ``bd_compat`` (bd's JSON shapes and report commands), ``bd_views``
+  (short ids, sorting, search, counts, trees) and ``bd_shim`` (the ``bd`` entry point);
+- the ``mesh tracker`` / ``bd`` command line, by command family: ``cli`` (the group and
+  the issue commands), ``cli_deps`` (``dep``), ``cli_labels`` (``label``), ``cli_search``
+  (``search``, ``count``, ``stale``, ``children``, ``duplicates``), ``cli_admin``
+  (``doctor``, ``repair-deps``, ``info``, ``migrate``), with ``cli_flags`` (bd's global
+  flags) and ``cli_io`` (what every command shares: ``--json``, errors, printing).
+
+``from tracker import Tracker`` and ``from tracker.store import Tracker`` are the public
+paths to the library.
+"""
+
+from .store import Tracker
+
+__all__ = ["Tracker"]

@@ -1,10 +1,11 @@
-"""The tracker's database: opening either engine, and SQLite's connection and transactions.
+"""The tracker's SQLite engine: its connection and transactions, and the ready-work state.
 
-``open_database`` takes a file path (or ``sqlite:///path``) or a PostgreSQL URL
-(``postgres.PostgresDatabase``); both give the same interface. SQLite is one file,
-WAL journal, a busy timeout, foreign keys on, and every write transaction opened
-with ``BEGIN IMMEDIATE`` so that two writers never both read then write (the claim
-compare-and-set depends on it). The schema and its versions are in ``schema``.
+``connect.open_database`` opens this engine or ``postgres.PostgresDatabase``; both give
+the same interface (``Transactions`` is their shared part). SQLite is one file, WAL
+journal, a busy timeout, foreign keys on, and every write transaction opened with
+``BEGIN IMMEDIATE`` so that two writers never both read then write (the claim
+compare-and-set depends on it). This module imports neither engine's opener nor the
+schema: ``postgres`` and ``schema`` build on it, not the other way round.
 """
 
 from __future__ import annotations
@@ -18,54 +19,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .dialect import is_url, sqlite_path
-from .errors import AlreadyInitializedError, WorkspaceError
+from .errors import WorkspaceError
 from .model import BLOCKING_STATUSES
-from .schema import ensure_schema
 
 
-def open_database(target: Path | str, *, create: bool = False):
-    """The tracker database at ``target``: a SQLite file, or a PostgreSQL server for a
-    ``postgresql://`` URL. Brings its schema up to date (see ``schema``)."""
-    if is_url(target):
-        from .postgres import PostgresDatabase
-
-        db = PostgresDatabase(str(target))
-        where = db.display
-    else:
-        db = Database(sqlite_path(target), create=create)
-        where = str(db.path)
-    try:
-        ensure_schema(db, create=create, where=where)
-    except sqlite3.DatabaseError as exc:  # a damaged file surfaces at the first query
-        db.close()
-        raise WorkspaceError(f"cannot open tracker database {where}: {exc}") from None
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def refuse_initialized(target: Path | str, prefix: str | None) -> None:
-    """AlreadyInitializedError when ``target`` holds a workspace (an issue prefix or an issue):
-    ``init`` there would rewrite a live workspace's prefix. No tracker database there yet (or one
-    ``init`` could not open either) passes."""
-    if not is_url(target) and not sqlite_path(target).exists():
-        return
-    try:
-        db = open_database(target)
-    except WorkspaceError:
-        return
-    try:
-        found = db.read("SELECT 1 FROM config WHERE key = 'issue_prefix' UNION ALL SELECT 1 FROM issues LIMIT 1")
-        where = db.display
-    finally:
-        db.close()
-    if found:
-        raise AlreadyInitializedError(where, prefix)
-
-
-__all__ = ["Database", "Transactions", "open_database", "refuse_initialized", "refresh_ready_state", "ready_state_changes"]
+__all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes"]
 
 BUSY_TIMEOUT_MS = 30_000
 

@@ -26,16 +26,8 @@ from typing import IO, Any
 from .db import refresh_ready_state
 from .errors import ImportLineError
 from .model import IMPORT_STATUSES, MODELLED_FIELDS, TEXT_FIELDS, normalize_ts, now_iso
-from .store import (
-    _COMMENT_COLUMNS,
-    _DEP_COLUMNS,
-    _ISSUE_SELECT,
-    Tracker,
-    _build_issue,
-    _comment_obj,
-    _dep_from_tuple,
-    _dump,
-)
+from .rows import _COMMENT_COLUMNS, _DEP_COLUMNS, _ISSUE_SELECT, _build_issue, _comment_obj, _dep_from_tuple, _dump
+from .store import Tracker
 
 __all__ = ["ImportReport", "import_jsonl", "export_jsonl", "encode_line", "MAX_LINE_CHARS", "MAX_DEPTH"]
 

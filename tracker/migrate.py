@@ -82,7 +82,7 @@ def migrate(source: Path | str, target: Path | str, *, replace: bool = False) ->
     report = MigrationReport(display_target(source), display_target(target), replaced=False)
     if _same_file(source, target):
         raise InvalidValueError(f"{report.source} is both the source and the target", code="same_database")
-    from .db import open_database
+    from .connect import open_database
 
     src = open_database(source)
     try:

@@ -1,5 +1,18 @@
-"""Worker backends: ``replay`` (scripted), ``command`` (a program on stdin/stdout) and
-``anthropic`` (the Messages API, imported only when chosen through ``get_backend``)."""
+"""Worker backends: the ways to get a role's raw answer, all behind ``base.Backend``.
+
+- ``base``: the interface (request, response, usage, errors) and ``get_backend``, the
+  registry that imports a backend only when it is chosen;
+- ``replay`` (scripted answers), ``command`` (a program on stdin/stdout) and ``presets``
+  (the agent CLIs Claude Code, Codex and OpenCode, run through ``command``);
+- ``anthropic`` (the Messages API, with the read-only repository ``tools``) and ``llm``
+  (``llm_backend``: any model of the ``llm`` library); their SDKs are imported only when
+  the backend is built, so ``mesh --help`` stays cheap;
+- ``settings``: what those two read of the run's configuration, as protocols.
+
+It may import the rest of roles (prompts, schemas, definitions), redact, and the backends'
+own SDKs; never tracker or orchestrator: the run's configuration is passed in, typed by
+``settings.BackendConfig``.
+"""
 
 from .base import (
     BACKEND_NAMES,

@@ -49,17 +49,17 @@ import math
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 # The rounds whose prompt offers an outbox: the schema must offer it in the same rounds.
 from ..schemas import answer_model
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
+# The run's config is passed in, typed by what a backend reads of it: roles/ never imports
+# the orchestrator.
+from .settings import BackendConfig
 from .tools import MAX_OUTPUT_CHARS, TOOL_DEFINITIONS, RepoTools
-
-if TYPE_CHECKING:  # the run's config is passed in; roles/ never imports the orchestrator
-    from orchestrator.config import MeshConfig
 
 __all__ = ["AnthropicBackend", "output_model", "CHARS_PER_TOKEN_BOUND"]
 
@@ -91,7 +91,7 @@ class AnthropicBackend(Backend):
 
     name = "anthropic"
 
-    def __init__(self, config: MeshConfig | None = None, *, api_key: str | None = None):
+    def __init__(self, config: BackendConfig | None = None, *, api_key: str | None = None):
         if config is None:
             raise BackendError("the anthropic backend needs the run's config (models, prices, anthropic settings)")
         key = (api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")).strip()

@@ -50,7 +50,7 @@ import json
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -59,9 +59,9 @@ from redact.known import MIN_SECRET_LEN, encoded_forms
 # The rounds whose prompt offers an outbox: the schema must offer it in the same rounds.
 from ..schemas import answer_model
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
-
-if TYPE_CHECKING:  # the run's config is passed in; roles/ never imports the orchestrator
-    from orchestrator.config import MeshConfig
+# The run's config is passed in, typed by what a backend reads of it: roles/ never imports
+# the orchestrator.
+from .settings import BackendConfig
 
 __all__ = ["LlmBackend", "OUTPUT_LIMIT_OPTIONS", "output_schema", "provider_name", "resolve_model",
            "usage_from_llm"]
@@ -89,7 +89,7 @@ class LlmBackend(Backend):
 
     name = "llm"
 
-    def __init__(self, config: MeshConfig | None = None):
+    def __init__(self, config: BackendConfig | None = None):
         if config is None:
             raise BackendError("the llm backend needs the run's config (models, prices, llm settings)")
         try:
@@ -349,7 +349,7 @@ def _provider_models(provider: str) -> tuple[dict[str, Any], bool]:
     return found, found_plugin
 
 
-def _configured_model(config: MeshConfig, role: str) -> str:
+def _configured_model(config: BackendConfig, role: str) -> str:
     try:
         return config.model_for(role)
     except Exception as exc:  # noqa: BLE001 - the config's error for a role it has no model for

@@ -1,0 +1,61 @@
+"""Opening the tracker database: either engine, with its schema brought up to date.
+
+``open_database`` takes a file path (or ``sqlite:///path``) or a PostgreSQL URL
+(``postgres.PostgresDatabase``); both give the same interface. It lives apart from
+``db`` because it needs both engines and the schema, and ``postgres`` and ``schema``
+themselves build on ``db``: kept there, the three imported each other in a circle.
+The schema and its versions are in ``schema``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from .db import Database
+from .dialect import is_url, sqlite_path
+from .errors import AlreadyInitializedError, WorkspaceError
+from .schema import ensure_schema
+
+__all__ = ["open_database", "refuse_initialized"]
+
+
+def open_database(target: Path | str, *, create: bool = False):
+    """The tracker database at ``target``: a SQLite file, or a PostgreSQL server for a
+    ``postgresql://`` URL. Brings its schema up to date (see ``schema``)."""
+    if is_url(target):
+        from .postgres import PostgresDatabase
+
+        db = PostgresDatabase(str(target))
+        where = db.display
+    else:
+        db = Database(sqlite_path(target), create=create)
+        where = str(db.path)
+    try:
+        ensure_schema(db, create=create, where=where)
+    except sqlite3.DatabaseError as exc:  # a damaged file surfaces at the first query
+        db.close()
+        raise WorkspaceError(f"cannot open tracker database {where}: {exc}") from None
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def refuse_initialized(target: Path | str, prefix: str | None) -> None:
+    """AlreadyInitializedError when ``target`` holds a workspace (an issue prefix or an issue):
+    ``init`` there would rewrite a live workspace's prefix. No tracker database there yet (or one
+    ``init`` could not open either) passes."""
+    if not is_url(target) and not sqlite_path(target).exists():
+        return
+    try:
+        db = open_database(target)
+    except WorkspaceError:
+        return
+    try:
+        found = db.read("SELECT 1 FROM config WHERE key = 'issue_prefix' UNION ALL SELECT 1 FROM issues LIMIT 1")
+        where = db.display
+    finally:
+        db.close()
+    if found:
+        raise AlreadyInitializedError(where, prefix)

@@ -1,0 +1,459 @@
+"""Issues: reading, listing, creating, updating, closing, reopening and deleting them.
+
+``Issues`` is one part of ``store.Tracker`` (which composes it with the other parts and
+gives it ``db``, ``actor``, ``transaction`` and ``_event``). Every mutation runs in one
+transaction and appends to the ``events`` table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from . import ids as idgen
+from .db import refresh_ready_state
+from .dialect import JSON_IDS
+from .errors import ConflictError, InvalidValueError, NotFoundError, TrackerError
+from .model import AGENT_STATES, MODELLED_FIELDS, TEXT_FIELDS, check_priority, check_status, check_type, normalize_ts, now_iso
+from .rows import (
+    _DEP_COLUMNS,
+    _ISSUE_COLUMNS,
+    _ISSUE_SELECT,
+    Conn,
+    Row,
+    _build_issue,
+    _dep_from_tuple,
+    _dump,
+    _last,
+    _row_obj,
+)
+
+__all__ = ["Issues"]
+
+# Every modelled field but the id and the timestamps the tracker itself keeps.
+_UPDATABLE = frozenset(MODELLED_FIELDS) - {"id", "created_at", "created_by", "updated_at", "closed_at"}
+_JSON_IDS = JSON_IDS
+
+
+class Issues:
+    """The issues themselves: one issue, a filtered list, and each change to one."""
+
+    # ----------------------------------------------------------------- reads
+
+    def _row(self, c: Conn, issue_id: str) -> Row:
+        row = c.execute("SELECT * FROM issues WHERE id = ?", (issue_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no issue {issue_id!r}")
+        return row
+
+    def _require(self, issue_id: str) -> None:
+        if not self.exists(issue_id):
+            raise NotFoundError(f"no issue {issue_id!r}")
+
+    def exists(self, issue_id: str) -> bool:
+        return bool(self.db.read("SELECT 1 FROM issues WHERE id = ?", (issue_id,)))
+
+    def get(self, issue_id: str, *, comments: bool = False) -> dict:
+        """One issue object; ``comments=True`` embeds its comments."""
+        with self.db._lock:
+            row = self._row(self.db.conn, issue_id)
+        issue = self._hydrate([row])[0]
+        if comments:
+            issue["comments"] = self.comments(issue_id)
+        return issue
+
+    def _hydrate(self, rows: Sequence[tuple] | Sequence[Row], *, counts: bool = True) -> list[dict]:
+        """Issue objects for ``rows`` with labels, dependencies, counts and parent.
+
+        ``rows`` are tuples of ``_ISSUE_COLUMNS`` (the fast path) or ``sqlite3.Row``
+        objects of the issues table. Related rows are read with one query per kind
+        for all ``rows`` (ids are passed as one JSON array, so there is no
+        parameter limit to chunk around).
+        """
+        if not rows:
+            return []
+        if hasattr(rows[0], "keys"):  # whole rows of the issues table
+            rows = [tuple(r[c] for c in _ISSUE_COLUMNS) for r in rows]
+        id_list = json.dumps([r[0] for r in rows])
+        labels: dict[str, list[str]] = {}
+        deps: dict[str, list[dict]] = {}
+        dependents: dict[str, int] = {}
+        ncomments: dict[str, int] = {}
+        read = self.db.read_tuples
+        with self.db._lock:
+            # Through the (issue_id, ...) indexes, then back into insertion order: an
+            # ORDER BY rowid in SQL would make SQLite scan the whole table instead.
+            for issue_id, label, _ in sorted(read(
+                f"SELECT issue_id, label, rowid FROM labels WHERE issue_id IN {_JSON_IDS}", (id_list,)
+            )[1], key=_last):
+                labels.setdefault(issue_id, []).append(label)
+            for r in sorted(read(
+                f"SELECT {_DEP_COLUMNS}, rowid FROM dependencies WHERE issue_id IN {_JSON_IDS}", (id_list,)
+            )[1], key=_last):
+                deps.setdefault(r[0], []).append(_dep_from_tuple(r))
+            if counts:
+                dependents = dict(read(
+                    f"SELECT depends_on_id, count(*) FROM dependencies WHERE depends_on_id IN {_JSON_IDS}"
+                    " GROUP BY depends_on_id", (id_list,)
+                )[1])
+                ncomments = dict(read(
+                    f"SELECT issue_id, count(*) FROM comments WHERE issue_id IN {_JSON_IDS} GROUP BY issue_id",
+                    (id_list,),
+                )[1])
+        out = []
+        for r in rows:
+            iid = r[0]
+            issue_deps = deps.get(iid)
+            issue = _build_issue(r, labels.get(iid), issue_deps)
+            if counts:
+                issue["dependency_count"] = len(issue_deps) if issue_deps else 0
+                issue["dependent_count"] = dependents.get(iid, 0)
+                issue["comment_count"] = ncomments.get(iid, 0)
+                if issue_deps:
+                    parent = next((d["depends_on_id"] for d in issue_deps if d["type"] == "parent-child"), None)
+                    if parent:
+                        issue["parent"] = parent
+            out.append(issue)
+        return out
+
+    def list(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        labels: Sequence[str] = (),
+        issue_type: str | None = None,
+        parent: str | None = None,
+        descendants: bool = False,
+        assignee: str | None = None,
+        include_closed: bool = False,
+        limit: int | None = None,
+    ) -> list[dict]:
+        """Issues matching every given filter, ordered by (priority, created_at, id).
+
+        Without ``status``, closed and tombstoned issues are left out unless
+        ``include_closed``. ``parent`` selects direct children, or every
+        descendant with ``descendants=True`` (an unknown ``parent`` is a
+        ``NotFoundError``).
+        """
+        where, params = [], []
+        if status:
+            statuses = [status] if isinstance(status, str) else list(status)
+            for s in statuses:
+                check_status(s, importing=True)
+            where.append(f"i.status IN ({','.join('?' * len(statuses))})")
+            params += statuses
+        elif not include_closed:
+            where.append("i.status NOT IN ('closed','tombstone')")
+        if issue_type:
+            where.append("i.issue_type = ?")
+            params.append(issue_type)
+        if assignee:
+            where.append("i.assignee = ?")
+            params.append(assignee)
+        for label in labels:
+            where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
+            params.append(label)
+        cte = ""
+        if parent:
+            self._require(parent)
+            cte, cparams = _descendants_cte(parent, descendants)
+            where.append("i.id IN (SELECT id FROM scope)")
+            params = cparams + params
+        sql = f"{cte} SELECT {_ISSUE_SELECT} FROM issues i"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY i.priority, i.created_sort, i.id"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return self._hydrate(self.db.read_tuples(sql, tuple(params))[1])
+
+    def children(self, parent_id: str) -> list[dict]:
+        """Direct children (``parent-child`` dependents) of ``parent_id``."""
+        return self.list(parent=parent_id, include_closed=True)
+
+    # ----------------------------------------------------------------- create
+
+    def create(
+        self,
+        title: str,
+        *,
+        issue_type: str = "task",
+        priority: int | str = 2,
+        labels: Iterable[str] = (),
+        parent: str | None = None,
+        description: str = "",
+        design: str = "",
+        acceptance_criteria: str = "",
+        notes: str = "",
+        assignee: str | None = None,
+        status: str = "open",
+        issue_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> dict:
+        """Create an issue and return it.
+
+        With ``parent`` the id is ``<parent>.<n>`` and a ``parent-child``
+        dependency is added. With ``idempotency_key`` a second create with the
+        same key returns the first issue instead of making another (crash-safe
+        retries).
+        """
+        if not title or not title.strip():
+            raise InvalidValueError("title must not be empty")
+        check_type(issue_type)
+        prio = check_priority(priority)
+        check_status(status)
+        unknown = set(fields) - _UPDATABLE
+        if unknown:
+            raise InvalidValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
+        with self.transaction() as c:
+            if idempotency_key:
+                row = c.execute("SELECT issue_id FROM idempotency WHERE key = ?", (idempotency_key,)).fetchone()
+                if row:
+                    return self.get(row[0])
+            now = now_iso()
+            if parent:
+                self._row(c, parent)
+                n = c.execute(
+                    "INSERT INTO child_counters(parent_id, last_child) VALUES (?, 1)"
+                    " ON CONFLICT(parent_id) DO UPDATE SET last_child = child_counters.last_child + 1 RETURNING last_child",
+                    (parent,),
+                ).fetchone()[0]
+                new_id = idgen.child_id(parent, n)
+                while c.execute("SELECT 1 FROM issues WHERE id = ?", (new_id,)).fetchone():
+                    n += 1
+                    new_id = idgen.child_id(parent, n)
+                c.execute("UPDATE child_counters SET last_child = ? WHERE parent_id = ?", (n, parent))
+            elif issue_id:
+                if c.execute("SELECT 1 FROM issues WHERE id = ?", (issue_id,)).fetchone():
+                    raise ConflictError(f"issue {issue_id!r} already exists")
+                new_id = issue_id
+            else:
+                new_id = self._new_hash_id(c, f"{title}|{description}|{self.actor}|{now}|{os.getpid()}")
+            record = {
+                "id": new_id,
+                "title": title,
+                "description": description or None,
+                "design": design or None,
+                "acceptance_criteria": acceptance_criteria or None,
+                "notes": notes or None,
+                "status": status,
+                "priority": prio,
+                "issue_type": issue_type,
+                "assignee": assignee,
+                "created_at": now,
+                "created_by": self.actor,
+                "updated_at": now,
+                "metadata": dict(metadata) if metadata else None,
+            }
+            record.update(fields)
+            if status == "closed":
+                record["closed_at"] = now
+            self._insert_row(c, record)
+            for label in dict.fromkeys(labels):
+                c.execute("INSERT INTO labels(issue_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", (new_id, label))
+            if parent:
+                c.execute(
+                    "INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)"
+                    " VALUES (?, ?, 'parent-child', ?, ?)",
+                    (new_id, parent, now, self.actor),
+                )
+            if idempotency_key:
+                c.execute("INSERT INTO idempotency(key, issue_id) VALUES (?, ?)", (idempotency_key, new_id))
+            # A new id can be the target of edges that dangled until now, and a child inherits.
+            refresh_ready_state(c, [new_id])
+            self._event(c, new_id, "created", None, None, title, at=now)
+        return self.get(new_id)
+
+    def _new_hash_id(self, c: Conn, seed: str) -> str:
+        n = c.execute("SELECT COALESCE(MAX(seq), 0) FROM issues").fetchone()[0]
+        length = idgen.adaptive_length(n + 1)
+        prefix = self.prefix
+        for nonce in range(64):
+            candidate = idgen.hash_id(prefix, seed, length + nonce // 16, nonce)
+            if not c.execute("SELECT 1 FROM issues WHERE id = ?", (candidate,)).fetchone():
+                return candidate
+        raise TrackerError("could not find a free issue id")  # pragma: no cover - 64 collisions
+
+    def _insert_row(self, c: Conn, record: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
+        cols = ["id", "priority", *TEXT_FIELDS, "metadata", "timeout", "pinned", "ephemeral", "extra",
+                "created_sort", "defer_sort"]
+        values = []
+        for col in cols:
+            if col == "metadata":
+                values.append(_dump(record.get("metadata")))
+            elif col == "extra":
+                values.append(_dump(dict(extra)) if extra else None)
+            elif col == "created_sort":
+                values.append(normalize_ts(record.get("created_at")) or "")
+            elif col == "defer_sort":
+                values.append(normalize_ts(record.get("defer_until")))
+            elif col in ("pinned", "ephemeral"):
+                v = record.get(col)
+                values.append(None if v is None else int(bool(v)))
+            else:
+                values.append(record.get(col))
+        c.execute(
+            f"INSERT INTO issues({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+            values,
+        )
+
+    # ----------------------------------------------------------------- update
+
+    def update(self, issue_id: str, *, expect: Mapping[str, Any] | None = None, **changes: Any) -> dict:
+        """Change fields of an issue; one event per changed field.
+
+        ``expect`` makes it a compare-and-set: every given field must hold the
+        given value or the update is refused with ``ConflictError``.
+        """
+        unknown = set(changes) - _UPDATABLE
+        if unknown:
+            raise InvalidValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
+        if "status" in changes:
+            check_status(changes["status"])
+        if "priority" in changes:
+            changes["priority"] = check_priority(changes["priority"])
+        if "issue_type" in changes:
+            check_type(changes["issue_type"])
+        if "title" in changes and not str(changes["title"] or "").strip():
+            raise InvalidValueError("title must not be empty")
+        for key in ("description", "design", "acceptance_criteria", "notes", "assignee", "owner", "close_reason",
+                    "defer_until", "due_at", "external_ref", "await_type", "await_id", "hook_bead", "role_bead"):
+            # Clearing a field makes it absent, the way beads omits empty fields.
+            if changes.get(key, None) == "":
+                changes[key] = None
+        if "agent_state" in changes and changes["agent_state"] not in AGENT_STATES:
+            raise InvalidValueError(f"invalid agent state {changes['agent_state']!r} (one of: {', '.join(AGENT_STATES)})")
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            current = _row_obj(row)
+            for key, want in (expect or {}).items():
+                if current.get(key) != want:
+                    raise ConflictError(f"{issue_id}: {key} is {current.get(key)!r}, expected {want!r}")
+            self._apply(c, issue_id, current, changes)
+        return self.get(issue_id)
+
+    def _apply(self, c: Conn, issue_id: str, current: Mapping[str, Any], changes: Mapping[str, Any],
+               *, event_type: str = "updated") -> None:
+        now = now_iso()
+        sets, params = [], []
+        changed = False
+        for key, value in changes.items():
+            old = current.get(key)
+            if key in ("pinned", "ephemeral") and value is not None:
+                value = bool(value)
+            if old == value:
+                continue
+            changed = True
+            if key == "metadata":
+                sets.append("metadata = ?")
+                params.append(_dump(value))
+            elif key in ("pinned", "ephemeral"):
+                sets.append(f"{key} = ?")
+                params.append(None if value is None else int(value))
+            else:
+                sets.append(f"{key} = ?")
+                params.append(value)
+            if key == "defer_until":
+                sets.append("defer_sort = ?")
+                params.append(normalize_ts(value))
+            # A plain update of the status is bd's status_changed; close, reopen and claim keep their name.
+            kind = "status_changed" if key == "status" and event_type == "updated" else event_type
+            self._event(c, issue_id, kind, key, old, value, at=now)
+        if "status" in changes and changes["status"] != current.get("status"):
+            if changes["status"] == "closed":
+                sets.append("closed_at = ?")
+                params.append(now)
+            elif current.get("status") == "closed":
+                sets += ["closed_at = NULL", "close_reason = NULL"]
+        if not changed:
+            return
+        sets.append("updated_at = ?")
+        params.append(now)
+        c.execute(f"UPDATE issues SET {', '.join(sets)} WHERE id = ?", (*params, issue_id))
+        _drop_kept_originals(c, issue_id, changes)
+        if "status" in changes or "defer_until" in changes:
+            refresh_ready_state(c, [issue_id])
+
+    def close_issue(self, issue_id: str, *, reason: str = "", force: bool = False,
+                    expect_status: Sequence[str] | None = None) -> dict:
+        """Close an issue; refused while it has open blockers unless ``force``. A closed one is closed
+        anew, as bd does: a new ``closed_at``, reason and ``closed`` event (its old status None).
+
+        ``expect_status`` makes it a compare-and-set on the current status: a
+        second closer loses with ``ConflictError`` instead of closing twice.
+        """
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            if expect_status is not None and row["status"] not in expect_status:
+                raise ConflictError(f"{issue_id} is {row['status']}, not {'/'.join(expect_status)}")
+            current = dict(_row_obj(row), status=None) if row["status"] == "closed" else _row_obj(row)
+            if not force:
+                open_blockers = [b["id"] for b in self.blockers(issue_id)]
+                if open_blockers:
+                    raise ConflictError(f"{issue_id} has open blockers: {', '.join(open_blockers)} (use --force)")
+            self._apply(c, issue_id, current, {"status": "closed", "close_reason": reason or None}, event_type="closed")
+        return self.get(issue_id)
+
+    def reopen(self, issue_id: str) -> dict:
+        """Reopen a closed issue."""
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            if row["status"] != "closed":
+                raise ConflictError(f"{issue_id} is {row['status']}, not closed")
+            self._apply(c, issue_id, _row_obj(row), {"status": "open"}, event_type="reopened")
+        return self.get(issue_id)
+
+    def delete(self, issue_id: str, *, reason: str = "", force: bool = False) -> dict:
+        """bd's delete: turn the issue into a tombstone (status ``tombstone`` with ``deleted_at``,
+        ``deleted_by``, ``delete_reason`` and ``original_type``, as beads exports them), removing the
+        dependencies on it. Refused while other issues depend on it unless ``force``. Comments,
+        events and the row stay: nothing is lost, and an export carries the tombstone.
+        """
+        with self.transaction() as c:
+            row = self._row(c, issue_id)
+            if row["status"] == "tombstone":
+                raise ConflictError(f"{issue_id} is already deleted")
+            dependents = sorted({r[0] for r in c.execute(
+                "SELECT issue_id FROM dependencies WHERE depends_on_id = ?", (issue_id,)).fetchall()})
+            if dependents and not force:
+                raise ConflictError(f"{issue_id} has dependents: {', '.join(dependents)} (use --force)")
+            now = now_iso()
+            kept = json.loads(row["extra"]) if row["extra"] else {}
+            kept.update({"deleted_at": now, "deleted_by": self.actor, "original_type": row["issue_type"]})
+            if reason:
+                kept["delete_reason"] = reason
+            c.execute("DELETE FROM dependencies WHERE depends_on_id = ?", (issue_id,))
+            c.execute("UPDATE issues SET status = 'tombstone', updated_at = ?, extra = ? WHERE id = ?",
+                      (now, _dump(kept), issue_id))
+            self._event(c, issue_id, "deleted", "status", row["status"], "tombstone", at=now)
+            refresh_ready_state(c, [issue_id, *dependents])
+        return self.get(issue_id)
+
+
+def _drop_kept_originals(c: Conn, issue_id: str, changed: Iterable[str]) -> None:
+    """An original value kept from an import (an invalid priority, a null) is superseded
+    by a new one: drop it so an export writes the new value."""
+    kept = c.execute("SELECT extra FROM issues WHERE id = ?", (issue_id,)).fetchone()[0]
+    if kept:
+        originals = json.loads(kept)
+        if not originals.keys().isdisjoint(changed):
+            rest = {k: v for k, v in originals.items() if k not in set(changed)}
+            c.execute("UPDATE issues SET extra = ? WHERE id = ?", (_dump(rest) if rest else None, issue_id))
+
+
+def _descendants_cte(parent: str, descendants: bool) -> tuple[str, list]:
+    if descendants:
+        return (
+            "WITH RECURSIVE scope(id) AS (SELECT issue_id FROM dependencies WHERE type = 'parent-child'"
+            " AND depends_on_id = ? UNION SELECT d.issue_id FROM dependencies d JOIN scope s"
+            " ON d.type = 'parent-child' AND d.depends_on_id = s.id)",
+            [parent],
+        )
+    return (
+        "WITH scope(id) AS (SELECT issue_id FROM dependencies WHERE type = 'parent-child' AND depends_on_id = ?)",
+        [parent],
+    )

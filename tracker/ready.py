@@ -1,0 +1,172 @@
+"""Ready work and claims: what can be worked on now, and taking it.
+
+``ReadyWork`` is one part of ``store.Tracker``. ``blocked`` and ``defer_eff`` are kept
+current by every write (``db.refresh_ready_state``), so ready work is one indexed query;
+a claim is one compare-and-set ``UPDATE`` that exactly one claimer wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .errors import ConflictError, NotFoundError
+from .issues import _descendants_cte, _drop_kept_originals
+from .model import BLOCKING_STATUSES, NON_WORK_TYPES, normalize_ts, now_iso
+from .rows import _ISSUE_SELECT, Conn
+
+__all__ = ["ReadyWork"]
+
+_SQL_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
+_SQL_NON_WORK = "(" + ",".join(f"'{t}'" for t in NON_WORK_TYPES) + ")"
+
+
+class ReadyWork:
+    """Ready work, the issues blocking one, and claims."""
+
+    def ready(
+        self,
+        *,
+        labels: Sequence[str] = (),
+        issue_type: str | None = None,
+        parent: str | None = None,
+        limit: int | None = None,
+        now: str | None = None,
+        hydrate: bool = True,
+    ) -> list[dict]:
+        """Ready work: open, not pinned or ephemeral, not deferred, not blocked.
+
+        Blocked means a ``blocks`` dependency on an issue whose status is open,
+        in_progress, blocked, deferred or hooked, or an ancestor (through
+        ``parent-child``) that is blocked; deferral is inherited from ancestors
+        the same way. Non-work types (gate, agent, role, molecule, message,
+        merge-request, rig) are left out unless ``issue_type`` names one.
+        Ordered by (priority, created_at, id). ``parent`` keeps descendants of it
+        (an unknown ``parent`` is a ``NotFoundError``, not an empty answer).
+        """
+        if parent:
+            self._require(parent)
+        if not hydrate:
+            sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit,
+                                          now=now, columns="i.*")
+            return [dict(r) for r in self.db.read(sql, params)]
+        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now)
+        return self._hydrate(self.db.read_tuples(sql, params)[1])
+
+    def _ready_sql(self, *, labels, issue_type, parent, limit, now, columns: str = _ISSUE_SELECT) -> tuple[str, tuple]:
+        # ``blocked`` and ``defer_eff`` are kept current by every write (see
+        # db.refresh_ready_state), so ready work is one indexed pass over the issues.
+        labels = list(labels)
+        where = [
+            "i.status = 'open'",
+            "i.blocked = 0",
+            "(i.defer_eff IS NULL OR i.defer_eff <= ?)",
+            # Not COALESCE(x, 0) = 0: PostgreSQL's planner cannot estimate it, guesses that almost
+            # nothing is ready and scans the whole table instead of the ready-order index.
+            "(i.ephemeral IS NULL OR i.ephemeral = 0)",
+            "(i.pinned IS NULL OR i.pinned = 0)",
+        ]
+        params: list[Any] = [normalize_ts(now or now_iso())]
+        if issue_type:
+            where.append("i.issue_type = ?")
+            params.append(issue_type)
+        else:
+            where.append(f"i.issue_type NOT IN {_SQL_NON_WORK}")
+        for label in labels[1:]:
+            where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
+            params.append(label)
+        cte = ""
+        if parent:
+            cte, sparams = _descendants_cte(parent, True)
+            where.append("i.id IN (SELECT id FROM scope)")
+            params = sparams + params
+        # The plan is chosen here, not left to statistics a fresh workspace lacks. A
+        # label drives the search: its issues, each checked in a covering index of the
+        # open, unblocked issues (a join, not IN, so SQLite never starts from the other
+        # side). A scope does the same through that index. A type alone walks
+        # (status, type, ...) in ready order; with no filter the index of open,
+        # unblocked issues is already in ready order, so a LIMIT stops after a few rows.
+        if labels:
+            source = "labels l0 CROSS JOIN issues i INDEXED BY issues_ready_by_id ON i.id = l0.issue_id"
+            where.append("l0.label = ?")
+            params.append(labels[0])
+        elif parent:
+            source = "issues i INDEXED BY issues_ready_by_id"
+        elif issue_type:
+            source = "issues i INDEXED BY issues_by_status"
+        else:
+            source = "issues i INDEXED BY issues_ready_order"
+        sql = (f"{cte} SELECT {columns} FROM {source} WHERE {' AND '.join(where)}"
+               " ORDER BY i.priority, i.created_sort, i.id")
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return sql, tuple(params)
+
+    def blockers(self, issue_id: str) -> list[dict]:
+        """Issues that block ``issue_id`` right now (its own ``blocks`` edges to open work)."""
+        _, rows = self.db.read_tuples(
+            f"SELECT {_ISSUE_SELECT} FROM dependencies d JOIN issues i ON i.id = d.depends_on_id"
+            f" WHERE d.issue_id = ? AND d.type = 'blocks' AND i.status IN {_SQL_BLOCKING} ORDER BY i.id",
+            (issue_id,),
+        )
+        return self._hydrate(rows, counts=False)
+
+    def claim(self, issue_id: str, actor: str | None = None) -> dict:
+        """Compare-and-set: take an open, unassigned issue (or one already the actor's).
+
+        One ``UPDATE ... WHERE`` on the values just read decides: of two claimers of
+        one issue, on any engine and any machine, exactly one gets it, and neither
+        waits for writers of other issues.
+        """
+        who = actor or self.actor
+        with self.db.transaction(exclusive=False) as c:
+            if not self._claim_in(c, issue_id, who):
+                row = self._row(c, issue_id)
+                holder = f" by {row['assignee']}" if row["assignee"] else ""
+                raise ConflictError(f"{issue_id} cannot be claimed: it is {row['status']}{holder}")
+        return self.get(issue_id)
+
+    def claim_next(self, actor: str | None = None, *, labels: Sequence[str] = (), issue_type: str | None = None,
+                   parent: str | None = None, skip: Iterable[str] = ()) -> dict | None:
+        """Claim the first ready issue (ready order) that no one else is claiming, or None.
+
+        On PostgreSQL the candidates are read ``FOR UPDATE SKIP LOCKED``: N runners asking at
+        once each lock a different row instead of queueing behind the first one.
+        """
+        who = actor or self.actor
+        avoid = set(skip)
+        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent,
+                                      limit=len(avoid) + 8, now=None, columns="i.id")
+        if self.db.engine == "postgresql":
+            sql += " FOR UPDATE OF i SKIP LOCKED"
+        with self.db.transaction(exclusive=False) as c:
+            for (issue_id,) in c.execute(sql, params).fetchall():
+                if issue_id not in avoid and self._claim_in(c, issue_id, who):
+                    break
+            else:
+                return None
+        return self.get(issue_id)
+
+    def _claim_in(self, c: Conn, issue_id: str, who: str) -> bool:
+        """The claim's compare-and-set inside a transaction: False when the issue is not
+        claimable by ``who`` (or someone else changed it first)."""
+        row = c.execute("SELECT status, assignee FROM issues WHERE id = ?", (issue_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no issue {issue_id!r}")
+        status, assignee = row[0], row[1]
+        if not ((status == "open" and (not assignee or assignee == who)) or (status == "in_progress" and assignee == who)):
+            return False
+        now = now_iso()
+        won = c.execute(
+            "UPDATE issues SET status = 'in_progress', assignee = ?, updated_at = ?"
+            " WHERE id = ? AND status = ? AND COALESCE(assignee, '') = ? RETURNING id",
+            (who, now, issue_id, status, assignee or ""),
+        ).fetchone()
+        if won is None:
+            return False
+        _drop_kept_originals(c, issue_id, ("status", "assignee"))
+        if status != "in_progress":
+            self._event(c, issue_id, "claimed", "status", status, "in_progress", at=now)
+        if assignee != who:
+            self._event(c, issue_id, "claimed", "assignee", assignee, who, at=now)
+        return True

@@ -1,0 +1,142 @@
+"""Rows and objects: how the tracker's tables become issue, dependency and comment dicts.
+
+The store's mixins and ``jsonl`` (import and export) share these: the columns an issue
+object is built from, and the builders on the hot path of ``ready`` and ``export``. Issue
+objects are plain dicts with beads' field names, in beads' field order.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from typing import Any
+
+from .model import EXPORT_ORDER, TEXT_FIELDS
+
+# The columns an issue object is built from (the hot path reads only these).
+_ISSUE_COLUMNS = ("id", *TEXT_FIELDS, "priority", "pinned", "ephemeral", "metadata", "timeout", "extra")
+_ISSUE_SELECT = ", ".join(f"i.{c}" for c in _ISSUE_COLUMNS)
+_DEP_COLUMNS = "issue_id, depends_on_id, type, created_at, created_by, extra"
+# A connection inside a transaction (sqlite3's, or postgres' adapter) and a row read by
+# position or column name (sqlite3.Row, postgres.Row).
+Conn = Any
+Row = Any
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _row_obj(row: Row) -> dict:
+    """Every modelled field of an issues row (None where absent): the current values
+    that updates compare against and ``expect`` checks."""
+    out: dict[str, Any] = {"id": row["id"]}
+    for key in TEXT_FIELDS:
+        out[key] = row[key]
+    out["priority"] = row["priority"]
+    for key in ("pinned", "ephemeral"):
+        value = row[key]
+        out[key] = None if value is None else bool(value)
+    out["metadata"] = _load(row["metadata"])
+    out["timeout"] = row["timeout"]
+    if row["extra"]:
+        for key, value in json.loads(row["extra"]).items():
+            out.setdefault(key, value)
+    return out
+
+
+def _last(row: tuple) -> Any:
+    return row[-1]
+
+
+def _build_issue(row: tuple, labels: list[str] | None, deps: list[dict] | None,
+                 comments: list[dict] | None = None, *, export: bool = False) -> dict:
+    """An issue object from a row of ``_ISSUE_COLUMNS``, in beads' field order, unknown fields last.
+
+    Fields in ``EXPORT_ORDER`` come first (empty ones left out, ``priority``
+    always present, ``labels``, ``dependencies`` and ``comments`` in their
+    places), then fields an import kept that the model does not know, in their
+    original order. This is the hot path of ``ready`` and ``export``: the common
+    case is one C-level gather and one comprehension. With ``export`` a kept
+    original wins over its column: an import that found an invalid ``priority``
+    or a non-string ``title`` stored a usable value in the column and the
+    original among the extra fields, and the export gives back the original.
+    """
+    values = _EXPORT_GETTER(row + (labels or None, deps or None, comments or None))
+    out = {key: value for key, value in zip(EXPORT_ORDER, values) if value is not None}
+    for key in ("pinned", "ephemeral"):
+        if key in out:
+            out[key] = bool(out[key])
+    if "metadata" in out:
+        out["metadata"] = json.loads(out["metadata"])
+    kept = row[_EXTRA_AT]
+    if kept:
+        extra = json.loads(kept)
+        if not _EXPORT_KEYS.isdisjoint(extra):
+            # A kept value for a modelled field goes in that field's place.
+            out = {key: extra[key] if key in extra and (key not in out or export) else out[key]
+                   for key in EXPORT_ORDER if key in out or key in extra}
+        for key, value in extra.items():
+            if key not in out:
+                out[key] = value
+    return out
+
+
+_EXPORT_KEYS = frozenset(EXPORT_ORDER)
+_EXTRA_AT = _ISSUE_COLUMNS.index("extra")
+# Where each EXPORT_ORDER field sits in a row of _ISSUE_COLUMNS extended with (labels, deps, comments).
+_EXPORT_GETTER = operator.itemgetter(*(
+    _ISSUE_COLUMNS.index(key) if key in _ISSUE_COLUMNS
+    else len(_ISSUE_COLUMNS) + ("labels", "dependencies", "comments").index(key)
+    for key in EXPORT_ORDER
+))
+
+
+def _dep_from_tuple(row: tuple) -> dict:
+    """A dependency object from ``_DEP_COLUMNS`` (anything after them is ignored)."""
+    dep: dict[str, Any] = {"issue_id": row[0], "depends_on_id": row[1], "type": row[2]}
+    if row[3] is not None:
+        dep["created_at"] = row[3]
+    if row[4] is not None:
+        dep["created_by"] = row[4]
+    if row[5]:
+        dep.update(json.loads(row[5]))
+    return dep
+
+
+def _dep_obj(row: Row) -> dict:
+    dep: dict[str, Any] = {"issue_id": row["issue_id"], "depends_on_id": row["depends_on_id"], "type": row["type"]}
+    if row["created_at"] is not None:
+        dep["created_at"] = row["created_at"]
+    if row["created_by"] is not None:
+        dep["created_by"] = row["created_by"]
+    if row["extra"]:
+        dep.update(json.loads(row["extra"]))
+    return dep
+
+
+_COMMENT_COLUMNS = "id, issue_id, author, text, created_at, ext_id, extra"
+
+
+def _comment_obj(row: Row | tuple) -> dict:
+    """A comment object from a comments row (``sqlite3.Row``, or a tuple of ``_COMMENT_COLUMNS``).
+
+    ``ext_id`` is the id the comment had in an imported file (an integer in older
+    beads files, a UUID string in newer ones), kept as JSON so its type survives.
+    """
+    local_id, issue_id, author, text, created_at, ext_id, extra = (
+        tuple(row[c] for c in ("id", "issue_id", "author", "text", "created_at", "ext_id", "extra"))
+        if hasattr(row, "keys") else row
+    )
+    if ext_id is not None:
+        # Most ids are plain integers: skip the JSON decoder for them (export of 100k issues).
+        local_id = int(ext_id) if ext_id.isdigit() else json.loads(ext_id)
+    comment: dict[str, Any] = {"id": local_id, "issue_id": issue_id, "author": author, "text": text,
+                               "created_at": created_at}
+    if extra:
+        comment.update(json.loads(extra))
+    return comment
