@@ -102,21 +102,18 @@ class Issues:
                     f"SELECT issue_id, count(*) FROM comments WHERE issue_id IN {_JSON_IDS} GROUP BY issue_id",
                     (id_list,),
                 )[1])
-        out = []
-        for r in rows:
-            iid = r[0]
-            issue_deps = deps.get(iid)
-            issue = _build_issue(r, labels.get(iid), issue_deps)
-            if counts:
-                issue["dependency_count"] = len(issue_deps) if issue_deps else 0
-                issue["dependent_count"] = dependents.get(iid, 0)
-                issue["comment_count"] = ncomments.get(iid, 0)
-                if issue_deps:
-                    parent = next((d["depends_on_id"] for d in issue_deps if d["type"] == "parent-child"), None)
-                    if parent:
-                        issue["parent"] = parent
-            out.append(issue)
-        return out
+        if not counts:
+            return [_build_issue(r, labels.get(r[0]), deps.get(r[0])) for r in rows]
+        return [_counted_issue(r, labels.get(r[0]), deps.get(r[0]), dependents.get(r[0], 0), ncomments.get(r[0], 0))
+                for r in rows]
+
+    def _hydrated_row(self, row: tuple) -> dict:
+        """The issue object of a row of ``_ISSUE_COLUMNS`` followed by ``_RELATED``'s columns
+        (PostgreSQL: an issue and everything ``_hydrate`` reads for it, in one statement)."""
+        n = len(_ISSUE_COLUMNS)
+        labels, deps, dependents, ncomments = row[n:n + 4]
+        return _counted_issue(row[:n], labels or None, [_dep_from_tuple(tuple(d)) for d in deps] if deps else None,
+                              dependents, ncomments)
 
     def list(
         self,
@@ -432,6 +429,31 @@ class Issues:
             self._event(c, issue_id, "deleted", "status", row["status"], "tombstone", at=now)
             refresh_ready_state(c, [issue_id, *dependents])
         return self.get(issue_id)
+
+
+# What ``_hydrate`` reads of an issue ``w`` beside its row, as columns of one PostgreSQL query:
+# labels and dependencies in insertion order, dependents and comments counted.
+_RELATED = (
+    "(SELECT json_agg(l.label ORDER BY l.rowid) FROM labels l WHERE l.issue_id = w.id),"
+    " (SELECT json_agg(json_build_array(d.issue_id, d.depends_on_id, d.type, d.created_at, d.created_by, d.extra)"
+    " ORDER BY d.rowid) FROM dependencies d WHERE d.issue_id = w.id),"
+    " (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = w.id),"
+    " (SELECT count(*) FROM comments c WHERE c.issue_id = w.id)"
+)
+
+
+def _counted_issue(row: tuple, labels: list[str] | None, deps: list[dict] | None, dependents: int,
+                   ncomments: int) -> dict:
+    """An issue object with its counts and its parent (the target of its parent-child edge)."""
+    issue = _build_issue(row, labels, deps)
+    issue["dependency_count"] = len(deps) if deps else 0
+    issue["dependent_count"] = dependents
+    issue["comment_count"] = ncomments
+    if deps:
+        parent = next((d["depends_on_id"] for d in deps if d["type"] == "parent-child"), None)
+        if parent:
+            issue["parent"] = parent
+    return issue
 
 
 def _drop_kept_originals(c: Conn, issue_id: str, changed: Iterable[str]) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 from .errors import ConflictError, NotFoundError
 from .issues import _descendants_cte, _drop_kept_originals
 from .model import BLOCKING_STATUSES, NON_WORK_TYPES, normalize_ts, now_iso
-from .rows import _ISSUE_SELECT, Conn
+from .rows import _ISSUE_COLUMNS, _ISSUE_SELECT, Conn
+from .issues import _RELATED
 
 __all__ = ["ReadyWork"]
 
@@ -53,7 +54,8 @@ class ReadyWork:
         sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now)
         return self._hydrate(self.db.read_tuples(sql, params)[1])
 
-    def _ready_sql(self, *, labels, issue_type, parent, limit, now, columns: str = _ISSUE_SELECT) -> tuple[str, tuple]:
+    def _ready_sql(self, *, labels, issue_type, parent, limit, now, columns: str = _ISSUE_SELECT,
+                   extra_where: Sequence[str] = (), extra_params: Sequence[Any] = ()) -> tuple[str, tuple]:
         # ``blocked`` and ``defer_eff`` are kept current by every write (see
         # db.refresh_ready_state), so ready work is one indexed pass over the issues.
         labels = list(labels)
@@ -66,7 +68,8 @@ class ReadyWork:
             "(i.ephemeral IS NULL OR i.ephemeral = 0)",
             "(i.pinned IS NULL OR i.pinned = 0)",
         ]
-        params: list[Any] = [normalize_ts(now or now_iso())]
+        where += extra_where
+        params: list[Any] = [normalize_ts(now or now_iso()), *extra_params]
         if issue_type:
             where.append("i.issue_type = ?")
             params.append(issue_type)
@@ -135,10 +138,10 @@ class ReadyWork:
         """
         who = actor or self.actor
         avoid = set(skip)
+        if self.db.engine == "postgresql":
+            return self._claim_next_in_one(who, labels=labels, issue_type=issue_type, parent=parent, avoid=avoid)
         sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent,
                                       limit=len(avoid) + 8, now=None, columns="i.id")
-        if self.db.engine == "postgresql":
-            sql += " FOR UPDATE OF i SKIP LOCKED"
         with self.db.transaction(exclusive=False) as c:
             for (issue_id,) in c.execute(sql, params).fetchall():
                 if issue_id not in avoid and self._claim_in(c, issue_id, who):
@@ -146,6 +149,47 @@ class ReadyWork:
             else:
                 return None
         return self.get(issue_id)
+
+    def _claim_next_in_one(self, who: str, *, labels: Sequence[str], issue_type: str | None, parent: str | None,
+                           avoid: set[str]) -> dict | None:
+        """``claim_next`` on PostgreSQL: one statement, one round trip.
+
+        The first ready issue ``who`` may claim is locked ``FOR UPDATE SKIP LOCKED`` (N claimers
+        at once each take a different row), updated, its kept originals of status and assignee
+        dropped and its ``claimed`` events written, and returned hydrated: what ``_claim_in``
+        and ``get`` do in a dozen statements. The statement commits on its own, all or nothing.
+        """
+        ready, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=1, now=None,
+                                        columns="i.id, i.status, i.assignee",
+                                        extra_where=["(i.assignee IS NULL OR i.assignee = '' OR i.assignee = ?)",
+                                                     "i.id <> ALL(?::text[])"],
+                                        extra_params=[who, sorted(avoid)])
+        prefix = ""
+        if ready.lstrip().startswith("WITH"):  # a parent's scope: its CTE leads the statement
+            head, _, body = ready.partition(") SELECT ")
+            prefix, ready = head + "), ", "SELECT " + body
+        else:
+            prefix = "WITH "
+        now = now_iso()
+        columns = ", ".join(f"u.{c}" for c in _ISSUE_COLUMNS)
+        sql = (
+            f"{prefix}cand AS ({ready} FOR UPDATE OF i SKIP LOCKED),"
+            f" won AS (UPDATE issues u SET status = 'in_progress', assignee = ?, updated_at = ?,"
+            " extra = CASE WHEN u.extra IS NULL THEN NULL ELSE (SELECT json_object_agg(key, value)::text"
+            " FROM json_each(u.extra::json) WHERE key NOT IN ('status', 'assignee')) END"
+            f" FROM cand WHERE u.id = cand.id RETURNING {columns}, cand.status AS old_status,"
+            " cand.assignee AS old_assignee),"
+            " ev AS (INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
+            " SELECT id, 'claimed', ?, 'status', old_status, 'in_progress', ? FROM won"
+            " WHERE old_status <> 'in_progress'"
+            " UNION ALL SELECT id, 'claimed', ?, 'assignee', old_assignee, ?, ? FROM won"
+            " WHERE old_assignee IS DISTINCT FROM ?)"
+            f" SELECT {', '.join(_ISSUE_COLUMNS)}, {_RELATED} FROM won w"
+        )
+        params = (*params, who, now, self.actor, now, self.actor, who, now, who)
+        with self.db._lock:
+            row = self.db.conn.execute(sql, params, tuples=True).fetchone()
+        return None if row is None else self._hydrated_row(row)
 
     def _claim_in(self, c: Conn, issue_id: str, who: str) -> bool:
         """The claim's compare-and-set inside a transaction: False when the issue is not

@@ -1,0 +1,231 @@
+"""PostgreSQL claims and single writes, each beside its raw baseline measured in the same run.
+
+- claims: N processes (default 16) take every task of a pool of ready tasks. Baseline: a raw,
+  indexed claim loop over a plain table of the same size on the same server, one statement per
+  claim (``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING``).
+  Measured: ``Tracker.claim_next`` with a plan label, the way ``mesh drain`` and runners claim.
+  Double claims are counted (they must be 0) from the claimers' answers and the database.
+- single writes: ``create``, ``update``, ``add_comment``, ``claim`` and ``close_issue`` on a
+  tracker of ``--issues`` issues, each the median of ``--reps`` calls, beside the median round
+  trip of one raw autocommit ``INSERT`` of a row into a small indexed table.
+- ``import psycopg``: the driver's import time in a fresh interpreter (what every PostgreSQL
+  command pays once), beside ``python -c pass``.
+
+The server is a throwaway one (tests/pgserver.py: initdb + pg_ctl, fsync off) unless
+``--pg-url`` names one where this user may create databases.
+
+    .venv/bin/python bench/pg_writes.py
+    .venv/bin/python bench/pg_writes.py --claimers 1,4,16 --pool 1600 --reps 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+LABEL = "plan:bench"
+
+
+def _admin(admin_url: str, sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    _admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin(admin_url, f'CREATE DATABASE "{name}"')
+    return urlunsplit(urlsplit(admin_url)._replace(path="/" + name))
+
+
+# ---------------------------------------------------------------- the raw baselines
+
+RAW_CLAIM = ("UPDATE raw_tasks SET status = 'in_progress', assignee = %s WHERE id = ("
+             "SELECT id FROM raw_tasks WHERE status = 'open' AND label = %s ORDER BY priority, created, id"
+             " FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id")
+
+
+def raw_setup(url: str, pool: int, filler: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE raw_tasks (id text PRIMARY KEY, status text NOT NULL, assignee text,"
+                     " label text NOT NULL, priority int NOT NULL, created text NOT NULL)")
+        conn.execute("CREATE INDEX raw_ready ON raw_tasks (label, status, priority, created, id)")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO raw_tasks VALUES (%s, 'open', NULL, %s, %s, %s)",
+                            [(f"r-{k}", LABEL if k < pool else "other", k % 4, f"2026-01-01T{k:08d}")
+                             for k in range(pool + filler)])
+        conn.execute("CREATE TABLE raw_rows (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+                     " issue_id text NOT NULL, text text NOT NULL, at text NOT NULL)")
+        conn.execute("CREATE INDEX raw_rows_issue ON raw_rows (issue_id)")
+        conn.execute("ANALYZE")
+
+
+def _raw_claimer(url: str, name: str, start, results) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        got = []
+        start.wait()
+        began = time.perf_counter()
+        while (row := conn.execute(RAW_CLAIM, (name, LABEL)).fetchone()) is not None:
+            got.append(row[0])
+        results.put((name, began, time.perf_counter(), got))
+
+
+def _mesh_claimer(url: str, name: str, start, results) -> None:
+    from tracker.store import Tracker
+
+    tracker = Tracker(url, actor=name)
+    got = []
+    start.wait()
+    began = time.perf_counter()
+    while (issue := tracker.claim_next(labels=[LABEL], issue_type="task")) is not None:
+        got.append(issue["id"])
+    results.put((name, began, time.perf_counter(), got))
+    tracker.close()
+
+
+def _race(target, url: str, count: int) -> tuple[float, int, list[tuple[str, str]]]:
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Event(), context.Queue()
+    procs = [context.Process(target=target, args=(url, f"claimer-{k}", start, results)) for k in range(count)]
+    for p in procs:
+        p.start()
+    time.sleep(1.0)  # every process connected and waiting
+    start.set()
+    outcomes = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    wall = max(o[2] for o in outcomes) - min(o[1] for o in outcomes)
+    claimed = [(issue, name) for name, _, _, ids in outcomes for issue in ids]
+    doubles = len(claimed) - len({issue for issue, _ in claimed})
+    return wall, doubles, claimed
+
+
+def bench_claims(admin_url: str, counts: list[int], pool: int, filler: int) -> list[tuple]:
+    from tracker.store import Tracker
+
+    rows = []
+    for count in counts:
+        raw_url = fresh_database(admin_url, f"mesh_bench_raw_{count}")
+        raw_setup(raw_url, pool, filler)
+        raw_wall, raw_doubles, raw_claimed = _race(_raw_claimer, raw_url, count)
+        assert len(raw_claimed) == pool, "the raw loop missed tasks"
+
+        url = fresh_database(admin_url, f"mesh_bench_claims_{count}")
+        with tempfile.TemporaryDirectory() as folder:
+            tracker = Tracker.init(Path(folder), prefix="bench", db_path=url)
+            with tracker.transaction():
+                for k in range(pool + filler):
+                    tracker.create(f"task {k}", labels=[LABEL if k < pool else "other"], priority=k % 4)
+            tracker.db.conn.execute("ANALYZE")
+            wall, doubles, claimed = _race(_mesh_claimer, url, count)
+            held = {r["id"]: r["assignee"] for r in tracker.list(status="in_progress", labels=[LABEL])}
+            tracker.close()
+        wrong = sum(1 for issue, name in claimed if held.get(issue) != name)
+        assert len({i for i, _ in claimed}) == pool, "claim_next missed tasks"
+        rows.append((count, pool / raw_wall, pool / wall, doubles + wrong + raw_doubles))
+    return rows
+
+
+# ---------------------------------------------------------------- single writes
+
+def _median_ms(fn, items) -> float:
+    times = []
+    for item in items:
+        t0 = time.perf_counter()
+        fn(item)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def bench_writes(admin_url: str, issues: int, reps: int) -> tuple[float, dict[str, float]]:
+    import psycopg
+
+    from tracker.store import Tracker
+
+    raw_url = fresh_database(admin_url, "mesh_bench_raw_writes")
+    raw_setup(raw_url, 10, 0)
+    with psycopg.connect(raw_url, autocommit=True) as conn:
+        raw = _median_ms(lambda k: conn.execute("INSERT INTO raw_rows (issue_id, text, at) VALUES (%s, %s, %s)",
+                                                (f"r-{k % 10}", f"comment {k}", "2026-01-01T00:00:00Z")),
+                         range(reps))
+    url = fresh_database(admin_url, "mesh_bench_writes")
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        tracker = Tracker.init(Path(folder), prefix="bench", db_path=url)
+        with tracker.transaction():
+            ids = [tracker.create(f"issue {k}", labels=[LABEL])["id"] for k in range(issues)]
+        tracker.db.conn.execute("ANALYZE")
+        figures["create"] = _median_ms(lambda k: tracker.create(f"new {k}", labels=[LABEL]), range(reps))
+        figures["update"] = _median_ms(lambda i: tracker.update(i, notes="a note"), ids[:reps])
+        figures["add_comment"] = _median_ms(lambda i: tracker.add_comment(i, "a comment"), ids[:reps])
+        figures["claim"] = _median_ms(lambda i: tracker.claim(i), ids[reps:2 * reps])
+        figures["close_issue"] = _median_ms(lambda i: tracker.close_issue(i, reason="done"), ids[2 * reps:3 * reps])
+        tracker.close()
+    return raw, figures
+
+
+def import_cost(runs: int = 7) -> tuple[float, float]:
+    def median_s(code: str) -> float:
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1000
+    return median_s("pass"), median_s("import psycopg")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pg-url", help="a server where this user may create databases (else a throwaway one)")
+    parser.add_argument("--claimers", default="16", help="comma-separated process counts (default 16)")
+    parser.add_argument("--pool", type=int, default=1600, help="ready tasks to claim per race")
+    parser.add_argument("--filler", type=int, default=2000, help="other issues in the tracker beside the pool")
+    parser.add_argument("--issues", type=int, default=2000, help="issues in the single-write tracker")
+    parser.add_argument("--reps", type=int, default=200, help="calls per single-write figure")
+    args = parser.parse_args()
+    server = None
+    admin_url = args.pg_url
+    if admin_url is None:
+        from tests.pgserver import start_server
+
+        server, why = start_server()
+        if server is None:
+            raise SystemExit(f"no PostgreSQL server: {why}")
+        admin_url = server.url()
+    try:
+        bare, driver = import_cost()
+        print(f"import psycopg: {driver:.0f} ms vs python -c pass {bare:.0f} ms")
+        raw, figures = bench_writes(admin_url, args.issues, args.reps)
+        print(f"\nsingle writes ({args.issues} issues, median of {args.reps}); baseline: one raw INSERT round trip"
+              f" {raw:.3f} ms")
+        print(f"{'write':<14}{'ms':>9}{'x raw':>8}")
+        for name, ms in figures.items():
+            print(f"{name:<14}{ms:>9.3f}{ms / raw:>8.1f}")
+        print(f"\nclaims ({args.pool} ready tasks among {args.pool + args.filler}); baseline: the raw SKIP LOCKED loop")
+        print(f"{'claimers':>8}{'raw/s':>10}{'claim_next/s':>14}{'ratio':>8}{'double':>8}")
+        for count, raw_rate, rate, doubles in bench_claims(admin_url, [int(c) for c in args.claimers.split(",")],
+                                                           args.pool, args.filler):
+            print(f"{count:>8}{raw_rate:>10.0f}{rate:>14.0f}{rate / raw_rate:>8.2f}{doubles:>8}")
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""``claim_next`` on each engine: the same issue, the same answer, the same trail.
+
+On PostgreSQL it is one statement (tracker/ready.py ``_claim_next_in_one``); on SQLite a
+read then a compare-and-set. Both must pick the first ready issue the claimer may take (ready
+order; not one assigned to someone else; not one it was told to skip), answer exactly what
+``get`` answers afterwards, write the ``claimed`` events, drop the kept originals of status and
+assignee, and keep to a scope (label, type, parent epic with its descendants).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tracker.jsonl import import_jsonl
+
+
+def _events(tracker, issue_id: str) -> list[tuple]:
+    return [(e["event_type"], e["field"], e["old_value"], e["new_value"]) for e in tracker.events(issue_id)
+            if e["event_type"] == "claimed"]
+
+
+def test_claim_next_answers_what_get_answers_and_writes_the_trail(tracker):
+    first = tracker.create("first", labels=["plan:x", "area:core"], priority=1)
+    tracker.create("later", labels=["plan:x"], priority=2)
+    tracker.add_comment(first["id"], "a note")
+    other = tracker.create("elsewhere", labels=["plan:y"], priority=0)
+    tracker.add_dependency(other["id"], first["id"], "related")
+    claimed = tracker.claim_next("ann", labels=["plan:x"])
+    assert claimed == tracker.get(first["id"])
+    assert claimed["status"] == "in_progress" and claimed["assignee"] == "ann"
+    assert claimed["labels"] == ["plan:x", "area:core"]
+    assert claimed["comment_count"] == 1 and claimed["dependent_count"] == 1
+    assert _events(tracker, first["id"]) == [("claimed", "status", "open", "in_progress"),
+                                             ("claimed", "assignee", None, "ann")]
+
+
+def test_claim_next_skips_work_assigned_to_someone_else_and_the_skip_list(tracker):
+    a = tracker.create("a", labels=["plan:x"], priority=0)
+    tracker.update(a["id"], assignee="bob")
+    b = tracker.create("b", labels=["plan:x"], priority=1)
+    c = tracker.create("c", labels=["plan:x"], priority=2)
+    assert tracker.claim_next("ann", labels=["plan:x"], skip=[b["id"]])["id"] == c["id"]
+    assert tracker.claim_next("ann", labels=["plan:x"])["id"] == b["id"]
+    assert tracker.claim_next("ann", labels=["plan:x"]) is None
+    assert tracker.claim_next("bob", labels=["plan:x"])["id"] == a["id"]  # one's own assigned work
+
+
+def test_claim_next_keeps_to_the_type_and_the_epics_descendants(tracker):
+    epic = tracker.create("epic", issue_type="epic")
+    outside = tracker.create("outside", priority=0)
+    inside = tracker.create("inside", priority=3, parent=epic["id"])
+    bug = tracker.create("a bug", issue_type="bug", priority=0, parent=epic["id"])
+    assert tracker.claim_next("ann", parent=epic["id"], issue_type="task")["id"] == inside["id"]
+    assert tracker.claim_next("ann", parent=epic["id"])["id"] == bug["id"]
+    assert tracker.claim_next("ann", parent=epic["id"]) is None
+    assert tracker.get(outside["id"])["status"] == "open"
+
+
+def test_claim_next_drops_the_kept_originals_of_status_and_assignee(tracker, tmp_path):
+    line = {"id": "tt-kept", "title": "imported", "status": "open", "priority": 2, "issue_type": "task",
+            "labels": ["plan:x"], "assignee": None, "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z", "custom_field": {"keep": [1, 2]}}
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps(line) + "\n")
+    import_jsonl(tracker, source)
+    claimed = tracker.claim_next("ann", labels=["plan:x"])
+    assert claimed["id"] == "tt-kept" and claimed == tracker.get("tt-kept")
+    assert claimed.get("custom_field") == {"keep": [1, 2]}  # an unknown field an import kept stays
+    assert "assignee" in claimed and claimed["assignee"] == "ann"
+
+
+def test_claim_next_on_nothing_ready_changes_nothing(tracker):
+    blocker = tracker.create("blocker", labels=["plan:z"])
+    blocked = tracker.create("blocked", labels=["plan:x"])
+    tracker.add_dependency(blocked["id"], blocker["id"], "blocks")
+    assert tracker.claim_next("ann", labels=["plan:x"]) is None
+    assert tracker.get(blocked["id"])["status"] == "open" and _events(tracker, blocked["id"]) == []
