@@ -16,6 +16,7 @@ from tracker.bd_shim import bd_command
 from tracker.cli import tracker_group
 from tracker.cli_io import echo as _say
 
+from .mcp_cli import mcp_command
 from .schema_cli import schema_command
 
 __all__ = ["main", "cli"]
@@ -77,6 +78,7 @@ def cli(ctx: click.Context, db_path: str | None, actor: str | None) -> None:
 cli.add_command(tracker_group)
 cli.add_command(bd_command)
 cli.add_command(schema_command)
+cli.add_command(mcp_command)
 
 
 def _run_options(f):
@@ -125,6 +127,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
 
     from orchestrator.report import render_report
     from orchestrator.runner import RunError, RunOptions, run
+    from orchestrator.stopping import INTERRUPTED_EXIT, RunStopped, StopRequest
     from redact import scrub
 
     root = ctx.find_root().obj or {}
@@ -143,17 +146,23 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         from orchestrator.live import live_run_progress
 
         progress = live_run_progress(Console(stderr=True), onto=onto)
+    stop = StopRequest()
+    stop.install(lambda line: _say(line, err=True))
     try:
         if progress is not None:
             try:
-                report = run(options, echo=progress.echo, engine_hook=progress.hook)
+                report = run(options, echo=stop.echo(progress.echo),
+                             engine_hook=lambda engine: (stop.hook(engine), progress.hook(engine)))
                 progress.finish(report)
             finally:
                 progress.close()
         else:
             # Progress lines and errors are logs: scrubbed like everything mesh records. They
             # quote model text: its terminal escapes are shown, never sent (_say).
-            report = run(options, echo=lambda line: _say(scrub(line), err=True))
+            report = run(options, echo=stop.echo(lambda line: _say(scrub(line), err=True)), engine_hook=stop.hook)
+    except RunStopped as exc:
+        _fail(ctx, str(exc), INTERRUPTED_EXIT, as_json)
+        return
     except RunError as exc:
         if as_json:
             click.echo(json.dumps({"error": scrub(str(exc)), "code": exc.exit_code}), err=True)
@@ -175,7 +184,8 @@ def run_command(ctx: click.Context, **kw) -> None:
     """Take one scoped task from ready to closed (or blocked), checkpointing every round.
 
     Exit codes: 0 closed, synthesis only or nothing runnable; 2 usage; 3 task
-    blocked; 4 tracker unavailable.
+    blocked; 4 tracker unavailable; 130 stopped by Ctrl-C or SIGTERM after a checkpoint
+    (mesh resume TASK continues).
     """
     _do_run(ctx, None, False, **kw)
 
@@ -661,3 +671,7 @@ def _open_scope(ctx: click.Context, label, parent, repo, config_file, config=Non
         ctx.exit(exc.exit_code)
         return None
     return scope, config, tracker
+
+
+if __name__ == "__main__":  # ``python -m orchestrator.cli``: how mesh mcp starts background runs
+    main()
