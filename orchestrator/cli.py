@@ -147,19 +147,9 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
 
         progress = live_run_progress(Console(stderr=True), onto=onto)
     stop = StopRequest()
-    stop.install(lambda line: _say(line, err=True))
     try:
-        if progress is not None:
-            try:
-                report = run(options, echo=stop.echo(progress.echo),
-                             engine_hook=lambda engine: (stop.hook(engine), progress.hook(engine)))
-                progress.finish(report)
-            finally:
-                progress.close()
-        else:
-            # Progress lines and errors are logs: scrubbed like everything mesh records. They
-            # quote model text: its terminal escapes are shown, never sent (_say).
-            report = run(options, echo=stop.echo(lambda line: _say(scrub(line), err=True)), engine_hook=stop.hook)
+        with stop.armed(lambda line: _say(line, err=True)):
+            report = _run_with_progress(run, options, progress, stop, scrub)
     except RunStopped as exc:
         _fail(ctx, str(exc), INTERRUPTED_EXIT, as_json)
         return
@@ -175,6 +165,22 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
     else:
         _say(render_report(report))
     ctx.exit(report.exit_code)
+
+
+def _run_with_progress(run, options, progress, stop, scrub):
+    """``run(options)`` with its progress shown (the live table, else the engine's lines on
+    stderr) through ``stop``'s echo and hook, so a requested stop takes effect at a checkpoint."""
+    if progress is None:
+        # Progress lines and errors are logs: scrubbed like everything mesh records. They
+        # quote model text: its terminal escapes are shown, never sent (_say).
+        return run(options, echo=stop.echo(lambda line: _say(scrub(line), err=True)), engine_hook=stop.hook)
+    try:
+        report = run(options, echo=stop.echo(progress.echo),
+                     engine_hook=lambda engine: (stop.hook(engine), progress.hook(engine)))
+        progress.finish(report)
+        return report
+    finally:
+        progress.close()
 
 
 @cli.command("run")

@@ -14,11 +14,12 @@ finish. A second signal stops the process at once (exit 130), like a crash: resu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .live import line_kind
@@ -46,7 +47,7 @@ class RunStopped(BaseException):
 
 
 class StopRequest:
-    """One run's stop switch: ``install`` arms the signals, ``echo`` and ``hook`` wrap the
+    """One run's stop switch: ``armed`` arms the signals, ``echo`` and ``hook`` wrap the
     runner's progress callbacks so the run stops after the next stoppable checkpoint."""
 
     def __init__(self) -> None:
@@ -70,8 +71,10 @@ class StopRequest:
 
         return echo
 
-    def install(self, say: Callable[[str], None]) -> None:
-        """SIGINT or SIGTERM once: stop after the next checkpoint; twice: exit 130 at once."""
+    @contextlib.contextmanager
+    def armed(self, say: Callable[[str], None]) -> Iterator[None]:
+        """While inside: SIGINT or SIGTERM once stops after the next checkpoint; twice, exit 130 at
+        once. The handlers in place before are put back on the way out."""
         count = {"n": 0}
 
         def handler(signum: int, frame: Any) -> None:
@@ -86,6 +89,12 @@ class StopRequest:
             sys.stderr.flush()
             os._exit(INTERRUPTED_EXIT)
 
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, handler)
-            signal.signal(signal.SIGTERM, handler)
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        before = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, previous in before.items():
+                signal.signal(sig, previous)

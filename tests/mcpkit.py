@@ -21,7 +21,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.drainkit import DrainWorkspace, make_drain_workspace
 
@@ -97,7 +97,7 @@ def http_server(ws: DrainWorkspace):
 @contextlib.asynccontextmanager
 async def http_session(url: str) -> AsyncIterator[ClientSession]:
     """A client session to ``mesh mcp --http``, initialized."""
-    async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as session:
+    async with streamable_http_client(url) as (read, write, _), ClientSession(read, write) as session:
         await session.initialize()
         yield session
 
