@@ -244,13 +244,14 @@ class MeshService:
                                "command": job.command, "started": job.started, "elapsed_s": round(end - started, 3),
                                "pid": job.pid, "alive": alive, "stop_requested": job.stop_requested,
                                "log_tail": self.jobs.log_tail(job, 8)}
-        with self.tracker() as tracker:
+        config = self.config()
+        with self.tracker(config) as tracker:
             if job.kind == "run":
                 out.update(self._run_progress(tracker, job))
             else:
                 out.update(_drain_progress(objects))
             tasks = [job.task] if job.kind == "run" else [t["id"] for t in out["tasks"]]
-            out.update(self._spent(tracker, job, tasks))
+            out.update(self._spent(tracker, config, job, tasks))
         out.update(_ending(job, alive, objects, self.jobs.log_tail(job, 40)))
         return out
 
@@ -266,10 +267,10 @@ class MeshService:
                           if last else None),
                 "last_line": f"[orch:{last.kind}] {last.summary}" if last else None}
 
-    def _spent(self, tracker: Tracker, job: Job, tasks: list[str]) -> dict[str, Any]:
+    def _spent(self, tracker: Tracker, config: MeshConfig, job: Job, tasks: list[str]) -> dict[str, Any]:
         """Tokens and dollars of the job's tasks' calls since it started (``mesh usage``'s sums)."""
         try:
-            summary = usage_summary(tracker, prices=self.config().prices, since=parse_since(job.started))
+            summary = usage_summary(tracker, prices=config.prices, since=parse_since(job.started))
         except UsageError:
             return {"tokens": None, "cost_usd": None}
         rows = [row for row in summary["by_task"] if row["task"] in set(tasks)]
