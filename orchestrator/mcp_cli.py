@@ -32,7 +32,7 @@ def mcp_command(ctx: click.Context, http: bool, host: str, port: int, repo, conf
     from pathlib import Path
 
     from orchestrator.mcp_server.server import serve
-    from orchestrator.mcp_server.service import MeshService
+    from orchestrator.mcp_server.service import MeshService, ServiceError
 
     if http and host not in _LOOPBACK:
         raise click.BadParameter(f"{host!r} is not a loopback address: mesh mcp has no authentication, so it"
@@ -40,4 +40,13 @@ def mcp_command(ctx: click.Context, http: bool, host: str, port: int, repo, conf
     root = ctx.find_root().obj or {}
     service = MeshService(Path(repo or "."), db=root.get("db"), actor=root.get("actor"),
                           config_file=Path(config_file).resolve() if config_file else None)
+    try:
+        # A server without a tracker would answer every call with the same error: say it once,
+        # at start, where an agent CLI shows a server that failed to start.
+        with service.tracker():
+            pass
+    except ServiceError as exc:
+        click.echo(f"mesh mcp: {exc}", err=True)
+        ctx.exit(4)
+        return
     serve(service, http=http, host=host, port=port)

@@ -193,6 +193,13 @@ def test_http_binds_loopback_only(tmp_path):
     assert res.exit_code == 2 and "not a loopback address" in res.output
 
 
+def test_without_a_tracker_the_server_does_not_start(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MESH_DB", raising=False)
+    res = CliRunner().invoke(cli, ["mcp"])
+    assert res.exit_code == 4 and "mesh mcp: no tracker found" in res.output
+
+
 def test_mesh_help_does_not_import_the_sdk():
     import subprocess
     import sys
