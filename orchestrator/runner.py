@@ -33,7 +33,8 @@ from .scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candida
 from .catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 from .workspace import TrackerNotFound, tracker_target
 
-__all__ = ["RunOptions", "RunError", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander", "unfinished_run", "interrupted_runs",
+__all__ = ["RunOptions", "RunError", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
+           "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
 
 if TYPE_CHECKING:

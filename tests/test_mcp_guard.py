@@ -40,7 +40,8 @@ def test_a_worker_that_runs_mesh_is_refused(tmp_path):
     nested, outer, ws = _run_with_nesting_worker(tmp_path)
     assert nested["code"] == 2 and nested["marker"]
     error = json.loads(nested["stderr"].strip().splitlines()[-1])
-    assert error["error"].startswith(f"refused: this process runs inside a mesh worker (MESH_WORKER={nested['marker']})")
+    marker = nested["marker"]
+    assert error["error"].startswith(f"refused: this process runs inside a mesh worker (MESH_WORKER={marker})")
     assert "allow_nested_runs = true" in error["error"]
     # The marker is the outer run's id, and the outer run went on to close its task.
     report = json.loads(outer.stdout)

@@ -73,6 +73,7 @@ class JobStore:
 
     def __init__(self, repo: Path):
         self.folder = repo / JOBS_DIR
+        self._lock = threading.Lock()  # one read-modify-write of a record at a time in this process
 
     def _path(self, job_id: str) -> Path:
         return self.folder / f"{job_id}.json"
@@ -106,8 +107,8 @@ class JobStore:
 
     def _reap(self, process: subprocess.Popen, job_id: str) -> None:
         code = process.wait()
-        job = self.get(job_id)
-        self._write(job.model_copy(update={"exit_code": code}))
+        with self._lock:
+            self._write(self.get(job_id).model_copy(update={"exit_code": code}))
 
     def get(self, job_id: str) -> Job:
         """The record of ``job_id``; JobNotFound names the closest ids."""
@@ -139,8 +140,9 @@ class JobStore:
         """The first Ctrl-C, sent to the job's process; the record notes when it was asked."""
         if self.alive(job):
             os.kill(job.pid, signal.SIGINT)
-        job = job.model_copy(update={"stop_requested": now_iso()})
-        self._write(job)
+        with self._lock:
+            job = self.get(job.id).model_copy(update={"stop_requested": now_iso()})
+            self._write(job)
         return job
 
     def output(self, job: Job) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ the fix, and an unknown task, label or epic names the closest existing ones.
 from __future__ import annotations
 
 import difflib
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -383,8 +384,6 @@ def _drain_progress(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _ending(job: Job, alive: bool, objects: list[dict[str, Any]], log: list[str]) -> dict[str, Any]:
     """The job's state and outcome with its reason code, from what its process printed."""
-    import json
-
     errors = [obj for obj in objects if obj.get("event") == "error"]
     for line in log:
         if line.startswith('{"error"'):
