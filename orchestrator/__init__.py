@@ -17,6 +17,10 @@ Subpackages (each ``__init__`` says what it holds):
 - ``views``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
   ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
   ``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.landing``.
+- ``mcp_server`` (``mesh mcp``): may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
+  ``orchestrator.workspace``, ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
+  ``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.landing``, ``orchestrator.views``,
+  ``orchestrator.runner``, ``orchestrator.drain``, ``orchestrator.stopping``.
 - ``cli``: may import anything.
 
 Modules directly here:
@@ -33,6 +37,8 @@ Modules directly here:
 - ``drain`` (``mesh drain`` as a library: a scope's tasks, ``--jobs`` at a time, landed in
   order): may import what ``runner`` may, and ``orchestrator.runner``, ``orchestrator.views``.
 - ``retry`` (``mesh retry``): may import what ``runner`` may, and ``orchestrator.runner``.
+- ``stopping`` (a run stops at its next checkpoint on the first SIGINT or SIGTERM): may import
+  ``orchestrator.views``.
 - ``demo`` (``mesh demo``): may import what ``runner`` may, and ``orchestrator.runner``,
   ``orchestrator.views``.
 """

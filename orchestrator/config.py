@@ -353,6 +353,9 @@ class MeshConfig(_Strict):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     close_mode: Literal["local", "ci"] = "local"
     lease_ttl_s: float = Field(default=60.0, gt=0)
+    # A process mesh started as a worker (MESH_WORKER set) may start mesh runs or drains itself
+    # (orchestrator.runner.refuse_nested_run): off, so an agent cannot recurse into mesh by accident.
+    allow_nested_runs: bool = False
     drain: DrainConfig = Field(default_factory=DrainConfig)
     tracker: TrackerConfig = Field(default_factory=TrackerConfig)
     patch: PatchConfig = Field(default_factory=PatchConfig)

@@ -40,7 +40,8 @@ from orchestrator.protocol.lease import held_by_person, lease_is_live
 from orchestrator.protocol.idle import check_scope, last_block
 from orchestrator.views.live import line_kind
 from orchestrator.runner import (RunError, RunOptions, interrupted_runs, load_run_config, make_backend, make_lander,
-                     open_tracker, project_environment, require_sandbox, run_task, sandbox_notes)
+                     open_tracker, project_environment, refuse_nested_run, require_sandbox, run_task,
+                     sandbox_notes)
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
@@ -267,6 +268,7 @@ class _Drain:
     def run(self) -> DrainReport:
         options = self.options.run
         self.config = load_run_config(options)
+        refuse_nested_run(self.config)
         if not self.config.integrate or not options.land:
             raise RunError("mesh drain lands work: --no-integrate and --no-land do not apply", 2)
         require_sandbox(self.config)

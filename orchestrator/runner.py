@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roles.backends.base import Backend, BackendError, get_backend
-from roles.backends.command import Launcher
+from roles.backends.command import WORKER_MARKER, Launcher
 from roles.backends.presets import command_workers
 from tracker.errors import NotFoundError, TrackerError, WorkspaceError
 from tracker.dialect import is_url
@@ -35,7 +35,8 @@ from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 from orchestrator.workspace import TrackerNotFound, tracker_target
 
-__all__ = ["RunOptions", "RunError", "run", "run_task", "make_lander", "unfinished_run", "interrupted_runs",
+__all__ = ["RunOptions", "RunError", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
+           "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
 
 if TYPE_CHECKING:
@@ -50,6 +51,26 @@ class RunError(Exception):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class NestedRunRefused(RunError):
+    """A run or drain asked for from inside a worker mesh started (exit 2)."""
+
+    def __init__(self, run_id: str):
+        super().__init__(
+            f"refused: this process runs inside a mesh worker ({WORKER_MARKER}={run_id}), and a worker may not"
+            " start a mesh run or drain (it would recurse into mesh). To allow it knowingly, set"
+            " allow_nested_runs = true in mesh.toml", 2)
+
+
+def refuse_nested_run(config: MeshConfig, environ: Mapping[str, str] | None = None) -> None:
+    """Raise ``NestedRunRefused`` inside a worker (``MESH_WORKER`` set) unless the config allows it.
+
+    A guard against an agent recursing into mesh by accident, not a boundary: the worker's
+    sandbox already hides the tracker, and a worker could unset the variable."""
+    run_id = (os.environ if environ is None else environ).get(WORKER_MARKER)
+    if run_id and not config.allow_nested_runs:
+        raise NestedRunRefused(run_id)
 
 
 @dataclass
@@ -275,6 +296,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         engine_hook: Callable[[Engine], None] | None = None) -> RunReport:
     """Run (or resume) one task to its outcome. Raises ``RunError`` for usage/tracker problems."""
     config = load_run_config(options)
+    refuse_nested_run(config)
     require_sandbox(config)
     repo = Path(options.repo).resolve() if options.repo else Path.cwd()
     scope: Scope | None = None

@@ -56,6 +56,8 @@ CALL_VARIABLES: dict[str, str] = {
     "MESH_TASK_ID": "the task's id (the `task_id` of a strict envelope)",
     "MESH_RUN_ID": "the run's id (`orch_run_id`)",
     "MESH_ATTEMPT": "1, then 2 for a retry after no answer or a strict follow-up after a rejected one",
+    "MESH_WORKER": "the run's id again, as a marker: `mesh run`, `mesh drain` and `mesh mcp`'s start tools refuse to"
+                   " start inside a worker unless `allow_nested_runs = true`",
 }
 """Why each ``MESH_*`` variable of ``call_env`` is there; rendering fails on one missing here."""
 

@@ -288,7 +288,7 @@ def test_attack12_a_command_worker_cannot_read_mesh_secrets(tmp_path):
     assert leaked_forms(loot) == []
     calls = [json.loads(line) for line in loot.splitlines()]
     assert all(set(call["own"]) <= {"PATH", "HOME", "LANG", "MESH_ROLE", "MESH_ROUND", "MESH_TASK_ID",
-                                    "MESH_RUN_ID", "MESH_ATTEMPT", "PWD"} for call in calls)
+                                    "MESH_RUN_ID", "MESH_ATTEMPT", "MESH_WORKER", "PWD"} for call in calls)
     assert leaked_forms(done.stdout + done.stderr) == []
 
     _, unsandboxed = run_mesh_with_worker(tmp_path, "none")

@@ -40,7 +40,8 @@ prompt = sys.stdin.read()
 json.dump({
     "prompt": prompt,
     "cwd": os.getcwd(),
-    "env": {k: os.environ.get(k) for k in ("MESH_ROLE", "MESH_ROUND", "MESH_TASK_ID", "MESH_RUN_ID", "MESH_ATTEMPT")},
+    "env": {k: os.environ.get(k) for k in ("MESH_ROLE", "MESH_ROUND", "MESH_TASK_ID", "MESH_RUN_ID", "MESH_ATTEMPT",
+                                           "MESH_WORKER")},
 }, sys.stdout)
 """
 
@@ -57,6 +58,7 @@ def test_prompt_goes_to_stdin_and_env_names_the_call(tmp_path):
         "MESH_TASK_ID": "bd-9",
         "MESH_RUN_ID": "run-42",
         "MESH_ATTEMPT": "2",
+        "MESH_WORKER": "run-42",
     }
 
 

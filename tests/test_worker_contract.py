@@ -43,7 +43,7 @@ def test_every_round_and_call_variable_is_documented():
     text = render_markdown()
     for round_name in ROUNDS:
         assert f"### {round_name}\n" in text and f"(`mesh schema {round_name}`)" in text
-    for variable in ("MESH_ROLE", "MESH_ROUND", "MESH_TASK_ID", "MESH_RUN_ID", "MESH_ATTEMPT"):
+    for variable in ("MESH_ROLE", "MESH_ROUND", "MESH_TASK_ID", "MESH_RUN_ID", "MESH_ATTEMPT", "MESH_WORKER"):
         assert f"| `{variable}` |" in text
 
 

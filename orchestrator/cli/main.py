@@ -17,6 +17,7 @@ from tracker.cli import tracker_group
 from tracker.cli_io import echo as _say
 
 from orchestrator.cli.common import _calls_context, _fail, _result
+from orchestrator.cli.mcp_cli import mcp_command
 from orchestrator.cli.review_cli import review_command
 from orchestrator.cli.schema_cli import schema_command
 
@@ -80,6 +81,7 @@ cli.add_command(tracker_group)
 cli.add_command(bd_command)
 cli.add_command(schema_command)
 cli.add_command(review_command)
+cli.add_command(mcp_command)
 
 
 def _run_options(f):
@@ -131,6 +133,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
 
     from orchestrator.views.report import render_report
     from orchestrator.runner import RunError, RunOptions, run
+    from orchestrator.stopping import INTERRUPTED_EXIT, RunStopped, StopRequest
     from redact import scrub
 
     root = ctx.find_root().obj or {}
@@ -149,17 +152,13 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         from orchestrator.views.live import live_run_progress
 
         progress = live_run_progress(Console(stderr=True), onto=onto)
+    stop = StopRequest()
     try:
-        if progress is not None:
-            try:
-                report = run(options, echo=progress.echo, engine_hook=progress.hook)
-                progress.finish(report)
-            finally:
-                progress.close()
-        else:
-            # Progress lines and errors are logs: scrubbed like everything mesh records. They
-            # quote model text: its terminal escapes are shown, never sent (_say).
-            report = run(options, echo=lambda line: _say(scrub(line), err=True))
+        with stop.armed(lambda line: _say(line, err=True)):
+            report = _run_with_progress(run, options, progress, stop, scrub)
+    except RunStopped as exc:
+        _fail(ctx, str(exc), INTERRUPTED_EXIT, as_json)
+        return
     except RunError as exc:
         if as_json:
             click.echo(json.dumps({"error": scrub(str(exc)), "code": exc.exit_code}), err=True)
@@ -174,6 +173,22 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
     ctx.exit(report.exit_code)
 
 
+def _run_with_progress(run, options, progress, stop, scrub):
+    """``run(options)`` with its progress shown (the live table, else the engine's lines on
+    stderr) through ``stop``'s echo and hook, so a requested stop takes effect at a checkpoint."""
+    if progress is None:
+        # Progress lines and errors are logs: scrubbed like everything mesh records. They
+        # quote model text: its terminal escapes are shown, never sent (_say).
+        return run(options, echo=stop.echo(lambda line: _say(scrub(line), err=True)), engine_hook=stop.hook)
+    try:
+        report = run(options, echo=stop.echo(progress.echo),
+                     engine_hook=lambda engine: (stop.hook(engine), progress.hook(engine)))
+        progress.finish(report)
+        return report
+    finally:
+        progress.close()
+
+
 @cli.command("run")
 @_run_options
 @click.pass_context
@@ -181,7 +196,8 @@ def run_command(ctx: click.Context, **kw) -> None:
     """Take one scoped task from ready to closed (or blocked), checkpointing every round.
 
     Exit codes: 0 closed, synthesis only or nothing runnable; 2 usage; 3 task
-    blocked; 4 tracker unavailable.
+    blocked; 4 tracker unavailable; 130 stopped by Ctrl-C or SIGTERM after a checkpoint
+    (mesh resume TASK continues).
     """
     _do_run(ctx, None, False, **kw)
 
@@ -630,3 +646,7 @@ def _open_scope(ctx: click.Context, label, parent, repo, config_file, config=Non
         ctx.exit(exc.exit_code)
         return None
     return scope, config, tracker
+
+
+if __name__ == "__main__":  # ``python -m orchestrator.cli.main``: how mesh mcp starts background runs
+    main()

@@ -2,7 +2,8 @@
 
 Each call spawns the worker command (split like a shell would, run without one) with the
 prompt on stdin and a minimal environment: PATH, HOME, LANG, the call variables
-``MESH_ROLE``, ``MESH_ROUND``, ``MESH_TASK_ID``, ``MESH_RUN_ID`` and ``MESH_ATTEMPT``, and
+``MESH_ROLE``, ``MESH_ROUND``, ``MESH_TASK_ID``, ``MESH_RUN_ID`` and ``MESH_ATTEMPT``, the
+marker ``MESH_WORKER`` (the run id: a mesh started inside refuses to run, unless configured), and
 the variables named in ``env_names`` (an agent CLI's own API key, say); never
 ``MESH_SIGNING_KEY``. Its stdout is the answer. It runs in the request's worktree when one
 is given, so an agent CLI can read the code it works on. An injected ``launcher`` wraps the
@@ -29,13 +30,16 @@ from dataclasses import dataclass
 
 from .base import Backend, BackendError, WorkerRequest, WorkerResponse
 
-__all__ = ["CommandBackend", "Finished", "Launcher", "call_env", "resolve_program", "run_process",
+__all__ = ["CommandBackend", "Finished", "Launcher", "WORKER_MARKER", "call_env", "resolve_program", "run_process",
            "split_command"]
 
 Launcher = Callable[[Sequence[str], Mapping[str, str], "str | None"], tuple[list[str], dict[str, str]]]
 """(argv, env, cwd) -> (argv, env): how a worker process is actually started."""
 
 _BASE_ENV = ("PATH", "HOME", "LANG")
+# Set in every worker's environment: ``mesh run``/``drain``/``resume`` and ``mesh mcp``'s start
+# tools refuse to start inside a worker (orchestrator.runner.refuse_nested_run).
+WORKER_MARKER = "MESH_WORKER"
 # The key that signs mesh's checkpoints; a worker holding it could forge an approval.
 _NEVER_PASSED = "MESH_SIGNING_KEY"
 
@@ -73,8 +77,8 @@ def call_env(request: WorkerRequest, env_names: Sequence[str], extra: Mapping[st
     """The whole environment of one worker call.
 
     PATH, HOME, LANG, ``extra`` (defaults a variable named in ``env_names`` overrides), the
-    variables named in ``env_names``, ``forced`` (settings no passed variable may change) and
-    the ``MESH_*`` call variables; never the signing key.
+    variables named in ``env_names``, ``forced`` (settings no passed variable may change),
+    the ``MESH_*`` call variables and the ``MESH_WORKER`` marker; never the signing key.
     """
     env = {name: os.environ[name] for name in _BASE_ENV if name in os.environ}
     env.update(extra or {})
@@ -87,6 +91,7 @@ def call_env(request: WorkerRequest, env_names: Sequence[str], extra: Mapping[st
         MESH_RUN_ID=request.run_id,
         MESH_ATTEMPT=str(request.attempt),
     )
+    env[WORKER_MARKER] = request.run_id
     env.pop(_NEVER_PASSED, None)
     return env
 
