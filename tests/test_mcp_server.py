@@ -34,7 +34,7 @@ def test_every_tool_with_good_and_bad_input_over_stdio(tmp_path):
         async with stdio_session(ws) as s:
             names = {tool.name for tool in (await s.list_tools()).tools}
             assert names == {"scope", "create_task", "start_run", "start_drain", "status", "stop", "transcript",
-                             "report", "usage"}
+                             "report", "usage", "review_requests", "submit_review"}
             # scope: buckets by state; a misspelt label names the closest; no scope names the field.
             view = await call(s, "scope", label="plan:drain")
             assert [t["id"] for t in view["ready"]] == [alpha] and view["branch"] == BRANCH

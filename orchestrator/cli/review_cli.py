@@ -68,9 +68,30 @@ def _render_wait(wait) -> str:
     out = [f"{wait.task_id}  {wait.title}", f"  run {wait.run_id}, review cycle {wait.cycle},"
            f" commit {(wait.commit or '')[:12]} on {wait.branch}"]
     out += [f"  validation: {r.get('command')}: {state(r)}" for r in wait.validation]
-    out.append("")
-    text = "\n".join(printable(line, one_line=True) for line in out)
-    return text + "\n" + printable(wait.diff)
+    out += ["", "The diff; a comment names PATH:LINE, LINE as numbered here (the file after the change):", ""]
+    out += numbered_diff(wait.diff)
+    return "\n".join(printable(line, one_line=True) for line in out)
+
+
+def numbered_diff(diff: str) -> list[str]:
+    """The diff's lines, each line of the file after the change led by its number (the LINE a
+    comment names); removed lines and headers carry no number."""
+    from orchestrator.protocol.human_review import hunk_start
+
+    out, number = [], None
+    for line in diff.splitlines():
+        start = hunk_start(line)
+        if start is not None:
+            number = start
+        elif line.startswith(("diff --git", "--- ", "+++ ", "index ", "new file", "deleted file", "similarity",
+                              "rename ", "old mode", "new mode")):
+            number = None
+        elif number is not None and line[:1] in (" ", "+"):
+            out.append(f"{number:>6} {line}")
+            number += 1
+            continue
+        out.append(f"{'':>6} {line}")
+    return out
 
 
 @click.command("review")

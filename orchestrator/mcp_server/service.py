@@ -131,13 +131,15 @@ class MeshService:
             out += ["--actor", self.actor]
         return out
 
-    def _run_args(self, scope: Scope, worker: str | None) -> list[str]:
+    def _run_args(self, scope: Scope, worker: str | None, reviewer: str | None = None) -> list[str]:
         args = ["--label", scope.plan_label] if scope.plan_label else ["--parent", scope.parent_epic or ""]
         args += ["--repo", str(self.repo), "--json"]
         if self.config_file:
             args += ["--config", str(self.config_file)]
         if worker:
             args += ["--worker", worker]
+        if reviewer:
+            args += ["--reviewer", reviewer]
         return args
 
     # ------------------------------------------------------------------ views
@@ -190,7 +192,7 @@ class MeshService:
 
     # ------------------------------------------------------------------ jobs
 
-    def start_run(self, task_id: str, worker: str | None = None) -> Job:
+    def start_run(self, task_id: str, worker: str | None = None, reviewer: str | None = None) -> Job:
         """Start ``mesh run`` on one task, detached; returns its job at once."""
         config = self.config()
         self._refuse_nested(config)
@@ -212,17 +214,17 @@ class MeshService:
             if scope is None:
                 raise InputProblem("task", f"{task_id} has no label and no parent epic, so no scope to land in:"
                                            " give it a plan label (labels: [\"plan:NAME\"]) or a parent epic")
-        argv = [*self._mesh_args(), "run", *self._run_args(scope, worker), "--ids", task_id]
+        argv = [*self._mesh_args(), "run", *self._run_args(scope, worker, reviewer), "--ids", task_id]
         return self.jobs.start("run", argv, scope=scope.to_dict(), task=task_id, cwd=self.repo)
 
     def start_drain(self, *, label: str | None, parent: str | None, jobs: int | None, max_tasks: int | None,
-                    budget_usd: float | None, worker: str | None = None) -> Job:
+                    budget_usd: float | None, worker: str | None = None, reviewer: str | None = None) -> Job:
         """Start ``mesh drain`` on a scope, detached; returns its job at once."""
         config = self.config()
         self._refuse_nested(config)
         with self.tracker(config) as tracker:
             scope = self._scope(tracker, label, parent)
-        argv = [*self._mesh_args(), "drain", *self._run_args(scope, worker)]
+        argv = [*self._mesh_args(), "drain", *self._run_args(scope, worker, reviewer)]
         for flag, value in (("--jobs", jobs), ("--max-tasks", max_tasks), ("--max-usd", budget_usd)):
             if value is not None:
                 argv += [flag, str(value)]
@@ -291,6 +293,38 @@ class MeshService:
                 f"the run stops after its next checkpoint; continue it later with start_run {job.task}"
                 f" (or mesh resume {job.task})")
         return {"job": job.id, "stopping": True, "note": note}
+
+    # ------------------------------------------------------------------ a person's review
+
+    def waiting_reviews(self, task_id: str | None) -> list[dict[str, Any]]:
+        """The runs waiting for a person's review (of ``task_id``, or of every task in progress)."""
+        from orchestrator.protocol.checkpoint import signing_key
+        from orchestrator.protocol.human_review import waiting_reviews
+
+        with self.tracker() as tracker:
+            if task_id:
+                self._task(tracker, task_id)
+            ids = [task_id] if task_id else [t["id"] for t in tracker.list(status="in_progress")]
+            return [w.to_dict() for w in waiting_reviews(tracker, ids, signing_key())]
+
+    def submit_review(self, task_id: str, *, decision: str, summary: str, comments: list[dict[str, Any]],
+                      reviewer: str) -> dict[str, Any]:
+        """A person's review of the run waiting on ``task_id``, recorded as ``mesh review`` records it
+        (the same artifact, findings and revision cycle as a reviewer worker's answer)."""
+        from orchestrator.protocol.checkpoint import signing_key
+        from orchestrator.protocol.human_review import LineComment, ReviewRefused, submit_review
+
+        parsed = [LineComment(path=c["path"], line=c["line"], text=c["text"], severity=c.get("severity") or "Medium",
+                              label=c.get("label"), end=c.get("end"), fix=c.get("fix")) for c in comments]
+        with self.tracker() as tracker:
+            self._task(tracker, task_id)
+            try:
+                review = submit_review(tracker, task_id, decision=decision, summary=summary, comments=parsed,
+                                       author=reviewer or tracker.actor, key=signing_key())
+            except ReviewRefused as exc:
+                raise InputProblem(exc.field, str(exc)) from None
+        return {"task": task_id, "decision": review["decision"], "findings": review["findings"],
+                "summary": review["summary"]}
 
     # ------------------------------------------------------------------ history
 

@@ -35,6 +35,9 @@ Parent = Annotated[str | None, Field(description="The scope as an epic id (inste
 TaskId = Annotated[str, Field(description="A task id, e.g. acme-4f2.", min_length=1)]
 JobId = Annotated[str, Field(description="The job id start_run or start_drain returned, e.g. drain-1a2b3c4d.",
                              min_length=1)]
+Reviewer = Annotated[Literal["worker", "human"] | None,
+                     Field(description="Who reviews: a reviewer worker, or a person (the run waits for"
+                                       " submit_review or `mesh review`). Default: the project's mesh.toml.")]
 Worker = Annotated[Literal["claude-code", "codex", "opencode"] | None,
                    Field(description="An agent CLI preset for every role (default: the project's mesh.toml).")]
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
@@ -104,6 +107,43 @@ class JobStatus(BaseModel):
     exit_code: int | None
     stop_requested: str | None
     log_tail: list[str]
+
+
+class LineComment(BaseModel):
+    """A person's comment on a line of the diff under review: it becomes one finding."""
+
+    path: str = Field(description="A file of the diff, as the diff names it.", min_length=1)
+    line: int = Field(description="A line number of the file after the change that the diff shows.", ge=1)
+    end: int | None = Field(default=None, description="The last line, for a comment on several lines.", ge=1)
+    text: str = Field(description="What is wrong and why.", min_length=1)
+    severity: Literal["Critical", "High", "Medium", "Low"] = "Medium"
+    label: Literal["MUST_FIX", "SHOULD_CONSIDER", "CAN_IGNORE"] | None = Field(
+        default=None, description="Default by severity: Critical and High MUST_FIX, Medium SHOULD_CONSIDER,"
+                                  " Low CAN_IGNORE.")
+    fix: str | None = Field(default=None, description="The smallest change that would settle it.")
+
+
+class WaitingReview(BaseModel):
+    """A run waiting for a person's review: what to review."""
+
+    task: str
+    title: str
+    run_id: str
+    cycle: int
+    commit: str | None
+    branch: str | None
+    requested_at: str | None
+    validation: list[dict[str, Any]]
+    diff: str
+
+
+class ReviewRecorded(BaseModel):
+    """The review as the waiting run takes it: the same artifact a reviewer worker's answer makes."""
+
+    task: str
+    decision: Literal["approve", "request_changes"]
+    findings: list[dict[str, Any]]
+    summary: str
 
 
 class StopResult(BaseModel):
@@ -176,10 +216,10 @@ def register(server: FastMCP, service: MeshService) -> None:
                                          dependencies=list(dependencies), priority=priority))
 
     @server.tool()
-    async def start_run(task: TaskId, worker: Worker = None) -> JobStarted:
+    async def start_run(task: TaskId, worker: Worker = None, reviewer: Reviewer = None) -> JobStarted:
         """Start a mesh run on one task in the background: plan, critique, synthesis, vote, patch,
         validation, review, close. Returns a job id at once; the run outlives this session."""
-        return _started(await _call(service.start_run, task, worker))
+        return _started(await _call(service.start_run, task, worker, reviewer))
 
     @server.tool()
     async def start_drain(
@@ -189,11 +229,32 @@ def register(server: FastMCP, service: MeshService) -> None:
             max_tasks: Annotated[int | None, Field(description="Start at most this many tasks.", ge=1)] = None,
             budget_usd: Annotated[float | None, Field(description="Start no task the remaining budget (USD)"
                                                                   " cannot cover.", ge=0)] = None,
-            worker: Worker = None) -> JobStarted:
+            worker: Worker = None, reviewer: Reviewer = None) -> JobStarted:
         """Start a mesh drain in the background: every ready task of the scope, in parallel, each
         landing on the scope's integration branch. Returns a job id at once; it outlives this session."""
         return _started(await _call(service.start_drain, label=label, parent=parent, jobs=jobs, max_tasks=max_tasks,
-                                    budget_usd=budget_usd, worker=worker))
+                                    budget_usd=budget_usd, worker=worker, reviewer=reviewer))
+
+    @server.tool(annotations=READ_ONLY)
+    async def review_requests(task: Annotated[str | None, Field(description="Only this task's wait.")] = None
+                              ) -> list[WaitingReview]:
+        """The runs waiting for a person's review, each with what to review: the branch's diff (comment
+        on the lines it shows of the files after the change) and the validation."""
+        return [WaitingReview(**w) for w in await _call(service.waiting_reviews, task)]
+
+    @server.tool()
+    async def submit_review(
+            task: TaskId,
+            decision: Annotated[Literal["approve", "request_changes"], Field(description="The review's decision.")],
+            summary: Annotated[str, Field(description="1 to 5 lines: the review in short.", min_length=1)],
+            comments: Annotated[list[LineComment], Field(description="Comments on lines of the diff; each becomes"
+                                                                     " a finding (request_changes needs one).")] = [],
+            reviewer: Annotated[str | None, Field(description="Who reviews (default: the tracker actor).")] = None
+            ) -> ReviewRecorded:
+        """Review a run that waits for a person (reviewer human): the same [orch:review], findings as
+        sub-issues and revision cycle as a reviewer worker's answer. Nothing is written when refused."""
+        return ReviewRecorded(**await _call(service.submit_review, task, decision=decision, summary=summary,
+                                            comments=[c.model_dump() for c in comments], reviewer=reviewer or ""))
 
     @server.tool(annotations=READ_ONLY)
     async def status(job: JobId, ctx: Context,

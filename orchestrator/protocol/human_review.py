@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HUMAN_LABEL", "REQUEST", "SUBMISSION", "LineComment", "ReviewRefused", "WaitingReview",
            "wants_human_review", "waiting_reviews", "waiting_review", "submit_review", "find_submission",
-           "new_side_lines", "wait_for_submission"]
+           "new_side_lines", "hunk_start", "wait_for_submission"]
 
 HUMAN_LABEL = "review:human"
 REQUEST = "review-request"
@@ -157,6 +157,12 @@ def waiting_reviews(tracker: Tracker, task_ids: Sequence[str], key: bytes | None
     return out
 
 
+def hunk_start(line: str) -> int | None:
+    """The first line number after the change of a hunk header (``@@ -a,b +c,d @@``), else None."""
+    match = _HUNK.match(line)
+    return int(match.group(1)) if match else None
+
+
 def new_side_lines(diff: str) -> dict[str, dict[int, str]]:
     """The lines a unified diff shows of each file after the change: path -> line number -> text.
 
@@ -173,9 +179,9 @@ def new_side_lines(diff: str) -> dict[str, dict[int, str]]:
             continue
         if line.startswith("diff --git") or line.startswith("--- "):
             continue
-        match = _HUNK.match(line)
-        if match:
-            number = int(match.group(1))
+        start = hunk_start(line)
+        if start is not None:
+            number = start
             continue
         if current is None or not line or line.startswith("\\"):
             continue
@@ -244,7 +250,7 @@ def submit_review(tracker: Tracker, task_id: str, *, decision: str, summary: str
     """
     wait = waiting_review(tracker, task_id, key)
     if wait is None:
-        raise ReviewRefused("task", f"{task_id} has no run waiting for a person's review")
+        raise ReviewRefused("task", _why_not_waiting(tracker, task_id, key))
     artifact = review_artifact(decision, summary, comments, new_side_lines(wait.diff))
     who = " ".join(author.split()) or "someone"
     payload: dict[str, Any] = {"v": 1, "run_id": wait.run_id, "kind": SUBMISSION, "task_id": task_id,
@@ -260,6 +266,18 @@ def submit_review(tracker: Tracker, task_id: str, *, decision: str, summary: str
     if comment.get("text") != text:  # the key was taken: someone reviewed this wait first
         raise ReviewRefused("task", f"{task_id}: review cycle {wait.cycle} of {wait.run_id} was already reviewed")
     return artifact
+
+
+def _why_not_waiting(tracker: Tracker, task_id: str, key: bytes | None) -> str:
+    checkpoints = _trusted(load_checkpoints(tracker, task_id), key, task_id)
+    requests = [cp for cp in checkpoints if cp.kind == REQUEST]
+    if requests:
+        run_id, cycle = requests[-1].run_id, (requests[-1].payload.get("artifact") or {}).get("cycle")
+        given = find_submission(tracker, task_id, str(run_id), cycle, key)
+        if given is not None:
+            return (f"{task_id}: review cycle {cycle} of {run_id} was already reviewed by {given[1]}"
+                    f" ({given[0].get('decision')}); the run takes that review")
+    return f"{task_id} has no run waiting for a person's review"
 
 
 def find_submission(tracker: Tracker, task_id: str, run_id: str, cycle: int,

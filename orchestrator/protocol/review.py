@@ -80,7 +80,7 @@ class ReviewCycles:
                          {"cycle": cycle, "commit": self.worktree.head(), "branch": self.worktree.branch,
                           "base": self.worktree.base, "diff": self.worktree.diff_from_base(),
                           "validation": [brief(v) for v in self.validation]})
-        self.echo(f"{task_id}: waiting for a person's review (mesh review {task_id})")
+        self.echo(f"waiting for a person's review: mesh review {task_id}")
         review, person = wait_for_submission(self.tracker, task_id, self.run_id, cycle, self.key,
                                              poll_s=self.config.human_review_poll_s, still_mine=self._check_lease)
         try:
