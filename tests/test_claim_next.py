@@ -75,3 +75,24 @@ def test_claim_next_on_nothing_ready_changes_nothing(tracker):
     tracker.add_dependency(blocked["id"], blocker["id"], "blocks")
     assert tracker.claim_next("ann", labels=["plan:x"]) is None
     assert tracker.get(blocked["id"])["status"] == "open" and _events(tracker, blocked["id"]) == []
+
+
+def test_claim_by_id_takes_open_work_once_and_says_why_it_cannot(tracker):
+    import pytest
+
+    from tracker.errors import ConflictError, NotFoundError
+
+    issue = tracker.create("one", labels=["plan:x"])
+    claimed = tracker.claim(issue["id"], "ann")
+    assert claimed == tracker.get(issue["id"]) and claimed["assignee"] == "ann"
+    assert tracker.claim(issue["id"], "ann")["status"] == "in_progress"  # one's own claim again
+    with pytest.raises(ConflictError, match="cannot be claimed: it is in_progress by ann"):
+        tracker.claim(issue["id"], "bob")
+    closed = tracker.create("two")
+    tracker.close_issue(closed["id"], reason="done")
+    with pytest.raises(ConflictError, match="it is closed$"):
+        tracker.claim(closed["id"], "bob")
+    with pytest.raises(NotFoundError):
+        tracker.claim("tt-nope", "bob")
+    assert _events(tracker, issue["id"]) == [("claimed", "status", "open", "in_progress"),
+                                             ("claimed", "assignee", None, "ann")]

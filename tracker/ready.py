@@ -122,11 +122,19 @@ class ReadyWork:
         waits for writers of other issues.
         """
         who = actor or self.actor
+        if self.db.engine == "postgresql":
+            # One statement: the row is locked (a concurrent claimer waits, then sees the new
+            # values), checked, claimed and answered; only a refusal reads it again, to say why.
+            claimed = self._claim_in_one(
+                who, "WITH ", "SELECT i.id, i.status, i.assignee FROM issues i WHERE i.id = ? AND ((i.status = 'open'"
+                " AND (i.assignee IS NULL OR i.assignee = '' OR i.assignee = ?)) OR (i.status = 'in_progress'"
+                " AND i.assignee = ?)) FOR UPDATE OF i", (issue_id, who, who))
+            if claimed is not None:
+                return claimed
+            raise _unclaimable(issue_id, self.get(issue_id))
         with self.db.transaction(exclusive=False) as c:
             if not self._claim_in(c, issue_id, who):
-                row = self._row(c, issue_id)
-                holder = f" by {row['assignee']}" if row["assignee"] else ""
-                raise ConflictError(f"{issue_id} cannot be claimed: it is {row['status']}{holder}")
+                raise _unclaimable(issue_id, self._row(c, issue_id))
         return self.get(issue_id)
 
     def claim_next(self, actor: str | None = None, *, labels: Sequence[str] = (), issue_type: str | None = None,
@@ -164,16 +172,21 @@ class ReadyWork:
                                         extra_where=["(i.assignee IS NULL OR i.assignee = '' OR i.assignee = ?)",
                                                      "i.id <> ALL(?::text[])"],
                                         extra_params=[who, sorted(avoid)])
-        prefix = ""
+        prefix = "WITH "
         if ready.lstrip().startswith("WITH"):  # a parent's scope: its CTE leads the statement
             head, _, body = ready.partition(") SELECT ")
             prefix, ready = head + "), ", "SELECT " + body
-        else:
-            prefix = "WITH "
+        return self._claim_in_one(who, prefix, f"{ready} FOR UPDATE OF i SKIP LOCKED", params)
+
+    def _claim_in_one(self, who: str, prefix: str, candidate: str, params: Sequence[Any]) -> dict | None:
+        """Claim the issue ``candidate`` selects (``id, status, assignee``, locked) in one statement:
+        update it, drop its kept originals of status and assignee, write its ``claimed`` events and
+        answer it hydrated, as ``_claim_in`` then ``get`` would; None when nothing was selected.
+        PostgreSQL only (data-modifying CTEs); the statement commits on its own, all or nothing."""
         now = now_iso()
         columns = ", ".join(f"u.{c}" for c in _ISSUE_COLUMNS)
         sql = (
-            f"{prefix}cand AS ({ready} FOR UPDATE OF i SKIP LOCKED),"
+            f"{prefix}cand AS ({candidate}),"
             f" won AS (UPDATE issues u SET status = 'in_progress', assignee = ?, updated_at = ?,"
             " extra = CASE WHEN u.extra IS NULL THEN NULL ELSE (SELECT json_object_agg(key, value)::text"
             " FROM json_each(u.extra::json) WHERE key NOT IN ('status', 'assignee')) END"
@@ -214,3 +227,9 @@ class ReadyWork:
         if assignee != who:
             self._event(c, issue_id, "claimed", "assignee", assignee, who, at=now)
         return True
+
+
+def _unclaimable(issue_id: str, row: Any) -> ConflictError:
+    assignee = row.get("assignee") if isinstance(row, dict) else row["assignee"]  # an issue object, or a row
+    holder = f" by {assignee}" if assignee else ""
+    return ConflictError(f"{issue_id} cannot be claimed: it is {row['status']}{holder}")
