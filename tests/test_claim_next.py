@@ -96,3 +96,22 @@ def test_claim_by_id_takes_open_work_once_and_says_why_it_cannot(tracker):
         tracker.claim("tt-nope", "bob")
     assert _events(tracker, issue["id"]) == [("claimed", "status", "open", "in_progress"),
                                              ("claimed", "assignee", None, "ann")]
+
+
+def test_add_comment_writes_once_per_dedupe_key_and_refuses_an_unknown_issue(tracker):
+    import pytest
+
+    from tracker.errors import NotFoundError
+
+    issue = tracker.create("one")
+    first = tracker.add_comment(issue["id"], "checkpoint 1", author="mesh/proposer", dedupe_key="orch:run-1:1")
+    again = tracker.add_comment(issue["id"], "checkpoint 1, written again", dedupe_key="orch:run-1:1")
+    assert again == first and first["author"] == "mesh/proposer" and first["text"] == "checkpoint 1"
+    plain = tracker.add_comment(issue["id"], "a note")
+    assert [c["text"] for c in tracker.comments(issue["id"])] == ["checkpoint 1", "a note"]
+    assert plain["author"] == "tester"
+    assert [e["new_value"] for e in tracker.events(issue["id"]) if e["event_type"] == "commented"] == \
+        ["checkpoint 1", "a note"]
+    assert tracker.get(issue["id"])["updated_at"] >= issue["updated_at"]
+    with pytest.raises(NotFoundError):
+        tracker.add_comment("tt-nope", "lost", dedupe_key="orch:run-1:1")
