@@ -22,8 +22,8 @@ from typing import Any
 
 from tracker.store import Tracker
 
-from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_problem, dedupe_key, format_checkpoint, sign_payload, signing_key
-from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.protocol.checkpoint import (Checkpoint, checkpoint_problem, load_checkpoints, signing_key,
+                                              write_checkpoint)
 from orchestrator.protocol.faults import crash_point
 from orchestrator.worktree.gitops import _git, run_base
 from orchestrator.landing.lander import LandResult, Lander, integration_branch_for, land_checkpoints
@@ -129,15 +129,12 @@ def _record(tracker: Tracker, task_id: str, run_id: str, outcome: LandResult) ->
                 "catch_up": True}
     payload: dict[str, Any] = {"v": 1, "run_id": run_id, "seq": seq, "kind": "land", "task_id": task_id,
                                "role": None, "step": ["land", "", "land"], "artifact": artifact}
-    key = signing_key()
-    if key:
-        payload = sign_payload(payload, key)
     summary = (f"{outcome.result} on {outcome.branch}" + (f" at {outcome.sha[:12]} ({outcome.method})"
                                                          if outcome.sha else "")
                + ("; closed before landing: landed before its dependents start" if outcome.result == "landed"
                   else "; block"))
-    tracker.add_comment(task_id, format_checkpoint("land", summary, payload, details=outcome.detail),
-                        author="mesh/orchestrator", dedupe_key=dedupe_key(run_id, seq, "land"))
+    write_checkpoint(tracker, task_id, "land", summary, payload, key=signing_key(), author="mesh/orchestrator",
+                     details=outcome.detail)
 
 
 def catch_up(tracker: Tracker, lander: Lander, tasks: Sequence[dict],

@@ -197,15 +197,18 @@ def load_checkpoints(tracker: Tracker, task_id: str) -> list[Checkpoint]:
 
 
 def write_checkpoint(tracker: Tracker, task_id: str, kind: str, summary: str, payload: dict[str, Any], *,
-                     key: bytes | None, author: str, details: str = "") -> tuple[dict[str, Any], str]:
+                     key: bytes | None, author: str, details: str = "",
+                     dedupe: str | None = None) -> tuple[dict[str, Any], str, dict]:
     """Sign (with ``key``), format and write one checkpoint; returns the payload and the comment
-    text as written.
+    text as written, and the comment the tracker holds under its key.
 
-    The comment is keyed by ``dedupe_key`` of the payload's run and seq, so writing the same
-    step again (a resumed run, a retried write) leaves one comment.
+    The comment is keyed by ``dedupe`` (default: ``dedupe_key`` of the payload's run and seq), so
+    writing the same step again (a resumed run, a retried write) leaves one comment: the
+    returned comment is then the first one.
     """
     if key:
         payload = sign_payload(payload, key)
     text = format_checkpoint(kind, summary, payload, details=details)
-    tracker.add_comment(task_id, text, author=author, dedupe_key=dedupe_key(payload["run_id"], payload["seq"], kind))
-    return payload, text
+    comment = tracker.add_comment(task_id, text, author=author,
+                                  dedupe_key=dedupe or dedupe_key(payload["run_id"], payload["seq"], kind))
+    return payload, text, comment

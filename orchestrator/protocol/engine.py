@@ -266,7 +266,7 @@ class Engine(Rounds, ReviewCycles, Closing):
         if extra:
             payload.update(scrub_obj(dict(extra)))
         self._check_lease()
-        payload, text = write_checkpoint(self.tracker, self.task["id"], kind, scrub(summary), payload, key=self.key,
+        payload, text, _ = write_checkpoint(self.tracker, self.task["id"], kind, scrub(summary), payload, key=self.key,
                                          author=f"mesh/{role or 'orchestrator'}", details=scrub(details))
         self.memo[step] = Checkpoint(kind=kind, summary=summary, payload=payload)
         crash_point("checkpoint")

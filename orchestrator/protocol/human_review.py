@@ -33,8 +33,7 @@ from pydantic import ValidationError
 from redact import scrub, scrub_obj
 from roles.schemas import ReviewArtifact
 
-from orchestrator.protocol.checkpoint import (Checkpoint, checkpoint_problem, format_checkpoint, load_checkpoints,
-                                              sign_payload)
+from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_problem, load_checkpoints, write_checkpoint
 
 if TYPE_CHECKING:
     from tracker.store import Tracker
@@ -255,14 +254,10 @@ def submit_review(tracker: Tracker, task_id: str, *, decision: str, summary: str
     who = " ".join(author.split()) or "someone"
     payload: dict[str, Any] = {"v": 1, "run_id": wait.run_id, "kind": SUBMISSION, "task_id": task_id,
                                "artifact": {"cycle": wait.cycle, "reviewer": who, "review": artifact}}
-    payload = scrub_obj(payload)
-    if key:
-        payload = sign_payload(payload, key)
-    text = format_checkpoint(SUBMISSION, scrub(f"{who}: {artifact['decision']}"
-                                               f" findings={len(artifact['findings'])} (review cycle {wait.cycle})"),
-                             payload, details=scrub(artifact["summary"]))
-    dedupe = f"orch:{wait.run_id}:{SUBMISSION}:{wait.cycle}"
-    comment = tracker.add_comment(task_id, text, author=f"person/{who}", dedupe_key=dedupe)
+    summary = f"{who}: {artifact['decision']} findings={len(artifact['findings'])} (review cycle {wait.cycle})"
+    _, text, comment = write_checkpoint(tracker, task_id, SUBMISSION, scrub(summary), scrub_obj(payload), key=key,
+                                        author=f"person/{who}", details=scrub(artifact["summary"]),
+                                        dedupe=f"orch:{wait.run_id}:{SUBMISSION}:{wait.cycle}")
     if comment.get("text") != text:  # the key was taken: someone reviewed this wait first
         raise ReviewRefused("task", f"{task_id}: review cycle {wait.cycle} of {wait.run_id} was already reviewed")
     return artifact
