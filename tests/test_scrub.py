@@ -131,7 +131,7 @@ def test_ordinary_code_and_prose_are_left_alone(text):
 def test_real_source_code_is_untouched():
     from pathlib import Path
 
-    for module in ("validation.py", "config.py", "gitops.py", "patchcheck.py"):
+    for module in ("sandbox/validation.py", "config.py", "worktree/gitops.py", "worktree/patchcheck.py"):
         source = (Path(__file__).resolve().parents[1] / "orchestrator" / module).read_text()
         assert scrub(source) == source, module
 
