@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # `make fuzz FUZZ_TESTS=tests/test_scrub_windows.py` fuzzes one file (default: every property test).
 FUZZ_TESTS ?=
 
-.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code
+.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code agent-clis
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,9 +62,17 @@ claude-code:
 	$(call need,command -v npm,nodejs npm,the Claude Code preset test)
 	$(call npm_tool,$(CLAUDE_CODE),@anthropic-ai/claude-code@>=2.1 <3,node_modules/.bin/claude,tests/test_presets_claude.py)
 
-install: $(STAMP) sandbox chromium beads-ui postgres claude-code
+# tests/test_mcp_clients.py checks the `mesh mcp` set-up lines of docs/mcp.md with the real Codex
+# and OpenCode CLIs (their npm packages ship the native binaries).
+AGENT_CLIS := $(VENV)/agent-clis
+agent-clis:
+	$(call need,command -v npm,nodejs npm,the Codex and OpenCode set-up tests)
+	$(call npm_tool,$(AGENT_CLIS),@openai/codex@>=0.169 <1,node_modules/.bin/codex,tests/test_mcp_clients.py (Codex))
+	$(call npm_tool,$(AGENT_CLIS),opencode-ai@>=1.18 <2,node_modules/.bin/opencode,tests/test_mcp_clients.py (OpenCode))
 
-test: $(STAMP) sandbox chromium beads-ui postgres claude-code
+install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis
+
+test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis
 	MESH_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest
 
 # Long random runs of the property tests (Hypothesis's "fuzz" profile, tests/conftest.py);
