@@ -24,13 +24,26 @@ from typing import Any
 
 from orchestrator.views.live import line_kind
 
-__all__ = ["INTERRUPTED_EXIT", "RunStopped", "StopRequest", "STOPPABLE"]
+__all__ = ["INTERRUPTED_EXIT", "READY_ENV", "RunStopped", "StopRequest", "STOPPABLE", "announce_ready"]
 
 INTERRUPTED_EXIT = 130
 
 # The checkpoints after which a run may stop: every round before the run decides.
 STOPPABLE = frozenset({"hydration", "proposal", "critique", "synthesis", "vote", "proof", "review",
                        "review-cycle", "revision-plan", "revision"})
+
+
+# A background job (mesh mcp's) is told where to say that its stop handlers are installed: a
+# stop sent before then would meet a process still starting (a traceback, not a clean stop).
+READY_ENV = "MESH_JOB_READY"
+
+
+def announce_ready() -> None:
+    """Say, when started as a background job, that a stop is now taken as the first Ctrl-C."""
+    path = os.environ.get(READY_ENV)
+    if path:
+        with contextlib.suppress(OSError):
+            open(path, "a").close()
 
 
 class RunStopped(BaseException):
@@ -93,6 +106,7 @@ class StopRequest:
             yield
             return
         before = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        announce_ready()
         try:
             yield
         finally:

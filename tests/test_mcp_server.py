@@ -208,3 +208,23 @@ def test_mesh_help_does_not_import_the_sdk():
             " print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_a_stop_sent_the_moment_a_job_starts_is_a_clean_stop(tmp_path):
+    """The stop waits until the new process has its handlers (it says so through the job's
+    ready file): never a KeyboardInterrupt traceback from a process still starting."""
+    ws = mcp_workspace(tmp_path)
+    task = ws.task("at once", files={"once.txt": "o\n"}, sleep_s=0.2)
+    save_plan(ws)
+
+    async def scenario():
+        async with stdio_session(ws) as s:
+            job = await call(s, "start_run", task=task)
+            await call(s, "stop", job=job["job"])
+            return await call(s, "status", job=job["job"], wait=True)
+
+    stopped = anyio.run(scenario)
+    assert stopped["state"] == "stopped", stopped
+    assert not any("Traceback" in line for line in stopped["log_tail"])
+    log = next((ws.repo / ".mesh" / "jobs").glob("run-*.log")).read_text()
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log

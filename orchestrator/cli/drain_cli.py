@@ -20,6 +20,7 @@ from orchestrator.drain import DrainControl, DrainOptions, drain
 from orchestrator.views.live import LineSink, LiveSink, NdjsonSink, summary_lines
 from orchestrator.runner import RunError, RunOptions
 from orchestrator.safe_text import printable
+from orchestrator.stopping import announce_ready
 from redact import scrub
 
 __all__ = ["run_drain_command", "install_interrupts"]
@@ -45,6 +46,7 @@ def install_interrupts(control: DrainControl, say) -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, handler)
+        announce_ready()
 
 
 def run_drain_command(root: dict, *, jobs, max_tasks, max_usd, label, parent, ids, no_integrate, strict_output,

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,9 +30,12 @@ from pydantic import BaseModel, ConfigDict
 
 from tracker.model import now_iso
 
+from orchestrator.stopping import READY_ENV
+
 __all__ = ["Job", "JobStore", "JobNotFound"]
 
 JOBS_DIR = Path(".mesh") / "jobs"
+READY_WAIT_S = 60.0  # how long a stop waits for a job still starting to install its handlers
 
 
 class JobNotFound(Exception):
@@ -95,8 +99,9 @@ class JobStore:
         stdout, log = self.folder / f"{job_id}.out", self.folder / f"{job_id}.log"
         command = [sys.executable, "-m", "orchestrator.cli.main", *argv]
         with open(stdout, "wb") as out, open(log, "wb") as err:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                       cwd=cwd, start_new_session=True)
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd,
+                                       start_new_session=True,
+                                       env={**os.environ, READY_ENV: str(self._ready(job_id))})
         job = Job(id=job_id, kind=kind, pid=process.pid, process_start=_process_start(process.pid),
                   command=["mesh", *argv], started=now_iso(), scope=scope, task=task, stdout=str(stdout),
                   log=str(log))
@@ -136,8 +141,15 @@ class JobStore:
         start = _process_start(job.pid)
         return start is not None and start == job.process_start
 
+    def _ready(self, job_id: str) -> Path:
+        return self.folder / f"{job_id}.ready"
+
     def stop(self, job: Job) -> Job:
-        """The first Ctrl-C, sent to the job's process; the record notes when it was asked."""
+        """The first Ctrl-C, sent to the job's process once it is ready for it (its stop handlers
+        installed: a job just started is waited for); the record notes when it was asked."""
+        deadline = time.monotonic() + READY_WAIT_S
+        while self.alive(job) and not self._ready(job.id).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         if self.alive(job):
             os.kill(job.pid, signal.SIGINT)
         with self._lock:
