@@ -39,14 +39,16 @@ class Comments:
         return _comment_obj(row)
 
     def _add_comment_in_one(self, issue_id: str, text: str, author: str, dedupe_key: str | None) -> dict:
-        """``add_comment`` on PostgreSQL: one statement (the issue row share-locked so a delete
-        waits, the comment inserted unless its dedupe key is taken, the issue's ``updated_at`` and
-        the ``commented`` event written), then the comment; a second round trip only to say why
+        """``add_comment`` on PostgreSQL: one statement (the issue row locked first, as the
+        update of its ``updated_at`` will lock it: two writers of one issue queue instead of both
+        share-locking it and deadlocking on the upgrade; the comment inserted unless its dedupe key
+        is taken, ``updated_at`` and the ``commented`` event written), then the comment; a second
+        round trip only to say why
         nothing was written (no such issue) or, when a concurrent writer took the same dedupe
         key a moment earlier, to read that writer's comment."""
         now = now_iso()
         sql = (
-            "WITH issue AS (SELECT id FROM issues WHERE id = ? FOR SHARE),"
+            "WITH issue AS (SELECT id FROM issues WHERE id = ? FOR NO KEY UPDATE),"
             f" old AS (SELECT {_COMMENT_COLUMNS} FROM comments WHERE dedupe_key = ? AND EXISTS (SELECT 1 FROM issue)),"
             " ins AS (INSERT INTO comments(issue_id, author, text, created_at, dedupe_key)"
             " SELECT id, ?, ?, ?, ? FROM issue WHERE NOT EXISTS (SELECT 1 FROM old)"
