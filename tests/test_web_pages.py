@@ -152,3 +152,17 @@ def test_sqlite_changes_wake_a_watcher_and_move_the_change_sequence(tmp_path):
     finally:
         stop.set()
         watcher.join(timeout=10)
+
+
+def test_mesh_help_and_serve_help_import_no_web_stack():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom orchestrator.cli.main import cli\n"
+            "for args in (['--help'], ['serve', '--help']):\n"
+            "    assert CliRunner().invoke(cli, args).exit_code == 0\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn', 'jinja2')"
+            " or m.startswith('orchestrator.web')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -35,7 +35,7 @@ from orchestrator.protocol.human_review import ReviewRefused, submit_review, wai
 from orchestrator.safe_text import printable
 from orchestrator.web.board import board, drain_view, parse_scope, scope_choices
 from orchestrator.web.changes import ChangeFeed
-from orchestrator.web.events import change_stream, last_event_id, task_stream
+from orchestrator.web.events import TaskCards, change_stream, last_event_id, task_stream
 from orchestrator.web.ledger_pages import call_page, logs_page, usage_page
 from orchestrator.web.security import COOKIE, SECURITY_HEADERS, Guard
 from orchestrator.web.task import review_from_form, review_page, task_page
@@ -184,7 +184,7 @@ def create_app(settings: Settings) -> Any:
     async def task_events(request: Request) -> Response:
         task_id = request.path_params["task"]
         after = last_event_id(request.headers, request.query_params) or 0
-        stream = task_stream(tracker(), state["feed"], task_id, after, settings.key, card_html)
+        stream = task_stream(state["cards"], state["feed"], task_id, after)
         return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     async def retry(request: Request) -> Response:
@@ -257,6 +257,7 @@ def create_app(settings: Settings) -> Any:
         feed = ChangeFeed(settings.target)
         feed.start()
         state["feed"] = feed
+        state["cards"] = TaskCards(state["tracker"], settings.key, card_html)
         try:
             yield
         finally:

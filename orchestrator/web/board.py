@@ -62,13 +62,17 @@ def scope_param(scope: Scope | None) -> str:
 
 
 def scope_choices(tracker: Tracker) -> dict[str, Any]:
-    """The scopes a person can pick: every label (plan labels first) and every epic."""
+    """The scopes a person can pick: every label (plan labels first) and every epic.
+
+    Two plain queries rather than issue listings: the picker is on every board page, and a
+    large tracker has hundreds of epics whose labels and counts it does not show."""
     rows = tracker.db.read("SELECT label, COUNT(*) FROM labels GROUP BY label ORDER BY label")
     labels = sorted(((str(r[0]), int(r[1])) for r in rows), key=lambda lc: (not lc[0].startswith("plan:"), lc[0]))
-    epics = tracker.list(issue_type="epic", include_closed=True)
+    epics = tracker.db.read("SELECT id, title, status FROM issues WHERE issue_type = 'epic'"
+                            " AND status <> 'tombstone' ORDER BY id")
     return {"labels": [{"value": f"label:{name}", "name": safe(name), "count": count} for name, count in labels],
-            "epics": [{"value": f"epic:{e['id']}", "id": safe(e["id"]), "title": safe(e.get("title")),
-                       "status": safe(e.get("status"))} for e in epics]}
+            "epics": [{"value": f"epic:{e['id']}", "id": safe(e["id"]), "title": safe(e["title"]),
+                       "status": safe(e["status"])} for e in epics]}
 
 
 def when(text: Any) -> datetime | None:

@@ -14,6 +14,10 @@
 - After each checkpoint the task stream also sends ``changed`` (without an id, so the resume point
   stays the checkpoint's), for the parts of the page that are redrawn whole (status, costs).
 
+However many pages follow a task, its checkpoints are read and rendered once per change
+(``TaskCards``): a card never changes once written, so each is rendered once and kept, for the
+tasks followed most recently.
+
 A quiet stream sends a comment line every ``KEEPALIVE_S`` seconds so proxies keep it open and a
 closed page is noticed. Data is always one line of JSON (``json.dumps`` escapes newlines), so
 model text can never end an event early or forge a field.
@@ -21,7 +25,9 @@ model text can never end an event early or forge a field.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -34,10 +40,46 @@ from tracker.store import Tracker
 from orchestrator.web.changes import ChangeFeed
 from orchestrator.web.task import new_cards
 
-__all__ = ["KEEPALIVE_S", "sse", "last_event_id", "task_stream", "change_stream"]
+__all__ = ["KEEPALIVE_S", "TaskCards", "sse", "last_event_id", "task_stream", "change_stream"]
 
 KEEPALIVE_S = 15.0
 RETRY_MS = 1000
+# How many tasks' rendered cards are kept (the tasks followed most recently).
+CACHED_TASKS = 64
+
+Card = tuple[int, str, str, str]  # comment id, run id, kind, the card's HTML
+
+
+class TaskCards:
+    """Each task's rendered checkpoint cards, read from the tracker once per change whatever the
+    number of streams that follow the task."""
+
+    def __init__(self, tracker: Tracker, key: bytes | None, render: Callable[[dict[str, Any]], str]) -> None:
+        self.tracker, self.key, self.render = tracker, key, render
+        self._cards: OrderedDict[str, tuple[int, list[Card]]] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _read(self, task_id: str, known: list[Card]) -> list[Card]:
+        seen = {card[0] for card in known}
+        fresh = [(cid, card["run_id"], card["kind"], self.render(card))
+                 for cid, card in new_cards(self.tracker, task_id, 0, self.key, seen)]
+        return sorted(known + fresh)
+
+    async def get(self, task_id: str, generation: int) -> list[Card]:
+        """The task's cards as of the tracker's change ``generation`` (or later)."""
+        lock = self._locks.setdefault(task_id, asyncio.Lock())
+        async with lock:
+            cached = self._cards.get(task_id)
+            if cached is not None and cached[0] == generation:
+                self._cards.move_to_end(task_id)
+                return cached[1]
+            cards = await run_in_threadpool(self._read, task_id, cached[1] if cached else [])
+            self._cards[task_id] = (generation, cards)
+            self._cards.move_to_end(task_id)
+            while len(self._cards) > CACHED_TASKS:
+                dropped, _ = self._cards.popitem(last=False)
+                self._locks.pop(dropped, None)
+            return cards
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> str:
@@ -56,22 +98,21 @@ def last_event_id(headers: Mapping[str, str], query: Mapping[str, str]) -> int |
     return None
 
 
-async def task_stream(tracker: Tracker, feed: ChangeFeed, task_id: str, after: int, key: bytes | None,
-                      render: Callable[[dict[str, Any]], str]) -> AsyncIterator[str]:
+async def task_stream(cards: TaskCards, feed: ChangeFeed, task_id: str, after: int) -> AsyncIterator[str]:
     """The task's checkpoints after comment ``after``, as they are written (see the module
-    docstring); ``render`` turns a card into its HTML."""
+    docstring)."""
     yield f"retry: {RETRY_MS}\n\n"
     sent: set[int] = set()
     generation = feed.generation
     while True:
         try:
-            cards = await run_in_threadpool(new_cards, tracker, task_id, after, key, sent)
+            fresh = [card for card in await cards.get(task_id, generation) if card[0] > after and card[0] not in sent]
         except TrackerError:
             return  # the tracker went away: the page reconnects and resumes where it was
-        for comment_id, card in cards:
+        for comment_id, run_id, kind, html in fresh:
             sent.add(comment_id)
-            yield sse("checkpoint", {"run_id": card["run_id"], "kind": card["kind"], "html": render(card)}, comment_id)
-        if cards:
+            yield sse("checkpoint", {"run_id": run_id, "kind": kind, "html": html}, comment_id)
+        if fresh:
             yield sse("changed", {"task": task_id})
         seen = generation
         generation = await feed.wait(seen, KEEPALIVE_S)
