@@ -129,6 +129,8 @@ def test_a_server_restart_with_the_page_open_loses_and_repeats_no_checkpoint(tmp
         browser.goto(f"{server.base}/task/{TASK}")
         browser.js("window.meshMarker = 'not reloaded'")
         _kinds_until(browser, "review-request")
+        # The page has redrawn its status for the last card: no request of the page is in flight.
+        browser.wait_for("!!document.querySelector('#status a.button')")
         server.stop()
         browser.wait_for("document.getElementById('live').textContent === 'reconnecting'")
         # While no server runs, the person reviews from the terminal and the run goes on to its end.

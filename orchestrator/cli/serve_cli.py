@@ -33,16 +33,31 @@ def serve_command(ctx: click.Context, host: str, port: int, token: str | None, r
     retry a blocked task and stop a scope's drains from starting new tasks. Exit 4 when the
     tracker is unavailable, 2 when the address cannot be used.
     """
+    import os
     import socket
+    from pathlib import Path
 
-    from orchestrator.cli.common import _calls_context
+    from tracker.errors import WorkspaceError
+    from tracker.store import Tracker
+
+    from orchestrator.config import ConfigError, load_config
     from orchestrator.protocol.checkpoint import signing_key
     from orchestrator.web.security import needs_token, new_token
+    from orchestrator.workspace import TrackerNotFound, tracker_target
 
-    opened = _calls_context(ctx, repo, config_file, False)
-    if opened is None:
+    # Not the runner's opener: the server starts in well under a second without the run machinery.
+    root = ctx.find_root().obj or {}
+    try:
+        config = load_config(Path(repo) if repo else None, Path(config_file) if config_file else None)
+        tracker = Tracker.open(tracker_target(root.get("db"), repo, config.tracker.url),
+                               actor=root.get("actor") or os.environ.get("MESH_ACTOR") or "mesh")
+        tracker.where()
+    except ConfigError as exc:
+        _fail(ctx, str(exc), 2, False)
         return
-    config, tracker = opened
+    except (TrackerNotFound, WorkspaceError) as exc:
+        _fail(ctx, f"tracker unavailable: {exc}", 4, False)
+        return
     target, actor = tracker.path, tracker.actor
     tracker.close()
     if needs_token(host) and not token:

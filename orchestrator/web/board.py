@@ -21,7 +21,6 @@ from tracker.errors import TrackerError
 from tracker.store import Tracker
 
 from orchestrator.config import user_price_table
-from orchestrator.drain import stop_token
 from orchestrator.landing.lander import land_checkpoints
 from orchestrator.ledger.calls import calls_for
 from orchestrator.ledger.usage import UsageError, call_cost, money
@@ -222,6 +221,8 @@ def drain_view(tracker: Tracker, scope: Scope, *, prices: Any = None, limit: int
                                  "at": safe(cp.created_at)})
     rows.sort(key=lambda r: r.pop("sort"), reverse=True)
     landings.sort(key=lambda land: land["at"], reverse=True)
+    from orchestrator.drain import stop_token  # the drain library is heavy: imported when a drain is viewed
+
     stop = stop_token(tracker, scope)
     return {"scope": scope_param(scope), "rows": rows[:limit], "landings": landings,
             "running": sum(r["state"] == "running" for r in rows),
