@@ -152,3 +152,35 @@ def test_a_server_restart_with_the_page_open_loses_and_repeats_no_checkpoint(tmp
         proc.kill()
         browser.close()
         server.stop()
+
+
+@needs_chromium
+def test_the_board_follows_a_run_from_ready_to_waiting_for_a_person_to_closed(tmp_path):
+    ws = make_workspace(tmp_path)
+    server = Server(ws)
+    browser = open_browser(tmp_path)
+    proc = None
+    column = "Array.from(document.querySelectorAll('[data-column={name}] article')).map(a => a.dataset.task)"
+    try:
+        browser.goto(f"{server.base}/?scope=label:plan:demo")
+        browser.js("window.meshMarker = 'not reloaded'")
+        assert TASK in browser.js(column.format(name="ready"))
+        proc = start_run(ws, without_reviewer(happy_script()), "--label", "plan:demo", "--ids", TASK,
+                         "--reviewer", "human")
+        browser.wait_for(f"{column.format(name='running')}.includes('{TASK}') &&"
+                         " document.querySelector('[data-column=running] a.badge') !== null")
+        assert browser.js("document.querySelector('[data-column=running] a.badge').textContent") == \
+            "waits for your review"
+        done = subprocess.run([*MESH, "--db", str(ws.db), "review", TASK, "--approve", "--repo", str(ws.repo),
+                               "--config", str(config(ws))], capture_output=True, text=True, env=env(), timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert finish(proc)["outcome"] == "closed"
+        browser.wait_for(f"{column.format(name='closed')}.includes('{TASK}')")  # --no-land: closed, not landed
+        assert TASK not in browser.js(column.format(name="running"))
+        assert browser.js("window.meshMarker") == "not reloaded"
+        assert browser.problems() == []
+    finally:
+        if proc is not None:
+            proc.kill()
+        browser.close()
+        server.stop()

@@ -421,6 +421,8 @@ def checkpoint_card(cp: Checkpoint, *, key: bytes | None, task_id: str,
         "trust": trust, "body": _body(kind, art), "diff": None, "findings": [], "subtasks": []}
     if kind in ("synthesis", "revision", "review-request") and _text(a.get("patch") or a.get("diff")).strip():
         card["diff"] = _diff(_text(a.get("patch") or a.get("diff")))
+    if kind == "review-request":  # the diff is the card's diff: the rest is where it stands
+        card["body"] = {"fields": [{"name": name, "value": _text(a.get(name))} for name in ("commit", "branch", "cycle")]}
     if kind == "review":
         card["findings"] = [_finding(f, {}, {}) for f in _list(a.get("findings"))]
     if kind == "human-review":
