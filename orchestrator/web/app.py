@@ -38,7 +38,7 @@ from orchestrator.web.changes import ChangeFeed
 from orchestrator.web.events import TaskCards, change_stream, last_event_id, task_stream
 from orchestrator.web.ledger_pages import call_page, logs_page, usage_page
 from orchestrator.web.security import COOKIE, SECURITY_HEADERS, Guard
-from orchestrator.web.task import review_from_form, review_page, task_page
+from orchestrator.web.task import review_from_form, review_page, task_page, task_status
 
 __all__ = ["Settings", "create_app"]
 
@@ -142,7 +142,10 @@ def create_app(settings: Settings) -> Any:
     async def drain_page(request: Request) -> Response:
         scope = parse_scope(request.query_params.get("scope"))
         choices = await read(scope_choices, tracker())
-        data = await read(drain_view, tracker(), scope, prices=settings.prices) if scope else None
+        try:
+            data = await read(drain_view, tracker(), scope, prices=settings.prices) if scope else None
+        except NotFoundError as exc:
+            return problem(404, str(exc))
         seq = await read(change_seq, tracker())
         return page("drain.html.j2", drain=data, choices=choices, last_event_id=seq,
                     scope=request.query_params.get("scope") or "")
@@ -151,7 +154,10 @@ def create_app(settings: Settings) -> Any:
         scope = parse_scope(request.query_params.get("scope"))
         if scope is None:
             return problem(400, "pick a scope")
-        return page("_drain.html.j2", drain=await read(drain_view, tracker(), scope, prices=settings.prices))
+        try:
+            return page("_drain.html.j2", drain=await read(drain_view, tracker(), scope, prices=settings.prices))
+        except NotFoundError as exc:
+            return problem(404, str(exc))
 
     async def drain_stop(request: Request) -> Response:
         from orchestrator.drain import request_stop
@@ -176,7 +182,7 @@ def create_app(settings: Settings) -> Any:
     async def task_fragment(request: Request) -> Response:
         task_id = request.path_params["task"]
         try:
-            data = await read(task_page, tracker(), task_id, settings.key, prices=settings.prices)
+            data = await read(task_status, tracker(), task_id, prices=settings.prices)
         except NotFoundError:
             return problem(404, f"no task {task_id}")
         return page("_task_status.html.j2", **data)

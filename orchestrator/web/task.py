@@ -32,7 +32,7 @@ from orchestrator.config import PriceTable, user_price_table
 from orchestrator.views.report_html import checkpoint_card, sub_issue_views, task_costs
 from orchestrator.web.board import safe
 
-__all__ = ["task_page", "new_cards", "round_costs", "review_page", "review_from_form", "SEVERITIES"]
+__all__ = ["task_page", "task_status", "new_cards", "round_costs", "review_page", "review_from_form", "SEVERITIES"]
 
 SEVERITIES = ("Critical", "High", "Medium", "Low")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
@@ -80,26 +80,31 @@ def round_costs(tracker: Tracker, task_id: str, prices: PriceTable | None = None
     return [{**g, "cost": money(g.pop("usd"))} for g in groups.values()]
 
 
-def task_page(tracker: Tracker, task_id: str, key: bytes | None, *, prices: PriceTable | None = None) -> dict[str, Any]:
-    """The task, its runs as transcripts (newest run first, each in the order it ran), the id the
-    page's stream continues from, its costs, and what a person can do on it now."""
+def task_status(tracker: Tracker, task_id: str, *, prices: PriceTable | None = None) -> dict[str, Any]:
+    """The head of a task's page, which the page redraws after each new checkpoint: the task,
+    what a person can do on it now, and its costs."""
     task = tracker.get(task_id)
-    cards = new_cards(tracker, task["id"], 0, key)
-    runs: dict[str, dict[str, Any]] = {}
-    for _, card in cards:
-        runs.setdefault(card["run_id"], {"run_id": card["run_id"], "cards": []})["cards"].append(card)
-    waiting = cards and cards[-1][1]["kind"] == "review-request"
+    found = _checkpoints(tracker, task["id"])
     block = last_block(tracker, task["id"]) if task["status"] == "blocked" else None
     return {
         "task": {name: safe(task.get(name)) for name in ("id", "title", "status", "priority", "assignee",
                                                           "close_reason", "description", "acceptance_criteria")},
-        "runs": list(reversed(runs.values())),
-        "last_event_id": cards[-1][0] if cards else 0,
-        "waits_for_review": bool(waiting),
+        "waits_for_review": bool(found) and found[-1][1].kind == "review-request",
         "block": {"reason": safe(block[0]), "detail": safe(block[1])} if block else None,
         "costs": task_costs(tracker, task["id"], prices),
         "rounds": round_costs(tracker, task["id"], prices),
     }
+
+
+def task_page(tracker: Tracker, task_id: str, key: bytes | None, *, prices: PriceTable | None = None) -> dict[str, Any]:
+    """``task_status``, and the task's runs as transcripts (newest run first, each in the order it
+    ran) with the id the page's stream continues from."""
+    status = task_status(tracker, task_id, prices=prices)
+    cards = new_cards(tracker, status["task"]["id"], 0, key)
+    runs: dict[str, dict[str, Any]] = {}
+    for _, card in cards:
+        runs.setdefault(card["run_id"], {"run_id": card["run_id"], "cards": []})["cards"].append(card)
+    return {**status, "runs": list(reversed(runs.values())), "last_event_id": cards[-1][0] if cards else 0}
 
 
 def _review_files(diff: str) -> list[dict[str, Any]]:
