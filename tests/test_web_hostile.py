@@ -92,6 +92,14 @@ def test_the_hostile_corpus_renders_as_text_on_every_page(tmp_path):
                               " #evil-link, [onerror], [onload], [hx-get^=\"http\"]').length") == 0, page
             assert browser.js("document.querySelectorAll('script').length") == 2, page  # htmx and mesh.js
         assert "<script>" in browser.js("document.body.innerText")  # the call's answer, as text
+        # The search as you type (htmx swaps the calls in): hostile words find calls, as text.
+        browser.goto(f"{server.base}/logs")
+        search = "(() => {{ const q = document.querySelector('input[name=q]'); q.value = {word!r};" \
+                 " q.dispatchEvent(new Event('input', {{bubbles: true}})); }})()"
+        browser.js(search.format(word="zzqqxx"))
+        browser.wait_for("document.getElementById('calls').innerText.includes('No call holds every word')")
+        browser.js(search.format(word="window.pwned"))
+        browser.wait_for("document.querySelectorAll('#calls tbody tr a').length > 0")
         browser.goto(f"{server.base}/task/{TASK}")
         assert "window.pwned" in browser.js("document.getElementById('runs').textContent")
         assert browser.js("typeof window.pwned") == "undefined"
