@@ -21,6 +21,11 @@ Subpackages (each ``__init__`` says what it holds):
   ``orchestrator.workspace``, ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
   ``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.landing``, ``orchestrator.views``,
   ``orchestrator.runner``, ``orchestrator.drain``, ``orchestrator.stopping``.
+- ``web`` (``mesh serve``, the live web view where a person takes part): may import ``tracker``,
+  ``redact``, ``roles``, ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,
+  ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``, ``orchestrator.protocol``,
+  ``orchestrator.landing``, ``orchestrator.views``, ``orchestrator.runner``, ``orchestrator.drain``,
+  ``orchestrator.retry``.
 - ``cli``: may import anything.
 
 Modules directly here:

@@ -13,11 +13,18 @@ stops the drain: its dependents simply never become ready. The drain stops when 
 scope is ready or in flight, after ``--max-tasks`` started tasks, or when the budget rule
 says so: no task starts once the remaining ``--max-usd`` cannot cover one more task (and the
 ones in flight) at the average cost of the finished ones.
+
+A drain is stopped from starting new tasks by Ctrl-C (``DrainControl``), or from anywhere that
+reaches its tracker (``mesh serve``'s button, a drain on another machine) by ``request_stop``: a
+config key of the scope's, which every drain of that scope reads before it starts a task. A drain
+remembers the key's value when it starts and stops once it differs, so a request made while no
+drain runs stops none that starts later.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import secrets
 import sys
 import threading
 import time
@@ -45,7 +52,7 @@ from orchestrator.runner import (RunError, RunOptions, interrupted_runs, load_ru
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
-           "verify_landings"]
+           "verify_landings", "request_stop", "stop_token"]
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -73,6 +80,23 @@ class DrainControl:
     def stop_new(self) -> None:
         """Start no new task; the running ones finish and land."""
         self.stopping.set()
+
+
+def _stop_key(scope: Scope) -> str:
+    return f"mesh.drain.stop:{scope.mode}:{scope.plan_label or scope.parent_epic}"
+
+
+def stop_token(tracker: Tracker, scope: Scope) -> str | None:
+    """The scope's current stop request (None when none was ever made)."""
+    return tracker.get_config(_stop_key(scope))
+
+
+def request_stop(tracker: Tracker, scope: Scope, *, by: str) -> str:
+    """Ask every drain of ``scope`` running now, on any machine, to start no new task (their
+    running tasks finish and land); returns the request's token. ``by`` says who asked."""
+    token = f"{secrets.token_hex(8)} {' '.join(by.split())[:80]}"
+    tracker.set_config(_stop_key(scope), token)
+    return token
 
 
 @dataclass
@@ -347,10 +371,14 @@ class _Drain:
         started: set[str] = set()  # a task looked at again after another runner held it counts once
         stop_reason = "done"
         announced = False
+        stop_seen = stop_token(tracker, self.scope)
         # Runs killed after deciding but before their end are finished first.
         interrupted = interrupted_runs(tracker, self.scope, self.options.run.ids)
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mesh-drain") as pool:
             while True:
+                if not self.control.stopping.is_set() and (asked := stop_token(tracker, self.scope)) != stop_seen:
+                    self.emit("stop_requested", by=(asked or "").partition(" ")[2] or "someone")
+                    self.control.stop_new()
                 if self.control.stopping.is_set():
                     stop_reason = "interrupted"
                     if not announced:

@@ -8,7 +8,11 @@ database at once migrate it once), and refuses a database newer than this code
 with a clear error instead of misreading it.
 
 Versions: 1 the first schema; 2 the cached ready state (``blocked``, ``defer_eff``);
-3 the ``schema_version`` table (earlier SQLite files kept the version in ``config``).
+3 the ``schema_version`` table (earlier SQLite files kept the version in ``config``); 4 on
+PostgreSQL, a trigger that says ``NOTIFY mesh_changes`` after every statement that adds to
+``events`` (every change of an issue, a comment included), so a reader such as ``mesh serve``
+learns of a change by ``LISTEN`` instead of reading the tables again and again (SQLite has its
+change counter, ``PRAGMA data_version``, and needs nothing).
 """
 
 from __future__ import annotations
@@ -17,9 +21,20 @@ from typing import Any
 
 from .errors import WorkspaceError
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "current_version", "ensure_schema", "statements"]
+__all__ = ["CHANGE_CHANNEL", "SCHEMA", "SCHEMA_VERSION", "current_version", "ensure_schema", "statements"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+# PostgreSQL only (version 4): one notification per writing statement on ``events``, sent when its
+# transaction commits (a transaction's identical notifications are folded into one by the server).
+CHANGE_CHANNEL = "mesh_changes"
+POSTGRES_NOTIFY = (
+    "CREATE OR REPLACE FUNCTION mesh_notify_change() RETURNS trigger LANGUAGE plpgsql AS"
+    f" $$ BEGIN PERFORM pg_notify('{CHANGE_CHANNEL}', ''); RETURN NULL; END $$",
+    "DROP TRIGGER IF EXISTS mesh_events_notify ON events",
+    "CREATE TRIGGER mesh_events_notify AFTER INSERT ON events FOR EACH STATEMENT"
+    " EXECUTE FUNCTION mesh_notify_change()",
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS config (
@@ -165,6 +180,9 @@ def ensure_schema(db: Any, *, create: bool, where: str) -> None:
             from .db import refresh_ready_state
 
             refresh_ready_state(c)
+        if version < 4 and getattr(db, "engine", "sqlite") == "postgresql":
+            for statement in POSTGRES_NOTIFY:
+                c.execute(statement)
         if version < SCHEMA_VERSION:
             from .model import now_iso
 

@@ -20,6 +20,7 @@ from orchestrator.cli.common import _calls_context, _fail, _result
 from orchestrator.cli.mcp_cli import mcp_command
 from orchestrator.cli.review_cli import review_command
 from orchestrator.cli.schema_cli import schema_command
+from orchestrator.cli.serve_cli import serve_command
 
 __all__ = ["main", "cli"]
 
@@ -82,6 +83,7 @@ cli.add_command(bd_command)
 cli.add_command(schema_command)
 cli.add_command(review_command)
 cli.add_command(mcp_command)
+cli.add_command(serve_command)
 
 
 def _run_options(f):

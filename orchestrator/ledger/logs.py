@@ -24,7 +24,7 @@ from orchestrator.config import PriceTable, user_price_table
 from orchestrator.safe_text import clip, printable, render
 from orchestrator.ledger.usage import UsageError, call_cost, is_failure, load_usage, money, prepare_calls
 
-__all__ = ["DEFAULT_LIMIT", "list_calls", "call_record", "search_clause", "portable_search_clause",
+__all__ = ["DEFAULT_LIMIT", "list_calls", "get_call", "call_record", "search_clause", "portable_search_clause",
            "render_calls"]
 
 # A run of the demo task makes 12 to 22 calls: the default shows about the latest run. 0: all.
@@ -69,6 +69,14 @@ def list_calls(tracker: Tracker, *, prices: PriceTable | None = None, task: str 
         params.append(limit)
     rows = tracker.db.read(sql, tuple(params))
     return [call_record(dict(row), table) for row in rows]
+
+
+def get_call(tracker: Tracker, call_id: int, *, prices: PriceTable | None = None) -> dict[str, Any] | None:
+    """One logged call with its prompt and response (a ``call_record``); None when there is none."""
+    prepare_calls(tracker)
+    rows = tracker.db.read(f"SELECT {', '.join(_COLUMNS + ('prompt', 'response'))} FROM mesh_calls WHERE id = ?",
+                           (call_id,))
+    return call_record(dict(rows[0]), prices if prices is not None else user_price_table()) if rows else None
 
 
 def search_clause(tracker: Tracker, query: str) -> tuple[str, list[Any]]:

@@ -102,6 +102,8 @@ def _plain(event: dict[str, Any]) -> str | None:
     if kind in ("land_verified", "land_missing"):
         state = "on the branch" if event["on_branch"] else "NOT on the branch any more"
         return f"{stamp} {task}: earlier landing {event['sha'][:12]} {state}"
+    if kind == "stop_requested":
+        return f"{stamp} stop requested by {event.get('by')} through the tracker: starting no new task"
     if kind in _QUIET:
         return None  # the CLI says an interrupt on stderr the moment Ctrl-C is pressed; calls show as notes
     return f"{stamp} {kind} {task}".rstrip()

@@ -39,7 +39,7 @@ from tracker.store import Tracker
 from redact import scrub
 
 from orchestrator.ledger.calls import calls_for
-from orchestrator.protocol.checkpoint import checkpoint_problem, signing_key
+from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_problem, signing_key
 from orchestrator.config import KNOWN_ROLES, PriceTable, user_price_table
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.proof import output_tail, tests_line
@@ -48,7 +48,8 @@ from orchestrator.views.show import task_history
 from orchestrator.sandbox.testcounts import TestCounts
 from orchestrator.ledger.usage import UsageError, call_cost, usage_summary
 
-__all__ = ["DEFAULT_NAME", "default_report_path", "report_data", "render_report_html", "write_report"]
+__all__ = ["DEFAULT_NAME", "default_report_path", "report_data", "render_report_html", "write_report",
+           "checkpoint_card", "task_costs", "sub_issue_views"]
 
 # The file ``mesh report TASK`` writes without ``-o``, in the current directory.
 DEFAULT_NAME = "mesh-report-{task}.html"
@@ -392,6 +393,62 @@ def _costs(tracker: Tracker, task_id: str, prices: PriceTable | None) -> dict[st
             "total": {"calls": total["calls"], "errors": total["errors"], **{f: total[f] for f in figures},
                       "cost": _money(total["cost_usd"]) + ("+" if total["unpriced_calls"] else "")},
             "unpriced_models": [_text(m) for m in summary["unpriced_models"]]}
+
+
+# ------------------------------------------------------------------ one checkpoint, for live views
+
+
+def checkpoint_card(cp: Checkpoint, *, key: bytes | None, task_id: str,
+                    issues: Mapping[str, dict[str, str]]) -> dict[str, Any]:
+    """One checkpoint as a card of its own, scrubbed and printable: what the report's timeline
+    shows of it, with its patch as classed diff lines (a synthesis or revision), its findings (a
+    review) and its findings' sub-issues (a review cycle, ``issues`` from ``sub_issue_views``).
+
+    A card depends on its checkpoint alone, so a live view (``mesh serve``) can send each
+    checkpoint once, when it is written, and never redraw an earlier one.
+    """
+    kind, p = _text(cp.kind), cp.payload
+    art = p.get("artifact")
+    a = _dict(art)
+    consensus, review = _int(p.get("consensus_cycle")), _int(p.get("review_cycle"))
+    trust = _trust_of([cp], key, task_id).get(_step_key(cp.run_id, cp.seq, cp.kind, cp.created_at))
+    card: dict[str, Any] = {
+        "comment_id": _text(cp.comment_id), "run_id": _text(cp.run_id) or "(unknown run)",
+        "seq": _text(cp.seq), "kind": kind, "role": _text(p.get("role")), "role_class": _role_class(p.get("role")),
+        "summary": _text(cp.summary), "created_at": _text(cp.created_at), "reviewer": _text(p.get("reviewer")),
+        "cycle": f"review cycle {review if review is not None else '-'}, consensus cycle "
+                 f"{consensus if consensus is not None else '-'}",
+        "trust": trust, "body": _body(kind, art), "diff": None, "findings": [], "subtasks": []}
+    if kind in ("synthesis", "revision", "review-request") and _text(a.get("patch") or a.get("diff")).strip():
+        card["diff"] = _diff(_text(a.get("patch") or a.get("diff")))
+    if kind == "review-request":  # the diff is the card's diff: the rest is where it stands
+        card["body"] = {"fields": [{"name": name, "value": _text(a.get(name))} for name in ("commit", "branch", "cycle")]}
+    if kind == "review":
+        card["findings"] = [_finding(f, {}, {}) for f in _list(a.get("findings"))]
+    if kind == "human-review":
+        review_art = _dict(a.get("review"))
+        card["body"] = {"decision": _text(review_art.get("decision")), "summary": _text(review_art.get("summary")),
+                        "findings": len(_list(review_art.get("findings")))}
+        card["findings"] = [_finding(f, {}, {}) for f in _list(review_art.get("findings"))]
+    if kind == "review-cycle":
+        card["subtasks"] = [{"finding_id": _text(fid), "issue": issues.get(sub) if isinstance(sub, str) else None}
+                            for fid, sub in _dict(a.get("subtasks")).items()]
+    return _safe(card)
+
+
+def sub_issue_views(tracker: Tracker, checkpoints: list[Checkpoint]) -> dict[str, dict[str, str]]:
+    """The sub-issues the checkpoints' review cycles filed: id -> id, title, status."""
+    subs: set[str] = set()
+    for cp in checkpoints:
+        if cp.kind == "review-cycle":
+            subs.update(v for v in _dict(_dict(cp.payload.get("artifact")).get("subtasks")).values()
+                        if isinstance(v, str))
+    return _safe(_sub_issues(tracker, subs))
+
+
+def task_costs(tracker: Tracker, task_id: str, prices: PriceTable | None = None) -> dict[str, Any]:
+    """The report's costs of a task (per role, every call, the total), scrubbed and printable."""
+    return _safe(_costs(tracker, task_id, prices))
 
 
 # ------------------------------------------------------------------ the page

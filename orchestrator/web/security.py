@@ -1,0 +1,108 @@
+"""Who may read and who may change: the token, the same-origin check, the page's headers.
+
+- Bound to 127.0.0.1 (the default) the server needs no token, but answers only requests whose
+  ``Host`` names that address (or ``localhost``) and its port: a page of another site that
+  rebinds its own name to 127.0.0.1 is refused.
+- Bound to any other address it needs a token (``--token``, else one generated and printed):
+  every request carries it, as ``Authorization: Bearer``, as the ``mesh_token`` cookie, or once
+  as ``?token=`` on a page, which sets the cookie (HttpOnly, SameSite=Strict) and redirects
+  to the same page without it, so the token does not stay in the address bar or the history.
+- Every state-changing request (POST) must also come from a page of this server: the browser's
+  ``Sec-Fetch-Site: same-origin``, else an ``Origin`` equal to this server's. A form of another
+  site, even one the person's browser submits with the cookie, is refused.
+- Every answer carries a Content-Security-Policy without inline script or style (scripts and
+  styles only from this server, no frame, no plugin, no base change, forms only to this server,
+  connections only to this server) and ``nosniff``, ``no-referrer`` and ``DENY`` for framing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlencode, urlsplit
+
+__all__ = ["CSP", "COOKIE", "Guard", "SECURITY_HEADERS", "Verdict", "needs_token", "new_token"]
+
+LOOPBACK = "127.0.0.1"
+COOKIE = "mesh_token"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self';"
+       " form-action 'self'; base-uri 'none'; frame-ancestors 'none'; report-uri /csp-report")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+
+
+def needs_token(host: str) -> bool:
+    """Any address but 127.0.0.1 needs a token (``0.0.0.0``, a LAN address, another loopback)."""
+    return host != LOOPBACK
+
+
+def new_token() -> str:
+    """A fresh token: 32 random bytes, URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with a request: let it through (``status`` 0), refuse it with ``status`` and
+    ``reason``, or (``set_cookie``) set the token cookie and redirect to ``location``."""
+
+    status: int = 0
+    reason: str = ""
+    set_cookie: str | None = None
+    location: str | None = None
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The server's rules, from how it was started."""
+
+    host: str
+    port: int
+    token: str | None
+    read_only: bool = False
+
+    def _token_ok(self, given: str | None) -> bool:
+        return bool(given) and self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+    def check(self, method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str],
+              cookies: Mapping[str, str]) -> Verdict:
+        """The verdict on one request (header names lower-case)."""
+        if self.token is None:
+            host = (headers.get("host") or "").lower()
+            if host not in (f"{LOOPBACK}:{self.port}", f"localhost:{self.port}"):
+                return Verdict(421, "this server answers only to its own address")
+        else:
+            bearer = headers.get("authorization") or ""
+            given = bearer[7:] if bearer.lower().startswith("bearer ") else None
+            if not (self._token_ok(given) or self._token_ok(cookies.get(COOKIE))):
+                if method == "GET" and self._token_ok(query.get("token")):
+                    rest = urlencode({k: v for k, v in query.items() if k != "token"})
+                    return Verdict(set_cookie=self.token, location=path + (f"?{rest}" if rest else ""))
+                return Verdict(401, "a token is needed: open the address mesh serve printed")
+        if method not in ("GET", "HEAD"):
+            if path == "/csp-report":
+                return Verdict()  # the browser's own report of a blocked resource: nothing changes
+            if self.read_only:
+                return Verdict(403, "this server is read-only (mesh serve --read-only)")
+            if not self.same_origin(headers):
+                return Verdict(403, "refused: the request does not come from a page of this server")
+        return Verdict()
+
+    def same_origin(self, headers: Mapping[str, str]) -> bool:
+        """True when the browser says the request comes from this server's own page."""
+        site = headers.get("sec-fetch-site")
+        if site is not None:
+            return site == "same-origin"
+        origin = headers.get("origin")
+        if not origin:
+            return False
+        parts = urlsplit(origin)
+        return parts.scheme == "http" and parts.netloc.lower() == (headers.get("host") or "").lower()
