@@ -11,7 +11,9 @@ the way bd reads it:
   mesh's own choice (``MESH_ACTOR``, then ``$USER``).
 
 ``mesh bd ARGS`` is the same, except that ``mesh --db``/``--actor`` given on its
-command line come first. Installed as the ``bd`` console script.
+command line come first (``orchestrator.cli.bd_cli``). Installed as the ``bd`` console
+script, which answers the hot reads (``bd ready/list/show --json``) through ``bd_hot``
+before click or the command modules are imported.
 """
 
 from __future__ import annotations
@@ -21,12 +23,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import click
-
-from .cli import tracker_group
 from .store import DB_NAME
 
-__all__ = ["bd_settings", "run", "main", "bd_command"]
+__all__ = ["bd_settings", "run", "main"]
 
 
 def bd_settings(environ: Mapping[str, str], *, db: str | None = None, actor: str | None = None) -> dict:
@@ -41,26 +40,18 @@ def bd_settings(environ: Mapping[str, str], *, db: str | None = None, actor: str
 def run(args: Sequence[str], settings: dict, *, prog_name: str = "bd") -> None:
     """Run bd's command line ``args`` on the tracker with ``settings``; exits the process
     with the command's status (bd's flags given in ``args`` override ``settings``)."""
+    from .cli import tracker_group  # the full command line: what the hot path does not answer
+
     tracker_group.main(args=list(args), prog_name=prog_name, obj=dict(settings), standalone_mode=True)
 
 
 def main() -> None:
     """Console-script entry point ``bd``."""
-    run(sys.argv[1:], bd_settings(os.environ))
+    from .bd_hot import answer, write_answer
 
-
-@click.command("bd", add_help_option=False,
-               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.pass_context
-def bd_command(ctx: click.Context, args: tuple[str, ...]) -> None:
-    """bd's command line on this tracker (the same as the bd command mesh installs)."""
-    root = ctx.find_root()
-    given = root.obj or {}
-
-    def from_command_line(name: str, key: str) -> str | None:
-        # mesh --db/--actor typed on this command line win; MESH_DB/MESH_ACTOR yield to bd's env.
-        return given.get(key) if root.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE else None
-
-    settings = bd_settings(os.environ, db=from_command_line("db_path", "db"), actor=from_command_line("actor", "actor"))
-    run(args, settings, prog_name=f"{root.info_name} bd")
+    settings = bd_settings(os.environ)
+    text = answer(sys.argv[1:], settings)
+    if text is not None:
+        write_answer(text)
+        return
+    run(sys.argv[1:], settings)

@@ -24,7 +24,8 @@ import click
 
 from . import bd_compat as bd
 from . import cli_admin, cli_deps, cli_labels, cli_search
-from .bd_views import LIST_SORTS, resolve_id, resolve_ids, sort_issues
+from .bd_hot import list_issues, ready_issues, show_issues
+from .bd_views import LIST_SORTS, resolve_id, resolve_ids
 from .cli_flags import BdGroup, add_global_flags
 from .cli_io import (EXIT_UNAVAILABLE, EXIT_USER_ERROR, echo, guard, issue_line, json_option, print_issues, print_json,
                      run_action, say, settings, split_csv, with_tracker, writes)
@@ -218,7 +219,7 @@ def show_cmd(issue_ids: tuple[str, ...], as_json: bool) -> None:
 
     def action(t: Tracker) -> list[dict]:
         if as_json:
-            return [bd.details(t, issue_id) for issue_id in resolve_ids(t, issue_ids)]
+            return show_issues(t, issue_ids)
         return [t.get(issue_id, comments=True) for issue_id in resolve_ids(t, issue_ids)]
 
     def human(issues: list[dict]) -> None:
@@ -257,19 +258,11 @@ def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str,
              include_closed: bool, limit: int, sort_by: str | None, reverse: bool, as_json: bool) -> None:
     """List issues, ordered by priority, creation time and id, or by --sort (which comes before
     --limit); closed ones only with --all."""
-    statuses = [s.strip() for s in status.split(",") if s.strip()] if status else None
-    post_filter = bool(labels_any or priority is not None or no_assignee or title or sort_by)
-
     def action(t: Tracker) -> list[dict]:
-        issues = t.list(status=statuses, labels=split_csv(labels), issue_type=issue_type,
-                        parent=resolve_id(t, parent) if parent else None,
-                        assignee=assignee, include_closed=include_closed,
-                        limit=None if post_filter else limit or None)
-        if post_filter:
-            issues = sort_issues(bd.list_filter(issues, labels_any=split_csv(labels_any), priority=priority,
-                                                title=title, no_assignee=no_assignee), sort_by, reverse)
-            issues = issues[:limit] if limit else issues
-        return [bd.issue_with_counts(i, dependencies=True) for i in issues]
+        return list_issues(t, status=status, labels=split_csv(labels), labels_any=split_csv(labels_any),
+                           issue_type=issue_type, priority=priority, parent=parent, assignee=assignee,
+                           no_assignee=no_assignee, title=title, include_closed=include_closed, limit=limit,
+                           sort_by=sort_by, reverse=reverse)
 
     run_action(as_json, action, print_issues("No issues found."))
 
@@ -294,9 +287,9 @@ def ready_cmd(labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: 
     """List ready work: open, unblocked, not deferred, by priority then age."""
     run_action(
         as_json,
-        lambda t: bd.ready(t, labels=split_csv(labels), labels_any=split_csv(labels_any), issue_type=issue_type,
-                           parent=parent, priority=priority, assignee=assignee, unassigned=unassigned,
-                           sort=sort_policy, limit=limit or None),
+        lambda t: ready_issues(t, labels=split_csv(labels), labels_any=split_csv(labels_any), issue_type=issue_type,
+                               parent=parent, priority=priority, assignee=assignee, unassigned=unassigned,
+                               sort=sort_policy, limit=limit),
         print_issues("No ready work."),
     )
 

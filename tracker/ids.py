@@ -7,7 +7,6 @@ collision stays under a bound (beads' adaptive length: the birthday bound
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 __all__ = ["adaptive_length", "hash_id", "child_id", "MIN_LENGTH", "MAX_LENGTH"]
@@ -43,6 +42,8 @@ def _base36(data: bytes) -> str:
 
 def hash_id(prefix: str, seed: str, length: int, nonce: int = 0) -> str:
     """A hash id for ``seed`` (title, creator, timestamp...) of ``length`` base36 chars."""
+    import hashlib  # only a create needs it: every read would pay ~2 ms to import it
+
     digest = hashlib.sha256(f"{seed}|{nonce}".encode()).digest()
     encoded = _base36(digest[:12]).rjust(length, "0")
     return f"{prefix}-{encoded[:length]}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from . import ids as idgen
 from .db import refresh_ready_state
@@ -21,14 +20,17 @@ from .rows import (
     _DEP_COLUMNS,
     _ISSUE_COLUMNS,
     _ISSUE_SELECT,
-    Conn,
-    Row,
     _build_issue,
     _dep_from_tuple,
     _dump,
     _last,
     _row_obj,
 )
+
+TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
+if TYPE_CHECKING:
+    from typing import Any
+    from .rows import Conn, Row
 
 __all__ = ["Issues"]
 

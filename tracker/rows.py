@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import operator
-from typing import Any
 
 from .model import EXPORT_ORDER, TEXT_FIELDS
 
@@ -19,8 +18,12 @@ _ISSUE_SELECT = ", ".join(f"i.{c}" for c in _ISSUE_COLUMNS)
 _DEP_COLUMNS = "issue_id, depends_on_id, type, created_at, created_by, extra"
 # A connection inside a transaction (sqlite3's, or postgres' adapter) and a row read by
 # position or column name (sqlite3.Row, postgres.Row).
-Conn = Any
-Row = Any
+TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
+if TYPE_CHECKING:
+    from typing import Any
+
+    Conn = Any
+    Row = Any
 
 
 def _dump(value: Any) -> str | None:

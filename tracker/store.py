@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from .comments import Comments
 from .connect import open_database, refuse_initialized
@@ -28,7 +27,11 @@ from .errors import WorkspaceError
 from .issues import Issues
 from .model import normalize_ts, now_iso
 from .ready import ReadyWork
-from .rows import Conn
+
+TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
+if TYPE_CHECKING:
+    from typing import Any
+    from .rows import Conn
 
 __all__ = ["Tracker", "find_workspace", "default_db_path", "DB_NAME"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from tracker.bd_shim import bd_command
+from orchestrator.cli.bd_cli import bd_command
 from tracker.cli import tracker_group
 from tracker.cli_io import echo as _say
 

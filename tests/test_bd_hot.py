@@ -1,0 +1,145 @@
+"""The hot reads (``bd ready/list/show --json``, ``mesh tracker ...`` the same) answered without
+click (``tracker.bd_hot``): the same bytes as the full command line, on the real beads exports
+and on generated workspaces; everything else, and every failure, left to the full command line;
+and what the hot path imports (no click, nor any heavy module).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.conftest import beads_real_files
+from tracker.bd_hot import answer
+from tracker.cli import tracker_group
+from tracker.jsonl import import_jsonl
+from tracker.store import Tracker
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from gen_workspace import generate, write_jsonl  # noqa: E402
+
+# What a hot read must not import: click (the whole point) and the heavy modules of mesh's other commands.
+HEAVY = ("click", "pydantic", "jinja2", "rich", "anthropic", "psycopg", "sqlite_utils", "llm", "orchestrator.cli.main")
+
+
+def _workspace(tmp_path: Path, source: Path) -> tuple[str, list[str]]:
+    """A tracker with ``source`` imported; its database and a few of its ids (a short one too)."""
+    tracker = Tracker.init(tmp_path / "ws", prefix="hot")
+    try:
+        import_jsonl(tracker, source)
+        everything = tracker.list(include_closed=True)
+        ids = [i["id"] for i in everything[:3]] + [i["id"] for i in everything if i.get("dependencies")][:2]
+        ids += [i["id"] for i in everything if i.get("comment_count")][:1]
+        if ids:
+            ids.append(ids[0].partition("-")[2])  # a short id, as bd resolves it
+        return str(tracker.path), ids
+    finally:
+        tracker.close()
+
+
+@pytest.fixture
+def small(tmp_path) -> tuple[str, list[str]]:
+    """A generated workspace of 60 issues: its database and a few ids."""
+    source = tmp_path / "small.jsonl"
+    write_jsonl(generate(60, seed=3), source)
+    return _workspace(tmp_path, source)
+
+
+def _command_lines(ids: list[str]) -> list[list[str]]:
+    lines = [["ready", "--json"], ["list", "--json"], ["--json", "ready", "--limit", "3"],
+             ["ready", "--limit=0", "--json", "--actor", "agent", "--no-auto-flush", "--no-auto-import"],
+             ["list", "--status", "open,in_progress", "--limit", "7", "--json"], ["list", "-s", "closed", "--json"],
+             ["-q", "list", "-n", "2", "--json", "--readonly"], ["show", "--json", "no-such-id"]]
+    lines += [["show", issue_id, "--json"] for issue_id in ids]
+    if ids:
+        lines.append(["show", *ids[:3], "--json"])
+    return lines
+
+
+def _full(args: list[str], db: str) -> tuple[int, bytes]:
+    result = CliRunner().invoke(tracker_group, args, obj={"db": db, "actor": None})
+    return result.exit_code, result.stdout_bytes
+
+
+def _check_same(db: str, ids: list[str]) -> None:
+    for args in _command_lines(ids):
+        code, full = _full(args, db)
+        text = answer(args, {"db": db, "actor": None})
+        if code:
+            assert text is None, args  # a failure is the full command line's to report
+        else:
+            assert text is not None, args
+            assert text.encode() == full, args
+
+
+@pytest.mark.parametrize("source", beads_real_files(), ids=lambda p: p.name)
+def test_hot_reads_print_what_the_full_command_line_prints_on_real_exports(tmp_path, source):
+    db, ids = _workspace(tmp_path, source)
+    _check_same(db, ids)
+
+
+@pytest.mark.parametrize("size", [300, 2000])
+def test_hot_reads_print_what_the_full_command_line_prints_on_generated_workspaces(tmp_path, size):
+    source = tmp_path / "ws.jsonl"
+    write_jsonl(generate(size, seed=size), source)
+    db, ids = _workspace(tmp_path, source)
+    _check_same(db, ids)
+    assert json.loads(answer(["ready", "--json"], {"db": db}))  # there is ready work to compare
+
+
+@pytest.mark.parametrize("args", [
+    ["ready"], ["ready", "--json", "--label", "x"], ["list", "--json", "--all"], ["show", "--json"],
+    ["ready", "--json", "--limit", "-1"], ["ready", "--json", "--limit", "x"], ["ready", "--json", "--limit"],
+    ["--limit", "3", "ready", "--json"], ["ready", "--json", "extra"], ["ready", "--json", "--db", ""],
+    ["ready", "--json", "--help"], ["create", "x", "--json"], ["ready", "--json", "-qv"], [],
+])
+def test_other_command_lines_are_left_to_the_full_command_line(small, args):
+    db, _ = small
+    assert answer(args, {"db": db}) is None
+
+
+def test_a_missing_workspace_is_reported_by_the_full_command_line(tmp_path):
+    assert answer(["ready", "--json"], {"db": str(tmp_path / "none.db")}) is None
+    assert not (tmp_path / "none.db").exists()
+
+
+def _run(entry: str, args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """A console script (``entry``: its module and function) as installed, listing what it imported."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stderr.write('\\nMODULES ' + ' '.join(sorted(sys.modules))))\n"
+            f"from {entry.split(':')[0]} import {entry.split(':')[1]} as main\n"
+            "main()\n")
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+@pytest.mark.parametrize("entry,prefix", [("tracker.bd_shim:main", []), ("orchestrator.cli.start:main", ["tracker"])])
+@pytest.mark.parametrize("args", [["ready", "--json"], ["list", "--json"], ["show", "ID", "--json"]])
+def test_the_hot_commands_import_no_heavy_module(tmp_path, small, entry, prefix, args):
+    db, ids = small
+    args = [ids[0] if a == "ID" else a for a in args]
+    done = _run(entry, [*prefix, *args], tmp_path, MESH_DB=db)
+    assert done.returncode == 0, done.stderr
+    imported = set(done.stderr.decode().rpartition("MODULES ")[2].split())
+    assert "tracker.bd_hot" in imported
+    assert not {m for m in imported if m.split(".")[0] in HEAVY or m in HEAVY}
+    assert done.stdout == _full(args, db)[1]
+
+
+def test_the_entry_points_fall_back_to_the_full_command_line(tmp_path, small):
+    db, _ = small
+    done = _run("tracker.bd_shim:main", ["show", "nope-zzz", "--json"], tmp_path, BEADS_DB=db)
+    assert done.returncode == 1 and done.stdout == b""
+    assert json.loads(done.stderr.decode().rpartition("\nMODULES ")[0])["code"] == "not_found"
+    done = _run("orchestrator.cli.start:main", ["tracker", "ready"], tmp_path, MESH_DB=db)
+    assert done.returncode == 0 and "click" in done.stderr.decode().rpartition("MODULES ")[2].split()
+    assert done.stdout == _full(["ready"], db)[1]
+    done = _run("orchestrator.cli.start:main", ["--help"], tmp_path)
+    assert done.returncode == 0 and b"mesh" in done.stdout

@@ -1,0 +1,156 @@
+"""bd's hot read commands (``ready``, ``list``, ``show`` with ``--json``) answered without click.
+
+Agents run ``bd ready --json``, ``bd show ID --json`` and ``bd list --json`` dozens of times
+per task, a new process each (beads-mcp runs one per tool call, beads-ui one per refresh).
+The full command line pays for click and every command module at each start, several
+times the bare interpreter. ``answer`` recognises exactly those command lines, with the
+options and global flags beads clients add (``--limit``, ``--status``, ``--actor``,
+``--db``, the sync and daemon flags), and returns what the full command prints, built by
+the same functions (``ready_issues``, ``list_issues``, ``show_issues``, which ``cli``
+calls too). Anything else, and any failure (no workspace, an unknown id, a damaged
+database), returns None: the caller then runs the full command line, which does the work
+again and reports it as it always does. So this module changes how fast an answer comes,
+never what it is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from . import bd_compat as bd
+from .bd_views import resolve_id, resolve_ids, sort_issues
+from .safe_text import json_text
+from .store import Tracker
+
+__all__ = ["answer", "write_answer", "ready_issues", "list_issues", "show_issues"]
+
+# bd's global flags (cli_flags) that change nothing in a read's answer, and those taking a value.
+_FLAGS = frozenset({"--json", "--readonly", "-q", "--quiet", "-v", "--verbose", "--no-daemon", "--no-auto-flush",
+                    "--no-auto-import", "--sandbox", "--allow-stale", "--profile"})
+_GLOBAL_VALUES = {"--db": "db", "--actor": "actor", "--lock-timeout": None, "--dolt-auto-commit": None}
+# The command options answered here, each command's own (after its name, as click wants them).
+_OPTIONS = {"ready": {"-n": "limit", "--limit": "limit"},
+            "list": {"-n": "limit", "--limit": "limit", "-s": "status", "--status": "status"},
+            "show": {}}
+_DEFAULT_LIMIT = {"ready": 10, "list": 0}
+
+
+def ready_issues(t: Tracker, *, labels: Sequence[str] = (), labels_any: Sequence[str] = (),
+                 issue_type: str | None = None, priority: int | None = None, assignee: str | None = None,
+                 unassigned: bool = False, sort: str | None = None, parent: str | None = None,
+                 limit: int = 10) -> list[dict]:
+    """``ready --json``'s answer (``limit`` 0: all)."""
+    return bd.ready(t, labels=labels, labels_any=labels_any, issue_type=issue_type, parent=parent,
+                    priority=priority, assignee=assignee, unassigned=unassigned, sort=sort, limit=limit or None)
+
+
+def list_issues(t: Tracker, *, status: str | None = None, labels: Sequence[str] = (), labels_any: Sequence[str] = (),
+                issue_type: str | None = None, priority: int | None = None, parent: str | None = None,
+                assignee: str | None = None, no_assignee: bool = False, title: str | None = None,
+                include_closed: bool = False, limit: int = 0, sort_by: str | None = None,
+                reverse: bool = False) -> list[dict]:
+    """``list --json``'s answer: the tracker's list, then bd's extra filters and ``--sort``
+    (which come before ``--limit``; 0: all)."""
+    statuses = [s.strip() for s in status.split(",") if s.strip()] if status else None
+    post_filter = bool(labels_any or priority is not None or no_assignee or title or sort_by)
+    issues = t.list(status=statuses, labels=labels, issue_type=issue_type,
+                    parent=resolve_id(t, parent) if parent else None,
+                    assignee=assignee, include_closed=include_closed,
+                    limit=None if post_filter else limit or None)
+    if post_filter:
+        issues = sort_issues(bd.list_filter(issues, labels_any=labels_any, priority=priority,
+                                            title=title, no_assignee=no_assignee), sort_by, reverse)
+        issues = issues[:limit] if limit else issues
+    return [bd.issue_with_counts(i, dependencies=True) for i in issues]
+
+
+def show_issues(t: Tracker, issue_ids: Sequence[str]) -> list[dict]:
+    """``show --json``'s answer: each issue with its dependencies, dependents and comments."""
+    return [bd.details(t, issue_id) for issue_id in resolve_ids(t, issue_ids)]
+
+
+def _parse(args: Sequence[str]) -> tuple[str, dict, list[str], dict] | None:
+    """(command, global settings given, positional arguments, command options) of a hot command
+    line, or None for any other."""
+    command: str | None = None
+    given: dict = {}
+    positional: list[str] = []
+    options: dict = {}
+    json_seen = False
+    words = list(args)
+    k = 0
+    while k < len(words):
+        word = words[k]
+        name, eq, inline = word.partition("=") if word.startswith("--") else (word, "", "")
+        own = _OPTIONS.get(command or "", {})
+        if word in _FLAGS:
+            json_seen = json_seen or word == "--json"
+        elif name in _GLOBAL_VALUES or name in own:
+            if eq:
+                value = inline
+            elif k + 1 < len(words):
+                k += 1
+                value = words[k]
+            else:
+                return None
+            if not value:
+                return None
+            if name in _GLOBAL_VALUES:
+                if _GLOBAL_VALUES[name]:
+                    given[_GLOBAL_VALUES[name]] = value
+            else:
+                options[own[name]] = value
+        elif word.startswith("-"):
+            return None
+        elif command is None:
+            if word not in _OPTIONS:
+                return None
+            command = word
+        elif command == "show":
+            positional.append(word)
+        else:
+            return None
+        k += 1
+    if command is None or not json_seen or (command == "show") != bool(positional):
+        return None
+    limit = options.get("limit")
+    if limit is not None and not (limit.isascii() and limit.isdigit()):
+        return None
+    options["limit"] = _DEFAULT_LIMIT.get(command) if limit is None else int(limit)
+    return command, given, positional, options
+
+
+def answer(args: Sequence[str], settings: dict) -> str | None:
+    """What ``args`` (a ``bd``/``mesh tracker`` command line) prints on stdout when it is a hot
+    read with ``--json``, on the tracker ``settings`` names (``db``, ``actor``; a ``--db``/
+    ``--actor`` in ``args`` wins); None when the full command line must answer."""
+    parsed = _parse(args)
+    if parsed is None or sys.stdout is None or (sys.stdout.encoding or "").lower().replace("-", "") != "utf8":
+        return None
+    command, given, positional, options = parsed
+    merged = {**settings, **given}
+    try:
+        with Tracker.open(merged.get("db"), actor=merged.get("actor")) as t:
+            if command == "ready":
+                result = ready_issues(t, limit=options["limit"])
+            elif command == "list":
+                result = list_issues(t, status=options.get("status"), limit=options["limit"])
+            else:
+                result = show_issues(t, positional)
+    except Exception:  # every failure is the full command line's to report, in its words
+        return None
+    return json_text(result, indent=2) + "\n"
+
+
+def write_answer(text: str) -> None:
+    """Print an answer as click would (stdout, flushed); a reader that went away ends the
+    process with status 1, as click's own command line does."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # What is still buffered goes nowhere, so the interpreter's last flush cannot fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
