@@ -143,3 +143,18 @@ def test_the_entry_points_fall_back_to_the_full_command_line(tmp_path, small):
     assert done.stdout == _full(["ready"], db)[1]
     done = _run("orchestrator.cli.start:main", ["--help"], tmp_path)
     assert done.returncode == 0 and b"mesh" in done.stdout
+
+
+def test_mesh_help_lists_the_lazy_commands_as_they_are(tmp_path):
+    """`mesh --help` names `mesh tracker` without importing it, with the short help the loaded
+    command gives: the listing is the same before and after the command is loaded."""
+    done = _run("orchestrator.cli.start:main", ["--help"], tmp_path)
+    assert done.returncode == 0
+    assert "tracker.cli" not in done.stderr.decode().rpartition("MODULES ")[2].split()
+    from orchestrator.cli.main import _LAZY, cli
+
+    lazy = CliRunner().invoke(cli, ["--help"], prog_name="mesh", terminal_width=80).output
+    assert all(f"  {name} " in lazy for name in _LAZY)
+    for name in _LAZY:
+        assert cli.get_command(None, name) is not None  # loads it
+    assert CliRunner().invoke(cli, ["--help"], prog_name="mesh", terminal_width=80).output == lazy

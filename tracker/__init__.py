@@ -30,6 +30,14 @@ Its modules, by group:
 paths to the library.
 """
 
-from .store import Tracker
-
 __all__ = ["Tracker"]
+
+
+def __getattr__(name: str):
+    # Loaded on first use: ``mesh --help`` and the command modules import ``tracker.cli_io`` or
+    # ``tracker.safe_text`` and must not pay for the whole library at every start.
+    if name == "Tracker":
+        from .store import Tracker
+
+        return Tracker
+    raise AttributeError(f"module 'tracker' has no attribute {name!r}")

@@ -10,15 +10,16 @@ line (text bodies keep their line breaks).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .errors import TrackerError, WorkspaceError
 from .safe_text import inert, json_text, printable
-from .store import Tracker
+
+if TYPE_CHECKING:
+    from .store import Tracker
 
 __all__ = ["EXIT_USER_ERROR", "EXIT_UNAVAILABLE", "json_option", "settings", "writes", "with_tracker", "fail",
            "guard", "run_action", "print_json", "echo", "say", "split_csv", "issue_line", "print_issues"]
@@ -57,6 +58,8 @@ def with_tracker(action: Callable[[Tracker], Any]) -> Any:
     if settings().get("readonly") and getattr(ctx.command, "bd_writes", False):
         # Worker sandboxes run bd --readonly; refuse before the database is even opened.
         raise TrackerError(f"operation '{ctx.command_path}' is not allowed in read-only mode", code="readonly")
+    from .store import Tracker  # here, not at the top: ``mesh --help`` imports this module for ``echo``
+
     tracker = Tracker.open(settings().get("db"), actor=settings().get("actor"))
     try:
         return action(tracker)
@@ -75,6 +78,8 @@ def fail(message: str, code: str, exit_code: int, as_json: bool) -> None:
 
 def guard(as_json: bool, work: Callable[[], Any]) -> Any:
     """Run ``work``, turning every expected failure into a clean message and exit code."""
+    import sqlite3  # loaded already by the tracker ``work`` opens; not at the top, for ``mesh --help``
+
     try:
         return work()
     except WorkspaceError as exc:

@@ -15,8 +15,6 @@ imports nothing heavy: ``bd ready`` loads it.
 
 from __future__ import annotations
 
-import json
-import unicodedata
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
@@ -47,6 +45,8 @@ def printable(text: str, *, one_line: bool = False) -> str:
         return text
     if not one_line:
         text = text.replace("\r\n", "\n")
+    import unicodedata  # here: the common case above, and `mesh --help`, never need it
+
     return "".join(_escape(char) if (one_line or char not in _KEEP) and unicodedata.category(char) in _UNSAFE
                    else char for char in text)
 
@@ -76,4 +76,6 @@ def inert(value: Any, *, multiline: frozenset[str] = frozenset()) -> Any:
 def json_text(value: Any, *, indent: int | None = None) -> str:
     """``value`` as JSON that decodes to exactly ``value``: non-ASCII text kept as it is (as bd
     prints it), the controls ``json.dumps`` leaves raw (DEL, C1) escaped like the others."""
+    import json  # here: `mesh --help` imports this module for printing, never for JSON
+
     return json.dumps(value, indent=indent, ensure_ascii=False).translate(_JSON_CONTROLS)

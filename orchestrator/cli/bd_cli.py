@@ -11,8 +11,6 @@ import os
 
 import click
 
-from tracker.bd_shim import bd_settings, run
-
 __all__ = ["bd_command"]
 
 
@@ -22,6 +20,8 @@ __all__ = ["bd_command"]
 @click.pass_context
 def bd_command(ctx: click.Context, args: tuple[str, ...]) -> None:
     """bd's command line on this tracker (the same as the bd command mesh installs)."""
+    from tracker.bd_shim import bd_settings, run  # the tracker library: not for `mesh --help`
+
     root = ctx.find_root()
     given = root.obj or {}
 

@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from orchestrator.cli.bd_cli import bd_command
-from tracker.cli import tracker_group
 from tracker.cli_io import echo as _say
 
 from orchestrator.cli.common import _calls_context, _fail, _result
@@ -25,12 +24,40 @@ from orchestrator.cli.serve_cli import serve_command
 __all__ = ["main", "cli"]
 
 _GLOBAL_OPTIONS = ("--db", "--actor")
+# Commands whose modules load only when they run or print their own help, with the short help
+# `mesh --help` lists for them (tests/test_bd_hot.py checks it is the command's own): `mesh
+# tracker` is the whole tracker command line, which would cost every `mesh --help` its import.
+_LAZY = {"tracker": ("tracker.cli", "tracker_group",
+                     "Work the issue tracker by hand (bd's commands, flags and JSON shapes).")}
 
 
 class _MeshGroup(click.Group):
     """The ``mesh`` group: ``--db`` and ``--actor`` are its own options, so ``mesh run --db F``
     is refused by ``run``; the message then says where the option goes, with the command
-    line rewritten (``mesh --db F run ...``) rather than click's bare "no such option"."""
+    line rewritten (``mesh --db F run ...``) rather than click's bare "no such option".
+    The commands of ``_LAZY`` are imported when looked up, except to be listed in help."""
+
+    _listing = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _LAZY and cmd_name not in self.commands:
+            module, name, short_help = _LAZY[cmd_name]
+            if self._listing:
+                return click.Command(cmd_name, help=short_help)
+            import importlib
+
+            self.add_command(getattr(importlib.import_module(module), name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["mesh.argv"] = list(args)
@@ -78,7 +105,6 @@ def cli(ctx: click.Context, db_path: str | None, actor: str | None) -> None:
     ctx.obj["actor"] = actor
 
 
-cli.add_command(tracker_group)
 cli.add_command(bd_command)
 cli.add_command(schema_command)
 cli.add_command(review_command)
