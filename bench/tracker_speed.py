@@ -1,0 +1,304 @@
+"""Issue 21's figures on SQLite, each beside its baseline measured in the same run: whole-process
+starts against the bare interpreter, import and export against plain sqlite3 code over the same
+rows, the plan label's ready work at 100,000 issues against 10,000, and mesh's views.
+
+Every figure is a ratio (or a time with its target), the median over several runs; the machine
+is shared, so a baseline is always measured in the same run, interleaved with what it is a
+baseline of (A B A B ...), and each ratio is the median of the pairs'.
+
+    .venv/bin/python bench/tracker_speed.py                     # every section
+    .venv/bin/python bench/tracker_speed.py --only process --runs 21
+    .venv/bin/python bench/tracker_speed.py --only io,ready --root /path/to/another/checkout
+
+``--root`` measures another checkout of mesh (its ``.venv``, its ``tracker``) with this script:
+the "before" figures of docs/BENCHMARKS.md are this script run on the commit before issue 21.
+The checkout's modules are byte-compiled first (``compileall``), as an installed package is:
+a session with PYTHONDONTWRITEBYTECODE would otherwise compile every module at every start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from gen_workspace import BENCH_LABEL, generate, write_jsonl  # noqa: E402
+
+SECTIONS = ("process", "io", "ready", "views")
+
+
+def _median_pairs(a: Callable[[], float], b: Callable[[], float], runs: int) -> tuple[float, float, float]:
+    """Medians of ``a`` and ``b`` (each returns its own measure) run alternately ``runs`` times after
+    a warm-up of each, and the median of the ratios a/b pair by pair."""
+    a(), b()
+    pairs = [(a(), b()) for _ in range(runs)]
+    return (statistics.median(x for x, _ in pairs), statistics.median(y for _, y in pairs),
+            statistics.median(x / y for x, y in pairs))
+
+
+def _figure(name: str, value: float, unit: str, baseline: float | None = None, ratio: float | None = None,
+            target: str = "") -> None:
+    shown = f"{value:9.1f} {unit}"
+    base = f"  baseline {baseline:9.1f} {unit}  ratio {ratio:5.2f}x" if baseline is not None else ""
+    print(f"  {name:<52} {shown}{base}{'  target ' + target if target else ''}")
+
+
+# ----------------------------------------------------------------------------- whole process
+
+def _process_cpu(cmd: list[str], env: dict, cwd: Path) -> float:
+    """CPU seconds (user + sys) of one run of ``cmd``, from the kernel's accounting of the child."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed")
+    proc.returncode = 0
+    return usage.ru_utime + usage.ru_stime
+
+
+def _process_wall(cmd: list[str], env: dict, cwd: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def bench_process(root: Path, workdir: Path, runs: int) -> None:
+    """Whole-process start of the hot commands on a 10,000-issue workspace, against
+    ``python -c pass`` of the same interpreter, CPU time and wall time."""
+    bin_dir = root / ".venv" / "bin"
+    python = str(bin_dir / "python")
+    db = _workspace(root, workdir, 10_000)
+    show_id = subprocess.run([python, "-c", "import sys, sqlite3; print(sqlite3.connect(sys.argv[1]).execute("
+                              "\"SELECT id FROM issues WHERE status = 'open' ORDER BY id LIMIT 1\").fetchone()[0])", db],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BEADS_", "BD_", "MESH_"))}
+    env["MESH_DB"] = db
+    bare = [python, "-c", "pass"]
+    commands = [("mesh tracker ready --json", [str(bin_dir / "mesh"), "tracker", "ready", "--json"], "1.5x"),
+                ("bd ready --json", [str(bin_dir / "bd"), "ready", "--json"], "1.5x"),
+                ("bd show ID --json", [str(bin_dir / "bd"), "show", show_id, "--json"], "1.5x"),
+                ("bd list --json (6,949 issues, 4.8 MB)", [str(bin_dir / "bd"), "list", "--json"], "1.5x"),
+                ("mesh --help", [str(bin_dir / "mesh"), "--help"], "2x")]
+    print(f"\n== whole process, 10,000 issues (median of {runs} alternating runs; baseline: python -c pass)")
+    for name, cmd, target in commands:
+        for measure, unit in ((_process_cpu, "cpu"), (_process_wall, "wall")):
+            a, b, ratio = _median_pairs(lambda: measure(cmd, env, workdir), lambda: measure(bare, env, workdir), runs)
+            _figure(f"{name}, {unit}", a * 1000, "ms", b * 1000, ratio, f"<= {target}" if unit == "cpu" else "")
+
+
+def _workspace(root: Path, workdir: Path, n: int) -> str:
+    """A SQLite tracker of ``n`` generated issues made by ``root``'s mesh; its file."""
+    folder = workdir / f"ws-{root.name}-{n}"
+    db = folder / ".beads" / "mesh.db"
+    if not db.exists():
+        source = workdir / f"ws-{n}.jsonl"
+        if not source.exists():
+            write_jsonl(generate(n), source)
+        code = ("import sys; from pathlib import Path; from tracker.store import Tracker; from tracker.jsonl import"
+                " import_jsonl; t = Tracker.init(Path(sys.argv[1]), prefix='bm'); import_jsonl(t, sys.argv[2])")
+        subprocess.run([str(root / ".venv" / "bin" / "python"), "-c", code, str(folder), str(source)], check=True,
+                       cwd=root)
+    return str(db)
+
+
+# ----------------------------------------------------------------------------- import and export
+
+_PLAIN_ISSUE_COLUMNS = ("id", "title", "description", "design", "acceptance_criteria", "notes", "status", "priority",
+                        "issue_type", "assignee", "owner", "created_at", "created_by", "updated_at", "closed_at",
+                        "close_reason", "defer_until", "external_ref", "metadata")
+_PLAIN_SCHEMA = f"""
+CREATE TABLE issues (seq INTEGER PRIMARY KEY, {', '.join(c + ' TEXT' for c in _PLAIN_ISSUE_COLUMNS)}, UNIQUE (id));
+CREATE TABLE labels (issue_id TEXT NOT NULL, label TEXT NOT NULL, UNIQUE (issue_id, label));
+CREATE TABLE dependencies (issue_id TEXT NOT NULL, depends_on_id TEXT NOT NULL, type TEXT NOT NULL,
+                           created_at TEXT, created_by TEXT, UNIQUE (issue_id, depends_on_id, type));
+CREATE TABLE comments (id INTEGER PRIMARY KEY, issue_id TEXT NOT NULL, author TEXT, text TEXT, created_at TEXT);
+"""
+_PLAIN_INDEXES = ("CREATE INDEX issues_by_status ON issues(status, priority, id)",
+                  "CREATE INDEX labels_by_label ON labels(label, issue_id)",
+                  "CREATE INDEX deps_by_target ON dependencies(depends_on_id, type, issue_id)")
+
+
+def plain_import(source: Path, db: Path) -> None:
+    """The baseline import: each line parsed, the issues, labels, dependencies and comments
+    inserted with four executemany and three indexes built, in one transaction (WAL,
+    synchronous=NORMAL, as the tracker runs)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executescript(_PLAIN_SCHEMA)
+    issues, labels, deps, comments = [], [], [], []
+    with open(source, encoding="utf-8") as fh:
+        for line in fh:
+            obj = json.loads(line)
+            issue_id = obj["id"]
+            row = [obj.get(c) for c in _PLAIN_ISSUE_COLUMNS]
+            row[-1] = json.dumps(row[-1]) if row[-1] is not None else None
+            issues.append(row)
+            labels.extend((issue_id, label) for label in obj.get("labels", ()))
+            deps.extend((issue_id, d["depends_on_id"], d["type"], d.get("created_at"), d.get("created_by"))
+                        for d in obj.get("dependencies", ()))
+            comments.extend((issue_id, c.get("author"), c["text"], c.get("created_at"))
+                            for c in obj.get("comments", ()))
+    conn.execute("BEGIN")
+    conn.executemany(f"INSERT INTO issues({','.join(_PLAIN_ISSUE_COLUMNS)}) VALUES"
+                     f" ({','.join('?' * len(_PLAIN_ISSUE_COLUMNS))})", issues)
+    conn.executemany("INSERT INTO labels VALUES (?, ?)", labels)
+    conn.executemany("INSERT INTO dependencies VALUES (?, ?, ?, ?, ?)", deps)
+    conn.executemany("INSERT INTO comments(issue_id, author, text, created_at) VALUES (?, ?, ?, ?)", comments)
+    for statement in _PLAIN_INDEXES:
+        conn.execute(statement)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def plain_export(db: Path, out: io.StringIO) -> None:
+    """The baseline export: every issue with its labels, dependencies and comments, read by
+    plain queries and written as one compact JSON line each."""
+    conn = sqlite3.connect(db)
+    labels: dict[str, list] = {}
+    for issue_id, label in conn.execute("SELECT issue_id, label FROM labels ORDER BY rowid"):
+        labels.setdefault(issue_id, []).append(label)
+    deps: dict[str, list] = {}
+    for row in conn.execute("SELECT issue_id, depends_on_id, type, created_at, created_by FROM dependencies"):
+        deps.setdefault(row[0], []).append(dict(zip(("issue_id", "depends_on_id", "type", "created_at",
+                                                     "created_by"), row)))
+    comments: dict[str, list] = {}
+    for row in conn.execute("SELECT id, issue_id, author, text, created_at FROM comments ORDER BY id"):
+        comments.setdefault(row[1], []).append(dict(zip(("id", "issue_id", "author", "text", "created_at"), row)))
+    columns = _PLAIN_ISSUE_COLUMNS
+    for row in conn.execute(f"SELECT {','.join(columns)} FROM issues ORDER BY id"):
+        obj = {k: v for k, v in zip(columns, row) if v is not None}
+        issue_id = obj["id"]
+        for key, found in (("labels", labels), ("dependencies", deps), ("comments", comments)):
+            if issue_id in found:
+                obj[key] = found[issue_id]
+        out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+        out.write("\n")
+    conn.close()
+
+
+def bench_io(root: Path, workdir: Path, n: int, runs: int) -> None:
+    """Import and export of ``n`` issues by ``root``'s tracker against the plain sqlite3 code,
+    each measured in its own fresh process, alternately."""
+    source = workdir / f"ws-{n}.jsonl"
+    if not source.exists():
+        write_jsonl(generate(n), source)
+    python = str(root / ".venv" / "bin" / "python")
+
+    def fresh(target: Path) -> str:
+        subprocess.run(["rm", "-rf", str(target), f"{target}-wal", f"{target}-shm"], check=True)
+        return str(target)
+
+    def timed(code: str, *args: str) -> float:
+        done = subprocess.run([python, "-c", code, *args], cwd=root, check=True, capture_output=True, text=True)
+        return float(done.stdout.split()[-1])
+
+    ours_import = ("import sys, time; from pathlib import Path; from tracker.store import Tracker;"
+                   " from tracker.jsonl import import_jsonl; t = Tracker.init(Path(sys.argv[1]), prefix='bm');"
+                   " s = time.perf_counter(); r = import_jsonl(t, sys.argv[2]); e = time.perf_counter();"
+                   " assert r.created == int(sys.argv[3]) and not r.warnings; t.close(); print(e - s)")
+    plain = (f"import sys, time; sys.path.insert(0, {str(HERE)!r}); from pathlib import Path;"
+             " from tracker_speed import plain_import; s = time.perf_counter();"
+             " plain_import(Path(sys.argv[2]), Path(sys.argv[1])); print(time.perf_counter() - s)")
+    print(f"\n== import and export, {n:,} issues (median of {runs} alternating runs, each in a fresh process)")
+    a, b, ratio = _median_pairs(
+        lambda: timed(ours_import, fresh(workdir / "imp-0"), str(source), str(n)),
+        lambda: timed(plain, fresh(workdir / "plain-0.db"), str(source)), runs)
+    _figure("import (tracker.jsonl.import_jsonl)", a, "s", b, ratio, "<= 2x")
+    ours_db, plain_db = workdir / "imp-0", workdir / "plain-0.db"  # what the last pair wrote
+    ours_export = ("import io, sys, time; from tracker.store import Tracker; from tracker.jsonl import export_jsonl;"
+                   " t = Tracker(sys.argv[1]); out = io.StringIO(); s = time.perf_counter(); export_jsonl(t, out);"
+                   " print(time.perf_counter() - s)")
+    plain_exp = (f"import io, sys, time; sys.path.insert(0, {str(HERE)!r}); from pathlib import Path;"
+                 " from tracker_speed import plain_export; out = io.StringIO(); s = time.perf_counter();"
+                 " plain_export(Path(sys.argv[1]), out); print(time.perf_counter() - s)")
+    a, b, ratio = _median_pairs(lambda: timed(ours_export, str(ours_db / ".beads" / "mesh.db")),
+                                lambda: timed(plain_exp, str(plain_db)), runs)
+    _figure("export (tracker.jsonl.export_jsonl, to memory)", a, "s", b, ratio, "<= 2x")
+
+
+# ----------------------------------------------------------------------------- ready at scale
+
+_READY_CODE = """
+import gc, statistics, sys, time
+from tracker.store import Tracker
+t = Tracker(sys.argv[1]); label = sys.argv[2]; reps = int(sys.argv[3])
+found = len(t.ready(labels=[label], issue_type="task"))
+gc.collect()
+times = []
+for _ in range(reps):
+    s = time.perf_counter(); t.ready(labels=[label], issue_type="task"); times.append(time.perf_counter() - s)
+print(found, statistics.median(times))
+"""
+
+
+def bench_ready(root: Path, workdir: Path, runs: int) -> None:
+    """The plan label's ready work (``ready(labels=[plan], issue_type="task")``, issue objects
+    built) at 100,000 issues against the same call at 10,000: each the median of 50 calls in
+    a process of its own, the two processes alternated ``runs`` times."""
+    python = str(root / ".venv" / "bin" / "python")
+    small, large = _workspace(root, workdir, 10_000), _workspace(root, workdir, 100_000)
+    found: dict[str, str] = {}
+
+    def call(db: str) -> float:
+        out = subprocess.run([python, "-c", _READY_CODE, db, BENCH_LABEL, "50"], cwd=root, check=True,
+                             capture_output=True, text=True).stdout.split()
+        found[db] = out[0]
+        return float(out[1])
+
+    print(f"\n== ready --label {BENCH_LABEL} --type task, library call (median of {runs} alternating processes)")
+    a, b, ratio = _median_pairs(lambda: call(large), lambda: call(small), runs)
+    _figure(f"at 100,000 issues ({found[large]} found; baseline 10,000, {found[small]} found)", a * 1000, "ms",
+            b * 1000, ratio, "<= 3 ms and <= 2x")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: ``--only``, ``--runs``, ``--root``, ``--io-size``, ``--workdir``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections, comma-separated ({', '.join(SECTIONS)})")
+    parser.add_argument("--runs", type=int, default=0, help="alternating runs per figure (default: 21 for process"
+                                                           " starts, 5 for the rest)")
+    parser.add_argument("--root", type=Path, default=HERE.parent, help="the checkout of mesh to measure")
+    parser.add_argument("--io-size", type=int, default=100_000, help="issues imported and exported (100,000)")
+    parser.add_argument("--workdir", type=Path, help="keep the generated workspaces here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    python = root / ".venv" / "bin" / "python"
+    subprocess.run([str(python), "-m", "compileall", "-q", "tracker", "orchestrator", "roles", "redact"], cwd=root,
+                   check=True, stdout=subprocess.DEVNULL)
+    version = subprocess.run([str(python), "-c", "import sys, sqlite3; print(sys.version.split()[0], sqlite3.sqlite_version)"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    print(f"tracker_speed: {root} at {commit}, python {version[0]}, SQLite {version[1]}, {os.cpu_count()} cpu(s),"
+          f" load {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory(prefix="mesh-speed-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if "process" in sections:
+            bench_process(root, workdir, args.runs or 21)
+        if "io" in sections:
+            bench_io(root, workdir, args.io_size, args.runs or 5)
+        if "ready" in sections:
+            bench_ready(root, workdir, args.runs or 5)
+        if "views" in sections:
+            from views_speed import bench_views
+
+            bench_views(root, workdir, args.runs or 5)
+    print(f"(load {os.getloadavg()[0]:.1f} at the end)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""A large import into a small tracker drops the secondary indexes and builds them again before
+it commits (``tracker.jsonl``): the tracker ends with exactly the indexes and answers it would
+have had, and an import that fails half way leaves every index and row as it was."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+import tracker.jsonl as jsonl
+from tracker.jsonl import export_jsonl, import_jsonl
+from tracker.store import Tracker
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from gen_workspace import BENCH_LABEL, generate, write_jsonl  # noqa: E402
+
+
+def _indexes(db: str) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name").fetchall()
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    path = tmp_path / "ws.jsonl"
+    write_jsonl(generate(3000, seed=5), path)
+    return path
+
+
+def test_a_bulk_import_ends_with_the_same_indexes_and_answers(tmp_path, source, monkeypatch):
+    bulk = Tracker.init(tmp_path / "bulk", prefix="bk")
+    expected = _indexes(str(bulk.path))
+    assert import_jsonl(bulk, source).created == 3000
+    monkeypatch.setattr(jsonl, "_BULK_LOAD_AT", 10**9)  # the same file, every index kept up to date throughout
+    kept = Tracker.init(tmp_path / "kept", prefix="bk")
+    assert import_jsonl(kept, source).created == 3000
+    assert _indexes(str(bulk.path)) == _indexes(str(kept.path)) == expected
+    for tracker in (bulk, kept):
+        assert tracker.doctor()["ok"]
+        with sqlite3.connect(tracker.path) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"  # indexes match their tables
+    exports = []
+    for tracker in (bulk, kept):
+        out = io.StringIO()
+        export_jsonl(tracker, out)
+        exports.append(out.getvalue())
+    assert exports[0] == exports[1]
+    for query in ({"labels": [BENCH_LABEL], "issue_type": "task"}, {"limit": 10}, {}):
+        assert bulk.ready(**query) == kept.ready(**query)
+
+
+def test_a_bulk_import_that_fails_leaves_the_tracker_as_it_was(tmp_path, source, monkeypatch):
+    tracker = Tracker.init(tmp_path / "ws", prefix="bk")
+    tracker.create("already here")
+    before = _indexes(str(tracker.path))
+
+    def fail(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error (injected)")
+
+    monkeypatch.setattr(jsonl, "refresh_ready_state", fail)  # after the indexes are dropped and rows written
+    with pytest.raises(sqlite3.OperationalError):
+        import_jsonl(tracker, source)
+    assert _indexes(str(tracker.path)) == before
+    assert [i["title"] for i in tracker.list(include_closed=True)] == ["already here"]
