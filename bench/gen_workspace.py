@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tracker.ids import adaptive_length, hash_id  # noqa: E402
 
-__all__ = ["generate", "write_jsonl", "BENCH_LABEL", "BROAD_LABEL"]
+__all__ = ["generate", "write_jsonl", "BENCH_LABEL", "BROAD_LABEL", "PLAN_LABEL", "PLAN_SIZE"]
 
 # The labels the benchmark's ready query filters on. A plan label marks one
 # plan's issues: about 1% of the workspace (real beads workspaces show the same:
@@ -30,6 +30,10 @@ __all__ = ["generate", "write_jsonl", "BENCH_LABEL", "BROAD_LABEL"]
 # is the stress case where the answer itself is large.
 BENCH_LABEL = "plan-alpha"
 BROAD_LABEL = "area-broad"
+# A plan of the same size whatever the workspace's (every n/300-th issue created, the random
+# draws untouched): ready work for it must cost what its answer costs, not what the tracker holds.
+PLAN_LABEL = "plan-300"
+PLAN_SIZE = 300
 
 _TYPES = ["task"] * 60 + ["bug"] * 15 + ["feature"] * 10 + ["chore"] * 5 + ["gate", "agent", "molecule"] * 2
 _STATUSES = ["closed"] * 30 + ["open"] * 55 + ["in_progress"] * 8 + ["blocked"] * 4 + ["deferred"] * 3
@@ -96,6 +100,8 @@ def generate(n: int, *, seed: int = 7, prefix: str = "bm", now: datetime | None 
             labels.append(BENCH_LABEL)
         if rng.random() < 0.10:
             labels.append(BROAD_LABEL)
+        if len(issues) % max(n // PLAN_SIZE, 1) == 0 and len(issues) // max(n // PLAN_SIZE, 1) < PLAN_SIZE:
+            labels.append(PLAN_LABEL)
         if labels:
             issue["labels"] = labels
         deps = []

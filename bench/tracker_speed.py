@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from gen_workspace import BENCH_LABEL, generate, write_jsonl  # noqa: E402
+from gen_workspace import PLAN_LABEL, PLAN_SIZE, generate, write_jsonl  # noqa: E402
 
 SECTIONS = ("process", "io", "ready", "views")
 
@@ -244,7 +244,7 @@ print(found, statistics.median(times))
 
 
 def bench_ready(root: Path, workdir: Path, runs: int) -> None:
-    """The plan label's ready work (``ready(labels=[plan], issue_type="task")``, issue objects
+    """A 300-issue plan's ready work (``ready(labels=[plan], issue_type="task")``, issue objects
     built) at 100,000 issues against the same call at 10,000: each the median of 50 calls in
     a process of its own, the two processes alternated ``runs`` times."""
     python = str(root / ".venv" / "bin" / "python")
@@ -252,12 +252,13 @@ def bench_ready(root: Path, workdir: Path, runs: int) -> None:
     found: dict[str, str] = {}
 
     def call(db: str) -> float:
-        out = subprocess.run([python, "-c", _READY_CODE, db, BENCH_LABEL, "50"], cwd=root, check=True,
+        out = subprocess.run([python, "-c", _READY_CODE, db, PLAN_LABEL, "50"], cwd=root, check=True,
                              capture_output=True, text=True).stdout.split()
         found[db] = out[0]
         return float(out[1])
 
-    print(f"\n== ready --label {BENCH_LABEL} --type task, library call (median of {runs} alternating processes)")
+    print(f"\n== ready --label {PLAN_LABEL} --type task ({PLAN_SIZE} issues in the plan), library call"
+          f" (median of {runs} alternating processes)")
     a, b, ratio = _median_pairs(lambda: call(large), lambda: call(small), runs)
     _figure(f"at 100,000 issues ({found[large]} found; baseline 10,000, {found[small]} found)", a * 1000, "ms",
             b * 1000, ratio, "<= 3 ms and <= 2x")

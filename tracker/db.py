@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes"]
 
 BUSY_TIMEOUT_MS = 30_000
+CACHE_KIB = 16 * 1024
 
 
 
@@ -102,6 +103,10 @@ class Database(Transactions):
             # lose the last transactions, never corrupt the file.
             self.conn.execute("PRAGMA synchronous = NORMAL")
             self.conn.execute("PRAGMA foreign_keys = ON")
+            # SQLite's default page cache (2 MB) holds a query's pages or its hydration's, not both,
+            # in a large tracker: every ready call then reads both again from the OS, and its cost
+            # grows with the tracker instead of the answer. Pages are allocated only as used.
+            self.conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         except sqlite3.DatabaseError as exc:
             raise WorkspaceError(f"cannot open tracker database {self.path}: {exc}") from exc
         self._lock = RLock()
