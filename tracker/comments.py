@@ -5,6 +5,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
+
+from .dialect import JSON_IDS
 from .errors import InvalidValueError
 from .model import now_iso
 from .rows import _COMMENT_COLUMNS, _comment_obj
@@ -73,6 +77,22 @@ class Comments:
             self._row(self.db.conn, issue_id)
         rows = self.db.read("SELECT * FROM comments WHERE issue_id = ? ORDER BY id", (issue_id,))
         return [_comment_obj(r) for r in rows]
+
+    def comments_of(self, issue_ids: Iterable[str], *, prefixes: Sequence[str] = ()) -> dict[str, list[dict]]:
+        """The comments of many issues in one read, oldest first for each (every id given is a
+        key); with ``prefixes``, only those whose text starts with one of them. For views of a
+        whole scope (``mesh status``), which would otherwise read issue after issue."""
+        ids = list(dict.fromkeys(issue_ids))
+        sql = f"SELECT * FROM comments WHERE issue_id IN {JSON_IDS}"
+        params: list[str] = [json.dumps(ids)]
+        if prefixes:
+            sql += " AND (" + " OR ".join(["text LIKE ? ESCAPE '\\'"] * len(prefixes)) + ")"
+            params += [p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in prefixes]
+        out: dict[str, list[dict]] = {issue_id: [] for issue_id in ids}
+        # In id order here, not by ORDER BY: SQLite would then walk the whole table by id.
+        for row in sorted(self.db.read(sql, tuple(params)), key=lambda r: r["id"]):
+            out[row["issue_id"]].append(_comment_obj(row))
+        return out
 
     def comment_keys(self, prefix: str) -> set[str]:
         """Dedupe keys that start with ``prefix`` (checkpoints already written)."""

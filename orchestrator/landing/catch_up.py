@@ -17,7 +17,7 @@ trailer on the branch and only recorded; one killed before the move is redone. A
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tracker.store import Tracker
@@ -45,6 +45,18 @@ def _landings(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
             and checkpoint_problem(cp, key) is None]
 
 
+# A task id -> its checkpoints, read once for a whole scope (``load_checkpoints_of``): the
+# functions below need only each task's ``land`` and ``run-head`` checkpoints. A task not in it
+# is read from the tracker.
+Preloaded = Mapping[str, Sequence[Checkpoint]]
+
+
+def _checkpoints(tracker: Tracker, task_id: str, preloaded: Preloaded | None) -> Sequence[Checkpoint]:
+    if preloaded is not None and task_id in preloaded:
+        return preloaded[task_id]
+    return load_checkpoints(tracker, task_id)
+
+
 def landed_on(checkpoints: Sequence[Checkpoint], branch: str) -> str | None:
     """The sha a task's work landed as on ``branch`` (its latest landing there), else None."""
     shas = [cp.payload["artifact"].get("sha") for cp in _landings(checkpoints)
@@ -52,7 +64,8 @@ def landed_on(checkpoints: Sequence[Checkpoint], branch: str) -> str | None:
     return shas[-1] if shas else None
 
 
-def scope_branch(tracker: Tracker, scope: Scope, tasks: Sequence[dict], onto: str | None = None) -> str:
+def scope_branch(tracker: Tracker, scope: Scope, tasks: Sequence[dict], onto: str | None = None, *,
+                 preloaded: Preloaded | None = None) -> str:
     """The scope's integration branch: ``onto`` when given, else the branch its work already
     landed on (the latest landing recorded in its tasks' ``[orch:land]`` checkpoints), else
     ``integration_branch_for``'s name. ``mesh run``, ``mesh drain`` and ``mesh status`` all
@@ -62,12 +75,13 @@ def scope_branch(tracker: Tracker, scope: Scope, tasks: Sequence[dict], onto: st
     recorded = []
     for task in tasks:
         recorded += [(cp.created_at or "", cp.payload["artifact"]["branch"])
-                     for cp in _landings(load_checkpoints(tracker, task["id"]))
+                     for cp in _landings(_checkpoints(tracker, task["id"], preloaded))
                      if isinstance(cp.payload["artifact"].get("branch"), str) and cp.payload["artifact"]["branch"]]
     return integration_branch_for(scope, tasks, recorded=max(recorded)[1] if recorded else None)
 
 
-def closed_unlanded(tracker: Tracker, tasks: Sequence[dict], branch: str) -> list[tuple[dict, Checkpoint]]:
+def closed_unlanded(tracker: Tracker, tasks: Sequence[dict], branch: str, *,
+                    preloaded: Preloaded | None = None) -> list[tuple[dict, Checkpoint]]:
     """Closed tasks whose closing run committed work that never landed on ``branch``, each with
     that run's trusted run head (a task closed by hand, with no commit, has nothing to land)."""
     key = signing_key()
@@ -75,7 +89,7 @@ def closed_unlanded(tracker: Tracker, tasks: Sequence[dict], branch: str) -> lis
     for task in tasks:
         if task["status"] != "closed":
             continue
-        checkpoints = load_checkpoints(tracker, task["id"])
+        checkpoints = _checkpoints(tracker, task["id"], preloaded)
         if landed_on(checkpoints, branch):
             continue
         heads, _ = trusted_run_heads(checkpoints, key, task["id"])
@@ -86,10 +100,11 @@ def closed_unlanded(tracker: Tracker, tasks: Sequence[dict], branch: str) -> lis
     return out
 
 
-def waiting_on_landing(tracker: Tracker, tasks: Sequence[dict], branch: str) -> dict[str, list[str]]:
+def waiting_on_landing(tracker: Tracker, tasks: Sequence[dict], branch: str, *,
+                       preloaded: Preloaded | None = None) -> dict[str, list[str]]:
     """Task id -> its blockers that closed without landing on ``branch``: work no dependent may
     start without (a landing run or drain lands it first; a ``--no-land`` run leaves it waiting)."""
-    unlanded = {task["id"] for task, _ in closed_unlanded(tracker, tasks, branch)}
+    unlanded = {task["id"] for task, _ in closed_unlanded(tracker, tasks, branch, preloaded=preloaded)}
     out = {}
     for task in tasks:
         waits = [d["depends_on_id"] for d in task.get("dependencies") or []
@@ -165,9 +180,10 @@ def close_landed_epics(tracker: Tracker, tasks: Sequence[dict], branch: str) -> 
     return closed
 
 
-def epic_open_because(tracker: Tracker, epic_id: str, branch: str) -> list[str]:
+def epic_open_because(tracker: Tracker, epic_id: str, branch: str, *, preloaded: Preloaded | None = None) -> list[str]:
     """Why an epic stays open: each child task not closed, or closed without landing on ``branch``."""
     children = tracker.list(parent=epic_id, include_closed=True, issue_type="task")
     why = [f"{child['id']} is {child['status']}" for child in children if child["status"] != "closed"]
-    why += [f"{task['id']} is closed but not landed on {branch}" for task, _ in closed_unlanded(tracker, children, branch)]
+    why += [f"{task['id']} is closed but not landed on {branch}"
+            for task, _ in closed_unlanded(tracker, children, branch, preloaded=preloaded)]
     return why if children else ["it has no task"]

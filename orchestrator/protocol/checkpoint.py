@@ -25,6 +25,7 @@ import hmac
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ __all__ = [
     "checkpoint_problem",
     "checkpoint_comments",
     "load_checkpoints",
+    "load_checkpoints_of",
     "write_checkpoint",
 ]
 
@@ -194,6 +196,20 @@ def checkpoint_comments(tracker: Tracker, task_id: str) -> list[tuple[Checkpoint
 def load_checkpoints(tracker: Tracker, task_id: str) -> list[Checkpoint]:
     """Every ``[orch:*]`` checkpoint on a task, in comment order."""
     return [cp for cp, _ in checkpoint_comments(tracker, task_id)]
+
+
+def load_checkpoints_of(tracker: Tracker, task_ids: Sequence[str], *,
+                        kinds: Sequence[str] = ()) -> dict[str, list[Checkpoint]]:
+    """Every task's checkpoints in comment order (each id given is a key), in one read of the
+    tracker; with ``kinds``, only the comments whose header names one of them (the rest are
+    neither read nor parsed). For views of a whole scope (``mesh status``)."""
+    comments = tracker.comments_of(task_ids, prefixes=[f"[orch:{kind}]" for kind in kinds])
+    out: dict[str, list[Checkpoint]] = {}
+    for task_id, found in comments.items():
+        parsed = (parse_checkpoint(c["text"], id=c["id"], author=c.get("author"), created_at=c.get("created_at"))
+                  for c in found)
+        out[task_id] = [cp for cp in parsed if cp is not None]
+    return out
 
 
 def write_checkpoint(tracker: Tracker, task_id: str, kind: str, summary: str, payload: dict[str, Any], *,

@@ -7,7 +7,6 @@ from typing import Any
 from tracker.store import Tracker
 
 from orchestrator.protocol.checkpoint import load_checkpoints
-from orchestrator.protocol.human_review import new_side_lines
 from orchestrator.protocol.proof import output_tail, state
 from orchestrator.safe_text import printable
 
@@ -104,6 +103,10 @@ def _render_step(step: dict[str, Any]) -> list[str]:
         if art.get("summary"):
             lines.append(f"        summary: {_line(art['summary'], 96)}")
     elif kind == "review-request":
+        # Here, not at the top: human_review brings the roles' schemas (pydantic), which every
+        # other `mesh show` would pay for at start.
+        from orchestrator.protocol.human_review import new_side_lines
+
         files = sorted(new_side_lines(art.get("diff") or ""))
         lines.append(f"        {len(files)} file(s) at {str(art.get('commit') or '')[:12]} on {_line(art.get('branch') or '', 60)}")
     elif kind == "human-review":

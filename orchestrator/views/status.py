@@ -5,6 +5,9 @@ the commit its work landed as on the scope's integration branch (``catch_up.scop
 the branch ``mesh run`` and ``mesh drain`` use, from its ``[orch:land]`` checkpoints); a
 task closed without landing there, and the dependents that wait for it; for every open
 epic, what keeps it open. Read-only: nothing is written to the tracker or to git.
+
+A scope can hold a thousand tasks: their ``land`` and ``run-head`` checkpoints, their blockers
+and the repository's ``mesh/*`` branches are each read once for all of them, not task by task.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from tracker.store import Tracker
 
-from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.protocol.checkpoint import Checkpoint, load_checkpoints_of
 from orchestrator.worktree.gitops import GitError, _git, repo_root
 from orchestrator.landing.catch_up import closed_unlanded, epic_open_because, landed_on, scope_branch, waiting_on_landing
 from orchestrator.landing.lander import land_checkpoints
@@ -24,15 +27,16 @@ from orchestrator.protocol.scope import Scope, scope_tasks
 __all__ = ["scope_status", "render_status"]
 
 
-def _branch_exists(repo: Path | None, branch: str) -> bool:
+def _branches(repo: Path | None) -> set[str]:
+    """The repository's local branches (none without a repository), in one git call."""
     if repo is None:
-        return False
-    return _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0
+        return set()
+    listed = _git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/", check=False)
+    return {ref[len("refs/heads/"):] for ref in listed.stdout.splitlines()} if listed.returncode == 0 else set()
 
 
-def _task_entry(tracker: Tracker, task: dict, repo: Path | None, branch: str, unlanded: set[str],
-                waiting: dict[str, list[str]]) -> dict[str, Any]:
-    checkpoints = load_checkpoints(tracker, task["id"])
+def _task_entry(task: dict, checkpoints: list[Checkpoint], blockers: list[str], branches: set[str], branch: str,
+                unlanded: set[str], waiting: dict[str, list[str]]) -> dict[str, Any]:
     lands = [cp.payload.get("artifact") or {} for cp in land_checkpoints(checkpoints)]
     last_land = lands[-1].get("result") if lands else None
     task_branch = f"mesh/{task['id']}"
@@ -41,8 +45,8 @@ def _task_entry(tracker: Tracker, task: dict, repo: Path | None, branch: str, un
         "title": task["title"],
         "status": task["status"],
         "assignee": task.get("assignee"),
-        "blockers": [b["id"] for b in tracker.blockers(task["id"])],
-        "branch": task_branch if _branch_exists(repo, task_branch) else None,
+        "blockers": blockers,
+        "branch": task_branch if task_branch in branches else None,
         "landed": landed_on(checkpoints, branch),
         "last_land": last_land,
         "unlanded": task["id"] in unlanded,
@@ -61,21 +65,27 @@ def scope_status(tracker: Tracker, scope: Scope, *, repo: Path | None = None,
     except GitError:
         root = None
     tasks = scope_tasks(tracker, scope)
-    branch = scope_branch(tracker, scope, tasks, onto)
-    unlanded = {task["id"] for task, _ in closed_unlanded(tracker, tasks, branch)}
-    waiting = waiting_on_landing(tracker, tasks, branch)
+    ids = [task["id"] for task in tasks]
+    preloaded = load_checkpoints_of(tracker, ids, kinds=("land", "run-head"))
+    blockers = tracker.blocker_ids(ids)
+    branches = _branches(root)
+    branch = scope_branch(tracker, scope, tasks, onto, preloaded=preloaded)
+    unlanded = {task["id"] for task, _ in closed_unlanded(tracker, tasks, branch, preloaded=preloaded)}
+    waiting = waiting_on_landing(tracker, tasks, branch, preloaded=preloaded)
     epics: dict[str | None, dict[str, Any]] = {}
     for task in tasks:
         parent = task.get("parent") or scope.parent_epic
         if parent not in epics:
             epic = tracker.get(parent) if parent else None
-            open_because = epic_open_because(tracker, parent, branch) if epic and epic["status"] != "closed" else []
+            open_because = (epic_open_because(tracker, parent, branch, preloaded=preloaded)
+                            if epic and epic["status"] != "closed" else [])
             epics[parent] = {"id": parent, "title": epic["title"] if epic else "(no epic)",
                              "status": epic["status"] if epic else None, "open_because": open_because,
                              "tasks": []}
-        epics[parent]["tasks"].append(_task_entry(tracker, task, root, branch, unlanded, waiting))
+        epics[parent]["tasks"].append(_task_entry(task, preloaded[task["id"]], blockers[task["id"]], branches,
+                                                  branch, unlanded, waiting))
     tip = None
-    if root is not None and _branch_exists(root, branch):
+    if branch in branches:
         tip = _git(root, "rev-parse", f"refs/heads/{branch}").stdout.strip()
     return {"scope": scope.to_dict(), "branch": branch, "branch_tip": tip, "epics": list(epics.values())}
 
