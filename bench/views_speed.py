@@ -6,7 +6,7 @@ query in plain sqlite3). Run by ``tracker_speed.py --only views``.
 The workspace is deterministic: the 10,000 generated issues of ``gen_workspace``, then an epic
 ``bm-epic`` of 1,000 tasks, each with one run of 20 checkpoints written with
 ``format_checkpoint`` (preflight, hydration, proposal, three critiques, synthesis, five votes,
-proof, review, run head, land, outcome, and two revision steps); a third of the tasks closed
+proof, review, a review cycle, a revision plan and revision, run head, land, outcome); a third of the tasks closed
 and landed on ``mesh/land/bm-epic``, a tenth with a ``mesh/<task>`` branch in the git
 repository beside it. The calls table holds 100,000 calls of 200-word prompts and 80-word
 responses drawn from a 5,000-word vocabulary (Zipf-like), and two searches are timed: a word
@@ -27,7 +27,7 @@ TASKS = 1_000
 CALLS = 100_000
 EPIC = "bm-epic"
 _STEPS = (["preflight", "hydration", "proposal"] + ["critique"] * 3 + ["synthesis"] + ["vote"] * 5
-          + ["proof", "review", "revision-plan", "revision", "run-head", "land", "outcome"])
+          + ["proof", "review", "review-cycle", "revision-plan", "revision", "run-head", "land", "outcome"])
 
 _BUILD = """
 import json, sys
