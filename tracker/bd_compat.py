@@ -49,9 +49,10 @@ BD_VERSION = "0.50.3"
 
 _ACTIVE = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 _SORTS = ("hybrid", "priority", "oldest")
-# cmd/bd/detect_pollution.go:184 (testPrefixPattern) and :194 (sequentialPattern).
-_TEST_PREFIX = re.compile(r"^(test|benchmark|sample|tmp|temp|debug|dummy)[-_\s]")
-_SEQUENTIAL = re.compile(r"^[a-z]+-\d+$")
+# cmd/bd/detect_pollution.go:184 (testPrefixPattern) and :194 (sequentialPattern). Patterns,
+# not compiled here: ``re`` compiles (and keeps) them at first use, which the hot reads never reach.
+_TEST_PREFIX = r"^(test|benchmark|sample|tmp|temp|debug|dummy)[-_\s]"
+_SEQUENTIAL = r"^[a-z]+-\d+$"
 
 
 def version_line(mesh_version: str) -> str:
@@ -288,9 +289,9 @@ def pollution(tracker: Tracker) -> dict:
     for i in issues:
         title, description = i["title"].lower(), i.get("description") or ""
         score, reasons = 0.0, []
-        if _TEST_PREFIX.match(title):
+        if re.match(_TEST_PREFIX, title):
             score, reasons = score + 0.7, [*reasons, "Title starts with test prefix"]
-        if _SEQUENTIAL.match(i["id"]) and len(description) < 20:
+        if re.match(_SEQUENTIAL, i["id"]) and len(description) < 20:
             score, reasons = score + 0.4, [*reasons, "Sequential ID with minimal description"]
         if not description.strip():
             score, reasons = score + 0.2, [*reasons, "No description"]

@@ -42,10 +42,11 @@ STALE_STATUSES = ("open", "in_progress", "blocked", "deferred")
 COUNT_GROUPS = ("status", "priority", "type", "assignee", "label")
 _DIRECTIONS = ("down", "up")
 # internal/utils/id_parser.go:157 (looksLikePrefixedID): 1-8 lowercase letters or digits, a
-# hyphen, then a letter or digit.
-_PREFIXED = re.compile(r"^[a-z0-9]{1,8}-[a-z0-9]")
+# hyphen, then a letter or digit. Patterns, not compiled here: ``re`` compiles (and keeps) them
+# at first use, which most ``bd show`` calls never reach.
+_PREFIXED = r"^[a-z0-9]{1,8}-[a-z0-9]"
 # cmd/bd/duplicates.go:203: an id mentioned in another issue's text.
-_MENTION = re.compile(r"\b[a-zA-Z][-a-zA-Z0-9]*-\d+\b")
+_MENTION = r"\b[a-zA-Z][-a-zA-Z0-9]*-\d+\b"
 
 
 # --------------------------------------------------------------------- ids
@@ -62,7 +63,7 @@ def resolve_id(tracker: Tracker, text: str) -> str:
     if tracker.exists(text):
         return text
     prefix = tracker.prefix.rstrip("-") + "-"
-    normalized = text if text.startswith(prefix) or _PREFIXED.match(text) else prefix + text
+    normalized = text if text.startswith(prefix) or re.match(_PREFIXED, text) else prefix + text
     if tracker.exists(normalized):
         return normalized
     wanted = normalized[len(prefix):] if normalized.startswith(prefix) else normalized
@@ -199,7 +200,7 @@ def duplicates(tracker: Tracker) -> dict:
     mentions: dict[str, int] = {}
     for item in every:
         for field in ("description", "design", "acceptance_criteria", "notes"):
-            for found in _MENTION.findall(item.get(field) or ""):
+            for found in re.findall(_MENTION, item.get(field) or ""):
                 mentions[found] = mentions.get(found, 0) + 1
     out = []
     for group in (g for g in groups.values() if len(g) > 1):

@@ -70,22 +70,24 @@ def display_target(target: str | Path) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\?|%")
-_IN_JSON_IDS = re.compile(r"(?<!NOT) IN \(SELECT value FROM json_each\(\?\)\)")
-_INDEXED_BY = re.compile(r"\s+INDEXED BY \w+", re.IGNORECASE)
-_CREATE_TABLE = re.compile(r"^\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)\s*\(", re.IGNORECASE)
+# Patterns, not compiled here: ``re`` compiles (and keeps) them when PostgreSQL first needs
+# them, and a SQLite process never does.
+_PLACEHOLDER = r"'(?:[^']|'')*'|\?|%"
+_IN_JSON_IDS = r"(?<!NOT) IN \(SELECT value FROM json_each\(\?\)\)"
+_INDEXED_BY = r"(?i)\s+INDEXED BY \w+"
+_CREATE_TABLE = r"(?i)^\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)\s*\("
 
 
 @functools.lru_cache(maxsize=1024)
 def to_postgres(sql: str) -> str:
     """``sql`` as PostgreSQL reads it (see the module doc)."""
-    sql = _IN_JSON_IDS.sub(" = ANY(ARRAY(SELECT json_array_elements_text(?::json)))", sql)
+    sql = re.sub(_IN_JSON_IDS, " = ANY(ARRAY(SELECT json_array_elements_text(?::json)))", sql)
     sql = sql.replace("json_each(?)", "json_array_elements_text(?::json)")
-    sql = _INDEXED_BY.sub("", sql).replace(" CROSS JOIN ", " JOIN ")
-    table = _CREATE_TABLE.match(sql)
+    sql = re.sub(_INDEXED_BY, "", sql).replace(" CROSS JOIN ", " JOIN ")
+    table = re.match(_CREATE_TABLE, sql)
     if table:
         sql = _ddl(sql, table.group(1))
-    return _PLACEHOLDER.sub(_placeholder, sql)
+    return re.sub(_PLACEHOLDER, _placeholder, sql)
 
 
 def _placeholder(match: re.Match) -> str:

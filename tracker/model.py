@@ -116,7 +116,8 @@ EXPORT_ORDER = (
 )
 COMPUTED_FIELDS = ("dependency_count", "dependent_count", "comment_count", "parent")
 
-_FRACTION = re.compile(r"(\.\d{1,6})\d*")
+# Patterns, not compiled here: ``re`` compiles (and keeps) them at first use, which a hot read never reaches.
+_FRACTION = r"(\.\d{1,6})\d*"
 
 
 def now_iso() -> str:
@@ -127,7 +128,7 @@ def now_iso() -> str:
 def parse_ts(value: str) -> datetime:
     """Parse an RFC 3339 timestamp of any precision (beads writes up to nanoseconds)."""
     text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
-    text = _FRACTION.sub(lambda m: m.group(1), text, count=1)
+    text = re.sub(_FRACTION, lambda m: m.group(1), text, count=1)
     dt = datetime.fromisoformat(text)
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
@@ -154,7 +155,7 @@ def normalize_ts(value: str | None) -> str | None:
     return dt.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)")
+_DURATION = r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)"
 _UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}
 
 
@@ -164,7 +165,7 @@ def parse_duration(text: str) -> int:
     if spec.isdigit():
         return int(spec) * 10**9
     pos, total = 0, 0.0
-    for m in _DURATION.finditer(spec):
+    for m in re.finditer(_DURATION, spec):
         if m.start() != pos:
             break
         total += float(m.group(1)) * _UNIT_NS[m.group(2)]
