@@ -95,6 +95,9 @@ def bench_process(root: Path, workdir: Path, runs: int) -> None:
         for measure, unit in ((_process_cpu, "cpu"), (_process_wall, "wall")):
             a, b, ratio = _median_pairs(lambda: measure(cmd, env, workdir), lambda: measure(bare, env, workdir), runs)
             _figure(f"{name}, {unit}", a * 1000, "ms", b * 1000, ratio, f"<= {target}" if unit == "cpu" else "")
+    shim, direct = commands[1][1], commands[0][1]
+    a, b, ratio = _median_pairs(lambda: _process_cpu(shim, env, workdir), lambda: _process_cpu(direct, env, workdir), runs)
+    _figure("bd ready --json against mesh tracker ready --json, cpu", a * 1000, "ms", b * 1000, ratio, "1x")
 
 
 def _workspace(root: Path, workdir: Path, n: int) -> str:
