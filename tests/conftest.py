@@ -23,6 +23,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 BEADS_REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "beads-real"
 
 
+def bench_module(name: str):
+    """A script of bench/ as a module, loaded from its file: bench/ on sys.path would shadow
+    installed packages with its scripts' names (bench/mcp.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def beads_real_files() -> list[Path]:
     """The real beads exports (empty when ../shared/data/beads-real/ is absent)."""
     return sorted(BEADS_REAL.glob("*.jsonl")) if BEADS_REAL.is_dir() else []

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import beads_real_files
+from tests.conftest import beads_real_files, bench_module
 from tracker.bd_hot import answer
 from tracker.cli import tracker_group
 from tracker.jsonl import import_jsonl
 from tracker.store import Tracker
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from gen_workspace import generate, write_jsonl  # noqa: E402
+_gen = bench_module("gen_workspace")
+generate, write_jsonl = _gen.generate, _gen.write_jsonl
 
 # What a hot read must not import: click (the whole point) and the heavy modules of mesh's other commands.
 HEAVY = ("click", "pydantic", "jinja2", "rich", "anthropic", "psycopg", "sqlite_utils", "llm", "orchestrator.cli.main")

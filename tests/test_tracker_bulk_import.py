@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import io
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 
 import tracker.jsonl as jsonl
 from tracker.jsonl import export_jsonl, import_jsonl
+from tests.conftest import bench_module
 from tracker.store import Tracker
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from gen_workspace import BENCH_LABEL, generate, write_jsonl  # noqa: E402
+_gen = bench_module("gen_workspace")
+BENCH_LABEL, generate, write_jsonl = _gen.BENCH_LABEL, _gen.generate, _gen.write_jsonl
 
 
 def _indexes(db: str) -> list[tuple]:
