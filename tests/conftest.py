@@ -25,7 +25,7 @@ BEADS_REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "beads-re
 
 def bench_module(name: str):
     """A script of bench/ as a module, loaded from its file: bench/ on sys.path would shadow
-    installed packages with its scripts' names (bench/mcp.py)."""
+    installed packages with its scripts' names (bench/mcp_status.py)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")

@@ -7,9 +7,7 @@ review, comments on lines of the diff becoming findings exactly as a reviewer wo
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import click
 
@@ -42,6 +40,9 @@ def parse_comment(spec: str):
 
 
 def _file_comments(path: str):
+    import json
+    from pathlib import Path
+
     from orchestrator.protocol.human_review import LineComment
 
     try:
@@ -118,6 +119,8 @@ def review_command(ctx: click.Context, task: str | None, decision: str | None, s
     revision cycle follows, as after a reviewer worker's review). Exit 2 when the review is
     refused (nothing is written), 4 when the tracker is unavailable.
     """
+    import json
+
     from orchestrator.protocol.checkpoint import signing_key
     from orchestrator.protocol.human_review import ReviewRefused, submit_review, waiting_review, waiting_reviews
     from orchestrator.safe_text import printable

@@ -10,7 +10,7 @@ tool through the server object in this process (input validation, worker thread,
 output; no transport, no client): the rest of the difference is the pipes, JSON-RPC and the
 Python client SDK (which checks every structured result against the tool's output schema).
 
-Usage: python bench/mcp.py [--calls N]
+Usage: python bench/mcp_status.py [--calls N]
 """
 
 from __future__ import annotations
