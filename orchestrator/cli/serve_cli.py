@@ -66,6 +66,7 @@ def serve_command(ctx: click.Context, host: str, port: int, token: str | None, r
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(128)  # from now on a browser's connection waits in the backlog for the server
     except OSError as exc:
         _fail(ctx, f"cannot listen on {host}:{port}: {exc.strerror or exc}", 2, False)
         return
@@ -78,9 +79,12 @@ def serve_command(ctx: click.Context, host: str, port: int, token: str | None, r
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     click.echo(f"mesh serve: {url}" + ("  (read-only)" if read_only else ""), err=True)
     if open_browser:
+        import threading
         import webbrowser
 
-        webbrowser.open(url)
+        # In a thread of its own: a browser named by $BROWSER may not return until it is closed,
+        # and its first request must find the server running.
+        threading.Thread(target=webbrowser.open, args=(url,), daemon=True, name="mesh-serve-open").start()
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", access_log=False,
