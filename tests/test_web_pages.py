@@ -166,3 +166,30 @@ def test_mesh_help_and_serve_help_import_no_web_stack():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_typed_label_or_epic_lands_on_the_scoped_board_and_drain_view(tmp_path):
+    """``/?label=plan:demo`` or ``/drain?epic=ID``, as a person types them, redirect to the pages'
+    own ``?scope=`` addresses, which show that scope."""
+    import http.client
+
+    from tests.servekit import Server
+
+    ws = make_workspace(tmp_path)
+    with ws.tracker() as t:
+        epic = t.get(TASK)["parent"]
+    server = Server(ws)
+    try:
+        for path, scope, shown in (("/?label=plan:demo", "label%3Aplan%3Ademo", TASK),
+                                   (f"/drain?epic={epic}", f"epic%3A{epic}", epic)):
+            conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
+            conn.request("GET", path)
+            answer = conn.getresponse()
+            answer.read()
+            assert answer.status == 303 and answer.getheader("Location").endswith(f"?scope={scope}"), path
+            conn.request("GET", answer.getheader("Location"))
+            page = conn.getresponse()
+            assert page.status == 200 and shown in page.read().decode(), path
+            conn.close()
+    finally:
+        server.stop()

@@ -122,7 +122,17 @@ def create_app(settings: Settings) -> Any:
 
     # ------------------------------------------------------------------ the board and the drain view
 
+    def typed_scope(request: Request) -> Response | None:
+        """``?label=NAME`` or ``?epic=ID``, as a person types them, redirected to ``?scope=...``."""
+        params = request.query_params
+        if "scope" in params or not (params.get("label") or params.get("epic")):
+            return None
+        scope = f"label:{params['label']}" if params.get("label") else f"epic:{params['epic']}"
+        return RedirectResponse(f"{request.url.path}?" + urlencode({"scope": scope}), status_code=303)
+
     async def board_page(request: Request) -> Response:
+        if (moved := typed_scope(request)) is not None:
+            return moved
         scope = parse_scope(request.query_params.get("scope"))
         try:
             data = await read(board, tracker(), scope)
@@ -140,6 +150,8 @@ def create_app(settings: Settings) -> Any:
         return page("_board.html.j2", board=data)
 
     async def drain_page(request: Request) -> Response:
+        if (moved := typed_scope(request)) is not None:
+            return moved
         scope = parse_scope(request.query_params.get("scope"))
         choices = await read(scope_choices, tracker())
         try:
