@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from tracker.store import Tracker
 
 TASK = "demo-7kq.1"
 VALIDATE = "python3 -m unittest discover -s tests -t ."
+MESH = [sys.executable, "-c", "from orchestrator.cli.main import main; main()"]  # the CLI as a process of its own
 _DEMO = json.loads((project_root() / "examples" / "demo-script.json").read_text())
 
 
@@ -144,3 +146,23 @@ def make_workspace(tmp_path: Path, db: str | None = None) -> Workspace:
     """The demo workspace; ``db`` puts its tracker on PostgreSQL (a URL of an empty database)."""
     repo, db, _ = prepare_demo(tmp_path, db=db)
     return Workspace(root=tmp_path, repo=repo, db=db)
+
+
+def human_review_config(ws: Workspace) -> Path:
+    """The demo's mesh.toml with a short wait between looks for a person's review."""
+    path = ws.root / "mesh-human.toml"
+    if not path.exists():
+        path.write_text("human_review_poll_s = 0.2\n" + (ws.repo / "mesh.toml").read_text())
+    return path
+
+
+def without_reviewer(script: dict) -> dict:
+    """A replay script with no reviewer answers: a person reviews."""
+    return {role: entries for role, entries in script.items() if role != "reviewer"}
+
+
+def finish(proc: subprocess.Popen) -> dict:
+    """The ``--json`` report of a ``mesh run`` process, once it ended."""
+    out, err = proc.communicate(timeout=240)
+    assert out.strip().startswith("{"), err
+    return json.loads(out)

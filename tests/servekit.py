@@ -4,13 +4,11 @@ processes of their own (as a person would start them), and a browser (``tests/cd
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.cdp import CHROMIUM, Browser
+from tests.runkit import MESH
+from tests.runkit import human_review_config as config
 
-MESH = [sys.executable, "-c", "from orchestrator.cli.main import main; main()"]
 KEY = "serve-test-key"
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make chromium)")
 _URL = re.compile(r"mesh serve: (http://\S+)")
@@ -90,13 +89,6 @@ class Server:
                 self.proc.wait(timeout=30)
 
 
-def config(ws) -> Path:
-    path = ws.root / "mesh-serve.toml"
-    if not path.exists():
-        path.write_text("human_review_poll_s = 0.2\n" + (ws.repo / "mesh.toml").read_text())
-    return path
-
-
 def start_run(ws, script: dict, *extra: str, name: str = "script.json") -> subprocess.Popen:
     """``mesh run`` (replay, ``--no-land``) as a process of its own."""
     path = ws.write_script(script, name)
@@ -104,16 +96,6 @@ def start_run(ws, script: dict, *extra: str, name: str = "script.json") -> subpr
                              "--script", str(path), "--repo", str(ws.repo), "--no-land", "--config", str(config(ws)),
                              "--json", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ws.repo)
-
-
-def finish(proc: subprocess.Popen) -> dict:
-    out, err = proc.communicate(timeout=240)
-    assert out.strip().startswith("{"), err
-    return json.loads(out)
-
-
-def without_reviewer(script: dict) -> dict:
-    return {role: entries for role, entries in script.items() if role != "reviewer"}
 
 
 def checkpoint_ids(ws, task: str) -> list[str]:

@@ -67,6 +67,8 @@ def test_claim_next_drops_the_kept_originals_of_status_and_assignee(tracker, tmp
     assert claimed["id"] == "tt-kept" and claimed == tracker.get("tt-kept")
     assert claimed.get("custom_field") == {"keep": [1, 2]}  # an unknown field an import kept stays
     assert "assignee" in claimed and claimed["assignee"] == "ann"
+    [(kept,)] = tracker.db.read("SELECT extra FROM issues WHERE id = 'tt-kept'")
+    assert json.loads(kept) == {"custom_field": {"keep": [1, 2]}}  # the import's null assignee is gone
 
 
 def test_claim_next_on_nothing_ready_changes_nothing(tracker):

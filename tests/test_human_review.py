@@ -12,28 +12,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from orchestrator.protocol.checkpoint import checkpoint_problem
-from tests.runkit import TASK, demo_script, happy_script, make_workspace
+from tests.runkit import MESH, TASK, demo_script, finish, happy_script, make_workspace, without_reviewer
+from tests.runkit import human_review_config as _config
 
-MESH = [sys.executable, "-c", "from orchestrator.cli.main import main; main()"]
 KEY = "human-review-test-key"
 FINDING = "human:temperature.py:8"
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "MESH_SIGNING_KEY": KEY}
-
-
-def _config(ws) -> Path:
-    path = ws.root / "mesh-human.toml"
-    path.write_text("human_review_poll_s = 0.2\n" + (ws.repo / "mesh.toml").read_text())
-    return path
 
 
 def _start_run(ws, script: dict, *extra: str) -> subprocess.Popen:
@@ -63,16 +55,6 @@ def _wait_for_request(ws, proc: subprocess.Popen | None = None, cycle: int = 1) 
     raise AssertionError("no run asked for a person's review")
 
 
-def _finish(proc: subprocess.Popen) -> dict:
-    out, err = proc.communicate(timeout=180)
-    assert out.strip().startswith("{"), err
-    return json.loads(out)
-
-
-def _without_reviewer(script: dict) -> dict:
-    return {role: entries for role, entries in script.items() if role != "reviewer"}
-
-
 def _trusted(ws, kind: str) -> list:
     return [cp for cp in ws.checkpoints() if cp.kind == kind
             and checkpoint_problem(cp, KEY.encode(), task_id=TASK) is None]
@@ -80,7 +62,7 @@ def _trusted(ws, kind: str) -> list:
 
 def test_a_run_waits_for_a_person_and_closes_on_their_approval(tmp_path):
     ws = make_workspace(tmp_path)
-    proc = _start_run(ws, _without_reviewer(happy_script()), "--reviewer", "human")
+    proc = _start_run(ws, without_reviewer(happy_script()), "--reviewer", "human")
     try:
         wait = _wait_for_request(ws, proc)
         assert wait["task"] == TASK and "fahrenheit_to_celsius" in wait["diff"]
@@ -90,7 +72,7 @@ def test_a_run_waits_for_a_person_and_closes_on_their_approval(tmp_path):
             assert t.get(TASK)["status"] == "in_progress"  # the claim is kept while it waits
         done = _review(ws, TASK, "--approve", "--summary", "Reads well; tests cover the edge.", "--as", "Ada")
         assert done.returncode == 0, done.stderr
-        report = _finish(proc)
+        report = finish(proc)
     finally:
         proc.kill()
     assert report["outcome"] == "closed", report
@@ -106,7 +88,7 @@ def test_a_run_waits_for_a_person_and_closes_on_their_approval(tmp_path):
 
 def test_a_persons_line_comment_becomes_a_finding_issue_and_a_revision_cycle(tmp_path):
     ws = make_workspace(tmp_path)
-    script = _without_reviewer(demo_script())
+    script = without_reviewer(demo_script())
     plan = json.loads(script["synthesizer"][2]["text"])
     plan["steps"][0]["finding_id"] = FINDING
     script["synthesizer"][2]["text"] = json.dumps(plan)
@@ -118,7 +100,7 @@ def test_a_persons_line_comment_becomes_a_finding_issue_and_a_revision_cycle(tmp
         assert asked.returncode == 0, asked.stderr
         _wait_for_request(ws, proc, cycle=2)
         assert _review(ws, TASK, "--approve", "--as", "Ada").returncode == 0
-        report = _finish(proc)
+        report = finish(proc)
     finally:
         proc.kill()
     assert report["outcome"] == "closed", report
@@ -140,7 +122,7 @@ def test_refused_reviews_write_nothing(tmp_path):
     ws = make_workspace(tmp_path)
     none_waiting = _review(ws, TASK, "--approve")
     assert none_waiting.returncode == 2 and "no run waiting" in none_waiting.stderr
-    proc = _start_run(ws, _without_reviewer(happy_script()), "--reviewer", "human")
+    proc = _start_run(ws, without_reviewer(happy_script()), "--reviewer", "human")
     try:
         _wait_for_request(ws, proc)
         before = ws.kinds()
@@ -159,7 +141,7 @@ def test_refused_reviews_write_nothing(tmp_path):
         assert _review(ws, TASK, "--approve").returncode == 0
         again = _review(ws, TASK, "--approve")
         assert again.returncode == 2
-        report = _finish(proc)
+        report = finish(proc)
     finally:
         proc.kill()
     assert report["outcome"] == "closed"
@@ -168,7 +150,7 @@ def test_refused_reviews_write_nothing(tmp_path):
 
 def test_a_run_killed_while_it_waits_resumes_and_takes_the_review_given_meanwhile(tmp_path):
     ws = make_workspace(tmp_path)
-    script = _without_reviewer(happy_script())
+    script = without_reviewer(happy_script())
     proc = _start_run(ws, script, "--reviewer", "human")
     try:
         _wait_for_request(ws, proc)
@@ -194,11 +176,11 @@ def test_the_label_review_human_on_the_epic_makes_a_worker_configured_run_wait(t
     with ws.tracker() as t:
         parent = t.get(TASK)["parent"]
         t.add_label(parent, "review:human")
-    proc = _start_run(ws, _without_reviewer(happy_script()))
+    proc = _start_run(ws, without_reviewer(happy_script()))
     try:
         _wait_for_request(ws, proc)
         assert _review(ws, TASK, "--approve").returncode == 0
-        assert _finish(proc)["outcome"] == "closed"
+        assert finish(proc)["outcome"] == "closed"
     finally:
         proc.kill()
 
@@ -208,3 +190,40 @@ def test_a_malformed_comment_is_a_usage_error(tmp_path, spec):
     ws = make_workspace(tmp_path)
     out = _review(ws, TASK, "--request-changes", "--comment", spec)
     assert out.returncode == 2 and "PATH:LINE" in out.stderr
+
+
+def test_a_drain_killed_while_a_run_waits_is_picked_up_by_the_next_drain_which_waits_again(tmp_path):
+    ws = make_workspace(tmp_path)
+    path = ws.write_script(without_reviewer(happy_script()))
+
+    def drain() -> subprocess.Popen:
+        return subprocess.Popen([*MESH, "--db", str(ws.db), "--actor", "tester", "drain", "--label", "plan:demo",
+                                 "--ids", TASK, "--backend", "replay", "--script", str(path), "--repo", str(ws.repo),
+                                 "--config", str(_config(ws)), "--reviewer", "human"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ws.repo)
+
+    first = drain()
+    try:
+        _wait_for_request(ws, first)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        first.kill()
+    second = drain()
+    try:
+        # The next drain takes the interrupted run over and waits at the same request: the
+        # review given now reaches it.
+        _wait_for_request(ws, second)
+        assert _review(ws, TASK, "--approve", "--as", "Ada").returncode == 0
+        try:
+            _, err = second.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            raise AssertionError(second.communicate()[1]) from None
+        assert second.returncode == 0, err
+    finally:
+        second.kill()
+    assert len(_trusted(ws, "review-request")) == 1
+    assert len({cp.run_id for cp in _trusted(ws, "preflight")}) == 1  # the same run, resumed
+    with ws.tracker() as t:
+        assert t.get(TASK)["status"] == "closed"

@@ -45,7 +45,7 @@ def test_every_tool_with_good_and_bad_input_over_stdio(tmp_path):
             # create_task: created with its dependencies; a bad parent, dependency or priority
             # creates nothing and names the field.
             before = _count(ws)
-            assert f"parent: no issue 'dr-nope'" in await error(s, "create_task", title="t", parent="dr-nope")
+            assert "parent: no issue 'dr-nope'" in await error(s, "create_task", title="t", parent="dr-nope")
             wrong = await error(s, "create_task", title="t", dependencies=[alpha, alpha + "x"])
             assert "dependencies[1]" in wrong and f"did you mean {alpha}" in wrong
             assert "priority" in await error(s, "create_task", title="t", priority=9)

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.ledger.calls import calls_for
 from orchestrator.protocol.lease import lease_is_live
-from tests.drainkit import LABEL, ROOT, make_drain_workspace
+from tests.drainkit import ROOT, make_drain_workspace
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -5,7 +5,6 @@ by issue, and ``mesh status`` built from them is what the task-by-task reads giv
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 from orchestrator.landing.catch_up import closed_unlanded, epic_open_because, scope_branch, waiting_on_landing
 from orchestrator.protocol.checkpoint import format_checkpoint, load_checkpoints, load_checkpoints_of

@@ -13,8 +13,8 @@ import json
 import subprocess
 
 from tests.runkit import TASK, happy_script, make_workspace
-from tests.servekit import (MESH, Server, config, env, finish, needs_chromium, open_browser, start_run,
-                            without_reviewer)
+from tests.runkit import MESH, finish, without_reviewer
+from tests.servekit import Server, config, env, needs_chromium, open_browser, start_run
 
 ROWS = "Array.from(document.querySelectorAll('table.drain-rows tr[data-task]'))"
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 
 from tests.runkit import TASK, happy_script, make_workspace
-from tests.servekit import Server, finish, needs_chromium, open_browser, start_run
+from tests.runkit import finish
+from tests.servekit import Server, needs_chromium, open_browser, start_run
 
 EVIL = "127.0.0.9:9"  # nothing listens there; any request to it is in the browser's log
 PAYLOADS = [

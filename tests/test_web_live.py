@@ -15,8 +15,8 @@ import subprocess
 from orchestrator.protocol.checkpoint import checkpoint_problem
 from orchestrator.protocol.human_review import new_side_lines
 from tests.runkit import TASK, demo_script, happy_script, make_workspace
-from tests.servekit import (CARD_IDS, KEY, MESH, Server, checkpoint_ids, config, env, finish, needs_chromium,
-                            open_browser, start_run, without_reviewer)
+from tests.runkit import MESH, finish, without_reviewer
+from tests.servekit import CARD_IDS, KEY, Server, checkpoint_ids, config, env, needs_chromium, open_browser, start_run
 
 KINDS = "Array.from(document.querySelectorAll('#runs article.step')).map(e => e.dataset.kind)"
 

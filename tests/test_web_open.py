@@ -11,7 +11,8 @@ import sys
 import time
 
 from tests.runkit import make_workspace
-from tests.servekit import MESH, env, free_port
+from tests.runkit import MESH
+from tests.servekit import env, free_port
 
 
 def test_open_hands_the_board_to_the_browser_which_loads_it(tmp_path):

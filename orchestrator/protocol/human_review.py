@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from redact import scrub, scrub_obj
+from tracker.errors import NotFoundError
 from roles.schemas import ReviewArtifact
 
 from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_problem, load_checkpoints, write_checkpoint
@@ -105,7 +106,7 @@ def wants_human_review(reviewer: str, tracker: Tracker, task: Mapping[str, Any])
     if parent:
         try:
             return HUMAN_LABEL in (tracker.get(parent).get("labels") or [])
-        except Exception:  # a dangling parent id: the task's own labels decided
+        except NotFoundError:  # a dangling parent id: the task's own labels decided
             return False
     return False
 

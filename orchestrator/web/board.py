@@ -18,6 +18,7 @@ from typing import Any
 
 from redact import scrub
 from tracker.errors import TrackerError
+from tracker.model import parse_ts
 from tracker.store import Tracker
 
 from orchestrator.config import user_price_table
@@ -79,10 +80,9 @@ def when(text: Any) -> datetime | None:
     if not isinstance(text, str) or not text:
         return None
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_ts(text)
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def _landed(checkpoints: list[Checkpoint]) -> dict[str, str] | None:
