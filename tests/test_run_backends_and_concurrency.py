@@ -55,9 +55,22 @@ def write_worker(ws, script: dict, log_name: str = "calls.log") -> str:
         entry = json.load(open({str(answers)!r}))[role][index]
         assert entry["round"] == rnd, (role, rnd, entry["round"])
         start = time.time()
+        met = None
+        if entry.get("barrier"):
+            # Wait (a minute at most) until every call of this round has started: a call that
+            # is retried (a slow sandbox start) only makes the others wait longer.
+            open(os.path.join({str(home)!r}, f"arrived-{{rnd}}-{{role}}"), "w").close()
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if sum(n.startswith(f"arrived-{{rnd}}-") for n in os.listdir({str(home)!r})) >= entry["barrier"]:
+                    met = True
+                    break
+                time.sleep(0.02)
+            else:
+                met = False
         time.sleep(entry.get("delay_s", 0))
         with open({str(log)!r}, "a") as fh:
-            fh.write(json.dumps({{"role": role, "round": rnd, "start": start, "end": time.time(),
+            fh.write(json.dumps({{"role": role, "round": rnd, "start": start, "end": time.time(), "met": met,
                                  "task": os.environ["MESH_TASK_ID"], "run": os.environ["MESH_RUN_ID"],
                                  "attempt": os.environ["MESH_ATTEMPT"]}}) + "\\n")
         sys.stdout.write(entry["text"])
@@ -84,13 +97,15 @@ def _overlap(entries: list[dict]) -> bool:
 
 
 def test_critiques_and_votes_of_a_round_run_at_the_same_time(ws):
+    # Each critique and vote waits until all calls of its round have started: asked one after
+    # another, the first would wait its minute out and log met=False.
     script = happy_script()
     for role in ("critic_a", "critic_b", "skeptic"):
-        script[role][0]["delay_s"] = 0.6
+        script[role][0]["barrier"] = 3
     for role in script:
         for entry in script[role]:
             if entry["round"] == "vote":
-                entry["delay_s"] = 0.6
+                entry["barrier"] = 5
     cmd = write_worker(ws, script)
     res = ws.mesh("run", "--label", "plan:demo", "--backend", "command", "--worker-cmd", cmd, "--repo",
                   str(ws.repo), "--json", env={"HOME": str(worker_home(ws))})
@@ -99,6 +114,7 @@ def test_critiques_and_votes_of_a_round_run_at_the_same_time(ws):
     critiques = [e for e in log if e["round"] == "critique"]
     votes = [e for e in log if e["round"] == "vote"]
     assert len(critiques) == 3 and len(votes) == 5
+    assert all(e["met"] for e in critiques + votes)
     assert _overlap(critiques)
     assert _overlap(votes)
     # The proposal ends before any critique starts: round N consumes round N-1.
