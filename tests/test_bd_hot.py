@@ -158,3 +158,23 @@ def test_mesh_help_lists_the_lazy_commands_as_they_are(tmp_path):
     for name in _LAZY:
         assert cli.get_command(None, name) is not None  # loads it
     assert CliRunner().invoke(cli, ["--help"], prog_name="mesh", terminal_width=80).output == lazy
+
+
+def test_list_shows_fifty_by_default_as_bd_does(tmp_path):
+    """bd's `list` stops at 50 unless `--limit 0` (or another limit) is given, and says so on
+    stderr in its human output; the hot path and the full command line agree."""
+    source = tmp_path / "more.jsonl"
+    write_jsonl(generate(150, seed=5), source)
+    db, _ = _workspace(tmp_path, source)
+    with Tracker.open(db) as t:
+        open_count = len(t.list())
+    assert open_count > 50
+    for args in (["list", "--json"], ["list", "--json", "--limit", "0"], ["list", "--json", "-n", "55"]):
+        expected = {"--json": 50, "0": open_count, "55": 55}[args[-1] if len(args) > 2 else "--json"]
+        assert len(json.loads(answer(args, {"db": db}))) == expected
+        assert len(json.loads(_full(args, db)[1])) == expected
+    human = CliRunner().invoke(tracker_group, ["list"], obj={"db": db, "actor": None})
+    assert human.exit_code == 0 and len(human.stdout.splitlines()) == 50
+    assert "Showing 50 issues (use --limit 0 for all)" in human.stderr
+    everything = CliRunner().invoke(tracker_group, ["list", "--limit", "0"], obj={"db": db, "actor": None})
+    assert len(everything.stdout.splitlines()) == open_count and everything.stderr == ""

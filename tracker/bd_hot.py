@@ -34,7 +34,7 @@ _GLOBAL_VALUES = {"--db": "db", "--actor": "actor", "--lock-timeout": None, "--d
 _OPTIONS = {"ready": {"-n": "limit", "--limit": "limit"},
             "list": {"-n": "limit", "--limit": "limit", "-s": "status", "--status": "status"},
             "show": {}}
-_DEFAULT_LIMIT = {"ready": 10, "list": 0}
+_DEFAULT_LIMIT = {"ready": 10, "list": 50}  # bd's defaults (``--limit 0``: all)
 
 
 def ready_issues(t: Tracker, *, labels: Sequence[str] = (), labels_any: Sequence[str] = (),

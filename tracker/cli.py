@@ -247,7 +247,7 @@ _label_any_option = click.option("--label-any", "labels_any", multiple=True,
 @click.option("--no-assignee", is_flag=True, help="Only issues assigned to no one.")
 @click.option("--title", help="Only issues whose title contains this text (case-insensitive).")
 @click.option("--all", "include_closed", is_flag=True, help="Include closed (and tombstoned) issues.")
-@click.option("-n", "--limit", type=int, default=0, show_default=True, help="At most N issues (0 = all).")
+@click.option("-n", "--limit", type=int, default=50, show_default=True, help="At most N issues (0 = all), as bd.")
 @click.option("--sort", "sort_by", type=click.Choice(LIST_SORTS), help="Sort by this field (times newest first).")
 @click.option("-r", "--reverse", is_flag=True, help="Reverse the --sort order.")
 @click.option("--tree", is_flag=False, flag_value="true", default="false", hidden=True, expose_value=False,
@@ -264,7 +264,12 @@ def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str,
                            no_assignee=no_assignee, title=title, include_closed=include_closed, limit=limit,
                            sort_by=sort_by, reverse=reverse)
 
-    run_action(as_json, action, print_issues("No issues found."))
+    def show(issues: list[dict]) -> None:
+        print_issues("No issues found.")(issues)
+        if limit and len(issues) == limit:  # bd's hint, on stderr as bd prints it
+            click.echo(f"\nShowing {limit} issues (use --limit 0 for all)", err=True)
+
+    run_action(as_json, action, show)
 
 
 @tracker_group.command("ready")
