@@ -31,9 +31,10 @@ Subpackages (each ``__init__`` says what it holds):
 Modules directly here:
 
 - ``safe_text`` (untrusted text made safe for a terminal): may import ``tracker``.
-- ``workspace`` (which tracker a command uses): may import ``tracker``.
-- ``config`` (``mesh.toml``): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
-  ``orchestrator.worktree``.
+- ``workspace`` (which tracker and which config file a command uses, read as plain TOML): may
+  import ``tracker``.
+- ``config`` (``mesh.toml`` validated): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
+  ``orchestrator.worktree``, ``orchestrator.workspace``.
 - ``runner`` (``mesh run``/``resume`` as a library: the tracker, config, backend, sandbox and
   lease put together into an engine): may import ``tracker``, ``redact``, ``roles``,
   ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,

@@ -28,6 +28,7 @@ from pydantic import (
 
 from redact.known import SIGNING_KEY_ENV
 from orchestrator.worktree.policy import check_pattern
+from orchestrator.workspace import ConfigError, config_table
 from orchestrator.sandbox.bwrap import Limits
 from orchestrator.sandbox.validation import parse_allow_entry
 from roles.backends.command import split_command
@@ -100,10 +101,6 @@ PRICE_FILE_MAX_BYTES = 1_000_000
 def _over_defaults(defaults: dict[str, Any], value: Any) -> Any:
     """A user's table laid over the defaults (left alone when it is not a table: pydantic says why)."""
     return {**defaults, **value} if isinstance(value, dict) else value
-
-
-class ConfigError(Exception):
-    """A configuration file or override is unreadable or invalid; the message is one line."""
 
 
 class _Strict(BaseModel):
@@ -553,30 +550,6 @@ def _validate(data: dict[str, Any], source: str, key_prefix: str = "") -> MeshCo
     return config
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-
-
-def config_folders(start: Path | None = None) -> list[Path]:
-    """The folders whose config applies to ``start`` (default: the current directory), nearest
-    first: ``start`` and each folder above it up to the repository's root (the folder holding
-    ``.git``) or the folder holding the tracker's ``.beads/``, whichever is higher, the way the
-    tracker itself is found from a subfolder. Outside both, ``start`` alone."""
-    here = Path(start if start is not None else Path.cwd()).resolve()
-    chain = [here, *here.parents]
-    git = next((i for i, folder in enumerate(chain) if (folder / ".git").exists()), 0)
-    beads = next((i for i, folder in enumerate(chain) if (folder / ".beads").is_dir()), 0)
-    return chain[:max(git, beads) + 1]
-
-
 def load_config(repo: Path | None = None, config_file: Path | None = None) -> MeshConfig:
     """Load the configuration of ``repo`` (default: the current directory).
 
@@ -589,19 +562,8 @@ def load_config(repo: Path | None = None, config_file: Path | None = None) -> Me
     built-in rows, and the project's ``[prices]`` over that. Any problem raises ConfigError
     with a one-line message naming the file and the key.
     """
-    if config_file is not None:
-        path = Path(config_file)
-        return _validate(_with_user_prices(_read_toml(path)), str(path))
-    for folder in config_folders(repo):
-        mesh_toml = folder / "mesh.toml"
-        if mesh_toml.is_file():
-            return _validate(_with_user_prices(_read_toml(mesh_toml)), str(mesh_toml))
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file():
-            data = _read_toml(pyproject)
-            if isinstance(data.get("tool"), dict) and "mesh" in data["tool"]:
-                return _from_pyproject(data, str(pyproject))
-    return _validate(_with_user_prices({}), "defaults")
+    table, source = config_table(repo, config_file)
+    return _validate(_with_user_prices(table), source)
 
 
 def _from_pyproject(data: dict[str, Any], source: str) -> MeshConfig:

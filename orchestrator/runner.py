@@ -33,7 +33,7 @@ from orchestrator.sandbox.bwrap import SandboxUnavailable, require_bwrap, tracke
 from orchestrator.sandbox.worker_sandbox import announce_real_home, network_problem, worker_launcher
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
-from orchestrator.workspace import TrackerNotFound, tracker_target
+from orchestrator.workspace import TrackerUnavailable, open_found_tracker
 
 __all__ = ["RunOptions", "RunError", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
            "unfinished_run", "interrupted_runs",
@@ -42,7 +42,6 @@ __all__ = ["RunOptions", "RunError", "NestedRunRefused", "refuse_nested_run", "r
 if TYPE_CHECKING:
     from orchestrator.landing.lander import Lander
 
-DOCTOR_HINT = "run 'mesh tracker doctor --fix'"
 
 
 class RunError(Exception):
@@ -105,18 +104,9 @@ def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | 
     workspace's file found from ``repo``, then from the current folder) and run the prechecks
     (``where``, ``status``); exit 4 when unusable or not found."""
     try:
-        db = tracker_target(db, repo, config.tracker.url if config is not None else None)
-    except TrackerNotFound as exc:
+        return open_found_tracker(db, actor, config.tracker.url if config is not None else None, repo=repo)
+    except TrackerUnavailable as exc:
         raise RunError(str(exc), 4) from None
-    try:
-        tracker = Tracker.open(db, actor=actor or os.environ.get("MESH_ACTOR") or "mesh")
-        tracker.where()
-        tracker.status()
-    except WorkspaceError as exc:
-        raise RunError(f"tracker unavailable: {exc}; {DOCTOR_HINT}", 4) from None
-    except Exception as exc:  # a damaged file surfaces as sqlite errors from the first query
-        raise RunError(f"tracker unavailable: {exc}; {DOCTOR_HINT}", 4) from None
-    return tracker
 
 
 def make_backend(config: MeshConfig, options: RunOptions, tracker: Tracker | None = None) -> Backend:

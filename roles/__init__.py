@@ -9,6 +9,7 @@ The middle layer of mesh, below the orchestrator. It holds:
   tolerant mode, markdown (``fields``: each round's field kinds and aliases;
   ``markdown``: the section scanner and its readers);
 - ``contract``: the worker contract, rendered from the code;
+- ``usage``: the tokens and cost of calls (a plain dataclass); ``lazy``: this package's names imported on first use;
 - ``backends``: the ways to get a role's answer (see ``roles.backends``).
 
 May import: ``redact`` (to scrub what workers and tools print). Besides it, the standard
@@ -18,49 +19,29 @@ backend reads of the run's configuration is the protocol ``BackendConfig`` of
 ``roles.backends.settings``, which the orchestrator's config satisfies.
 """
 
-from .backends import (
-    BACKEND_NAMES,
-    ERROR_KINDS,
-    Backend,
-    BackendError,
-    CommandBackend,
-    ReplayBackend,
-    ReplayMismatch,
-    Usage,
-    WorkerRequest,
-    WorkerResponse,
-    get_backend,
-)
-from .definitions import (
-    ALL_ROLES,
-    CRITIC_ROLES,
-    FALLBACK_ROLES,
-    FULL_ROLES,
-    REVIEWER,
-    ROLE_BRIEFS,
-    ROUNDS,
-    critics_for,
-    round_owner,
-    round_roles,
-)
-from .parsing import PARSE_ERROR_KINDS, ParsedResponse, ParseError, parse_response
-from .prompts import INPUT_KEYS, Prompt, build_prompt
-from .schemas import (
-    ARTIFACT_SCHEMAS,
-    NO_DIFF_PREFIX,
-    CritiqueArtifact,
-    DecisionLogEntry,
-    Finding,
-    HydrationArtifact,
-    OutboxMessage,
-    ProposalArtifact,
-    ReviewArtifact,
-    RevisionPlanArtifact,
-    RevisionStep,
-    SynthesisArtifact,
-    VoteArtifact,
-    looks_like_diff,
-)
+from .lazy import lazy_exports
+
+# Each name is imported from its module on first use (see ``roles.lazy``).
+_EXPORTS = {
+    **dict.fromkeys([
+        "BACKEND_NAMES", "ERROR_KINDS", "Backend", "BackendError", "CommandBackend", "ReplayBackend",
+        "ReplayMismatch", "Usage", "WorkerRequest", "WorkerResponse", "get_backend"
+    ], ".backends"),
+    **dict.fromkeys([
+        "ALL_ROLES", "CRITIC_ROLES", "FALLBACK_ROLES", "FULL_ROLES", "REVIEWER", "ROLE_BRIEFS", "ROUNDS",
+        "critics_for", "round_owner", "round_roles"
+    ], ".definitions"),
+    **dict.fromkeys(["PARSE_ERROR_KINDS", "ParsedResponse", "ParseError", "parse_response"], ".parsing"),
+    **dict.fromkeys(["INPUT_KEYS", "Prompt", "build_prompt"], ".prompts"),
+    **dict.fromkeys([
+        "ARTIFACT_SCHEMAS", "NO_DIFF_PREFIX", "CritiqueArtifact", "DecisionLogEntry", "Finding",
+        "HydrationArtifact", "OutboxMessage", "ProposalArtifact", "ReviewArtifact", "RevisionPlanArtifact",
+        "RevisionStep", "SynthesisArtifact", "VoteArtifact", "looks_like_diff"
+    ], ".schemas"),
+}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
 
 __all__ = [
     # definitions

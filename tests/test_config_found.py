@@ -16,7 +16,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from orchestrator.cli.main import cli
-from orchestrator.config import config_folders, load_config
+from orchestrator.config import load_config
+from orchestrator.workspace import config_folders
 from tests.runkit import TASK, happy_script, make_workspace
 
 MESH = [sys.executable, "-c", "from orchestrator.cli.main import main; main()"]

@@ -4,7 +4,10 @@ by issue, and ``mesh status`` built from them is what the task-by-task reads giv
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 
 from orchestrator.landing.catch_up import closed_unlanded, epic_open_because, scope_branch, waiting_on_landing
 from orchestrator.protocol.checkpoint import format_checkpoint, load_checkpoints, load_checkpoints_of
@@ -77,3 +80,34 @@ def test_status_from_one_read_is_what_the_task_by_task_reads_give(tmp_path, trac
     assert [i for i, t in entries.items() if t["branch"]] == [ids[1]]
     assert [i for i, t in entries.items() if t["landed"]] == [ids[0], ids[2]]
     assert render_status(status).count("\n") == len(ids) + 1
+
+
+def test_mesh_status_reads_the_config_without_its_model_and_checks_what_it_uses(tmp_path):
+    """`mesh status` (a whole process) takes `tracker.url` and `drain.onto` from the config
+    file's table: the answer is the same, without importing pydantic or the roles' schemas;
+    a wrong type for either is refused (exit 2, naming the file and the key)."""
+    from tracker.store import Tracker
+
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    with Tracker.init(tmp_path / "elsewhere", prefix="st") as t:
+        epic = t.create("Epic", issue_type="epic")["id"]
+        t.create("Task", parent=epic)
+        url = str(t.path)
+    (project / "mesh.toml").write_text(f'[tracker]\nurl = "{url}"\n\n[drain]\nonto = "mesh/land/custom"\n')
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stderr.write('\\nMODULES ' + ' '.join(sorted(sys.modules))))\n"
+            "from orchestrator.cli.start import main\nmain()\n")
+    env = {k: v for k, v in os.environ.items() if k != "MESH_DB"}
+    done = subprocess.run([sys.executable, "-c", code, "status", "--parent", epic, "--json"], cwd=project,
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["branch"] == "mesh/land/custom"
+    imported = set(done.stderr.rpartition("MODULES ")[2].split())
+    assert not {m for m in imported if m.split(".")[0] in ("pydantic", "jinja2", "anthropic", "psycopg")}
+    assert "orchestrator.config" not in imported and "roles.schemas" not in imported
+    (project / "mesh.toml").write_text(f'[tracker]\nurl = "{url}"\n\n[drain]\nonto = 3\n')
+    done = subprocess.run([sys.executable, "-c", code, "status", "--parent", epic], cwd=project,
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2 and "mesh.toml: drain.onto: must be a string" in done.stderr

@@ -269,15 +269,44 @@ def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> No
     """The scope as a tree: epic, tasks, state, blockers, branch, landed commit."""
     from pathlib import Path
 
+    from orchestrator.protocol.scope import ScopeError, resolve_scope
     from orchestrator.views.status import render_status, scope_status
+    from orchestrator.workspace import ConfigError, TrackerUnavailable, config_table, open_found_tracker
 
-    opened = _open_scope(ctx, label, parent, repo, None)
-    if opened is None:
+    # A read-only view: the two settings it needs are read from the config file's table, without
+    # the validated model (pydantic and the roles would be most of the command's time).
+    root = ctx.find_root().obj or {}
+    try:
+        scope = resolve_scope(label, parent)
+        table, source = config_table(Path(repo) if repo else None)
+        url, onto_default = (_config_text(table, source, section, key)
+                             for section, key in (("tracker", "url"), ("drain", "onto")))
+        tracker = open_found_tracker(root.get("db"), root.get("actor"), url, repo=repo)
+    except (ScopeError, ConfigError) as exc:
+        _say(f"mesh: {exc}", err=True)
+        ctx.exit(2)
         return
-    scope, config, tracker = opened
+    except TrackerUnavailable as exc:
+        _say(f"mesh: {exc}", err=True)
+        ctx.exit(4)
+        return
     with tracker:
-        status = scope_status(tracker, scope, repo=Path(repo or ".").resolve(), onto=onto or config.drain.onto)
+        status = scope_status(tracker, scope, repo=Path(repo or ".").resolve(), onto=onto or onto_default)
     _result(as_json, status, render_status)
+
+
+def _config_text(table: dict, source: str, section: str, key: str) -> str | None:
+    """``[section] key`` of a raw config table: a string or None; ConfigError (naming the file
+    and the key, as the full validation would) for anything else."""
+    from orchestrator.workspace import ConfigError
+
+    part = table.get(section, {})
+    value = part.get(key) if isinstance(part, dict) else None
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{source}: {section}.{key}: must be a string")
+    if not isinstance(part, dict):
+        raise ConfigError(f"{source}: {section}: must be a table")
+    return value
 
 
 @cli.command("show")

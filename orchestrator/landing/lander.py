@@ -52,18 +52,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.protocol.checkpoint import Checkpoint
 from orchestrator.landing.locks import named_lock
 from orchestrator.protocol.proof import brief
-from orchestrator.config import MeshConfig
 from orchestrator.protocol.outcomes import Blocked, SendBack
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.faults import crash_point
 from orchestrator.worktree.gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary, _worktree,
                      _worktree_entries, is_protected, repo_root)
 from orchestrator.protocol.scope import Scope
+
+if TYPE_CHECKING:  # the model only types the lander: read-only views import this module without pydantic
+    from orchestrator.config import MeshConfig
 
 __all__ = ["LandResult", "Lander", "integration_branch_for", "landed_commits", "land_checkpoints",
            "SCRATCH_PREFIX"]

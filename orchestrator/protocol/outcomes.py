@@ -12,11 +12,13 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redact import scrub_obj
-from roles.backends.base import Usage
-from roles.parsing import ParseError, ParsedResponse
+from roles.usage import Usage
+
+if TYPE_CHECKING:  # types only: outcomes are read by views that never parse a worker's answer
+    from roles.parsing import ParseError, ParsedResponse
 
 __all__ = ["CLOSE_REASON", "BLOCK_REASONS", "Blocked", "TaskTaken", "SendBack", "new_run_id", "Attempt", "RunReport"]
 

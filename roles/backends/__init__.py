@@ -14,18 +14,20 @@ own SDKs; never tracker or orchestrator: the run's configuration is passed in, t
 ``settings.BackendConfig``.
 """
 
-from .base import (
-    BACKEND_NAMES,
-    ERROR_KINDS,
-    Backend,
-    BackendError,
-    Usage,
-    WorkerRequest,
-    WorkerResponse,
-    get_backend,
-)
-from .command import CommandBackend
-from .replay import ReplayBackend, ReplayMismatch
+from ..lazy import lazy_exports
+
+# Each name is imported from its module on first use (see ``roles.lazy``).
+_EXPORTS = {
+    **dict.fromkeys([
+        "BACKEND_NAMES", "ERROR_KINDS", "Backend", "BackendError", "Usage", "WorkerRequest",
+        "WorkerResponse", "get_backend"
+    ], ".base"),
+    **dict.fromkeys(["CommandBackend"], ".command"),
+    **dict.fromkeys(["ReplayBackend", "ReplayMismatch"], ".replay"),
+}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
 
 __all__ = [
     "BACKEND_NAMES",

@@ -10,13 +10,14 @@ from __future__ import annotations
 import abc
 import importlib
 import inspect
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from ..prompts import Prompt
+from ..usage import Usage
 
 __all__ = [
     "ERROR_KINDS",
@@ -30,41 +31,6 @@ __all__ = [
 ]
 
 ERROR_KINDS = ("no_response", "timeout", "refusal", "max_tokens")
-
-
-@dataclass
-class Usage:
-    """Tokens and cost of one call, or of several summed with ``+``."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def __add__(self, other: Usage) -> Usage:
-        if not isinstance(other, Usage):
-            return NotImplemented
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-            cost_usd=self.cost_usd + other.cost_usd,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The usage as a JSON-ready dict with the field names above."""
-        return asdict(self)
-
-    def priced(self, price: Any) -> Usage:
-        """Set ``cost_usd`` from ``price`` (a price row of the run's config, whose
-        ``cost_usd(**token counts)`` gives dollars); a None price leaves it as it is."""
-        if price is not None:
-            self.cost_usd = price.cost_usd(input_tokens=self.input_tokens, output_tokens=self.output_tokens,
-                                           cache_read_tokens=self.cache_read_tokens,
-                                           cache_write_tokens=self.cache_write_tokens)
-        return self
 
 
 @dataclass
