@@ -160,6 +160,26 @@ def test_mesh_help_lists_the_lazy_commands_as_they_are(tmp_path):
     assert CliRunner().invoke(cli, ["--help"], prog_name="mesh", terminal_width=80).output == lazy
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_mesh_help_is_the_generated_text_on_a_wide_terminal_and_clicks_own_on_a_narrow_one(tmp_path, flag):
+    def modules(done: subprocess.CompletedProcess) -> set[str]:
+        return set(done.stderr.decode().rpartition("MODULES ")[2].split())
+
+    wide = _run("orchestrator.cli.start:main", [flag], tmp_path, COLUMNS="120")
+    assert wide.returncode == 0
+    assert not {m for m in modules(wide) if m.split(".")[0] in HEAVY or m in HEAVY or m == "tracker.store"}
+    assert wide.stdout == _run("orchestrator.cli.main:main", [flag], tmp_path, COLUMNS="120").stdout
+    narrow = _run("orchestrator.cli.start:main", [flag], tmp_path, COLUMNS="60")
+    assert "click" in modules(narrow) and narrow.stdout != wide.stdout
+    assert narrow.stdout == _run("orchestrator.cli.main:main", [flag], tmp_path, COLUMNS="60").stdout
+
+
+def test_the_generated_help_is_the_command_lines_own():
+    from orchestrator.cli import help_text
+
+    assert help_text.render() == help_text.MESH_HELP, "regenerate it: python -m orchestrator.cli.help_text"
+
+
 def test_list_shows_fifty_by_default_as_bd_does(tmp_path):
     """bd's `list` stops at 50 unless `--limit 0` (or another limit) is given, and says so on
     stderr in its human output; the hot path and the full command line agree."""

@@ -19,7 +19,8 @@ Its modules, by group:
   ``safe_text`` (untrusted text made safe to print);
 - bd compatibility: ``bd_compat`` (bd's JSON shapes and report commands), ``bd_views``
   (short ids, sorting, search, counts, trees), ``bd_shim`` (the ``bd`` entry point) and ``bd_hot``
-  (``ready``/``list``/``show --json`` answered without click, for the processes agents start);
+  (``ready``/``list``/``show --json`` answered without click, for the processes agents start)
+  with ``hot_output`` (how those answers, and ``mesh --help``'s generated text, are printed);
 - the ``mesh tracker`` / ``bd`` command line, by command family: ``cli`` (the group and
   the issue commands), ``cli_deps`` (``dep``), ``cli_labels`` (``label``), ``cli_search``
   (``search``, ``count``, ``stale``, ``children``, ``duplicates``), ``cli_admin``

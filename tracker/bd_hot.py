@@ -15,7 +15,6 @@ never what it is.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 
@@ -24,7 +23,7 @@ from .bd_views import resolve_id, resolve_ids, sort_issues
 from .safe_text import json_text
 from .store import Tracker
 
-__all__ = ["answer", "write_answer", "ready_issues", "list_issues", "show_issues"]
+__all__ = ["answer", "ready_issues", "list_issues", "show_issues"]
 
 # bd's global flags (cli_flags) that change nothing in a read's answer, and those taking a value.
 _FLAGS = frozenset({"--json", "--readonly", "-q", "--quiet", "-v", "--verbose", "--no-daemon", "--no-auto-flush",
@@ -142,15 +141,3 @@ def answer(args: Sequence[str], settings: dict) -> str | None:
     except Exception:  # every failure is the full command line's to report, in its words
         return None
     return json_text(result, indent=2) + "\n"
-
-
-def write_answer(text: str) -> None:
-    """Print an answer as click would (stdout, flushed); a reader that went away ends the
-    process with status 1, as click's own command line does."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # What is still buffered goes nowhere, so the interpreter's last flush cannot fail too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(1) from None

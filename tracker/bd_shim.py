@@ -47,7 +47,8 @@ def run(args: Sequence[str], settings: dict, *, prog_name: str = "bd") -> None:
 
 def main() -> None:
     """Console-script entry point ``bd``."""
-    from .bd_hot import answer, write_answer
+    from .bd_hot import answer
+    from .hot_output import write_answer
 
     settings = bd_settings(os.environ)
     text = answer(sys.argv[1:], settings)

@@ -6,6 +6,10 @@ The orchestrator and agents run ``mesh tracker ready --json`` in their loops, a 
 the full command line would cost them click and every command of ``mesh`` at each start.
 Only ``mesh tracker ...`` with no option of ``mesh`` itself is tried: its settings are then
 exactly the environment's (``MESH_DB``, ``MESH_ACTOR``), as ``mesh``'s options read them.
+
+``mesh --help`` (or ``-h``) on a terminal of 80 columns or more prints the text click would
+print there, generated into ``orchestrator.cli.help_text``; a narrower terminal, where click
+wraps the text to its width, gets click's own.
 """
 
 from __future__ import annotations
@@ -19,8 +23,15 @@ __all__ = ["main"]
 def main() -> None:
     """Console-script entry point ``mesh``."""
     args = sys.argv[1:]
+    if args in (["--help"], ["-h"]) and _columns() >= 80:
+        from orchestrator.cli.help_text import MESH_HELP
+        from tracker.hot_output import write_answer
+
+        write_answer(MESH_HELP)
+        return
     if args[:1] == ["tracker"]:
-        from tracker.bd_hot import answer, write_answer
+        from tracker.bd_hot import answer
+        from tracker.hot_output import write_answer
 
         settings = {"db": os.environ.get("MESH_DB") or None, "actor": os.environ.get("MESH_ACTOR") or None}
         text = answer(args[1:], settings)
@@ -30,3 +41,18 @@ def main() -> None:
     from orchestrator.cli.main import main as full_command_line
 
     full_command_line()
+
+
+def _columns() -> int:
+    """The terminal's width as click's help formatter reads it (``shutil.get_terminal_size``:
+    ``COLUMNS``, else standard output's terminal, else 80), without importing shutil."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
