@@ -88,13 +88,20 @@ def bench_process(root: Path, workdir: Path, runs: int) -> None:
     commands = [("mesh tracker ready --json", [str(bin_dir / "mesh"), "tracker", "ready", "--json"], "1.5x"),
                 ("bd ready --json", [str(bin_dir / "bd"), "ready", "--json"], "1.5x"),
                 ("bd show ID --json", [str(bin_dir / "bd"), "show", show_id, "--json"], "1.5x"),
-                ("bd list --json (6,949 issues, 4.8 MB)", [str(bin_dir / "bd"), "list", "--json"], "1.5x"),
-                ("mesh --help", [str(bin_dir / "mesh"), "--help"], "2x")]
+                ("bd list --json (bd's default: 50 issues)", [str(bin_dir / "bd"), "list", "--json"], "1.5x"),
+                ("bd list --json --limit 0 (6,949 issues, 4.8 MB)", [str(bin_dir / "bd"), "list", "--json",
+                                                                     "--limit", "0"], ""),
+                ("mesh --help", [str(bin_dir / "mesh"), "--help"], "2x"),
+                ("mesh --help, 60 columns (click's own)", [str(bin_dir / "mesh"), "--help"], "", {"COLUMNS": "60"})]
     print(f"\n== whole process, 10,000 issues (median of {runs} alternating runs; baseline: python -c pass)")
-    for name, cmd, target in commands:
+    env["COLUMNS"] = "120"  # a wide terminal (the benchmark's output is not one)
+    for name, cmd, target, *extra in commands:
+        its_env = {**env, **(extra[0] if extra else {})}
         for measure, unit in ((_process_cpu, "cpu"), (_process_wall, "wall")):
-            a, b, ratio = _median_pairs(lambda: measure(cmd, env, workdir), lambda: measure(bare, env, workdir), runs)
-            _figure(f"{name}, {unit}", a * 1000, "ms", b * 1000, ratio, f"<= {target}" if unit == "cpu" else "")
+            a, b, ratio = _median_pairs(lambda: measure(cmd, its_env, workdir), lambda: measure(bare, env, workdir),
+                                        runs)
+            _figure(f"{name}, {unit}", a * 1000, "ms", b * 1000, ratio,
+                    f"<= {target}" if unit == "cpu" and target else "")
     shim, direct = commands[1][1], commands[0][1]
     a, b, ratio = _median_pairs(lambda: _process_cpu(shim, env, workdir), lambda: _process_cpu(direct, env, workdir), runs)
     _figure("bd ready --json against mesh tracker ready --json, cpu", a * 1000, "ms", b * 1000, ratio, "1x")
