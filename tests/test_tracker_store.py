@@ -225,6 +225,29 @@ def test_schema_1_database_is_migrated_on_open(tmp_path):
     assert reopened.doctor()["ok"]
 
 
+def test_schema_4_database_gains_the_open_order_index_and_list_walks_it(tmp_path):
+    """Version 5 adds the index bd's 50-issue `list` walks instead of sorting every open issue."""
+    tracker = Tracker.init(tmp_path, prefix="mg")
+    for k in range(60):
+        tracker.create(f"issue {k}", priority=k % 5)
+    path = tracker.path
+    tracker.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX issues_open_order")
+    conn.execute("DELETE FROM schema_version WHERE version = 5")
+    conn.execute("UPDATE config SET value = '4' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with Tracker(path) as reopened:
+        assert reopened.get_config("schema_version") == str(SCHEMA_VERSION) == "5"
+        listed = reopened.list(limit=50)
+        assert [i["id"] for i in listed] == [i["id"] for i in reopened.list()][:50]
+        plan = " ".join(str(tuple(row)) for row in reopened.db.conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM issues i WHERE i.status NOT IN ('closed','tombstone')"
+            " ORDER BY i.priority, i.created_sort, i.id LIMIT 50").fetchall())
+        assert "issues_open_order" in plan and "TEMP B-TREE" not in plan
+
+
 def test_doctor_finds_and_fixes_a_stale_ready_state(tracker):
     blocker = tracker.create("blocker")["id"]
     waiting = tracker.create("waiting")["id"]

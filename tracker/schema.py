@@ -12,7 +12,9 @@ Versions: 1 the first schema; 2 the cached ready state (``blocked``, ``defer_eff
 PostgreSQL, a trigger that says ``NOTIFY mesh_changes`` after every statement that adds to
 ``events`` (every change of an issue, a comment included), so a reader such as ``mesh serve``
 learns of a change by ``LISTEN`` instead of reading the tables again and again (SQLite has its
-change counter, ``PRAGMA data_version``, and needs nothing).
+change counter, ``PRAGMA data_version``, and needs nothing); 5 the index ``issues_open_order``
+(the order ``list`` shows the issues that are not closed in: bd's ``list`` stops at 50, and
+without it every open issue was sorted to find them).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANGE_CHANNEL", "SCHEMA", "SCHEMA_VERSION", "current_version", "ensure_schema", "statements"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+
+# Version 5 (see the module docstring); also in SCHEMA, for new trackers.
+OPEN_ORDER_INDEX = ("CREATE INDEX IF NOT EXISTS issues_open_order ON issues(priority, created_sort, id)"
+                    " WHERE status NOT IN ('closed','tombstone')")
 
 # PostgreSQL only (version 4): one notification per writing statement on ``events``, sent when its
 # transaction commits (a transaction's identical notifications are folded into one by the server).
@@ -86,6 +92,8 @@ CREATE INDEX IF NOT EXISTS issues_ready_order ON issues(priority, created_sort, 
 CREATE INDEX IF NOT EXISTS issues_ready_by_id ON issues(id, issue_type, priority, created_sort, defer_eff, ephemeral, pinned)
     WHERE status = 'open' AND blocked = 0;
 CREATE INDEX IF NOT EXISTS issues_by_assignee ON issues(assignee) WHERE assignee IS NOT NULL;
+CREATE INDEX IF NOT EXISTS issues_open_order ON issues(priority, created_sort, id)
+    WHERE status NOT IN ('closed','tombstone');
 CREATE TABLE IF NOT EXISTS labels (
     issue_id TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE ON UPDATE CASCADE,
     label TEXT NOT NULL,
@@ -185,6 +193,8 @@ def ensure_schema(db: Any, *, create: bool, where: str) -> None:
         if version < 4 and getattr(db, "engine", "sqlite") == "postgresql":
             for statement in POSTGRES_NOTIFY:
                 c.execute(statement)
+        if 2 <= version < 5:  # (below 2 the whole schema's statements ran above)
+            c.execute(OPEN_ORDER_INDEX)
         if version < SCHEMA_VERSION:
             from .model import now_iso
 
