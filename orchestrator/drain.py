@@ -42,7 +42,8 @@ from orchestrator.protocol.outcomes import RunReport
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.worktree.gitops import GitError, _git, repo_root
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch
-from orchestrator.landing.lander import Lander, land_checkpoints
+from orchestrator.landing.lander import Lander
+from orchestrator.landing.records import land_checkpoints
 from orchestrator.protocol.lease import held_by_person, lease_is_live
 from orchestrator.protocol.idle import check_scope, last_block
 from orchestrator.views.live import line_kind

@@ -9,7 +9,8 @@ import pytest
 
 from orchestrator.config import MeshConfig
 from orchestrator.worktree.gitops import GitError
-from orchestrator.landing.lander import Lander, landed_commits
+from orchestrator.landing.lander import Lander
+from orchestrator.landing.records import landed_commits
 from tests.drainkit import BRANCH, LABEL, DrainWorkspace, git, make_drain_workspace
 from click.testing import CliRunner
 

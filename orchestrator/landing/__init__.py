@@ -1,6 +1,8 @@
 """Landing: approved work onto an integration branch, once, through a queue across machines.
 
-Holds the lander (``lander``: the one-at-a-time landing queue and its integration branch),
+Holds the lander (``lander``: the one-at-a-time landing queue), what a landing leaves behind
+(``records``: the integration branch's name, a landing's result, ``[orch:land]`` checkpoints,
+``Mesh-Run`` commits; read by views without the lander),
 named locks shared by every runner of a tracker (``locks``), closed work landing before its
 dependents start (``catch_up``), and the CI gate: ``mesh ci-close`` (``ci_close``), the
 configuration it reads from the protected branch (``ci_config``) and whether a checkout holds the

@@ -18,7 +18,7 @@ trailer on the branch and only recorded; one killed before the move is redone. A
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker.store import Tracker
 
@@ -26,9 +26,12 @@ from orchestrator.protocol.checkpoint import (Checkpoint, checkpoint_problem, lo
                                               write_checkpoint)
 from orchestrator.protocol.faults import crash_point
 from orchestrator.worktree.gitops import _git, run_base
-from orchestrator.landing.lander import LandResult, Lander, integration_branch_for, land_checkpoints
+from orchestrator.landing.records import LandResult, integration_branch_for, land_checkpoints
 from orchestrator.protocol.runhead import run_order, trusted_run_heads
 from orchestrator.protocol.scope import Scope
+
+if TYPE_CHECKING:  # a lander is handed in: views read this module without the lander's imports
+    from orchestrator.landing.lander import Lander
 
 __all__ = ["scope_branch", "closed_unlanded", "waiting_on_landing", "land_closed", "catch_up", "close_landed_epics", "epic_open_because",
            "landed_on"]

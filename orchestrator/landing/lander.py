@@ -42,19 +42,16 @@ wrong); a second failure blocks it with ``merge_conflict`` or ``integration_vali
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.protocol.checkpoint import Checkpoint
 from orchestrator.landing.locks import named_lock
 from orchestrator.protocol.proof import brief
 from orchestrator.protocol.outcomes import Blocked, SendBack
@@ -62,89 +59,18 @@ from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.faults import crash_point
 from orchestrator.worktree.gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary, _worktree,
                      _worktree_entries, is_protected, repo_root)
-from orchestrator.protocol.scope import Scope
+from orchestrator.landing.records import LandResult, land_checkpoints, landed_commits
 
 if TYPE_CHECKING:  # the model only types the lander: read-only views import this module without pydantic
     from orchestrator.config import MeshConfig
 
-__all__ = ["LandResult", "Lander", "integration_branch_for", "landed_commits", "land_checkpoints",
-           "SCRATCH_PREFIX"]
+__all__ = ["Lander", "SCRATCH_PREFIX"]
 
 SCRATCH_PREFIX = "mesh-land-"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def integration_branch_for(scope: Scope, tasks: Sequence[Mapping[str, Any]] = (),
-                           recorded: str | None = None) -> str:
-    """The integration branch of a scope, the same however the scope is named.
-
-    ``recorded``, the branch the scope's work already landed on, wins; else the name comes
-    from the scope's ``tasks``: their plan label (``--label``, or the one ``plan:`` label every
-    task carries under ``--parent``), else their epic, so ``--parent EPIC`` and ``--label
-    plan:x`` over the same tasks find one branch ``mesh/land/<name>``."""
-    if recorded:
-        return recorded
-    shared = set.intersection(*[{lab for lab in task.get("labels") or [] if lab.startswith("plan:")}
-                                for task in tasks]) if tasks else set()
-    epics = {task.get("parent") for task in tasks}
-    epic = scope.parent_epic or (next(iter(epics)) if len(epics) == 1 else None)
-    name = scope.plan_label or (sorted(shared)[0] if shared else None) or epic or "scope"
-    cleaned = _UNSAFE.sub("-", name).strip(".-") or "scope"
-    return f"mesh/land/{cleaned}"
-
-
-@dataclass
-class LandResult:
-    """What one landing did. ``result`` is ``landed``, ``conflict`` or ``validation_failed``;
-    ``method`` is ``fast-forward`` (nothing landed since the task started: its own commits),
-    ``rebase``, ``merge``, ``already`` (found on the branch) or ``empty``."""
-
-    result: str
-    branch: str
-    onto: str = ""
-    sha: str = ""
-    method: str = ""
-    detail: str = ""
-    validation: list[dict[str, Any]] = field(default_factory=list)
-    revalidated: bool = False
-    duration_s: float = 0.0
-    validation_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return asdict(self)
-
-
-def land_checkpoints(checkpoints: list[Checkpoint]) -> list[Checkpoint]:
-    """The ``[orch:land]`` checkpoints among a task's checkpoints, in order."""
-    return [cp for cp in checkpoints if cp.kind == "land"]
 
 
 def _has_user(root: Path) -> bool:
     return all(_git(root, "config", "--get", key, check=False).stdout.strip() for key in ("user.name", "user.email"))
-
-
-def landed_commits(repo: Path, branch: str, *, run_id: str | None = None) -> dict[str, list[str]]:
-    """``Mesh-Run`` id -> shas (oldest first) of the commits on ``branch`` that carry one.
-
-    With ``run_id`` only that run's: git's own message search picks the candidates, so a long
-    history is not formatted commit by commit; their trailers still decide."""
-    ref = f"refs/heads/{branch}"
-    narrow = ["--fixed-strings", f"--grep=Mesh-Run: {run_id}"] if run_id else []
-    out = _git(repo, "log", "--reverse", *narrow, "--format=%H%x00%(trailers:only,unfold)%x1e", ref,
-               check=False).stdout
-    runs: dict[str, list[str]] = {}
-    for record in out.split("\x1e"):
-        record = record.strip("\n")
-        if not record:
-            continue
-        sha, _, trailers = record.partition("\x00")
-        for line in trailers.splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip().lower() == "mesh-run":
-                runs.setdefault(value.strip(), []).append(sha.strip())
-                break
-    return {key: shas for key, shas in runs.items() if key == run_id} if run_id else runs
 
 
 _MOVED_RETRIES = 5

@@ -20,7 +20,7 @@ from tracker.store import Tracker
 from orchestrator.protocol.checkpoint import Checkpoint, load_checkpoints_of
 from orchestrator.worktree.gitops import GitError, _git, repo_root
 from orchestrator.landing.catch_up import closed_unlanded, epic_open_because, landed_on, scope_branch, waiting_on_landing
-from orchestrator.landing.lander import land_checkpoints
+from orchestrator.landing.records import land_checkpoints
 from orchestrator.safe_text import clip, printable
 from orchestrator.protocol.scope import Scope, scope_tasks
 

@@ -22,7 +22,7 @@ from tracker.model import parse_ts
 from tracker.store import Tracker
 
 from orchestrator.config import user_price_table
-from orchestrator.landing.lander import land_checkpoints
+from orchestrator.landing.records import land_checkpoints
 from orchestrator.ledger.calls import calls_for
 from orchestrator.ledger.usage import UsageError, call_cost, money
 from orchestrator.protocol.checkpoint import Checkpoint, load_checkpoints
