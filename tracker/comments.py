@@ -83,15 +83,15 @@ class Comments:
         key); with ``prefixes``, only those whose text starts with one of them. For views of a
         whole scope (``mesh status``), which would otherwise read issue after issue."""
         ids = list(dict.fromkeys(issue_ids))
-        sql = f"SELECT * FROM comments WHERE issue_id IN {JSON_IDS}"
+        sql = f"SELECT {_COMMENT_COLUMNS} FROM comments WHERE issue_id IN {JSON_IDS}"
         params: list[str] = [json.dumps(ids)]
         if prefixes:
             sql += " AND (" + " OR ".join(["text LIKE ? ESCAPE '\\'"] * len(prefixes)) + ")"
             params += [p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in prefixes]
         out: dict[str, list[dict]] = {issue_id: [] for issue_id in ids}
         # In id order here, not by ORDER BY: SQLite would then walk the whole table by id.
-        for row in sorted(self.db.read(sql, tuple(params)), key=lambda r: r["id"]):
-            out[row["issue_id"]].append(_comment_obj(row))
+        for row in sorted(self.db.read_tuples(sql, tuple(params))[1]):  # id first: in id order
+            out[row[1]].append(_comment_obj(row))
         return out
 
     def comment_keys(self, prefix: str) -> set[str]:

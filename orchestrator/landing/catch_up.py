@@ -183,9 +183,12 @@ def close_landed_epics(tracker: Tracker, tasks: Sequence[dict], branch: str) -> 
     return closed
 
 
-def epic_open_because(tracker: Tracker, epic_id: str, branch: str, *, preloaded: Preloaded | None = None) -> list[str]:
-    """Why an epic stays open: each child task not closed, or closed without landing on ``branch``."""
-    children = tracker.list(parent=epic_id, include_closed=True, issue_type="task")
+def epic_open_because(tracker: Tracker, epic_id: str, branch: str, *, preloaded: Preloaded | None = None,
+                      children: Sequence[dict] | None = None) -> list[str]:
+    """Why an epic stays open: each child task not closed, or closed without landing on ``branch``.
+    ``children``: the epic's child tasks when the caller has read them already (every one)."""
+    if children is None:
+        children = tracker.list(parent=epic_id, include_closed=True, issue_type="task")
     why = [f"{child['id']} is {child['status']}" for child in children if child["status"] != "closed"]
     why += [f"{task['id']} is closed but not landed on {branch}"
             for task, _ in closed_unlanded(tracker, children, branch, preloaded=preloaded)]

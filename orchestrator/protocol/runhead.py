@@ -28,7 +28,6 @@ from tracker.store import Tracker
 from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_comments, checkpoint_problem, load_checkpoints
 from orchestrator.worktree.gitops import GitError, run_base
 from orchestrator.worktree.gitops import _git as gitops_git
-from orchestrator.protocol.proof import brief
 
 __all__ = ["RUN_HEAD", "comment_digest", "run_comment_digests", "trusted_run_heads", "run_order", "next_attempt",
            "run_head_artifact", "validated_commit", "headless_runs_after", "git_checkout_root"]
@@ -161,7 +160,7 @@ def run_head_artifact(tracker: Tracker, task_id: str, run_id: str, key: bytes | 
         "files": files,
         "validation": {
             "commands": [v["command"] for v in validation],
-            "results": [brief(v) for v in validation],
+            "results": [_brief(v) for v in validation],
             "passed": bool(ran) and all(v.get("passed") for v in ran),
         },
         "findings": findings,
@@ -186,3 +185,11 @@ def headless_runs_after(checkpoints: Sequence[Checkpoint], key: bytes | None, ta
         if cp.run_id and cp.run_id not in headed and checkpoint_problem(cp, key, task_id=task_id) is None:
             found.setdefault(cp.run_id, None)
     return list(found)
+
+
+def _brief(result: Mapping[str, Any]) -> dict:
+    """``proof.brief`` of a validation result, imported when a run head is written: readers of
+    run heads (``mesh status``) then load neither the proof's scrubber nor its test counts."""
+    from orchestrator.protocol.proof import brief
+
+    return brief(result)

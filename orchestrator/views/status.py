@@ -77,7 +77,10 @@ def scope_status(tracker: Tracker, scope: Scope, *, repo: Path | None = None,
         parent = task.get("parent") or scope.parent_epic
         if parent not in epics:
             epic = tracker.get(parent) if parent else None
-            open_because = (epic_open_because(tracker, parent, branch, preloaded=preloaded)
+            # The scope of an epic holds every child task of it: no second read of them.
+            children = ([t for t in tasks if t.get("parent") == parent]
+                        if parent == scope.parent_epic and not scope.plan_label else None)
+            open_because = (epic_open_because(tracker, parent, branch, preloaded=preloaded, children=children)
                             if epic and epic["status"] != "closed" else [])
             epics[parent] = {"id": parent, "title": epic["title"] if epic else "(no epic)",
                              "status": epic["status"] if epic else None, "open_because": open_because,
