@@ -17,15 +17,19 @@ def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
     """The config and tracker of ``logs`` and ``usage``, or None after one line and the exit code."""
     from pathlib import Path
 
-    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
+    # Not through the runner: these read the ledger and never build an engine or a backend.
+    from orchestrator.config import load_config
+    from orchestrator.workspace import ConfigError, TrackerUnavailable, open_found_tracker
 
     root = ctx.find_root().obj or {}
     try:
-        config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
-                                            config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
-    except RunError as exc:
-        _fail(ctx, str(exc), exc.exit_code, as_json)
+        config = load_config(Path(repo) if repo else None, Path(config_file) if config_file else None)
+        tracker = open_found_tracker(root.get("db"), root.get("actor"), config.tracker.url, repo=repo)
+    except ConfigError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return None
+    except TrackerUnavailable as exc:
+        _fail(ctx, str(exc), 4, as_json)
         return None
     return config, tracker
 

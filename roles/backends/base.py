@@ -12,12 +12,14 @@ import importlib
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
-from ..prompts import Prompt
 from ..usage import Usage
+
+if TYPE_CHECKING:  # a request's types only: importing a backend does not load pydantic and jinja2
+    from pydantic import BaseModel
+
+    from ..prompts import Prompt
 
 __all__ = [
     "ERROR_KINDS",
