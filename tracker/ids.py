@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["adaptive_length", "hash_id", "child_id", "MIN_LENGTH", "MAX_LENGTH"]
+__all__ = ["adaptive_length", "base36_hash", "hash_id", "child_id", "DEFAULT_PREFIX", "MIN_LENGTH", "MAX_LENGTH"]
+
+# The prefix of a workspace that names none.
+DEFAULT_PREFIX = "bd"
 
 MIN_LENGTH = 3
 MAX_LENGTH = 8
@@ -42,11 +45,15 @@ def _base36(data: bytes) -> str:
 
 def hash_id(prefix: str, seed: str, length: int, nonce: int = 0) -> str:
     """A hash id for ``seed`` (title, creator, timestamp...) of ``length`` base36 chars."""
+    encoded = base36_hash(seed, nonce).rjust(length, "0")
+    return f"{prefix}-{encoded[:length]}"
+
+
+def base36_hash(seed: str, nonce: int) -> str:
+    """The base36 text ``hash_id`` pads and cuts (PostgreSQL's ``mesh_base36`` computes the same)."""
     import hashlib  # only a create needs it: every read would pay ~2 ms to import it
 
-    digest = hashlib.sha256(f"{seed}|{nonce}".encode()).digest()
-    encoded = _base36(digest[:12]).rjust(length, "0")
-    return f"{prefix}-{encoded[:length]}"
+    return _base36(hashlib.sha256(f"{seed}|{nonce}".encode()).digest()[:12])
 
 
 def child_id(parent_id: str, n: int) -> str:

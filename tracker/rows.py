@@ -16,6 +16,11 @@ from .model import EXPORT_ORDER, TEXT_FIELDS
 _ISSUE_COLUMNS = ("id", *TEXT_FIELDS, "priority", "pinned", "ephemeral", "metadata", "timeout", "extra")
 _ISSUE_SELECT = ", ".join(f"i.{c}" for c in _ISSUE_COLUMNS)
 _DEP_COLUMNS = "issue_id, depends_on_id, type, created_at, created_by, extra"
+# The columns a create writes beside the id, and those an update may write (PostgreSQL's
+# server-side functions are generated from them: tracker.pg_functions).
+INSERT_COLUMNS = ("priority", *TEXT_FIELDS, "metadata", "timeout", "pinned", "ephemeral", "extra", "created_sort",
+                  "defer_sort")
+UPDATE_COLUMNS = (*TEXT_FIELDS, "priority", "pinned", "ephemeral", "timeout", "metadata", "extra", "defer_sort")
 # A connection inside a transaction (sqlite3's, or postgres' adapter) and a row read by
 # position or column name (sqlite3.Row, postgres.Row).
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it

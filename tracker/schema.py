@@ -14,7 +14,10 @@ PostgreSQL, a trigger that says ``NOTIFY mesh_changes`` after every statement th
 learns of a change by ``LISTEN`` instead of reading the tables again and again (SQLite has its
 change counter, ``PRAGMA data_version``, and needs nothing); 5 the index ``issues_open_order``
 (the order ``list`` shows the issues that are not closed in: bd's ``list`` stops at 50, and
-without it every open issue was sorted to find them).
+without it every open issue was sorted to find them); 6 on PostgreSQL, what makes
+each write one round trip (``tracker.pg_functions``: the server-side functions of the writes one
+statement cannot do, and the label rows' copy of their issue's place in ready order; SQLite runs
+the same writes in-process and needs nothing).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANGE_CHANNEL", "SCHEMA", "SCHEMA_VERSION", "current_version", "ensure_schema", "statements"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Version 5 (see the module docstring); also in SCHEMA, for new trackers.
 OPEN_ORDER_INDEX = ("CREATE INDEX IF NOT EXISTS issues_open_order ON issues(priority, created_sort, id)"
@@ -195,6 +198,11 @@ def ensure_schema(db: Any, *, create: bool, where: str) -> None:
                 c.execute(statement)
         if 2 <= version < 5:  # (below 2 the whole schema's statements ran above)
             c.execute(OPEN_ORDER_INDEX)
+        if version < 6 and getattr(db, "engine", "sqlite") == "postgresql":
+            from .pg_functions import FUNCTIONS
+
+            for statement in FUNCTIONS:
+                c.execute(statement)
         if version < SCHEMA_VERSION:
             from .model import now_iso
 

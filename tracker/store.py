@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from . import ids as idgen
 from .comments import Comments
 from .connect import open_database, refuse_initialized
 from .coordination import Coordination
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Tracker", "find_workspace", "default_db_path", "DB_NAME"]
 
 DB_NAME = "mesh.db"
-DEFAULT_PREFIX = "bd"
+DEFAULT_PREFIX = idgen.DEFAULT_PREFIX
 
 
 def find_workspace(start: Path | None = None) -> Path | None:
