@@ -7,7 +7,6 @@ transaction and appends to the ``events`` table.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,7 +15,7 @@ from . import ids as idgen
 from .db import refresh_ready_state
 from .dialect import JSON_IDS
 from .errors import ConflictError, InvalidValueError, NotFoundError, TrackerError
-from .model import AGENT_STATES, MODELLED_FIELDS, TEXT_FIELDS, check_priority, check_status, check_type, normalize_ts, now_iso
+from .model import AGENT_STATES, MODELLED_FIELDS, check_priority, check_status, check_type, normalize_ts, now_iso
 from .rows import (
     INSERT_COLUMNS,
     _DEP_COLUMNS,
@@ -277,77 +276,6 @@ class Issues:
             values,
         )
 
-    def _create_in_one(self, record: dict, labels: list[str], parent: str | None, issue_id: str | None, seed: str,
-                       idempotency_key: str | None) -> dict | None:
-        """``create`` on PostgreSQL: one call of ``mesh_create`` (tracker.pg_functions) that chooses
-        the id, writes the row, labels, edge, key, ready state and event, and answers the issue. None
-        when a value is of a type the call does not carry as the driver would (then the
-        transaction of Python statements writes it)."""
-        values = _row_values(record, None)
-        if any(type(v) not in _PLAIN for v in values):
-            return None
-        hashed = None if parent or issue_id else idgen.base36_hash(seed, 0)
-        answer = self._call_in_one(
-            "SELECT mesh_create(?::jsonb, ?::text[], ?, ?, ?, ?, ?::bigint[], ?, ?, ?, ?)",
-            (json.dumps(dict(zip(INSERT_COLUMNS, values)), ensure_ascii=False), labels, parent, issue_id, seed, hashed,
-             list(_length_limits()), idgen.DEFAULT_PREFIX, idempotency_key, self.actor, record["created_at"]))
-        outcome = answer["outcome"]
-        if outcome == "exists":
-            raise ConflictError(f"issue {issue_id!r} already exists")
-        if outcome == "no_free_id":  # pragma: no cover - 64 collisions
-            raise TrackerError("could not find a free issue id")
-        if outcome != "ok":  # the issue of an idempotency key, or no parent
-            return self._answered_issue(answer)
-        # The issue is what was just written: the row sent, its labels and edge; only the edges of
-        # other issues that named its id before it existed are counted by the server.
-        new_id = answer["id"]
-        row = dict(zip(INSERT_COLUMNS, values), id=new_id)
-        deps = [_dep_from_tuple((new_id, parent, "parent-child", record["created_at"], self.actor, None))] if parent else None
-        return _counted_issue(tuple(row.get(c) for c in _ISSUE_COLUMNS), labels or None, deps, answer["dependents"], 0)
-
-    def _call_in_one(self, sql: str, params: tuple) -> dict:
-        with self.db._lock:
-            return self.db.conn.execute(sql, params, tuples=True).fetchone()[0]
-
-    def _answered_issue(self, answer: dict) -> dict:
-        """The issue a server-side function answered (``mesh_issue_json``), as ``get`` builds it."""
-        found = answer.get("issue")
-        if found is None:
-            raise NotFoundError(f"no issue {answer['id']!r}")
-        row = found["row"]
-        deps = found["deps"]
-        return _counted_issue(tuple(row[c] for c in _ISSUE_COLUMNS), found["labels"],
-                              [_dep_from_tuple(tuple(d)) for d in deps] if deps else None,
-                              found["dependents"], found["comments"])
-
-    def _change_in_one(self, issue_id: str, changes: Mapping[str, Any], *, expect: Mapping[str, Any] | None = None,
-                       close: bool = False, close_status: Sequence[str] | None = None, force: bool = False,
-                       event_type: str = "updated") -> dict | None:
-        """``update`` and ``close_issue`` on PostgreSQL: one call of ``mesh_change``
-        (tracker.pg_functions) that reads the issue locked, checks, writes the changed fields,
-        events, kept originals and ready state, and answers the issue. None when a field or
-        expected value is one the call does not compare as Python does (metadata, a value of
-        another type than its column's): then the transaction of Python statements runs it."""
-        keys, kinds, texts = _as_texts(changes, convert=True)
-        want = _as_texts(expect or {}, convert=False)
-        if keys is None or want[0] is None:
-            return None
-        answer = self._call_in_one(
-            "SELECT mesh_change(?, ?::text[], ?::text[], ?::text[], ?, ?::text[], ?::text[], ?::text[], ?, ?::text[],"
-            " ?, ?, ?, ?)",
-            (issue_id, keys, kinds, texts, normalize_ts(changes.get("defer_until")), *want, close,
-             None if close_status is None else list(close_status), force, event_type, self.actor, now_iso()))
-        outcome = answer["outcome"]
-        if outcome == "expect":
-            key, old, kind = answer["key"], answer["old"], answer["kind"]
-            value = None if old is None else int(old) if kind == "int" else old == "true" if kind == "bool" else old
-            raise ConflictError(f"{issue_id}: {key} is {value!r}, expected {(expect or {})[key]!r}")
-        if outcome == "status":
-            raise ConflictError(f"{issue_id} is {answer['status']}, not {'/'.join(close_status or ())}")
-        if outcome == "blocked":
-            raise ConflictError(f"{issue_id} has open blockers: {', '.join(answer['blockers'])} (use --force)")
-        return self._answered_issue(answer)
-
     # ----------------------------------------------------------------- update
 
     def update(self, issue_id: str, *, expect: Mapping[str, Any] | None = None, **changes: Any) -> dict:
@@ -544,57 +472,6 @@ def _row_values(record: Mapping[str, Any], extra: Mapping[str, Any] | None) -> l
         else:
             values.append(record.get(col))
     return values
-
-
-# Value types a server-side function receives as the driver would write them (no bool: it is an int
-# to Python and a boolean to the driver).
-_PLAIN = (str, int, type(None))
-# How ``mesh_change`` reads each field it compares: text columns as they are, integers in their
-# decimal text, pinned and ephemeral as 'true'/'false' (Python compares them as bools). Not metadata:
-# its events write Python's JSON of it.
-_KINDS = {**dict.fromkeys(TEXT_FIELDS, "text"), "priority": "int", "timeout": "int", "pinned": "bool",
-          "ephemeral": "bool"}
-
-
-def _as_texts(values: Mapping[str, Any], *, convert: bool) -> tuple[list[str] | None, list[str], list[str | None]]:
-    """Fields, their kinds and their values as ``mesh_change`` compares and writes them (see
-    ``_KINDS``): the text of an event. ``convert``: pinned and ephemeral become bools first, as
-    ``_apply`` makes them. No fields (None) when one is not comparable that way."""
-    keys, kinds, texts = [], [], []
-    for key, value in values.items():
-        kind = _KINDS.get(key)
-        if kind == "bool" and convert and value is not None:
-            value = bool(value)
-        if value is None:
-            text = None
-        elif kind == "text" and type(value) is str:
-            text = value
-        elif kind == "int" and type(value) is int:
-            text = str(value)
-        elif kind == "bool" and type(value) is bool:
-            text = "true" if value else "false"
-        else:
-            return None, [], []
-        keys.append(key)
-        kinds.append(kind)
-        texts.append(text)
-    return keys, kinds, texts
-
-
-@functools.cache
-def _length_limits() -> tuple[int, ...]:
-    """For each hash length but the longest, the largest issue count ``ids.adaptive_length``
-    gives it: ``mesh_create`` chooses the length from them."""
-    limits = []
-    for length in range(idgen.MIN_LENGTH, idgen.MAX_LENGTH):
-        low, high = 0, 1
-        while idgen.adaptive_length(high) <= length:
-            high *= 2
-        while high - low > 1:  # adaptive_length(low) <= length < adaptive_length(high)
-            mid = (low + high) // 2
-            low, high = (mid, high) if idgen.adaptive_length(mid) <= length else (low, mid)
-        limits.append(low)
-    return tuple(limits)
 
 
 def _counted_issue(row: tuple, labels: list[str] | None, deps: list[dict] | None, dependents: int,

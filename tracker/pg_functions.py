@@ -4,7 +4,7 @@
 statements in a transaction (the issue read, the id chosen, the row, its labels and edges, the
 ready state of every issue it can change, the events, the issue read back). On PostgreSQL the
 reading and writing happen here instead, in PL/pgSQL, and the store makes one call that answers
-the issue hydrated (``mesh_issue_json``): what took a dozen round trips takes one. The store still
+the issue hydrated: what took a dozen round trips takes one. The store still
 validates every value in Python before the call; what a function finds (no such issue, an id
 taken, a failed compare-and-set, open blockers) it answers as an ``outcome`` that the store turns
 into the same typed error as on SQLite, so an enclosing transaction stays usable.
@@ -27,10 +27,13 @@ from __future__ import annotations
 from .model import BLOCKING_STATUSES
 from .rows import INSERT_COLUMNS, UPDATE_COLUMNS
 
-__all__ = ["FUNCTIONS"]
+__all__ = ["FUNCTIONS", "LOCKED", "issue_json"]
 
 WRITE_LOCK_ID = 0x6D657368  # postgres.WRITE_LOCK_ID ("mesh"), without importing the driver's module
 _BLOCKING = ", ".join(f"'{s}'" for s in BLOCKING_STATUSES)
+
+# A condition that takes the write lock first: a constant one, evaluated once before any row is read.
+LOCKED = f"(SELECT pg_advisory_xact_lock({WRITE_LOCK_ID})::text) IS NOT NULL"
 
 _REFRESH = f"""
 CREATE OR REPLACE FUNCTION mesh_refresh_ready(p_ids text[]) RETURNS void LANGUAGE plpgsql
@@ -69,21 +72,19 @@ BEGIN
 END $$
 """
 
-# An issue and what ``Issues._hydrate`` reads beside it, as one JSON object (None for no issue).
-_ISSUE_JSON = """
-CREATE OR REPLACE FUNCTION mesh_issue_json(p_id text) RETURNS json LANGUAGE plpgsql STABLE
-  SET plan_cache_mode = force_generic_plan AS $$
-BEGIN
-  RETURN (SELECT json_build_object(
+# An issue and what ``Issues._hydrate`` reads beside it, as one JSON object (NULL for no issue),
+# written into each function that answers one (a call of a function of its own cost more).
+def issue_json(source: str) -> str:
+    """The query of that object for the issue row ``w`` of ``source``."""
+    return f"""SELECT json_build_object(
     'row', row_to_json(w),
     'labels', (SELECT json_agg(l.label ORDER BY l.rowid) FROM labels l WHERE l.issue_id = w.id),
     'deps', (SELECT json_agg(json_build_array(d.issue_id, d.depends_on_id, d.type, d.created_at, d.created_by,
                                               d.extra) ORDER BY d.rowid) FROM dependencies d WHERE d.issue_id = w.id),
     'dependents', (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = w.id),
     'comments', (SELECT count(*) FROM comments c WHERE c.issue_id = w.id))
-  FROM issues w WHERE w.id = p_id);
-END $$
-"""
+  FROM {source}"""
+
 
 # ``ids.hash_id``'s base36 text of a seed and nonce (before it is padded and cut to a length).
 _BASE36 = """
@@ -120,12 +121,14 @@ DECLARE
   v_defer text COLLATE "C";
   v_dependents bigint;
 BEGIN
-  PERFORM pg_advisory_xact_lock({WRITE_LOCK_ID});
-  IF p_idem IS NOT NULL THEN
-    SELECT issue_id INTO v_id FROM idempotency WHERE key = p_idem;
-    IF FOUND THEN
-      RETURN json_build_object('outcome', 'existing', 'id', v_id, 'issue', mesh_issue_json(v_id));
-    END IF;
+  -- The write lock, the issue of the idempotency key, the hash length and the prefix: one statement.
+  SELECT (SELECT issue_id FROM idempotency WHERE key = p_idem),
+         3 + (SELECT count(*) FROM unnest(p_limits) AS t(most)
+              WHERE most < (SELECT COALESCE(MAX(seq), 0) + 1 FROM issues)),
+         COALESCE(NULLIF((SELECT value FROM config WHERE key = 'issue_prefix'), ''), p_default_prefix)
+    INTO v_id, v_len, v_prefix WHERE {LOCKED};
+  IF v_id IS NOT NULL THEN
+    RETURN json_build_object('outcome', 'existing', 'id', v_id, 'issue', ({issue_json('issues w WHERE w.id = v_id')}));
   END IF;
   IF p_parent IS NOT NULL THEN
     SELECT blocked, defer_eff INTO v_blocked, v_defer FROM issues WHERE id = p_parent;
@@ -146,9 +149,6 @@ BEGIN
     END IF;
     v_id := p_id;
   ELSE
-    SELECT COALESCE(MAX(seq), 0) + 1 INTO v_n FROM issues;
-    v_len := 3 + (SELECT count(*) FROM unnest(p_limits) AS t(most) WHERE most < v_n);
-    v_prefix := COALESCE(NULLIF((SELECT value FROM config WHERE key = 'issue_prefix'), ''), p_default_prefix);
     FOR nonce IN 0..63 LOOP
       v_id := v_prefix || '-' || lpad(CASE WHEN nonce = 0 THEN p_hash ELSE mesh_base36(p_seed, nonce) END,
                                       v_len + nonce / 16, '0');
@@ -163,23 +163,22 @@ BEGIN
   SELECT count(*) INTO v_dependents FROM dependencies WHERE depends_on_id = v_id;
   -- Its ready state: its parent's (which sums up the parent's lineage) and its own deferral; with
   -- such edges, mesh_refresh_ready below also recomputes the issues they make it block.
-  INSERT INTO issues(id, blocked, defer_eff, {', '.join(INSERT_COLUMNS)})
-    SELECT v_id, v_blocked, GREATEST(r.defer_sort, v_defer), {', '.join('r.' + c for c in INSERT_COLUMNS)}
-    FROM jsonb_populate_record(NULL::issues, p_row) r;
-  INSERT INTO labels(issue_id, label)
-    SELECT v_id, t.label FROM unnest(p_labels) WITH ORDINALITY AS t(label, n) ORDER BY t.n ON CONFLICT DO NOTHING;
-  IF p_parent IS NOT NULL THEN
-    INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)
-      VALUES (v_id, p_parent, 'parent-child', p_now, p_actor);
-  END IF;
-  IF p_idem IS NOT NULL THEN
-    INSERT INTO idempotency(key, issue_id) VALUES (p_idem, v_id);
-  END IF;
+  -- One statement writes the row, its labels (distinct, and none can exist for a new id), its edge,
+  -- its key and its event.
+  WITH iss AS (
+    INSERT INTO issues(id, blocked, defer_eff, {', '.join(INSERT_COLUMNS)})
+      SELECT v_id, v_blocked, GREATEST(r.defer_sort, v_defer), {', '.join('r.' + c for c in INSERT_COLUMNS)}
+      FROM jsonb_populate_record(NULL::issues, p_row) r RETURNING id),
+  lab AS (INSERT INTO labels(issue_id, label)
+    SELECT iss.id, t.label FROM iss, unnest(p_labels) WITH ORDINALITY AS t(label, n) ORDER BY t.n),
+  dep AS (INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)
+    SELECT iss.id, p_parent, 'parent-child', p_now, p_actor FROM iss WHERE p_parent IS NOT NULL),
+  idem AS (INSERT INTO idempotency(key, issue_id) SELECT p_idem, iss.id FROM iss WHERE p_idem IS NOT NULL)
+  INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)
+    SELECT iss.id, 'created', p_actor, NULL, NULL, p_row ->> 'title', p_now FROM iss;
   IF v_dependents > 0 THEN
     PERFORM mesh_refresh_ready(ARRAY[v_id]);
   END IF;
-  INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)
-    VALUES (v_id, 'created', p_actor, NULL, NULL, p_row ->> 'title', p_now);
   RETURN json_build_object('outcome', 'ok', 'id', v_id, 'dependents', v_dependents);
 END $$
 """
@@ -193,7 +192,12 @@ END $$
 _KIND_TEXT = """CASE p_kinds[k] WHEN 'bool' THEN CASE WHEN v_cur ->> p_keys[k] IS NULL THEN NULL
       WHEN (v_cur ->> p_keys[k])::bigint <> 0 THEN 'true' ELSE 'false' END ELSE v_cur ->> p_keys[k] END"""
 # (No ``?`` operator in these bodies: ``dialect.to_postgres`` reads ``?`` as a placeholder.)
-_SETS = ", ".join(f"{c} = CASE WHEN v_set -> '{c}' IS NULL THEN u.{c} ELSE r.{c} END" for c in UPDATE_COLUMNS)
+_SETS = ", ".join([f"{c} = CASE WHEN v_set -> '{c}' IS NULL THEN u.{c} ELSE r.{c} END" for c in UPDATE_COLUMNS
+                   if c != "extra"] + [
+    "extra = CASE WHEN u.extra IS NOT NULL"
+    " AND EXISTS (SELECT 1 FROM json_each(u.extra::json) e WHERE e.key = ANY(p_keys))"
+    " THEN (SELECT json_object_agg(e.key, e.value)::text FROM json_each(u.extra::json) e WHERE e.key <> ALL(p_keys))"
+    " ELSE u.extra END"])
 
 _CHANGE = f"""
 CREATE OR REPLACE FUNCTION mesh_change(p_id text, p_keys text[], p_kinds text[], p_values text[], p_defer_sort text,
@@ -203,8 +207,9 @@ CREATE OR REPLACE FUNCTION mesh_change(p_id text, p_keys text[], p_kinds text[],
                                        RETURNS json LANGUAGE plpgsql
   SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  v_row issues%ROWTYPE;
   v_cur jsonb;
+  v_extra text;
+  v_dependents boolean;
   v_old text;
   v_status text;
   v_blockers json;
@@ -212,15 +217,21 @@ DECLARE
   v_changed text[] := '{{}}';
   v_olds text[] := '{{}}';
   v_news text[] := '{{}}';
+  v_issue json;
   k int;
 BEGIN
-  PERFORM pg_advisory_xact_lock({WRITE_LOCK_ID});
-  SELECT * INTO v_row FROM issues WHERE id = p_id FOR UPDATE;
+  -- The write lock, the row locked and read, its open blockers for a close, whether any issue
+  -- depends on it: one statement (each statement of a function costs as much as a small write).
+  SELECT to_jsonb(i), i.extra, i.status,
+         CASE WHEN p_close AND NOT p_force THEN
+           (SELECT json_agg(b.id ORDER BY b.id) FROM dependencies d JOIN issues b ON b.id = d.depends_on_id
+            WHERE d.issue_id = p_id AND d.type = 'blocks' AND b.status IN ({_BLOCKING})) END,
+         EXISTS (SELECT 1 FROM dependencies d WHERE d.depends_on_id = p_id)
+    INTO v_cur, v_extra, v_status, v_blockers, v_dependents
+    FROM issues i WHERE i.id = p_id AND {LOCKED} FOR UPDATE OF i;
   IF NOT FOUND THEN
     RETURN json_build_object('outcome', 'missing', 'id', p_id);
   END IF;
-  v_cur := to_jsonb(v_row);
-  v_status := v_row.status;
   FOR k IN 1..coalesce(array_length(p_expect_keys, 1), 0) LOOP
     v_old := CASE p_expect_kinds[k] WHEN 'bool' THEN CASE WHEN v_cur ->> p_expect_keys[k] IS NULL THEN NULL
       WHEN (v_cur ->> p_expect_keys[k])::bigint <> 0 THEN 'true' ELSE 'false' END ELSE v_cur ->> p_expect_keys[k] END;
@@ -232,12 +243,8 @@ BEGIN
     IF p_close_status IS NOT NULL AND NOT v_status = ANY(p_close_status) THEN
       RETURN json_build_object('outcome', 'status', 'status', v_status);
     END IF;
-    IF NOT p_force THEN
-      SELECT json_agg(i.id ORDER BY i.id) INTO v_blockers FROM dependencies d JOIN issues i ON i.id = d.depends_on_id
-        WHERE d.issue_id = p_id AND d.type = 'blocks' AND i.status IN ({_BLOCKING});
-      IF v_blockers IS NOT NULL THEN
-        RETURN json_build_object('outcome', 'blocked', 'blockers', v_blockers);
-      END IF;
+    IF v_blockers IS NOT NULL THEN
+      RETURN json_build_object('outcome', 'blocked', 'blockers', v_blockers);
     END IF;
     IF v_status = 'closed' THEN
       v_status := NULL;
@@ -265,25 +272,27 @@ BEGIN
   END IF;
   IF v_set <> '{{}}' THEN
     v_set := v_set || jsonb_build_object('updated_at', p_now);
-    IF v_row.extra IS NOT NULL AND EXISTS (SELECT 1 FROM json_each(v_row.extra::json) e WHERE e.key = ANY(p_keys)) THEN
-      v_set := v_set || jsonb_build_object('extra', (SELECT json_object_agg(e.key, e.value)::text
-                                                     FROM json_each(v_row.extra::json) e WHERE e.key <> ALL(p_keys)));
-    END IF;
-    UPDATE issues u SET {_SETS} FROM jsonb_populate_record(NULL::issues, v_set) r WHERE u.id = p_id;
-    INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)
-      SELECT p_id, CASE WHEN e.field = 'status' AND p_event = 'updated' THEN 'status_changed' ELSE p_event END,
-             p_actor, e.field, e.old, e.new, p_now
-      FROM unnest(v_changed, v_olds, v_news) WITH ORDINALITY AS e(field, old, new, n) ORDER BY e.n;
+    -- One statement writes the row (its kept originals of the fields given dropped) and the
+    -- events, and reads the issue back.
+    WITH ev AS (
+      INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)
+        SELECT p_id, CASE WHEN e.field = 'status' AND p_event = 'updated' THEN 'status_changed' ELSE p_event END,
+               p_actor, e.field, e.old, e.new, p_now
+        FROM unnest(v_changed, v_olds, v_news) WITH ORDINALITY AS e(field, old, new, n) ORDER BY e.n),
+    w AS (UPDATE issues u SET {_SETS} FROM jsonb_populate_record(NULL::issues, v_set) r WHERE u.id = p_id
+          RETURNING u.*)
+    {issue_json('w')} INTO v_issue;
     -- The issue's own state follows its deferral and its lineage, not its status: a new status
     -- changes the state of the issues that depend on it, if any (see mesh_refresh_ready).
-    IF 'defer_until' = ANY(v_changed)
-       OR ('status' = ANY(v_changed) AND EXISTS (SELECT 1 FROM dependencies WHERE depends_on_id = p_id)) THEN
-      PERFORM mesh_refresh_ready(ARRAY[p_id]);
+    IF 'defer_until' = ANY(v_changed) OR ('status' = ANY(v_changed) AND v_dependents) THEN
+      PERFORM mesh_refresh_ready(ARRAY[p_id]);  -- not a column of the issue answered
     END IF;
+  ELSE
+    v_issue := ({issue_json('issues w WHERE w.id = p_id')});
   END IF;
-  RETURN json_build_object('outcome', 'ok', 'id', p_id, 'issue', mesh_issue_json(p_id));
+  RETURN json_build_object('outcome', 'ok', 'id', p_id, 'issue', v_issue);
 END $$
 """
 
 # Installed by ``schema.ensure_schema`` (version 5), in this order (a function its callers need first).
-FUNCTIONS = (_REFRESH, _ISSUE_JSON, _BASE36, _CREATE, _CHANGE)
+FUNCTIONS = (_REFRESH, _BASE36, _CREATE, _CHANGE)

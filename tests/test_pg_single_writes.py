@@ -1,0 +1,224 @@
+"""PostgreSQL's one-round-trip writes (tracker/single_writes.py, tracker/pg_functions.py) do what
+SQLite's Python transactions do.
+
+The same calls are made on a SQLite tracker and on a PostgreSQL one: every answer (the issue, or
+the typed error and its message), the audit trail and the stored ready state must agree. Random
+sequences of writes (Hypothesis, derandomized in CI) cover the paths: plain creates, children,
+idempotency keys, ids taken, updates of every kind of field, compare-and-set, closes with blockers
+and with dependents (the server-side function), reopens. Then what the paths promise besides:
+one statement per write, refusals that leave an enclosing transaction usable, a taken hash id, the
+hash and its length as ``tracker.ids`` computes them, and a tracker of schema version 4 migrated.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracker import ids as idgen
+from tracker.db import ready_state_changes
+from tracker.errors import ConflictError, TrackerError
+from tracker.schema import SCHEMA_VERSION
+from tracker.single_writes import _length_limits
+from tracker.store import Tracker
+
+# Fields the tracker stamps with the clock: they differ between two runs of the same calls.
+CLOCK = ("created_at", "updated_at", "closed_at")
+
+IDS = ["w-a", "w-b", "w-c", "w-d"]
+TEXTS = st.sampled_from(["", "one", "two", "ünï ✓"])
+FIELD_VALUES = {
+    "title": st.sampled_from(["t1", "t2"]),
+    "notes": TEXTS,
+    "description": TEXTS,
+    "assignee": st.sampled_from([None, "", "ann", "bob"]),
+    "priority": st.integers(0, 4),
+    "status": st.sampled_from(["open", "in_progress", "blocked", "deferred", "closed", "hooked"]),
+    "pinned": st.sampled_from([None, True, False, 1, 0]),
+    "timeout": st.sampled_from([None, 5, 7_000_000_000]),
+    "defer_until": st.sampled_from([None, "", "2026-01-01T00:00:00Z", "2030-01-01T00:00:00Z"]),
+    "metadata": st.sampled_from([None, {"k": 1}]),
+}
+TARGET = st.sampled_from(IDS + ["w-a.1", "w-missing"])
+OPS = st.one_of(
+    st.tuples(st.just("create"), st.sampled_from(IDS + ["w-missing"]),
+              st.lists(st.sampled_from(["x", "y"]), max_size=3), st.sampled_from([None, "k1", "k2"])),
+    st.tuples(st.just("child"), TARGET),
+    st.tuples(st.just("update"), TARGET,
+              st.dictionaries(st.sampled_from(sorted(FIELD_VALUES)), st.none(), min_size=1, max_size=3).flatmap(
+                  lambda keys: st.fixed_dictionaries({k: FIELD_VALUES[k] for k in keys}))),
+    st.tuples(st.just("expect"), TARGET, st.sampled_from(["status", "assignee", "priority", "pinned"]),
+              st.sampled_from(["open", None, 2, True, "in_progress"])),
+    st.tuples(st.just("close"), TARGET, st.booleans(), st.sampled_from([None, ("open",), ("in_progress", "open")])),
+    st.tuples(st.just("reopen"), TARGET),
+    st.tuples(st.just("block"), TARGET, TARGET, st.sampled_from(["blocks", "parent-child"])),
+)
+
+
+def _apply(tracker: Tracker, op: tuple) -> object:
+    """Run one call; its answer without clock fields, or the error it raised (type and message)."""
+    kind = op[0]
+    try:
+        if kind == "create":
+            issue = tracker.create(f"issue {op[1]}", issue_id=op[1], labels=op[2], idempotency_key=op[3])
+        elif kind == "child":
+            issue = tracker.create("a child", parent=op[1], labels=["x"])
+        elif kind == "update":
+            issue = tracker.update(op[1], **op[2])
+        elif kind == "expect":
+            issue = tracker.update(op[1], expect={op[2]: op[3]}, notes="checked")
+        elif kind == "close":
+            issue = tracker.close_issue(op[1], reason="done", force=op[2], expect_status=op[3])
+        elif kind == "reopen":
+            issue = tracker.reopen(op[1])
+        else:
+            issue = tracker.add_dependency(op[1], op[2], op[3])
+    except TrackerError as exc:
+        return type(exc).__name__, str(exc)
+    return _unclocked(issue)
+
+
+def _unclocked(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _unclocked(v) for k, v in value.items() if k not in CLOCK}
+    if isinstance(value, list):
+        return [_unclocked(v) for v in value]
+    return value
+
+
+def _trail(tracker: Tracker) -> list[tuple]:
+    return [(e["issue_id"], e["event_type"], e["actor"], e["field"], e["old_value"], e["new_value"])
+            for e in tracker.events() if e["field"] not in CLOCK]
+
+
+def _state(tracker: Tracker) -> list[tuple]:
+    return [tuple(r) for r in tracker.db.read("SELECT id, blocked, defer_eff, extra FROM issues ORDER BY id")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(OPS, min_size=1, max_size=12))
+def test_writes_agree_with_sqlite(ops, pg_server):
+    name = f"agree{next(_names)}"
+    url = pg_server.create_database(name)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            lite = Tracker.init(Path(folder) / "lite", prefix="w", actor="ann")
+            pg = Tracker.init(Path(folder) / "pg", prefix="w", actor="ann", db_path=url)
+            try:
+                for op in ops:
+                    assert _apply(pg, op) == _apply(lite, op), op
+                    with pg.db._lock:
+                        assert not ready_state_changes(pg.db.conn), op
+                assert _trail(pg) == _trail(lite)
+                assert _state(pg) == _state(lite)
+            finally:
+                lite.close()
+                pg.close()
+    finally:
+        pg_server.drop_database(name)
+
+
+_names = iter(range(1 << 30))
+
+
+def _counted(tracker: Tracker) -> list[str]:
+    """The statements the tracker's connection sends from now on."""
+    sent: list[str] = []
+    execute = tracker.db.conn.execute
+
+    def counting(sql, params=(), **kw):
+        sent.append(sql)
+        return execute(sql, params, **kw)
+
+    tracker.db.conn.execute = counting
+    return sent
+
+
+def test_each_write_is_one_statement(tmp_path, pg_url):
+    tracker = Tracker.init(tmp_path, prefix="one", actor="ann", db_path=pg_url)
+    epic = tracker.create("an epic", issue_type="epic")
+    blocker = tracker.create("first")
+    later = tracker.create("later")
+    tracker.add_dependency(later["id"], blocker["id"])
+    sent = _counted(tracker)
+    task = tracker.create("a task", labels=["plan:q3", "x"], priority=1)
+    child = tracker.create("a child", parent=epic["id"])
+    tracker.update(task["id"], notes="more", priority=3, pinned=True)
+    tracker.close_issue(child["id"], reason="done")
+    assert len(sent) == 4
+    # A close that makes others ready: the statement finds it, the function writes it (two in all).
+    assert tracker.ready(labels=[]) and later["id"] not in [i["id"] for i in tracker.ready()]
+    sent.clear()
+    tracker.close_issue(blocker["id"])
+    assert len(sent) == 2 and later["id"] in [i["id"] for i in tracker.ready()]
+    tracker.close()
+
+
+def test_refusals_leave_the_enclosing_transaction_usable(tmp_path, pg_url):
+    tracker = Tracker.init(tmp_path, prefix="tx", actor="ann", db_path=pg_url)
+    blocker = tracker.create("first")
+    task = tracker.create("second")
+    tracker.add_dependency(task["id"], blocker["id"])
+    with tracker.transaction():
+        with pytest.raises(ConflictError, match="open blockers"):
+            tracker.close_issue(task["id"])
+        with pytest.raises(ConflictError, match="already exists"):
+            tracker.create("again", issue_id=task["id"])
+        with pytest.raises(ConflictError, match="expected 'closed'"):
+            tracker.update(task["id"], expect={"status": "closed"}, notes="no")
+        kept = tracker.create("kept")
+    assert tracker.get(kept["id"])["title"] == "kept"
+    tracker.close()
+
+
+def test_a_taken_hash_id_is_found_again(tmp_path, pg_url, monkeypatch):
+    """The statement tries the first hash candidate only; when it is taken the function tries the
+    next nonces (``ids.hash_id``'s loop) and the issue is created all the same."""
+    tracker = Tracker.init(tmp_path, prefix="hx", actor="ann", db_path=pg_url)
+    monkeypatch.setattr(idgen, "base36_hash", lambda seed, nonce: "zzz")
+    first = tracker.create("one")
+    second = tracker.create("two", labels=["x"])
+    assert first["id"] == "hx-zzz" and second["id"] != first["id"] and len(second["id"]) == len("hx-zzz")
+    assert tracker.get(second["id"])["labels"] == ["x"]
+    assert [e["event_type"] for e in tracker.events(second["id"])] == ["created"]
+    tracker.close()
+
+
+@pytest.mark.parametrize("seed", ["plain", "ünïcode ✓|x", "", "a" * 300])
+def test_the_server_hashes_as_python(pg_url, tmp_path, seed):
+    tracker = Tracker.init(tmp_path, prefix="h", db_path=pg_url)
+    for nonce in (0, 1, 17, 63):
+        assert tracker.db.read("SELECT mesh_base36(?, ?)", (seed, nonce))[0][0] == idgen.base36_hash(seed, nonce)
+    tracker.close()
+
+
+def test_hash_lengths_follow_the_issue_count():
+    for length, most in zip(range(idgen.MIN_LENGTH, idgen.MAX_LENGTH), _length_limits()):
+        assert idgen.adaptive_length(most) == length and idgen.adaptive_length(most + 1) == length + 1
+
+
+def test_a_version_4_tracker_is_migrated(tmp_path, pg_url):
+    tracker = Tracker.init(tmp_path, prefix="old", db_path=pg_url)
+    epic = tracker.create("an epic", issue_type="epic")
+    with tracker.transaction() as c:  # what version 4 had: none of version 5's functions
+        for function in ("mesh_create(jsonb, text[], text, text, text, text, bigint[], text, text, text, text)",
+                         "mesh_change(text, text[], text[], text[], text, text[], text[], text[], boolean, text[],"
+                         " boolean, text, text, text)", "mesh_refresh_ready(text[])", "mesh_base36(text, int)"):
+            c.execute(f"DROP FUNCTION {function}")
+        c.execute("DELETE FROM schema_version WHERE version = 5")
+        c.execute("UPDATE config SET value = '4' WHERE key = 'schema_version'")
+    tracker.close()
+    reopened = Tracker(pg_url, actor="ann")
+    assert reopened.db.read("SELECT MAX(version) FROM schema_version")[0][0] == SCHEMA_VERSION == 5
+    child = reopened.create("a child", parent=epic["id"])  # through mesh_create
+    assert child["id"] == f"{epic['id']}.1" and child["parent"] == epic["id"]
+    assert reopened.update(child["id"], defer_until="2030-01-01T00:00:00Z")["defer_until"]  # through mesh_change
+    assert reopened.close_issue(child["id"])["status"] == "closed"
+    with reopened.db._lock:
+        assert not ready_state_changes(reopened.db.conn)
+    reopened.close()
