@@ -56,6 +56,8 @@ OPS = st.one_of(
     st.tuples(st.just("close"), TARGET, st.booleans(), st.sampled_from([None, ("open",), ("in_progress", "open")])),
     st.tuples(st.just("reopen"), TARGET),
     st.tuples(st.just("block"), TARGET, TARGET, st.sampled_from(["blocks", "parent-child"])),
+    st.tuples(st.just("claim_next"), st.sampled_from(["x", "y"])),
+    st.tuples(st.just("label"), TARGET, st.sampled_from(["x", "y"])),
 )
 
 
@@ -75,6 +77,10 @@ def _apply(tracker: Tracker, op: tuple) -> object:
             issue = tracker.close_issue(op[1], reason="done", force=op[2], expect_status=op[3])
         elif kind == "reopen":
             issue = tracker.reopen(op[1])
+        elif kind == "claim_next":
+            issue = tracker.claim_next(labels=[op[1]])
+        elif kind == "label":
+            issue = tracker.add_label(op[1], op[2])
         else:
             issue = tracker.add_dependency(op[1], op[2], op[3])
     except TrackerError as exc:
@@ -88,6 +94,17 @@ def _unclocked(value: object) -> object:
     if isinstance(value, list):
         return [_unclocked(v) for v in value]
     return value
+
+
+def _ids(issues: list[dict]) -> list[str]:
+    return [i["id"] for i in issues]
+
+
+def _stale_label_order(tracker: Tracker) -> list:
+    """Label rows whose copy of their issue's place in ready order is not the issue's."""
+    return tracker.db.read("SELECT l.issue_id, l.label FROM labels l JOIN issues i ON i.id = l.issue_id"
+                           " WHERE (l.issue_open, l.issue_priority, l.issue_created_sort)"
+                           " IS DISTINCT FROM (i.status = 'open', i.priority, i.created_sort)")
 
 
 def _trail(tracker: Tracker) -> list[tuple]:
@@ -114,6 +131,9 @@ def test_writes_agree_with_sqlite(ops, pg_server):
                     assert _apply(pg, op) == _apply(lite, op), op
                     with pg.db._lock:
                         assert not ready_state_changes(pg.db.conn), op
+                    assert not _stale_label_order(pg), op
+                    for label in ("x", "y"):
+                        assert _ids(pg.ready(labels=[label])) == _ids(lite.ready(labels=[label])), op
                 assert _trail(pg) == _trail(lite)
                 assert _state(pg) == _state(lite)
             finally:
@@ -222,3 +242,28 @@ def test_a_version_4_tracker_is_migrated(tmp_path, pg_url):
     with reopened.db._lock:
         assert not ready_state_changes(reopened.db.conn)
     reopened.close()
+
+
+def test_claim_next_walks_the_labels_open_issues(tmp_path, pg_url):
+    """Ready work of a label is read from the label's open issues in ready order (the label rows'
+    copy of it), not by walking every open issue past those without the label; a claimed, closed,
+    reopened or reprioritised issue keeps its label rows' copy current, and the order stays
+    (priority, creation)."""
+    tracker = Tracker.init(tmp_path, prefix="lo", actor="ann", db_path=pg_url)
+    with tracker.transaction():
+        for k in range(200):  # ahead of the plan in ready order, without its label
+            tracker.create(f"other {k}", priority=0, labels=["other"])
+    plan = [tracker.create(f"plan {k}", priority=2, labels=["plan"])["id"] for k in range(4)]
+    tracker.update(plan[3], priority=1)
+    tracker.db.conn.execute("ANALYZE")
+    assert [tracker.claim_next(labels=["plan"])["id"] for _ in range(2)] == [plan[3], plan[0]]
+    tracker.close_issue(plan[1])
+    tracker.reopen(plan[1])
+    assert not _stale_label_order(tracker)
+    sql, params = tracker._ready_sql(labels=["plan"], issue_type=None, parent=None, limit=1, now=None, columns="i.id")
+    shown = "\n".join(r[0] for r in tracker.db.read("EXPLAIN " + sql, params))
+    assert "labels_open_order" in shown, shown
+    assert _ids(tracker.ready(labels=["plan"])) == [plan[1], plan[2]]
+    assert [tracker.claim_next(labels=["plan"])["id"] for _ in range(2)] == [plan[1], plan[2]]
+    assert tracker.claim_next(labels=["plan"]) is None and not _stale_label_order(tracker)
+    tracker.close()

@@ -34,6 +34,7 @@ from typing import Any
 
 from .dialect import ROWID_TABLES, display_target, is_url, sqlite_path
 from .errors import ConflictError, InvalidValueError, TrackerError, WorkspaceError
+from .pg_functions import LABEL_ORDER_COLUMNS
 from .schema import SCHEMA, ensure_schema, statements
 
 __all__ = ["MigrationReport", "migrate"]
@@ -209,7 +210,9 @@ def _contents(db: Any) -> dict[str, int]:
 
 
 def _copy_rows(src: Any, dst: Any, c: Any, table: str, report: MigrationReport) -> int:
-    source_columns = [col for col in _columns(src, table) if not (col == "rowid" and table in ROWID_TABLES)]
+    # Not the label rows' copy of their issue's ready order: PostgreSQL's own, filled as rows arrive.
+    source_columns = [col for col in _columns(src, table) if not (col == "rowid" and table in ROWID_TABLES)
+                      and not (table == "labels" and col in LABEL_ORDER_COLUMNS)]
     missing = set(source_columns) - set(_columns(dst, table))
     if missing:
         raise InvalidValueError(f"{report.target} has no column {', '.join(sorted(missing))} in {table}:"

@@ -27,7 +27,7 @@ from __future__ import annotations
 from .model import BLOCKING_STATUSES
 from .rows import INSERT_COLUMNS, UPDATE_COLUMNS
 
-__all__ = ["FUNCTIONS", "LOCKED", "issue_json"]
+__all__ = ["FUNCTIONS", "LABEL_ORDER_COLUMNS", "LOCKED", "issue_json"]
 
 WRITE_LOCK_ID = 0x6D657368  # postgres.WRITE_LOCK_ID ("mesh"), without importing the driver's module
 _BLOCKING = ", ".join(f"'{s}'" for s in BLOCKING_STATUSES)
@@ -168,9 +168,10 @@ BEGIN
   WITH iss AS (
     INSERT INTO issues(id, blocked, defer_eff, {', '.join(INSERT_COLUMNS)})
       SELECT v_id, v_blocked, GREATEST(r.defer_sort, v_defer), {', '.join('r.' + c for c in INSERT_COLUMNS)}
-      FROM jsonb_populate_record(NULL::issues, p_row) r RETURNING id),
-  lab AS (INSERT INTO labels(issue_id, label)
-    SELECT iss.id, t.label FROM iss, unnest(p_labels) WITH ORDINALITY AS t(label, n) ORDER BY t.n),
+      FROM jsonb_populate_record(NULL::issues, p_row) r RETURNING id, status, priority, created_sort),
+  lab AS (INSERT INTO labels(issue_id, label, issue_open, issue_priority, issue_created_sort)
+    SELECT iss.id, t.label, iss.status = 'open', iss.priority, iss.created_sort
+    FROM iss, unnest(p_labels) WITH ORDINALITY AS t(label, n) ORDER BY t.n),
   dep AS (INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)
     SELECT iss.id, p_parent, 'parent-child', p_now, p_actor FROM iss WHERE p_parent IS NOT NULL),
   idem AS (INSERT INTO idempotency(key, issue_id) SELECT p_idem, iss.id FROM iss WHERE p_idem IS NOT NULL)
@@ -294,5 +295,40 @@ BEGIN
 END $$
 """
 
+# Each label row carries a copy of its issue's place in ready order (open or not, priority, creation
+# key), indexed for the open ones: ``claim_next`` and ``ready`` for a label walk the label's open
+# issues in ready order instead of every open issue, past those without the label (1,000 rows read
+# for one claim in a plan of 1,600 among 3,600). A label row is filled when it is written (from the
+# values given, else from its issue) and kept current by a trigger when its issue's place changes.
+LABEL_ORDER_COLUMNS = ("issue_open", "issue_priority", "issue_created_sort")
+_LABEL_ORDER = (
+    "ALTER TABLE labels ADD COLUMN IF NOT EXISTS issue_open BOOLEAN,"
+    " ADD COLUMN IF NOT EXISTS issue_priority BIGINT, ADD COLUMN IF NOT EXISTS issue_created_sort TEXT COLLATE \"C\"",
+    "UPDATE labels l SET issue_open = i.status = 'open', issue_priority = i.priority,"
+    " issue_created_sort = i.created_sort FROM issues i WHERE i.id = l.issue_id",
+    "CREATE INDEX IF NOT EXISTS labels_open_order ON labels(label, issue_priority, issue_created_sort, issue_id)"
+    " WHERE issue_open",
+    """CREATE OR REPLACE FUNCTION mesh_label_filled() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.issue_open IS NULL THEN
+    SELECT i.status = 'open', i.priority, i.created_sort INTO NEW.issue_open, NEW.issue_priority, NEW.issue_created_sort
+      FROM issues i WHERE i.id = NEW.issue_id;
+  END IF;
+  RETURN NEW;
+END $$""",
+    "DROP TRIGGER IF EXISTS mesh_labels_filled ON labels",
+    "CREATE TRIGGER mesh_labels_filled BEFORE INSERT ON labels FOR EACH ROW EXECUTE FUNCTION mesh_label_filled()",
+    """CREATE OR REPLACE FUNCTION mesh_label_order() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE labels SET issue_open = NEW.status = 'open', issue_priority = NEW.priority,
+                    issue_created_sort = NEW.created_sort WHERE issue_id = NEW.id;
+  RETURN NULL;
+END $$""",
+    "DROP TRIGGER IF EXISTS mesh_issues_order ON issues",
+    "CREATE TRIGGER mesh_issues_order AFTER UPDATE ON issues FOR EACH ROW"
+    " WHEN ((OLD.status = 'open') IS DISTINCT FROM (NEW.status = 'open') OR OLD.priority IS DISTINCT FROM NEW.priority"
+    " OR OLD.created_sort IS DISTINCT FROM NEW.created_sort) EXECUTE FUNCTION mesh_label_order()",
+)
+
 # Installed by ``schema.ensure_schema`` (version 5), in this order (a function its callers need first).
-FUNCTIONS = (_REFRESH, _BASE36, _CREATE, _CHANGE)
+FUNCTIONS = (_REFRESH, _BASE36, _CREATE, _CHANGE, *_LABEL_ORDER)

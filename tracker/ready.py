@@ -93,7 +93,15 @@ class ReadyWork:
         # side). A scope does the same through that index. A type alone walks
         # (status, type, ...) in ready order; with no filter the index of open,
         # unblocked issues is already in ready order, so a LIMIT stops after a few rows.
-        if labels:
+        order = "i.priority, i.created_sort, i.id"
+        if labels and self.db.engine == "postgresql":
+            # The label's open issues in ready order, from the label rows' copy of it
+            # (tracker.pg_functions): the walk reads the label's issues, not every open one.
+            source = "labels l0 JOIN issues i ON i.id = l0.issue_id"
+            where += ["l0.label = ?", "l0.issue_open"]
+            params.append(labels[0])
+            order = "l0.issue_priority, l0.issue_created_sort, l0.issue_id"
+        elif labels:
             source = "labels l0 CROSS JOIN issues i INDEXED BY issues_ready_by_id ON i.id = l0.issue_id"
             where.append("l0.label = ?")
             params.append(labels[0])
@@ -103,8 +111,7 @@ class ReadyWork:
             source = "issues i INDEXED BY issues_by_status"
         else:
             source = "issues i INDEXED BY issues_ready_order"
-        sql = (f"{cte} SELECT {columns} FROM {source} WHERE {' AND '.join(where)}"
-               " ORDER BY i.priority, i.created_sort, i.id")
+        sql = f"{cte} SELECT {columns} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order}"
         if limit:
             sql += f" LIMIT {int(limit)}"
         return sql, tuple(params)
