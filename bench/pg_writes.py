@@ -2,7 +2,8 @@
 
 - claims: N processes (default 16) take every task of a pool of ready tasks. Baseline: a raw,
   indexed claim loop over a plain table of the same size on the same server, one statement per
-  claim (``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING``).
+  claim (``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING``), raced
+  just before each ``claim_next`` race; ``--rounds`` pairs, their medians.
   Measured: ``Tracker.claim_next`` with a plan label, the way ``mesh drain`` and runners claim.
   Double claims are counted (they must be 0) from the claimers' answers and the database.
 - single writes: ``create``, ``update``, ``add_comment``, ``claim`` and ``close_issue`` on a
@@ -116,30 +117,49 @@ def _race(target, url: str, count: int) -> tuple[float, int, list[tuple[str, str
     return wall, doubles, claimed
 
 
-def bench_claims(admin_url: str, counts: list[int], pool: int, filler: int) -> list[tuple]:
-    from tracker.store import Tracker
-
+def bench_claims(admin_url: str, counts: list[int], pool: int, filler: int, rounds: int) -> list[tuple]:
+    """For each claimer count, ``rounds`` pairs of races (the raw loop, then ``claim_next``, each on
+    a fresh database): the median rate of each, the median of the pairs' ratios, and the double
+    claims of all races (a busy moment of this shared machine weighs on one pair, not the figure)."""
     rows = []
     for count in counts:
-        raw_url = fresh_database(admin_url, f"mesh_bench_raw_{count}")
-        raw_setup(raw_url, pool, filler)
-        raw_wall, raw_doubles, raw_claimed = _race(_raw_claimer, raw_url, count)
-        assert len(raw_claimed) == pool, "the raw loop missed tasks"
-
-        url = fresh_database(admin_url, f"mesh_bench_claims_{count}")
-        with tempfile.TemporaryDirectory() as folder:
-            tracker = Tracker.init(Path(folder), prefix="bench", db_path=url)
-            with tracker.transaction():
-                for k in range(pool + filler):
-                    tracker.create(f"task {k}", labels=[LABEL if k < pool else "other"], priority=k % 4)
-            tracker.db.conn.execute("ANALYZE")
-            wall, doubles, claimed = _race(_mesh_claimer, url, count)
-            held = {r["id"]: r["assignee"] for r in tracker.list(status="in_progress", labels=[LABEL])}
-            tracker.close()
-        wrong = sum(1 for issue, name in claimed if held.get(issue) != name)
-        assert len({i for i, _ in claimed}) == pool, "claim_next missed tasks"
-        rows.append((count, pool / raw_wall, pool / wall, doubles + wrong + raw_doubles))
+        raw_rates, rates, ratios, doubles = [], [], [], 0
+        for _ in range(rounds):
+            raw_rate, raw_doubles = _raw_race(admin_url, count, pool, filler)
+            rate, mesh_doubles = _mesh_race(admin_url, count, pool, filler)
+            raw_rates.append(raw_rate)
+            rates.append(rate)
+            ratios.append(rate / raw_rate)
+            doubles += raw_doubles + mesh_doubles
+        rows.append((count, statistics.median(raw_rates), statistics.median(rates), statistics.median(ratios),
+                     doubles))
     return rows
+
+
+def _raw_race(admin_url: str, count: int, pool: int, filler: int) -> tuple[float, int]:
+    raw_url = fresh_database(admin_url, f"mesh_bench_raw_{count}")
+    raw_setup(raw_url, pool, filler)
+    raw_wall, raw_doubles, raw_claimed = _race(_raw_claimer, raw_url, count)
+    assert len(raw_claimed) == pool, "the raw loop missed tasks"
+    return pool / raw_wall, raw_doubles
+
+
+def _mesh_race(admin_url: str, count: int, pool: int, filler: int) -> tuple[float, int]:
+    from tracker.store import Tracker
+
+    url = fresh_database(admin_url, f"mesh_bench_claims_{count}")
+    with tempfile.TemporaryDirectory() as folder:
+        tracker = Tracker.init(Path(folder), prefix="bench", db_path=url)
+        with tracker.transaction():
+            for k in range(pool + filler):
+                tracker.create(f"task {k}", labels=[LABEL if k < pool else "other"], priority=k % 4)
+        tracker.db.conn.execute("ANALYZE")
+        wall, doubles, claimed = _race(_mesh_claimer, url, count)
+        held = {r["id"]: r["assignee"] for r in tracker.list(status="in_progress", labels=[LABEL])}
+        tracker.close()
+    wrong = sum(1 for issue, name in claimed if held.get(issue) != name)
+    assert len({i for i, _ in claimed}) == pool, "claim_next missed tasks"
+    return pool / wall, doubles + wrong
 
 
 # ---------------------------------------------------------------- single writes
@@ -206,6 +226,7 @@ def main() -> None:
     parser.add_argument("--claimers", default="16", help="comma-separated process counts (default 16)")
     parser.add_argument("--pool", type=int, default=1600, help="ready tasks to claim per race")
     parser.add_argument("--filler", type=int, default=2000, help="other issues in the tracker beside the pool")
+    parser.add_argument("--rounds", type=int, default=3, help="pairs of claim races per claimer count")
     parser.add_argument("--issues", type=int, default=2000, help="issues in the single-write tracker")
     parser.add_argument("--reps", type=int, default=200, help="calls per single-write figure")
     args = parser.parse_args()
@@ -227,11 +248,12 @@ def main() -> None:
         print(f"{'write':<14}{'ms':>9}{'raw ms':>9}{'x raw':>8}")
         for name, (ms, raw) in figures.items():
             print(f"{name:<14}{ms:>9.3f}{raw:>9.3f}{ms / raw:>8.1f}")
-        print(f"\nclaims ({args.pool} ready tasks among {args.pool + args.filler}); baseline: the raw SKIP LOCKED loop")
+        print(f"\nclaims ({args.pool} ready tasks among {args.pool + args.filler}); baseline: the raw SKIP LOCKED loop;"
+              f" medians of {args.rounds} pairs of races")
         print(f"{'claimers':>8}{'raw/s':>10}{'claim_next/s':>14}{'ratio':>8}{'double':>8}")
-        for count, raw_rate, rate, doubles in bench_claims(admin_url, [int(c) for c in args.claimers.split(",")],
-                                                           args.pool, args.filler):
-            print(f"{count:>8}{raw_rate:>10.0f}{rate:>14.0f}{rate / raw_rate:>8.2f}{doubles:>8}")
+        for count, raw_rate, rate, ratio, doubles in bench_claims(
+                admin_url, [int(c) for c in args.claimers.split(",")], args.pool, args.filler, args.rounds):
+            print(f"{count:>8}{raw_rate:>10.0f}{rate:>14.0f}{ratio:>8.2f}{doubles:>8}")
     finally:
         if server is not None:
             server.stop()

@@ -25,7 +25,7 @@ statements looks rows up by id, and planning them anew at each call cost more th
 from __future__ import annotations
 
 from .model import BLOCKING_STATUSES
-from .rows import INSERT_COLUMNS, UPDATE_COLUMNS
+from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, UPDATE_COLUMNS
 
 __all__ = ["FUNCTIONS", "LABEL_ORDER_COLUMNS", "LOCKED", "issue_json"]
 
@@ -75,9 +75,10 @@ END $$
 # An issue and what ``Issues._hydrate`` reads beside it, as one JSON object (NULL for no issue),
 # written into each function that answers one (a call of a function of its own cost more).
 def issue_json(source: str) -> str:
-    """The query of that object for the issue row ``w`` of ``source``."""
+    """The query of that object for the issue row ``w`` of ``source`` (its ``row``: the values of
+    ``rows._ISSUE_COLUMNS``)."""
     return f"""SELECT json_build_object(
-    'row', row_to_json(w),
+    'row', json_build_array({', '.join('w.' + c for c in _ISSUE_COLUMNS)}),
     'labels', (SELECT json_agg(l.label ORDER BY l.rowid) FROM labels l WHERE l.issue_id = w.id),
     'deps', (SELECT json_agg(json_build_array(d.issue_id, d.depends_on_id, d.type, d.created_at, d.created_by,
                                               d.extra) ORDER BY d.rowid) FROM dependencies d WHERE d.issue_id = w.id),

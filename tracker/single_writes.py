@@ -148,9 +148,8 @@ def _answered_issue(found: dict | None, issue_id: str) -> dict:
     """The issue a statement answered (``pg_functions.issue_json``), as ``get`` builds it."""
     if found is None:
         raise NotFoundError(f"no issue {issue_id!r}")
-    row = found["row"]
     deps = found["deps"]
-    return _counted_issue(tuple(row[c] for c in _ISSUE_COLUMNS), found["labels"],
+    return _counted_issue(tuple(found["row"]), found["labels"],
                           [_dep_from_tuple(tuple(d)) for d in deps] if deps else None,
                           found["dependents"], found["comments"])
 
