@@ -267,3 +267,38 @@ def test_claim_next_walks_the_labels_open_issues(tmp_path, pg_url):
     assert [tracker.claim_next(labels=["plan"])["id"] for _ in range(2)] == [plan[1], plan[2]]
     assert tracker.claim_next(labels=["plan"]) is None and not _stale_label_order(tracker)
     tracker.close()
+
+
+def test_an_import_by_copy_gives_what_sqlite_gives(tmp_path, pg_url):
+    """PostgreSQL imports with COPY: the same issues, edges (one listed twice kept once), comments
+    (a newer file keeps the comments written here since), events and ready state as SQLite's
+    INSERTs, and label rows that carry their issue's place in ready order."""
+    import io
+    import json
+
+    from bench.gen_workspace import generate
+    from tracker.jsonl import export_jsonl, import_jsonl
+
+    issues = generate(300)
+    issues[5].setdefault("dependencies", []).extend([{"issue_id": issues[5]["id"], "depends_on_id": issues[1]["id"],
+                                                      "type": "blocks"}] * 2)
+    first = "".join(json.dumps(i) + "\n" for i in issues)
+    newer = dict(issues[7], title="changed", updated_at="2099-01-01T00:00:00Z")
+    second = json.dumps(newer) + "\n"
+    outcomes = []
+    for name, target in (("lite", None), ("pg", pg_url)):
+        tracker = Tracker.init(tmp_path / name, prefix="bm", actor="ann", db_path=target)
+        import_jsonl(tracker, io.StringIO(first))
+        tracker.add_comment(issues[7]["id"], "written here since")
+        import_jsonl(tracker, io.StringIO(second))
+        out = io.StringIO()
+        export_jsonl(tracker, out)
+        with tracker.db._lock:
+            assert not ready_state_changes(tracker.db.conn)
+        if target:
+            assert not _stale_label_order(tracker)
+        outcomes.append(([_unclocked(json.loads(line)) for line in out.getvalue().splitlines()],
+                         _ids(tracker.ready()), _trail(tracker)))
+        tracker.close()
+    assert str(outcomes[0][0]).count("written here since") == 1
+    assert outcomes[0] == outcomes[1]

@@ -44,6 +44,9 @@ _TEXT = frozenset(TEXT_FIELDS)
 _PLAIN_COLUMNS = ("id", "priority", *TEXT_FIELDS, "timeout")
 _INSERT_COLUMNS = (*_PLAIN_COLUMNS, "metadata", "pinned", "ephemeral", "extra", "created_sort", "defer_sort")
 _INSERT_ISSUE = f"INSERT INTO issues({','.join(_INSERT_COLUMNS)}) VALUES ({','.join('?' * len(_INSERT_COLUMNS))})"
+_STATUS_AT, _PRIORITY_AT, _SORT_AT = (_INSERT_COLUMNS.index(c) for c in ("status", "priority", "created_sort"))
+_COMMENT_ROW = ("issue_id", "author", "text", "created_at", "ext_id", "dedupe_key", "extra")
+_EVENT_ROW = ("issue_id", "event_type", "actor", "field", "old_value", "new_value", "created_at")
 _CONFLICT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
 _DEP_KEYS = frozenset(("issue_id", "depends_on_id", "type", "created_at", "created_by"))
 _COMMENT_KEYS = frozenset(("id", "issue_id", "author", "text", "created_at"))
@@ -321,23 +324,16 @@ def _import(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
                     kept.append(tuple(r))
             c.execute(f"DELETE FROM issues WHERE id IN ({marks})", chunk)
         rebuild = _drop_indexes_for_bulk_load(c, tracker, len(issue_rows))
-        c.executemany(_INSERT_ISSUE, issue_rows)
-        c.executemany("INSERT INTO labels(issue_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", label_rows)
-        c.executemany(
-            "INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by, extra)"
-            " VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-            dep_rows,
-        )
-        c.executemany(
-            "INSERT INTO comments(issue_id, author, text, created_at, ext_id, dedupe_key, extra)"
-            " VALUES (?,?,?,?,?,?,?)",
-            [(*row[:5], local_keys.get((row[0], row[2], row[3])), row[5]) for row in comment_rows] + kept,
-        )
-        c.executemany(
-            "INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
-            " VALUES (?,?,?,?,?,?,?)",
-            event_rows,
-        )
+        comment_rows = [(*row[:5], local_keys.get((row[0], row[2], row[3])), row[5]) for row in comment_rows] + kept
+        if tracker.db.engine == "postgresql":
+            _copy_in(c, issue_rows, label_rows, dep_rows, comment_rows, event_rows)
+        else:
+            c.executemany(_INSERT_ISSUE, issue_rows)
+            c.executemany("INSERT INTO labels(issue_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", label_rows)
+            c.executemany(f"INSERT INTO dependencies({_DEP_COLUMNS}) VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                          dep_rows)
+            c.executemany(f"INSERT INTO comments({', '.join(_COMMENT_ROW)}) VALUES (?,?,?,?,?,?,?)", comment_rows)
+            c.executemany(f"INSERT INTO events({', '.join(_EVENT_ROW)}) VALUES (?,?,?,?,?,?,?)", event_rows)
         touched = [row[0] for row in issue_rows]
         # One pass over the whole graph beats walking from thousands of seeds;
         # a small import into a big workspace only refreshes around what it touched.
@@ -345,6 +341,27 @@ def _import(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
         for statement in rebuild:
             c.execute(statement)
     return report
+
+
+def _copy_in(c: Any, issues: list[tuple], labels: list[tuple], deps: list[tuple], comments: list[tuple],
+             events: list[tuple]) -> None:
+    """The rows of an import into PostgreSQL with one ``COPY`` per table (for 100,000 issues
+    several times faster than INSERTs). What the INSERTs leave out with ``ON CONFLICT DO NOTHING``
+    (an issue's dependency listed twice) is left out here first; labels come with their copy of
+    their issue's place in ready order (``pg_functions.LABEL_ORDER_COLUMNS``)."""
+    from .pg_functions import LABEL_ORDER_COLUMNS
+    from .postgres import copy_rows
+
+    place = {row[0]: (row[_STATUS_AT] == "open", row[_PRIORITY_AT], row[_SORT_AT]) for row in issues}
+    copy_rows(c, "issues", _INSERT_COLUMNS, issues)
+    copy_rows(c, "labels", ("issue_id", "label", *LABEL_ORDER_COLUMNS),
+              [(issue_id, label, *place[issue_id]) for issue_id, label in labels])
+    first: dict[tuple, tuple] = {}
+    for row in deps:
+        first.setdefault(row[:3], row)
+    copy_rows(c, "dependencies", _DEP_COLUMNS.split(", "), list(first.values()))
+    copy_rows(c, "comments", _COMMENT_ROW, comments)
+    copy_rows(c, "events", _EVENT_ROW, events)
 
 
 def _drop_indexes_for_bulk_load(c: Any, tracker: Tracker, rows: int) -> list[str]:

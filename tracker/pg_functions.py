@@ -311,14 +311,13 @@ _LABEL_ORDER = (
     " WHERE issue_open",
     """CREATE OR REPLACE FUNCTION mesh_label_filled() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF NEW.issue_open IS NULL THEN
-    SELECT i.status = 'open', i.priority, i.created_sort INTO NEW.issue_open, NEW.issue_priority, NEW.issue_created_sort
-      FROM issues i WHERE i.id = NEW.issue_id;
-  END IF;
+  SELECT i.status = 'open', i.priority, i.created_sort INTO NEW.issue_open, NEW.issue_priority, NEW.issue_created_sort
+    FROM issues i WHERE i.id = NEW.issue_id;
   RETURN NEW;
 END $$""",
     "DROP TRIGGER IF EXISTS mesh_labels_filled ON labels",
-    "CREATE TRIGGER mesh_labels_filled BEFORE INSERT ON labels FOR EACH ROW EXECUTE FUNCTION mesh_label_filled()",
+    "CREATE TRIGGER mesh_labels_filled BEFORE INSERT ON labels FOR EACH ROW WHEN (NEW.issue_open IS NULL)"
+    " EXECUTE FUNCTION mesh_label_filled()",
     """CREATE OR REPLACE FUNCTION mesh_label_order() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE labels SET issue_open = NEW.status = 'open', issue_priority = NEW.priority,

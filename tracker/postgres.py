@@ -31,7 +31,7 @@ from .db import Transactions
 from .dialect import display_target, to_postgres
 from .errors import ConflictError, InvalidValueError, TrackerError, WorkspaceError
 
-__all__ = ["PostgresDatabase", "Row", "UNAVAILABLE"]
+__all__ = ["PostgresDatabase", "Row", "UNAVAILABLE", "copy_rows"]
 
 UNAVAILABLE = "tracker_unavailable"
 # The advisory lock every exclusive write transaction takes ("mesh" in ASCII).
@@ -127,6 +127,19 @@ class _Connection:
                 cur.executemany(to_postgres(sql), [tuple(r) for r in rows])
         except psycopg.Error as exc:
             raise _typed(self._target, exc) from None
+
+
+def copy_rows(conn: _Connection, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Rows into ``table`` with one ``COPY`` (bulk loads: an import, a migration), in the open
+    transaction of ``conn``; errors typed as ``_Connection.execute`` types them."""
+    import psycopg
+
+    try:
+        with conn.pg.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    except psycopg.Error as exc:
+        raise _typed(conn._target, exc) from None
 
 
 class PostgresDatabase(Transactions):
