@@ -139,14 +139,9 @@ _PLAIN_INDEXES = ("CREATE INDEX issues_by_status ON issues(status, priority, id)
                   "CREATE INDEX deps_by_target ON dependencies(depends_on_id, type, issue_id)")
 
 
-def plain_import(source: Path, db: Path) -> None:
-    """The baseline import: each line parsed, the issues, labels, dependencies and comments
-    inserted with four executemany and three indexes built, in one transaction (WAL,
-    synchronous=NORMAL, as the tracker runs)."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.executescript(_PLAIN_SCHEMA)
+def plain_rows(source: Path) -> tuple[list, list, list, list]:
+    """Each line of ``source`` parsed into rows of the plain issues, labels, dependencies and
+    comments tables (the plain imports' baseline parse: ``_PLAIN_ISSUE_COLUMNS``, metadata as JSON)."""
     issues, labels, deps, comments = [], [], [], []
     with open(source, encoding="utf-8") as fh:
         for line in fh:
@@ -160,6 +155,18 @@ def plain_import(source: Path, db: Path) -> None:
                         for d in obj.get("dependencies", ()))
             comments.extend((issue_id, c.get("author"), c["text"], c.get("created_at"))
                             for c in obj.get("comments", ()))
+    return issues, labels, deps, comments
+
+
+def plain_import(source: Path, db: Path) -> None:
+    """The baseline import: each line parsed, the issues, labels, dependencies and comments
+    inserted with four executemany and three indexes built, in one transaction (WAL,
+    synchronous=NORMAL, as the tracker runs)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executescript(_PLAIN_SCHEMA)
+    issues, labels, deps, comments = plain_rows(source)
     conn.execute("BEGIN")
     conn.executemany(f"INSERT INTO issues({','.join(_PLAIN_ISSUE_COLUMNS)}) VALUES"
                      f" ({','.join('?' * len(_PLAIN_ISSUE_COLUMNS))})", issues)

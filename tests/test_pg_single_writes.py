@@ -225,22 +225,33 @@ def test_hash_lengths_follow_the_issue_count():
 def test_a_version_4_tracker_is_migrated(tmp_path, pg_url):
     tracker = Tracker.init(tmp_path, prefix="old", db_path=pg_url)
     epic = tracker.create("an epic", issue_type="epic")
-    with tracker.transaction() as c:  # what version 4 had: none of version 5's functions
+    task = tracker.create("a planned task", labels=["plan"], priority=1)
+    with tracker.transaction() as c:  # what version 4 had: none of the versions 5 and 6 add
         for function in ("mesh_create(jsonb, text[], text, text, text, text, bigint[], text, text, text, text)",
                          "mesh_change(text, text[], text[], text[], text, text[], text[], text[], boolean, text[],"
                          " boolean, text, text, text)", "mesh_refresh_ready(text[])", "mesh_base36(text, int)"):
             c.execute(f"DROP FUNCTION {function}")
-        c.execute("DELETE FROM schema_version WHERE version = 5")
+        c.execute("DROP TRIGGER mesh_labels_filled ON labels")
+        c.execute("DROP TRIGGER mesh_issues_order ON issues")
+        c.execute("DROP FUNCTION mesh_label_filled()")
+        c.execute("DROP FUNCTION mesh_label_order()")
+        c.execute("DROP INDEX labels_open_order")
+        c.execute("DROP INDEX issues_open_order")
+        c.execute("ALTER TABLE labels DROP COLUMN issue_open, DROP COLUMN issue_priority, DROP COLUMN issue_created_sort")
+        c.execute("DELETE FROM schema_version WHERE version >= 5")
         c.execute("UPDATE config SET value = '4' WHERE key = 'schema_version'")
     tracker.close()
     reopened = Tracker(pg_url, actor="ann")
-    assert reopened.db.read("SELECT MAX(version) FROM schema_version")[0][0] == SCHEMA_VERSION == 5
-    child = reopened.create("a child", parent=epic["id"])  # through mesh_create
+    assert reopened.db.read("SELECT MAX(version) FROM schema_version")[0][0] == SCHEMA_VERSION
+    assert not _stale_label_order(reopened)  # the labels written before carry their issue's place
+    child = reopened.create("a child", parent=epic["id"], labels=["plan"])  # through mesh_create
     assert child["id"] == f"{epic['id']}.1" and child["parent"] == epic["id"]
     assert reopened.update(child["id"], defer_until="2030-01-01T00:00:00Z")["defer_until"]  # through mesh_change
+    assert reopened.claim_next(labels=["plan"])["id"] == task["id"]
     assert reopened.close_issue(child["id"])["status"] == "closed"
     with reopened.db._lock:
         assert not ready_state_changes(reopened.db.conn)
+    assert not _stale_label_order(reopened)
     reopened.close()
 
 

@@ -234,12 +234,12 @@ def test_schema_4_database_gains_the_open_order_index_and_list_walks_it(tmp_path
     tracker.close()
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX issues_open_order")
-    conn.execute("DELETE FROM schema_version WHERE version = 5")
+    conn.execute("DELETE FROM schema_version WHERE version >= 5")
     conn.execute("UPDATE config SET value = '4' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
     with Tracker(path) as reopened:
-        assert reopened.get_config("schema_version") == str(SCHEMA_VERSION) == "5"
+        assert reopened.get_config("schema_version") == str(SCHEMA_VERSION)
         listed = reopened.list(limit=50)
         assert [i["id"] for i in listed] == [i["id"] for i in reopened.list()][:50]
         plan = " ".join(str(tuple(row)) for row in reopened.db.conn.execute(

@@ -1,4 +1,4 @@
-"""Server-side functions of the PostgreSQL tracker (schema version 5): one write, one round trip.
+"""Server-side functions of the PostgreSQL tracker (schema version 6): one write, one round trip.
 
 ``create``, ``update`` and ``close_issue`` read, decide and write: in Python each is a dozen
 statements in a transaction (the issue read, the id chosen, the row, its labels and edges, the
@@ -330,5 +330,5 @@ END $$""",
     " OR OLD.created_sort IS DISTINCT FROM NEW.created_sort) EXECUTE FUNCTION mesh_label_order()",
 )
 
-# Installed by ``schema.ensure_schema`` (version 5), in this order (a function its callers need first).
+# Installed by ``schema.ensure_schema`` (version 6), in this order (a function its callers need first).
 FUNCTIONS = (_REFRESH, _BASE36, _CREATE, _CHANGE, *_LABEL_ORDER)

@@ -8,7 +8,7 @@ back); here each is one statement of data-modifying CTEs, as the claims are
 differ written with their events and kept originals dropped, and the issue answered hydrated.
 
 What one statement cannot do is left to a server-side function (``tracker.pg_functions``, schema
-version 5), called instead: a create under a parent (the child counter), with an idempotency key,
+version 6), called instead: a create under a parent (the child counter), with an idempotency key,
 or whose hash id is taken; a change that moves ready state around (a new ``defer_until``, or a new
 status of an issue others depend on: ``mesh_refresh_ready`` must see the row written). Such a
 statement writes nothing and says so, and the function does the whole write: at most two round
