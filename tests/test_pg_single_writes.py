@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tracker import ids as idgen
 from tracker.db import ready_state_changes
 from tracker.errors import ConflictError, TrackerError
+from tracker.pg_functions import STALE_LABEL_ORDER
 from tracker.schema import SCHEMA_VERSION
 from tracker.single_writes import _length_limits
 from tracker.store import Tracker
@@ -102,9 +103,7 @@ def _ids(issues: list[dict]) -> list[str]:
 
 def _stale_label_order(tracker: Tracker) -> list:
     """Label rows whose copy of their issue's place in ready order is not the issue's."""
-    return tracker.db.read("SELECT l.issue_id, l.label FROM labels l JOIN issues i ON i.id = l.issue_id"
-                           " WHERE (l.issue_open, l.issue_priority, l.issue_created_sort)"
-                           " IS DISTINCT FROM (i.status = 'open', i.priority, i.created_sort)")
+    return tracker.db.read(f"SELECT l.issue_id, l.label{STALE_LABEL_ORDER}")
 
 
 def _trail(tracker: Tracker) -> list[tuple]:
@@ -313,3 +312,17 @@ def test_an_import_by_copy_gives_what_sqlite_gives(tmp_path, pg_url):
         tracker.close()
     assert str(outcomes[0][0]).count("written here since") == 1
     assert outcomes[0] == outcomes[1]
+
+
+def test_doctor_finds_and_repairs_a_stale_label_order(tmp_path, pg_url):
+    tracker = Tracker.init(tmp_path, prefix="dr", actor="ann", db_path=pg_url)
+    task = tracker.create("planned", labels=["plan"])
+    assert {c["name"]: c["ok"] for c in tracker.doctor()["checks"]}["label_order"]
+    with tracker.transaction() as c:  # what a hand edit of the table could leave
+        c.execute("UPDATE labels SET issue_open = false WHERE issue_id = ?", (task["id"],))
+    assert tracker.claim_next(labels=["plan"]) is None
+    report = tracker.doctor()
+    assert not report["ok"] and not {c["name"]: c["ok"] for c in report["checks"]}["label_order"]
+    assert tracker.doctor(fix=True)["ok"]
+    assert tracker.claim_next(labels=["plan"])["id"] == task["id"]
+    tracker.close()

@@ -27,7 +27,7 @@ from __future__ import annotations
 from .model import BLOCKING_STATUSES
 from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, UPDATE_COLUMNS
 
-__all__ = ["FUNCTIONS", "LABEL_ORDER_COLUMNS", "LOCKED", "issue_json"]
+__all__ = ["FUNCTIONS", "LABEL_ORDER_COLUMNS", "LABEL_ORDER_REBUILD", "LOCKED", "STALE_LABEL_ORDER", "issue_json"]
 
 WRITE_LOCK_ID = 0x6D657368  # postgres.WRITE_LOCK_ID ("mesh"), without importing the driver's module
 _BLOCKING = ", ".join(f"'{s}'" for s in BLOCKING_STATUSES)
@@ -302,11 +302,17 @@ END $$
 # for one claim in a plan of 1,600 among 3,600). A label row is filled when it is written (from the
 # values given, else from its issue) and kept current by a trigger when its issue's place changes.
 LABEL_ORDER_COLUMNS = ("issue_open", "issue_priority", "issue_created_sort")
+# What ``Tracker.doctor`` counts and, with ``fix``, rewrites: label rows whose copy is not their issue's.
+STALE_LABEL_ORDER = (" FROM labels l JOIN issues i ON i.id = l.issue_id WHERE (l.issue_open, l.issue_priority,"
+                     " l.issue_created_sort) IS DISTINCT FROM (i.status = 'open', i.priority, i.created_sort)")
+LABEL_ORDER_REBUILD = ("UPDATE labels l SET issue_open = i.status = 'open', issue_priority = i.priority,"
+                       " issue_created_sort = i.created_sort FROM issues i WHERE i.id = l.issue_id"
+                       " AND (l.issue_open, l.issue_priority, l.issue_created_sort)"
+                       " IS DISTINCT FROM (i.status = 'open', i.priority, i.created_sort)")
 _LABEL_ORDER = (
     "ALTER TABLE labels ADD COLUMN IF NOT EXISTS issue_open BOOLEAN,"
     " ADD COLUMN IF NOT EXISTS issue_priority BIGINT, ADD COLUMN IF NOT EXISTS issue_created_sort TEXT COLLATE \"C\"",
-    "UPDATE labels l SET issue_open = i.status = 'open', issue_priority = i.priority,"
-    " issue_created_sort = i.created_sort FROM issues i WHERE i.id = l.issue_id",
+    LABEL_ORDER_REBUILD,
     "CREATE INDEX IF NOT EXISTS labels_open_order ON labels(label, issue_priority, issue_created_sort, issue_id)"
     " WHERE issue_open",
     """CREATE OR REPLACE FUNCTION mesh_label_filled() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -214,6 +214,12 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, SingleWri
             stale = len(ready_state_changes(self.db.conn))
         checks.append({"name": "ready_state", "ok": stale == 0,
                        "detail": f"{stale} issue(s) with a stale blocked/deferred state"})
+        if not sqlite:
+            from .pg_functions import STALE_LABEL_ORDER
+
+            unordered = self.db.read(f"SELECT count(*){STALE_LABEL_ORDER}")[0][0]
+            checks.append({"name": "label_order", "ok": unordered == 0,
+                           "detail": f"{unordered} label row(s) with a stale copy of their issue's ready order"})
         fixed = []
         if fix:
             with self.transaction() as c:
@@ -225,6 +231,10 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, SingleWri
                     c.execute("DELETE FROM comments WHERE issue_id NOT IN (SELECT id FROM issues)")
                     c.execute("DELETE FROM dependencies WHERE issue_id NOT IN (SELECT id FROM issues)")
                 refresh_ready_state(c)
+                if not sqlite:
+                    from .pg_functions import LABEL_ORDER_REBUILD
+
+                    c.execute(LABEL_ORDER_REBUILD)
             fixed.append("sort keys rebuilt")
             fixed.append("ready state rebuilt")
             if fk:
