@@ -3,7 +3,9 @@
 - claims: N processes (default 16) take every task of a pool of ready tasks. Baseline: a raw,
   indexed claim loop over a plain table of the same size on the same server, one statement per
   claim (``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING``), raced
-  just before each ``claim_next`` race; ``--rounds`` pairs, their medians.
+  just before each ``claim_next`` race; ``--rounds`` pairs, their medians. The same races for
+  ``mesh drain``'s way (``protocol.lease.claim_next_leased``: the claim and the task's lease in
+  one transaction).
   Measured: ``Tracker.claim_next`` with a plan label, the way ``mesh drain`` and runners claim.
   Double claims are counted (they must be 0) from the claimers' answers and the database.
 - single writes: ``create``, ``update``, ``add_comment``, ``claim`` and ``close_issue`` on a
@@ -103,6 +105,23 @@ def _mesh_claimer(url: str, name: str, start, results) -> None:
     tracker.close()
 
 
+def _drain_claimer(url: str, name: str, start, results) -> None:
+    """How ``mesh drain`` takes ready work: ``claim_next`` and the task's lease in one transaction."""
+    from orchestrator.protocol.lease import claim_next_leased, ensure_lease_table
+    from tracker.store import Tracker
+
+    tracker = Tracker(url, actor=name)
+    ensure_lease_table(tracker)  # once, as a drain does
+    got = []
+    start.wait()
+    began = time.perf_counter()
+    while (taken := claim_next_leased(tracker, labels=[LABEL], parent=None, skip=set(), run_id=name,
+                                      ttl_s=60)) is not None:
+        got.append(taken[0]["id"])
+    results.put((name, began, time.perf_counter(), got))
+    tracker.close()
+
+
 def _race(target, url: str, count: int) -> tuple[float, int, list[tuple[str, str]]]:
     context = multiprocessing.get_context("spawn")
     start, results = context.Event(), context.Queue()
@@ -126,16 +145,17 @@ def bench_claims(admin_url: str, counts: list[int], pool: int, filler: int, roun
     claims of all races (a busy moment of this shared machine weighs on one pair, not the figure)."""
     rows = []
     for count in counts:
-        raw_rates, rates, ratios, doubles = [], [], [], 0
-        for _ in range(rounds):
-            raw_rate, raw_doubles = _raw_race(admin_url, count, pool, filler)
-            rate, mesh_doubles = _mesh_race(admin_url, count, pool, filler)
-            raw_rates.append(raw_rate)
-            rates.append(rate)
-            ratios.append(rate / raw_rate)
-            doubles += raw_doubles + mesh_doubles
-        rows.append((count, statistics.median(raw_rates), statistics.median(rates), statistics.median(ratios),
-                     doubles))
+        for label, claimer in (("claim_next", _mesh_claimer), ("drain", _drain_claimer)):
+            raw_rates, rates, ratios, doubles = [], [], [], 0
+            for _ in range(rounds):
+                raw_rate, raw_doubles = _raw_race(admin_url, count, pool, filler)
+                rate, mesh_doubles = _mesh_race(admin_url, count, pool, filler, claimer)
+                raw_rates.append(raw_rate)
+                rates.append(rate)
+                ratios.append(rate / raw_rate)
+                doubles += raw_doubles + mesh_doubles
+            rows.append((label, count, statistics.median(raw_rates), statistics.median(rates),
+                         statistics.median(ratios), doubles))
     return rows
 
 
@@ -147,7 +167,7 @@ def _raw_race(admin_url: str, count: int, pool: int, filler: int) -> tuple[float
     return pool / raw_wall, raw_doubles
 
 
-def _mesh_race(admin_url: str, count: int, pool: int, filler: int) -> tuple[float, int]:
+def _mesh_race(admin_url: str, count: int, pool: int, filler: int, claimer) -> tuple[float, int]:
     from tracker.store import Tracker
 
     url = fresh_database(admin_url, f"mesh_bench_claims_{count}")
@@ -157,7 +177,7 @@ def _mesh_race(admin_url: str, count: int, pool: int, filler: int) -> tuple[floa
             for k in range(pool + filler):
                 tracker.create(f"task {k}", labels=[LABEL if k < pool else "other"], priority=k % 4)
         tracker.db.conn.execute("ANALYZE")
-        wall, doubles, claimed = _race(_mesh_claimer, url, count)
+        wall, doubles, claimed = _race(claimer, url, count)
         held = {r["id"]: r["assignee"] for r in tracker.list(status="in_progress", labels=[LABEL])}
         tracker.close()
     wrong = sum(1 for issue, name in claimed if held.get(issue) != name)
@@ -315,10 +335,10 @@ def main() -> None:
             print(f"{name:<14}{ms:>9.3f}{raw:>9.3f}{ms / raw:>8.1f}")
         print(f"\nclaims ({args.pool} ready tasks among {args.pool + args.filler}); baseline: the raw SKIP LOCKED loop;"
               f" medians of {args.rounds} pairs of races")
-        print(f"{'claimers':>8}{'raw/s':>10}{'claim_next/s':>14}{'ratio':>8}{'double':>8}")
-        for count, raw_rate, rate, ratio, doubles in bench_claims(
+        print(f"{'path':<12}{'claimers':>8}{'raw/s':>10}{'claims/s':>10}{'ratio':>8}{'double':>8}")
+        for label, count, raw_rate, rate, ratio, doubles in bench_claims(
                 admin_url, [int(c) for c in args.claimers.split(",")], args.pool, args.filler, args.rounds):
-            print(f"{count:>8}{raw_rate:>10.0f}{rate:>14.0f}{ratio:>8.2f}{doubles:>8}")
+            print(f"{label:<12}{count:>8}{raw_rate:>10.0f}{rate:>10.0f}{ratio:>8.2f}{doubles:>8}")
     finally:
         if server is not None:
             server.stop()

@@ -37,18 +37,18 @@ from roles.backends.base import Backend
 from tracker.errors import TrackerError, WorkspaceError
 from tracker.store import Tracker
 
-from orchestrator.protocol.outcomes import RunReport
+from orchestrator.protocol.outcomes import RunReport, new_run_id
 
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.worktree.gitops import GitError, _git, repo_root
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch
 from orchestrator.landing.lander import Lander
 from orchestrator.landing.records import land_checkpoints
-from orchestrator.protocol.lease import held_by_person, lease_is_live
+from orchestrator.protocol.lease import Lease, claim_next_leased, ensure_lease_table, held_by_person, lease_is_live
 from orchestrator.protocol.idle import check_scope, last_block
 from orchestrator.views.live import line_kind
-from orchestrator.runner import (RunError, RunOptions, interrupted_runs, load_run_config, make_backend, make_lander,
-                     open_tracker, project_environment, refuse_nested_run, require_sandbox, run_task,
+from orchestrator.runner import (RunError, RunOptions, interrupted_runs, lease_ttl, load_run_config, make_backend,
+                     make_lander, open_tracker, project_environment, refuse_nested_run, require_sandbox, run_task,
                      sandbox_notes)
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
@@ -253,7 +253,7 @@ class _Drain:
 
     # ------------------------------------------------------------------ one task (a worker thread)
 
-    def work(self, task: dict, reason: str) -> tuple[RunReport | None, list[str]]:
+    def work(self, task: dict, reason: str, lease: Lease | None = None) -> tuple[RunReport | None, list[str]]:
         task_id = task["id"]
         held: list[str] = []
         tracker = Tracker(self.db, actor=self.actor)
@@ -283,8 +283,10 @@ class _Drain:
         try:
             report = run_task(tracker, self.backend, self.config, self.scope, task, reason, self.repo,
                               self.options.run, held, echo=echo, engine_hook=hook, lander=self.lander,
-                              steal_dead=True, environment=self.environment)
+                              steal_dead=True, environment=self.environment, lease=lease)
         finally:
+            if lease is not None:
+                lease.release(tracker)  # (a no-op once the run released it)
             tracker.close()
         return report, held
 
@@ -359,6 +361,12 @@ class _Drain:
         return any(lease_is_live(tracker, task["id"])
                    for task in scoped_candidates(tracker, self.scope, status="in_progress"))
 
+    def claim_ready(self, tracker: Tracker, skip: set[str]) -> tuple[dict, Lease | None] | None:
+        """The next ready task of the scope outside ``skip``, claimed with its lease; None when none."""
+        return claim_next_leased(tracker, labels=[self.scope.plan_label] if self.scope.plan_label else [],
+                                 parent=self.scope.parent_epic, skip=skip, run_id=new_run_id(),
+                                 ttl_s=lease_ttl(self.config), lease=self.config.integrate)
+
     def budget_allows(self) -> bool:
         return budget_allows(self.options.max_usd,
                              finished=[row.cost_usd for row in self.rows.values() if row.ended is not None],
@@ -373,6 +381,7 @@ class _Drain:
         stop_reason = "done"
         announced = False
         stop_seen = stop_token(tracker, self.scope)
+        ensure_lease_table(tracker)  # once: claim_ready takes leases without the writers' lock
         # Runs killed after deciding but before their end are finished first.
         interrupted = interrupted_runs(tracker, self.scope, self.options.run.ids)
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mesh-drain") as pool:
@@ -390,6 +399,22 @@ class _Drain:
                     for task, reason in interrupted + select_candidates(tracker, self.scope, self.options.run.ids):
                         if len(in_flight) >= jobs:
                             break
+                        lease = None
+                        if reason == "first_ready" and not self.options.run.ids:
+                            # Ready work is claimed the way every runner claims it: the next ready task
+                            # of the scope, taken with its lease in one transaction (never one another
+                            # runner claimed a moment ago, never one a person holds).
+                            if self.options.max_tasks is not None and len(started) >= self.options.max_tasks:
+                                stop_reason = "max_tasks"
+                                break
+                            if not self.budget_allows():
+                                stop_reason = "budget"
+                                break
+                            claimed = self.claim_ready(tracker, busy | left_alone | set(self.rows) | {
+                                t for t, at in self.retry_at.items() if at > time.monotonic()})
+                            if claimed is None:
+                                break
+                            task, lease = claimed
                         task_id = task["id"]
                         if task_id in busy or task_id in left_alone or task_id in self.rows:
                             continue
@@ -411,7 +436,8 @@ class _Drain:
                         started.add(task_id)
                         self.rows[task_id] = TaskRow(id=task_id, title=task["title"], started=time.monotonic())
                         self.emit("task_started", task=task_id, title=task["title"], reason=reason)
-                        in_flight[pool.submit(self.work, task, reason)] = task_id
+                        in_flight[pool.submit(self.work, task, reason, lease)] = task_id
+                        busy.add(task_id)
                 if not in_flight:
                     if self.control.stopping.is_set() or errors or stop_reason != "done" \
                             or not self.others_hold(tracker):

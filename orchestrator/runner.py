@@ -417,9 +417,10 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
              repo: Path, options: RunOptions, held: list[str], *, echo: Callable[[str], None] | None = None,
              engine_hook: Callable[[Engine], None] | None = None, lander: "Lander | None" = None,
              steal_dead: bool = False, notes: Sequence[str] = (),
-             environment: ProjectEnv | None = None) -> RunReport | None:
+             environment: ProjectEnv | None = None, lease: Lease | None = None) -> RunReport | None:
     """Run (or resume) one task to its outcome under its lease; None (and why, in ``held``)
-    when this run may not take it.
+    when this run may not take it. ``lease``: the task's, taken with its claim
+    (``lease.claim_next_leased``: a drain), released at the end like one taken here.
 
     A task in progress by hand (``held_by_person``) is left alone without ``take_over``.
     With a ``lander`` approved work lands on its branch; work that did not land is sent back
@@ -435,7 +436,7 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
     if options.task and not unfinished and current["status"] != "in_progress":
         held.append(f"{task['id']} has no interrupted run to resume (status {current['status']})")
         return None
-    run_id = unfinished or new_run_id()
+    run_id = unfinished or (lease.run_id if lease else new_run_id())
     if unfinished and not options.onto:
         # A run that was landing onto an integration branch (mesh drain, --onto) resumes landing there.
         # With a key, only a verified preflight names it: a forged one must not pick a branch.
@@ -446,14 +447,14 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
         if onto and onto != (lander.branch if lander is not None else None):
             lander = make_lander(repo, onto, config, remote=options.remote or config.drain.remote)
             lander.environment = environment
-    lease = None
-    if config.integrate:
+    if config.integrate and lease is None:
         try:
             lease = Lease.acquire(tracker, task["id"], run_id, holder=tracker.actor, ttl_s=lease_ttl(config),
                                   force=options.force or (steal_dead and holder_is_dead(tracker, task["id"])))
         except LeaseHeld as exc:
             held.append(str(exc))
             return None
+    if lease is not None:
         lease.heartbeat()
     try:
         for _ in range(3):  # the first attempt, at most one send-back, and a resumed send-back

@@ -21,7 +21,7 @@ from pathlib import Path
 from tracker.store import Tracker
 
 __all__ = ["Lease", "LeaseHeld", "keep_alive", "DEFAULT_TTL_S", "ensure_lease_table", "lease_is_live", "held_by_person",
-           "holder_is_dead"]
+           "holder_is_dead", "claim_next_leased"]
 
 DEFAULT_TTL_S = 60.0
 
@@ -131,6 +131,14 @@ class Lease:
         ``force`` takes it over regardless (the user says the other run is dead).
         """
         ensure_lease_table(tracker)
+        return cls._take(tracker, task_id, run_id, holder=holder, ttl_s=ttl_s, force=force, now=now)
+
+    @classmethod
+    def _take(cls, tracker: Tracker, task_id: str, run_id: str, *, holder: str, ttl_s: float, force: bool = False,
+              now: float | None = None) -> "Lease":
+        """``acquire`` once the table exists: row locks only, never the writers' lock (inside a
+        transaction that holds a claimed row, waiting for that lock could deadlock with a writer
+        that holds it and waits for the row)."""
         token = secrets.token_hex(8)
         # One compare-and-set statement: insert the lease, or replace one that lapsed (or any, with
         # ``force``). Runners taking different tasks never wait for each other.
@@ -179,3 +187,26 @@ class Lease:
             self._thread.join(timeout=5)
         with tracker.transaction() as c:
             c.execute("DELETE FROM mesh_leases WHERE task_id = ? AND token = ?", (self.task_id, self.token))
+
+
+def claim_next_leased(tracker: Tracker, *, labels: list[str], parent: str | None, skip: set[str], run_id: str,
+                      ttl_s: float, lease: bool = True) -> tuple[dict, Lease | None] | None:
+    """Claim the next ready task of a scope (``Tracker.claim_next``: on PostgreSQL one statement,
+    ``FOR UPDATE SKIP LOCKED``) and take its lease, in one transaction: a task is never claimed
+    without its lease (which ``held_by_person`` tells a run's task by), and a lease is never taken
+    on a task another runner claimed. A task whose lease another run holds is passed over (its
+    claim undone); None when nothing is left to claim. ``lease=False`` (runs that do not
+    integrate) claims only. The lease table must exist (``ensure_lease_table``, once: it takes
+    the writers' lock)."""
+    avoid = set(skip)
+    while True:
+        task = None
+        try:
+            with tracker.transaction(exclusive=False):
+                task = tracker.claim_next(labels=labels, issue_type="task", parent=parent, skip=avoid)
+                if task is None:
+                    return None
+                held = Lease._take(tracker, task["id"], run_id, holder=tracker.actor, ttl_s=ttl_s) if lease else None
+            return task, held
+        except LeaseHeld:
+            avoid.add(task["id"])
