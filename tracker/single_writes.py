@@ -242,7 +242,7 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
     it), whether the change moves the ready state of other issues or its own (then nothing was
     written), and the issue; no row for no issue."""
     # The current values, read with the row locked (a closed issue closed anew has no old status).
-    olds = [f"CASE WHEN i.status = 'closed' THEN NULL ELSE i.status END" if close and name == "status"
+    olds = ["CASE WHEN i.status = 'closed' THEN NULL ELSE i.status END" if close and name == "status"
             else _AS_TEXT[kind].format(f"i.{name}") for name, kind in fields]
     cur = ["i.id", "i.status AS was", *(f"{old} AS o{n}" for n, old in enumerate(olds)),
            *(_AS_TEXT[kind].format(f"i.{name}") + f" AS x{n}" for n, (name, kind) in enumerate(expected)),
