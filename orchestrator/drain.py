@@ -367,6 +367,13 @@ class _Drain:
                                  parent=self.scope.parent_epic, skip=skip, run_id=new_run_id(),
                                  ttl_s=lease_ttl(self.config), lease=self.config.integrate)
 
+    def limit_reached(self, started: set[str], task_id: str | None = None) -> str | None:
+        """``max_tasks`` or ``budget`` when no new task may start (``task_id``, one that already
+        started, may go on past ``--max-tasks``); None when one may."""
+        if self.options.max_tasks is not None and task_id not in started and len(started) >= self.options.max_tasks:
+            return "max_tasks"
+        return None if self.budget_allows() else "budget"
+
     def budget_allows(self) -> bool:
         return budget_allows(self.options.max_usd,
                              finished=[row.cost_usd for row in self.rows.values() if row.ended is not None],
@@ -404,11 +411,9 @@ class _Drain:
                             # Ready work is claimed the way every runner claims it: the next ready task
                             # of the scope, taken with its lease in one transaction (never one another
                             # runner claimed a moment ago, never one a person holds).
-                            if self.options.max_tasks is not None and len(started) >= self.options.max_tasks:
-                                stop_reason = "max_tasks"
-                                break
-                            if not self.budget_allows():
-                                stop_reason = "budget"
+                            limit = self.limit_reached(started)
+                            if limit:
+                                stop_reason = limit
                                 break
                             claimed = self.claim_ready(tracker, busy | left_alone | set(self.rows) | {
                                 t for t, at in self.retry_at.items() if at > time.monotonic()})
@@ -426,12 +431,9 @@ class _Drain:
                             skipped.append(why)
                             self.emit("task_skipped", task=task_id, why=why)
                             continue
-                        if (self.options.max_tasks is not None and task_id not in started
-                                and len(started) >= self.options.max_tasks):
-                            stop_reason = "max_tasks"
-                            break
-                        if not self.budget_allows():
-                            stop_reason = "budget"
+                        limit = self.limit_reached(started, task_id)
+                        if limit:
+                            stop_reason = limit
                             break
                         started.add(task_id)
                         self.rows[task_id] = TaskRow(id=task_id, title=task["title"], started=time.monotonic())

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from orchestrator.landing.lander import Lander
 
 
-
 class RunError(Exception):
     """A run that cannot start: usage (exit 2) or tracker unavailable (exit 4)."""
 

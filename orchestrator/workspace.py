@@ -19,7 +19,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tracker.errors import WorkspaceError
 from tracker.store import DB_NAME, Tracker, find_workspace
 
 __all__ = ["DOCTOR_HINT", "ConfigError", "TrackerNotFound", "TrackerUnavailable", "config_folders", "config_table",
@@ -70,18 +69,14 @@ def open_found_tracker(db: Path | str | None, actor: str | None, url: str | None
         db = tracker_target(db, repo, url)
     except TrackerNotFound as exc:
         raise TrackerUnavailable(str(exc)) from None
+    tracker = None
     try:
         tracker = Tracker.open(db, actor=actor or os.environ.get("MESH_ACTOR") or "mesh")
-    except Exception as exc:  # noqa: BLE001 - a damaged file or a refused server, said in one line
-        raise TrackerUnavailable(f"tracker unavailable: {exc}; {DOCTOR_HINT}") from None
-    try:
         tracker.where()
         tracker.status()
-    except WorkspaceError as exc:
-        tracker.close()
-        raise TrackerUnavailable(f"tracker unavailable: {exc}; {DOCTOR_HINT}") from None
-    except Exception as exc:  # a damaged file surfaces as sqlite errors from the first query
-        tracker.close()
+    except Exception as exc:  # a damaged file (sqlite errors from the first query), a refused server, a newer schema
+        if tracker is not None:
+            tracker.close()
         raise TrackerUnavailable(f"tracker unavailable: {exc}; {DOCTOR_HINT}") from None
     return tracker
 

@@ -9,7 +9,8 @@ The middle layer of mesh, below the orchestrator. It holds:
   tolerant mode, markdown (``fields``: each round's field kinds and aliases;
   ``markdown``: the section scanner and its readers);
 - ``contract``: the worker contract, rendered from the code;
-- ``usage``: the tokens and cost of calls (a plain dataclass); ``lazy``: this package's names imported on first use;
+- ``usage``: the tokens and cost of calls (a plain dataclass);
+- ``lazy``: this package's names imported on first use;
 - ``backends``: the ways to get a role's answer (see ``roles.backends``).
 
 May import: ``redact`` (to scrub what workers and tools print). Besides it, the standard

@@ -301,11 +301,11 @@ def _config_text(table: dict, source: str, section: str, key: str) -> str | None
     from orchestrator.workspace import ConfigError
 
     part = table.get(section, {})
-    value = part.get(key) if isinstance(part, dict) else None
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(f"{source}: {section}.{key}: must be a string")
     if not isinstance(part, dict):
         raise ConfigError(f"{source}: {section}: must be a table")
+    value = part.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{source}: {section}.{key}: must be a string")
     return value
 
 
