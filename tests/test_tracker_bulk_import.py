@@ -66,3 +66,32 @@ def test_a_bulk_import_that_fails_leaves_the_tracker_as_it_was(tmp_path, source,
         import_jsonl(tracker, source)
     assert _indexes(str(tracker.path)) == before
     assert [i["title"] for i in tracker.list(include_closed=True)] == ["already here"]
+
+
+REAL = sorted((Path(__file__).resolve().parents[2] / "shared" / "data" / "beads-real").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
+def test_an_import_into_an_empty_tracker_writes_the_ready_state_the_full_pass_computes(tmp_path, path):
+    """Into an empty tracker the import takes each issue's blocked and deferred state from the
+    file's own graph and runs no pass over the tables: the state is the one that pass computes."""
+    from tracker.db import ready_state_changes
+
+    tracker = Tracker.init(tmp_path / "ws", prefix="bk")
+    import_jsonl(tracker, path)
+    with sqlite3.connect(tracker.path) as conn:
+        assert ready_state_changes(conn) == []
+
+
+def test_the_ready_state_of_an_import_into_a_tracker_with_issues_counts_them(tmp_path):
+    """A file whose issue depends on one only the tracker holds: the file alone would call it
+    ready; the pass after the writes sees the open blocker (and its close)."""
+    tracker = Tracker.init(tmp_path / "ws", prefix="bk")
+    blocker = tracker.create("already here")["id"]
+    line = ('{"id": "bk-new", "title": "from the file", "status": "open", "priority": 1, "issue_type": "task",'
+            ' "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",'
+            f' "dependencies": [{{"issue_id": "bk-new", "depends_on_id": "{blocker}", "type": "blocks"}}]}}\n')
+    import_jsonl(tracker, io.StringIO(line))
+    assert "bk-new" not in [i["id"] for i in tracker.ready()]
+    tracker.close_issue(blocker)
+    assert "bk-new" in [i["id"] for i in tracker.ready()]

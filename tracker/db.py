@@ -225,19 +225,24 @@ def ready_state_changes(conn: sqlite3.Connection, ids: Iterable[str] | None = No
                                   (json.dumps(sorted(known)),)).fetchall())
         current = {r[0]: (r[1], r[2]) for r in conn.execute(
             f"SELECT id, blocked, defer_eff FROM issues WHERE id IN {_IDS}", (json.dumps(sorted(targets)),))}
-    changes = []
-    for issue_id, old in current.items():
+    return [(blocked, defer_eff, issue_id) for issue_id, (blocked, defer_eff) in zip(
+        current, ready_states(current, parents, direct, defer)) if (blocked, defer_eff) != current[issue_id]]
+
+
+def ready_states(ids: Iterable[str], parents: dict[str, list[str]], direct: set[str] | frozenset[str],
+                 defer: dict[str, str]) -> Iterator[tuple[int, str | None]]:
+    """``(blocked, defer_eff)`` of each of ``ids``, in order, from the graph around them:
+    ``parents`` (child -> its parent-child parents), ``direct`` (the issues with a ``blocks``
+    dependency on an issue in a blocking status) and ``defer`` (normalised ``defer_until`` of
+    those that have one). What ``ready_state_changes`` reads from the tables, an import of a whole
+    workspace already holds in memory."""
+    for issue_id in ids:
         if issue_id in parents:
             lineage = _lineage(issue_id, parents)
-            blocked = int(not direct.isdisjoint(lineage))
             defers = [defer[a] for a in lineage if a in defer]
-            defer_eff = max(defers) if defers else None
+            yield int(not direct.isdisjoint(lineage)), max(defers) if defers else None
         else:
-            blocked = int(issue_id in direct)
-            defer_eff = defer.get(issue_id)
-        if (blocked, defer_eff) != old:
-            changes.append((blocked, defer_eff, issue_id))
-    return changes
+            yield int(issue_id in direct), defer.get(issue_id)
 
 
 def _column(conn: sqlite3.Connection, sql: str, ids: Iterable[str]) -> list[str]:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .db import refresh_ready_state
+from .db import ready_states, refresh_ready_state
 from .errors import ImportLineError
-from .model import IMPORT_STATUSES, MODELLED_FIELDS, TEXT_FIELDS, normalize_ts, now_iso
+from .model import BLOCKING_STATUSES, IMPORT_STATUSES, MODELLED_FIELDS, TEXT_FIELDS, normalize_ts, now_iso
 from .rows import _COMMENT_COLUMNS, _DEP_COLUMNS, _ISSUE_SELECT, _build_issue, _comment_obj, _dep_from_tuple, _dump
 from .store import Tracker
 
@@ -42,11 +42,14 @@ _MODELLED = frozenset(MODELLED_FIELDS)
 _TEXT = frozenset(TEXT_FIELDS)
 # Columns an import writes: the plain ones straight from the record, then the derived ones.
 _PLAIN_COLUMNS = ("id", "priority", *TEXT_FIELDS, "timeout")
-_INSERT_COLUMNS = (*_PLAIN_COLUMNS, "metadata", "pinned", "ephemeral", "extra", "created_sort", "defer_sort")
+_INSERT_COLUMNS = (*_PLAIN_COLUMNS, "metadata", "pinned", "ephemeral", "extra", "created_sort", "defer_sort",
+                   "blocked", "defer_eff")
 _INSERT_ISSUE = f"INSERT INTO issues({','.join(_INSERT_COLUMNS)}) VALUES ({','.join('?' * len(_INSERT_COLUMNS))})"
-_STATUS_AT, _PRIORITY_AT, _SORT_AT = (_INSERT_COLUMNS.index(c) for c in ("status", "priority", "created_sort"))
+_STATUS_AT, _PRIORITY_AT, _SORT_AT, _DEFER_AT = (
+    _INSERT_COLUMNS.index(c) for c in ("status", "priority", "created_sort", "defer_sort"))
 _COMMENT_ROW = ("issue_id", "author", "text", "created_at", "ext_id", "dedupe_key", "extra")
 _EVENT_ROW = ("issue_id", "event_type", "actor", "field", "old_value", "new_value", "created_at")
+_BLOCKING = frozenset(BLOCKING_STATUSES)
 _CONFLICT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
 _DEP_KEYS = frozenset(("issue_id", "depends_on_id", "type", "created_at", "created_by"))
 _COMMENT_KEYS = frozenset(("id", "issue_id", "author", "text", "created_at"))
@@ -323,6 +326,11 @@ def _import(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
                 else:
                     kept.append(tuple(r))
             c.execute(f"DELETE FROM issues WHERE id IN ({marks})", chunk)
+        # The file's own graph gives each issue its ready state; when the file is the whole
+        # workspace (nothing else left in the tracker) that is the state, and no pass over the
+        # tables is needed after the writes.
+        whole = c.execute("SELECT 1 FROM issues LIMIT 1").fetchone() is None
+        issue_rows = _with_ready_state(issue_rows, dep_rows)
         rebuild = _drop_indexes_for_bulk_load(c, tracker, len(issue_rows))
         comment_rows = [(*row[:5], local_keys.get((row[0], row[2], row[3])), row[5]) for row in comment_rows] + kept
         if tracker.db.engine == "postgresql":
@@ -334,13 +342,33 @@ def _import(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
                           dep_rows)
             c.executemany(f"INSERT INTO comments({', '.join(_COMMENT_ROW)}) VALUES (?,?,?,?,?,?,?)", comment_rows)
             c.executemany(f"INSERT INTO events({', '.join(_EVENT_ROW)}) VALUES (?,?,?,?,?,?,?)", event_rows)
-        touched = [row[0] for row in issue_rows]
-        # One pass over the whole graph beats walking from thousands of seeds;
-        # a small import into a big workspace only refreshes around what it touched.
-        refresh_ready_state(c, None if len(touched) > _FULL_REFRESH_AT else touched)
+        if not whole:
+            touched = [row[0] for row in issue_rows]
+            # One pass over the whole graph beats walking from thousands of seeds;
+            # a small import into a big workspace only refreshes around what it touched.
+            refresh_ready_state(c, None if len(touched) > _FULL_REFRESH_AT else touched)
         for statement in rebuild:
             c.execute(statement)
     return report
+
+
+def _with_ready_state(issues: list[tuple], deps: list[tuple]) -> list[tuple]:
+    """The issue rows with their ``blocked`` and ``defer_eff`` as the file's graph alone gives
+    them (the issues it does not hold never block and defer nothing)."""
+    blocking = {row[0] for row in issues if row[_STATUS_AT] in _BLOCKING}
+    parents: dict[str, list[str]] = {}
+    direct = set()
+    for dep in deps:
+        kind = dep[2]
+        if kind == "parent-child":
+            parents.setdefault(dep[0], []).append(dep[1])
+        elif kind == "blocks" and dep[1] in blocking:
+            direct.add(dep[0])
+    defer = {row[0]: row[_DEFER_AT] for row in issues if row[_DEFER_AT] is not None}
+    others = parents.keys() | direct | defer.keys()  # the rest are neither blocked nor deferred
+    get = dict(zip(others, ready_states(others, parents, direct, defer))).get
+    ready = (0, None)
+    return [row + get(row[0], ready) for row in issues]
 
 
 def _copy_in(c: Any, issues: list[tuple], labels: list[tuple], deps: list[tuple], comments: list[tuple],
