@@ -19,7 +19,6 @@ import sys
 from collections.abc import Sequence
 
 from . import bd_compat as bd
-from .bd_views import resolve_id, resolve_ids, sort_issues
 from .safe_text import json_text
 from .store import Tracker
 
@@ -52,6 +51,9 @@ def list_issues(t: Tracker, *, status: str | None = None, labels: Sequence[str] 
                 reverse: bool = False) -> list[dict]:
     """``list --json``'s answer: the tracker's list, then bd's extra filters and ``--sort``
     (which come before ``--limit``; 0: all)."""
+    # The views module only for a parent or bd's own filters: a plain list never needs it.
+    if parent or labels_any or priority is not None or no_assignee or title or sort_by:
+        from .bd_views import resolve_id, sort_issues
     statuses = [s.strip() for s in status.split(",") if s.strip()] if status else None
     post_filter = bool(labels_any or priority is not None or no_assignee or title or sort_by)
     issues = t.list(status=statuses, labels=labels, issue_type=issue_type,
@@ -67,6 +69,8 @@ def list_issues(t: Tracker, *, status: str | None = None, labels: Sequence[str] 
 
 def show_issues(t: Tracker, issue_ids: Sequence[str]) -> list[dict]:
     """``show --json``'s answer: each issue with its dependencies, dependents and comments."""
+    from .bd_views import resolve_ids
+
     return [bd.details(t, issue_id) for issue_id in resolve_ids(t, issue_ids)]
 
 

@@ -5,11 +5,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 
 from .dialect import JSON_IDS
 from .errors import InvalidValueError
+from .jsontext import id_array
 from .model import now_iso
 from .rows import _COMMENT_COLUMNS, _comment_obj
 
@@ -84,7 +84,7 @@ class Comments:
         whole scope (``mesh status``), which would otherwise read issue after issue."""
         ids = list(dict.fromkeys(issue_ids))
         sql = f"SELECT {_COMMENT_COLUMNS} FROM comments WHERE issue_id IN {JSON_IDS}"
-        params: list[str] = [json.dumps(ids)]
+        params: list[str] = [id_array(ids)]
         if prefixes:
             sql += " AND (" + " OR ".join(["text LIKE ? ESCAPE '\\'"] * len(prefixes)) + ")"
             params += [p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in prefixes]

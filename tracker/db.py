@@ -11,7 +11,6 @@ schema: ``postgres`` and ``schema`` build on it, not the other way round.
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 import time
 from _thread import RLock  # threading's RLock itself, without importing threading at every start
@@ -19,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import WorkspaceError
+from .jsontext import id_array
 from .model import BLOCKING_STATUSES
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
@@ -213,7 +213,7 @@ def ready_state_changes(conn: sqlite3.Connection, ids: Iterable[str] | None = No
         frontier = set(targets)
         while frontier:  # every ancestor of those
             rows = conn.execute("SELECT issue_id, depends_on_id FROM dependencies WHERE type = 'parent-child'"
-                                f" AND issue_id IN {_IDS}", (json.dumps(sorted(frontier)),)).fetchall()
+                                f" AND issue_id IN {_IDS}", (id_array(sorted(frontier)),)).fetchall()
             for child, parent in rows:
                 parents.setdefault(child, []).append(parent)
             frontier = {parent for _, parent in rows} - known
@@ -222,9 +222,9 @@ def ready_state_changes(conn: sqlite3.Connection, ids: Iterable[str] | None = No
                                    f" ON b.id = d.depends_on_id WHERE d.type = 'blocks' AND b.status IN {_BLOCKING}"
                                    f" AND d.issue_id IN {_IDS}", known))
         defer = dict(conn.execute(f"SELECT id, defer_sort FROM issues WHERE defer_sort IS NOT NULL AND id IN {_IDS}",
-                                  (json.dumps(sorted(known)),)).fetchall())
+                                  (id_array(sorted(known)),)).fetchall())
         current = {r[0]: (r[1], r[2]) for r in conn.execute(
-            f"SELECT id, blocked, defer_eff FROM issues WHERE id IN {_IDS}", (json.dumps(sorted(targets)),))}
+            f"SELECT id, blocked, defer_eff FROM issues WHERE id IN {_IDS}", (id_array(sorted(targets)),))}
     return [(blocked, defer_eff, issue_id) for issue_id, (blocked, defer_eff) in zip(
         current, ready_states(current, parents, direct, defer)) if (blocked, defer_eff) != current[issue_id]]
 
@@ -246,7 +246,7 @@ def ready_states(ids: Iterable[str], parents: dict[str, list[str]], direct: set[
 
 
 def _column(conn: sqlite3.Connection, sql: str, ids: Iterable[str]) -> list[str]:
-    return [r[0] for r in conn.execute(sql, (json.dumps(sorted(ids)),))]
+    return [r[0] for r in conn.execute(sql, (id_array(sorted(ids)),))]
 
 
 def _lineage(issue_id: str, parents: dict[str, list[str]]) -> set[str]:

@@ -7,12 +7,12 @@ refreshes the ready-work state of the issues it touches.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 from .db import refresh_ready_state
 from .dialect import JSON_IDS
 from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError
+from .jsontext import id_array
 from .model import now_iso
 from .ready import _SQL_BLOCKING
 from .rows import _dep_obj
@@ -89,7 +89,7 @@ class Dependencies:
         for issue_id, blocker in self.db.read(
             f"SELECT d.issue_id, d.depends_on_id FROM dependencies d JOIN issues i ON i.id = d.depends_on_id"
             f" WHERE d.issue_id IN {JSON_IDS} AND d.type = 'blocks' AND i.status IN {_SQL_BLOCKING}",
-            (json.dumps(ids),),
+            (id_array(ids),),
         ):
             out[issue_id].append(blocker)
         for blockers in out.values():

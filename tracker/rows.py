@@ -7,9 +7,9 @@ objects are plain dicts with beads' field names, in beads' field order.
 
 from __future__ import annotations
 
-import json
 import operator
 
+from .jsontext import compact, loads
 from .model import EXPORT_ORDER, TEXT_FIELDS
 
 # The columns an issue object is built from (the hot path reads only these).
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 
 
 def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return None if value is None else compact(value)
 
 
 def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    return None if text is None else loads(text)
 
 
 def _row_obj(row: Row) -> dict:
@@ -52,7 +52,7 @@ def _row_obj(row: Row) -> dict:
     out["metadata"] = _load(row["metadata"])
     out["timeout"] = row["timeout"]
     if row["extra"]:
-        for key, value in json.loads(row["extra"]).items():
+        for key, value in loads(row["extra"]).items():
             out.setdefault(key, value)
     return out
 
@@ -80,10 +80,10 @@ def _build_issue(row: tuple, labels: list[str] | None, deps: list[dict] | None,
         if key in out:
             out[key] = bool(out[key])
     if "metadata" in out:
-        out["metadata"] = json.loads(out["metadata"])
+        out["metadata"] = loads(out["metadata"])
     kept = row[_EXTRA_AT]
     if kept:
-        extra = json.loads(kept)
+        extra = loads(kept)
         if not _EXPORT_KEYS.isdisjoint(extra):
             # A kept value for a modelled field goes in that field's place.
             out = {key: extra[key] if key in extra and (key not in out or export) else out[key]
@@ -112,7 +112,7 @@ def _dep_from_tuple(row: tuple) -> dict:
     if row[4] is not None:
         dep["created_by"] = row[4]
     if row[5]:
-        dep.update(json.loads(row[5]))
+        dep.update(loads(row[5]))
     return dep
 
 
@@ -123,7 +123,7 @@ def _dep_obj(row: Row) -> dict:
     if row["created_by"] is not None:
         dep["created_by"] = row["created_by"]
     if row["extra"]:
-        dep.update(json.loads(row["extra"]))
+        dep.update(loads(row["extra"]))
     return dep
 
 
@@ -142,9 +142,9 @@ def _comment_obj(row: Row | tuple) -> dict:
     )
     if ext_id is not None:
         # Most ids are plain integers: skip the JSON decoder for them (export of 100k issues).
-        local_id = int(ext_id) if ext_id.isdigit() else json.loads(ext_id)
+        local_id = int(ext_id) if ext_id.isdigit() else loads(ext_id)
     comment: dict[str, Any] = {"id": local_id, "issue_id": issue_id, "author": author, "text": text,
                                "created_at": created_at}
     if extra:
-        comment.update(json.loads(extra))
+        comment.update(loads(extra))
     return comment

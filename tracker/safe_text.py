@@ -76,6 +76,7 @@ def inert(value: Any, *, multiline: frozenset[str] = frozenset()) -> Any:
 def json_text(value: Any, *, indent: int | None = None) -> str:
     """``value`` as JSON that decodes to exactly ``value``: non-ASCII text kept as it is (as bd
     prints it), the controls ``json.dumps`` leaves raw (DEL, C1) escaped like the others."""
-    import json  # here: `mesh --help` imports this module for printing, never for JSON
+    from .jsontext import dumps, indented  # here: `mesh --help` imports this module, never for JSON
 
-    return json.dumps(value, indent=indent, ensure_ascii=False).translate(_JSON_CONTROLS)
+    text = dumps(value, ensure_ascii=False) if indent is None else indented(value, indent)
+    return text.translate(_JSON_CONTROLS)

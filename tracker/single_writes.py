@@ -24,12 +24,12 @@ caller then runs the Python transaction.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 
 from . import ids as idgen
 from .errors import ConflictError, NotFoundError, TrackerError
 from .issues import _counted_issue, _row_values
+from .jsontext import dumps
 from .model import BLOCKING_STATUSES, TEXT_FIELDS, normalize_ts, now_iso
 from .pg_functions import LOCKED, issue_json
 from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, _dep_from_tuple
@@ -60,7 +60,7 @@ class SingleWrites:
         values = _row_values(record, None)
         if any(type(v) not in _PLAIN for v in values):
             return None
-        row_json = json.dumps(dict(zip(INSERT_COLUMNS, values)), ensure_ascii=False)
+        row_json = dumps(dict(zip(INSERT_COLUMNS, values)), ensure_ascii=False)
         now = record["created_at"]
         hashed = None if parent or issue_id else idgen.base36_hash(seed, 0)
         if not parent and not idempotency_key:

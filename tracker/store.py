@@ -13,7 +13,6 @@ beads' field names, plus ``labels``, ``dependencies``, ``dependency_count``,
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from .dependencies import Dependencies
 from .dialect import is_url, sqlite_path
 from .errors import WorkspaceError
 from .issues import Issues
+from .jsontext import dumps
 from .model import normalize_ts, now_iso
 from .ready import ReadyWork
 from .single_writes import SingleWrites
@@ -266,4 +266,4 @@ def _prefix_from_yaml(path: Path) -> str | None:
 def _event_text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return dumps(value, ensure_ascii=False)

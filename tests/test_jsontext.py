@@ -1,0 +1,82 @@
+"""tracker.jsontext writes what ``json.dumps`` writes, without importing ``json`` on the hot
+reads: the indented answer character for character, the id arrays as JSON that decodes to
+the ids, and whatever it does not write itself (a subclass, a key that is not a string, a
+cycle) exactly as ``json.dumps`` does, error included."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import OrderedDict
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from tracker.jsontext import id_array, indented
+
+_scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
+            | st.text())
+_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                       | st.dictionaries(st.text(), inner, max_size=4), max_leaves=30)
+
+
+@given(_values, st.sampled_from([0, 1, 2, 4]))
+@example({"title": "\x1b[2J\u202e\x7f\x85", "n": [1, 2.5, -0.0, 1e300, None, True], "e": {}, "l": []}, 2)
+@example([float("nan"), float("inf"), -float("inf")], 2)
+@example({"\ud800": "\udfff"}, 2)  # lone surrogates pass through as json.dumps lets them
+def test_indented_is_json_dumps_character_for_character(value, indent):
+    assert indented(value, indent) == json.dumps(value, indent=indent, ensure_ascii=False)
+
+
+@given(st.lists(st.text()))
+def test_an_id_array_decodes_to_the_ids(ids):
+    assert json.loads(id_array(ids)) == ids
+
+
+class _Text(str):
+    pass
+
+
+class _Count(int):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    {1: "a", None: "b", 2.5: "c", True: "d"},   # keys json.dumps turns into strings
+    OrderedDict(b=1, a=2),                      # a dict subclass
+    [_Text("x"), _Count(3), (1, 2)],            # str and int subclasses, a tuple
+])
+def test_what_the_writer_leaves_to_json_dumps_comes_out_the_same(value):
+    assert indented(value) == json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def test_a_cycle_and_an_unknown_type_raise_what_json_dumps_raises():
+    looped: list = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular reference"):
+        indented(looped)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        indented({"when": object()})
+
+
+def test_the_hot_bd_reads_do_not_import_json(tmp_path):
+    """``bd list/ready/show --json`` on a workspace whose issues have no metadata: the answer
+    is printed and the json package was never imported."""
+    from tracker.store import Tracker
+
+    tracker = Tracker.init(tmp_path, prefix="hj")
+    first = tracker.create("first", labels=["a"])["id"]
+    tracker.add_dependency(tracker.create("second")["id"], first)
+    tracker.add_comment(first, "a note")
+    tracker.close()
+    probe = ("import sys, runpy; sys.argv = ['bd'] + sys.argv[1:];"
+             " from tracker.bd_shim import main; code = main();"
+             " print('JSON-IMPORTED' if 'json' in sys.modules else 'NO-JSON', file=sys.stderr); sys.exit(code)")
+    for args in (["list", "--json"], ["ready", "--json"], ["show", first, "--json"]):
+        done = subprocess.run([sys.executable, "-c", probe, *args], cwd=tmp_path, capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8"})
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout), args
+        assert done.stderr.strip().endswith("NO-JSON"), (args, done.stderr)

@@ -1,0 +1,126 @@
+"""JSON for the tracker without importing the ``json`` package until something needs it.
+
+``import json`` brings its decoder, scanner and encoder and compiles six regular expressions:
+about 5% of a ``bd list --json`` process, which decodes nothing when no issue it shows has
+metadata or kept extras. The hot reads need three things, made here from the C functions
+``json`` itself uses (``_json``): the JSON array of a list of ids (the ``json_each`` parameter
+of every batched query), and the indented answer ``json.dumps(value, indent=2,
+ensure_ascii=False)`` would print, character for character (a property test compares them).
+Decoding and the compact form import ``json`` on their first call.
+"""
+
+from __future__ import annotations
+
+try:
+    from _json import encode_basestring, encode_basestring_ascii
+except ImportError:  # an interpreter without the C accelerator: json's own Python versions
+    from json.encoder import py_encode_basestring as encode_basestring  # type: ignore[assignment]
+    from json.encoder import py_encode_basestring_ascii as encode_basestring_ascii  # type: ignore[assignment]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+__all__ = ["id_array", "indented", "loads", "dumps", "compact"]
+
+_INFINITY = float("inf")
+
+
+def id_array(ids: Iterable[str]) -> str:
+    """The JSON array of ``ids`` (strings), as ``json.dumps(list(ids))`` less its spaces."""
+    return "[" + ",".join(map(encode_basestring_ascii, ids)) + "]"
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``."""
+    import json
+
+    return json.loads(text)
+
+
+def dumps(value: Any, **options: Any) -> str:
+    """``json.dumps``."""
+    import json
+
+    return json.dumps(value, **options)
+
+
+def compact(value: Any) -> str:
+    """``value`` in the tracker's stored form: compact, non-ASCII kept."""
+    import json
+
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Unusual(Exception):
+    """A value the plain writer leaves to ``json.dumps`` (a subclass, a key that is not a
+    string, a cycle): the answer is then ``json.dumps``' own, error included."""
+
+
+def indented(value: Any, indent: int = 2) -> str:
+    """``json.dumps(value, indent=indent, ensure_ascii=False)``."""
+    parts: list[str] = []
+    try:
+        _write(value, parts.append, "\n", " " * indent)
+    except (_Unusual, RecursionError):
+        return dumps(value, indent=indent, ensure_ascii=False)
+    return "".join(parts)
+
+
+def _write(value: Any, emit: Any, newline: str, step: str) -> None:
+    kind = type(value)
+    if kind is str:
+        emit(encode_basestring(value))
+    elif value is None:
+        emit("null")
+    elif value is True:
+        emit("true")
+    elif value is False:
+        emit("false")
+    elif kind is int:
+        emit(int.__repr__(value))
+    elif kind is float:
+        emit(_float(value))
+    elif kind is dict:
+        if not value:
+            emit("{}")
+            return
+        inner = newline + step
+        emit("{")
+        separator = inner
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Unusual
+            emit(separator)
+            emit(encode_basestring(key))
+            emit(": ")
+            _write(item, emit, inner, step)
+            separator = "," + inner
+        emit(newline)
+        emit("}")
+    elif kind is list or kind is tuple:
+        if not value:
+            emit("[]")
+            return
+        inner = newline + step
+        emit("[")
+        separator = inner
+        for item in value:
+            emit(separator)
+            _write(item, emit, inner, step)
+            separator = "," + inner
+        emit(newline)
+        emit("]")
+    else:
+        raise _Unusual
+
+
+def _float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value == _INFINITY:
+        return "Infinity"
+    if value == -_INFINITY:
+        return "-Infinity"
+    return float.__repr__(value)
