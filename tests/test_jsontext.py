@@ -44,7 +44,7 @@ class _Count(int):
 
 
 @pytest.mark.parametrize("value", [
-    {1: "a", None: "b", 2.5: "c", True: "d"},   # keys json.dumps turns into strings
+    {1: "a", None: "b", 2.5: "c", False: "d"},   # keys json.dumps turns into strings
     OrderedDict(b=1, a=2),                      # a dict subclass
     [_Text("x"), _Count(3), (1, 2)],            # str and int subclasses, a tuple
 ])
