@@ -8,7 +8,8 @@ Subpackages (each ``__init__`` says what it holds):
 
 - ``sandbox``: may import ``redact``, ``roles``.
 - ``worktree``: may import ``tracker``, ``redact``.
-- ``ledger``: may import ``tracker``, ``redact``, ``orchestrator.safe_text``, ``orchestrator.config``.
+- ``ledger``: may import ``tracker``, ``redact``, ``orchestrator.safe_text``, ``orchestrator.price_rows``,
+  ``orchestrator.config``.
 - ``protocol``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
   ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``.
 - ``landing``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
@@ -33,8 +34,10 @@ Modules directly here:
 - ``safe_text`` (untrusted text made safe for a terminal): may import ``tracker``.
 - ``workspace`` (which tracker and which config file a command uses, read as plain TOML): may
   import ``tracker``.
+- ``price_rows`` (model prices as plain data, and a price table read without pydantic when it is
+  plainly valid): may import nothing.
 - ``config`` (``mesh.toml`` validated): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
-  ``orchestrator.worktree``, ``orchestrator.workspace``.
+  ``orchestrator.worktree``, ``orchestrator.workspace``, ``orchestrator.price_rows``.
 - ``runner`` (``mesh run``/``resume`` as a library: the tracker, config, backend, sandbox and
   lease put together into an engine): may import ``tracker``, ``redact``, ``roles``,
   ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import re
 import tomllib
 from pathlib import Path
@@ -29,6 +28,16 @@ from pydantic import (
 from redact.known import SIGNING_KEY_ENV
 from orchestrator.worktree.policy import check_pattern
 from orchestrator.workspace import ConfigError, config_table
+from orchestrator.price_rows import (
+    DEFAULT_PRICE_ROWS as _DEFAULT_PRICE_ROWS,
+    DEFAULT_PRICES_AS_OF,
+    MODEL_NAME,
+    PRICE_FILE_MAX_BYTES,
+    cost_usd,
+    is_price_date,
+    user_prices_path,
+    with_cache_rates,
+)
 from orchestrator.sandbox.bwrap import Limits
 from orchestrator.sandbox.validation import parse_allow_entry
 from roles.backends.command import split_command
@@ -80,22 +89,8 @@ DEFAULT_MODELS: dict[str, str] = {
     "reviewer": "claude-sonnet-4-6",
 }
 
-# Anthropic's published list prices in USD per million tokens on this date (cache writes
-# at the 5-minute TTL rate). Prices change: users override them under [prices].
-# claude-sonnet-4-5 reaches end of life on 2026-11-30 (SDK 2.12's deprecation table), so the
-# defaults use claude-sonnet-4-6, priced at the Sonnet tier's list price.
-DEFAULT_PRICES_AS_OF = "2025-10-15"
-_DEFAULT_PRICE_ROWS: dict[str, dict[str, float]] = {
-    "claude-sonnet-4-6": {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75},
-    "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75},
-    "claude-haiku-4-5": {"input": 1.0, "output": 5.0, "cache_read": 0.10, "cache_write": 1.25},
-    "claude-opus-4-1": {"input": 15.0, "output": 75.0, "cache_read": 1.50, "cache_write": 18.75},
-}
-
 _THRESHOLD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_MODEL_NAME_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
-PRICE_FILE_MAX_BYTES = 1_000_000
+_MODEL_NAME_RE = re.compile(MODEL_NAME)
 
 
 def _over_defaults(defaults: dict[str, Any], value: Any) -> Any:
@@ -243,30 +238,11 @@ class ModelPrice(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _fill_cache_rates(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("input"), (int, float)):
-            data = dict(data)
-            if data.get("cache_read") is None:
-                data["cache_read"] = round(data["input"] * 0.1, 6)
-            if data.get("cache_write") is None:
-                data["cache_write"] = round(data["input"] * 1.25, 6)
-        return data
+        return with_cache_rates(data)
 
-    def cost_usd(
-        self,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
-    ) -> float:
+    def cost_usd(self, **tokens: int) -> float:
         """The price in USD of one call's token usage."""
-        total = (
-            input_tokens * self.input
-            + output_tokens * self.output
-            + cache_read_tokens * self.cache_read
-            + cache_write_tokens * self.cache_write
-        )
-        return total / 1_000_000
+        return cost_usd(self, **tokens)
 
 
 class PriceTable(_Strict):
@@ -285,12 +261,8 @@ class PriceTable(_Strict):
             value = value.date()
         if isinstance(value, _dt.date):
             return value.isoformat()
-        if not isinstance(value, str) or not _DATE_RE.match(value):
+        if not isinstance(value, str) or not is_price_date(value):
             raise ValueError("must be a date YYYY-MM-DD")
-        try:
-            _dt.date.fromisoformat(value)
-        except ValueError:
-            raise ValueError("must be a date YYYY-MM-DD") from None
         return value
 
     @field_validator("models", mode="before")
@@ -566,6 +538,15 @@ def load_config(repo: Path | None = None, config_file: Path | None = None) -> Me
     return _validate(_with_user_prices(table), source)
 
 
+def config_prices(table: dict[str, Any], source: str) -> PriceTable:
+    """The price table a raw config ``table`` (``config_table``) gives, validated as
+    ``load_config`` validates it, without the rest of the config: the built-in rows, the
+    user's stored table over them, the project's ``[prices]`` over that. ConfigError with one
+    line naming the file and the key."""
+    data = _with_user_prices(table)
+    return _validate({"prices": data["prices"]} if "prices" in data else {}, source).prices
+
+
 def _from_pyproject(data: dict[str, Any], source: str) -> MeshConfig:
     tool = data.get("tool", {})
     section = tool.get("mesh") if isinstance(tool, dict) else None
@@ -594,15 +575,6 @@ def config_from_text(mesh_toml: str | None, pyproject: str | None, source: str) 
 
 
 # ------------------------------------------------------------------ the user's price table
-
-
-def user_prices_path() -> Path:
-    """Where ``mesh prices --update-from`` stores the user's price table:
-    ``$XDG_CONFIG_HOME/mesh/prices.json``, ``~/.config/mesh/prices.json`` when that variable
-    is unset or not an absolute path (the XDG rule)."""
-    base = os.environ.get("XDG_CONFIG_HOME", "")
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
-    return root / "mesh" / "prices.json"
 
 
 def read_price_file(path: Path) -> PriceTable:

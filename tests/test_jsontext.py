@@ -28,6 +28,7 @@ _values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.
 @example({"\ud800": "\udfff"}, 2)  # lone surrogates pass through as json.dumps lets them
 def test_indented_is_json_dumps_character_for_character(value, indent):
     assert indented(value, indent) == json.dumps(value, indent=indent, ensure_ascii=False)
+    assert indented(value, indent, ensure_ascii=True) == json.dumps(value, indent=indent)
 
 
 @given(st.lists(st.text()))

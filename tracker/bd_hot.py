@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from . import bd_compat as bd
+from .hot_output import option_value
 from .safe_text import json_text
 from .store import Tracker
 
@@ -86,18 +87,12 @@ def _parse(args: Sequence[str]) -> tuple[str, dict, list[str], dict] | None:
     k = 0
     while k < len(words):
         word = words[k]
-        name, eq, inline = word.partition("=") if word.startswith("--") else (word, "", "")
+        name = word.partition("=")[0] if word.startswith("--") else word
         own = _OPTIONS.get(command or "", {})
         if word in _FLAGS:
             json_seen = json_seen or word == "--json"
         elif name in _GLOBAL_VALUES or name in own:
-            if eq:
-                value = inline
-            elif k + 1 < len(words):
-                k += 1
-                value = words[k]
-            else:
-                return None
+            value, k = option_value(words, k)
             if not value:
                 return None
             if name in _GLOBAL_VALUES:

@@ -1,5 +1,6 @@
-"""How the hot paths (``bd_hot``'s answers, ``mesh --help``'s generated text) print: as click
-would, without importing click or anything else.
+"""What the hot paths (``bd_hot``'s answers, ``mesh logs``' and ``mesh --help``'s) share: how
+they read an option's value and how they print, as click would, without importing click or
+anything else.
 
 May import: the standard library only.
 """
@@ -9,7 +10,17 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["write_answer"]
+__all__ = ["option_value", "write_answer"]
+
+
+def option_value(words: list[str], k: int) -> tuple[str | None, int]:
+    """The value of the option ``words[k]`` (``--name=value``, or the next word, as click reads
+    it) and the index of the last word it takes; None for the value when there is none."""
+    if words[k].startswith("--") and "=" in words[k]:
+        return words[k].partition("=")[2], k
+    if k + 1 < len(words):
+        return words[k + 1], k + 1
+    return None, k
 
 
 def write_answer(text: str) -> None:

@@ -58,20 +58,21 @@ class _Unusual(Exception):
     string, a cycle): the answer is then ``json.dumps``' own, error included."""
 
 
-def indented(value: Any, indent: int = 2) -> str:
-    """``json.dumps(value, indent=indent, ensure_ascii=False)``."""
+def indented(value: Any, indent: int = 2, *, ensure_ascii: bool = False) -> str:
+    """``json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)``."""
     parts: list[str] = []
     try:
-        _write(value, parts.append, "\n", " " * indent)
+        _write(value, parts.append, "\n", " " * indent,
+               encode_basestring_ascii if ensure_ascii else encode_basestring)
     except (_Unusual, RecursionError):
-        return dumps(value, indent=indent, ensure_ascii=False)
+        return dumps(value, indent=indent, ensure_ascii=ensure_ascii)
     return "".join(parts)
 
 
-def _write(value: Any, emit: Any, newline: str, step: str) -> None:
+def _write(value: Any, emit: Any, newline: str, step: str, quote: Any) -> None:
     kind = type(value)
     if kind is str:
-        emit(encode_basestring(value))
+        emit(quote(value))
     elif value is None:
         emit("null")
     elif value is True:
@@ -93,9 +94,9 @@ def _write(value: Any, emit: Any, newline: str, step: str) -> None:
             if type(key) is not str:
                 raise _Unusual
             emit(separator)
-            emit(encode_basestring(key))
+            emit(quote(key))
             emit(": ")
-            _write(item, emit, inner, step)
+            _write(item, emit, inner, step, quote)
             separator = "," + inner
         emit(newline)
         emit("}")
@@ -108,7 +109,7 @@ def _write(value: Any, emit: Any, newline: str, step: str) -> None:
         separator = inner
         for item in value:
             emit(separator)
-            _write(item, emit, inner, step)
+            _write(item, emit, inner, step, quote)
             separator = "," + inner
         emit(newline)
         emit("]")

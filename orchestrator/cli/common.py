@@ -10,7 +10,7 @@ import click
 
 from tracker.cli_io import echo as _say
 
-__all__ = ["_calls_context", "_result", "_fail"]
+__all__ = ["_calls_context", "_ledger_context", "_result", "_fail"]
 
 
 def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
@@ -32,6 +32,21 @@ def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
         _fail(ctx, str(exc), 4, as_json)
         return None
     return config, tracker
+
+
+def _ledger_context(ctx: click.Context, repo, config_file, as_json: bool):
+    """``hot_logs.ledger_context`` for a command, or None after one line and the exit code."""
+    from orchestrator.cli.hot_logs import ledger_context
+    from orchestrator.workspace import ConfigError, TrackerUnavailable
+
+    root = ctx.find_root().obj or {}
+    try:
+        return ledger_context(repo, config_file, root.get("db"), root.get("actor"))
+    except ConfigError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+    except TrackerUnavailable as exc:
+        _fail(ctx, str(exc), 4, as_json)
+    return None
 
 
 def _result(as_json: bool, data: Any, render: Callable[[Any], str]) -> None:

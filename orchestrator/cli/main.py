@@ -15,7 +15,7 @@ import click
 from orchestrator.cli.bd_cli import bd_command
 from tracker.cli_io import echo as _say
 
-from orchestrator.cli.common import _calls_context, _fail, _result
+from orchestrator.cli.common import _calls_context, _fail, _ledger_context, _result
 from orchestrator.cli.mcp_cli import mcp_command
 from orchestrator.cli.review_cli import review_command
 from orchestrator.cli.schema_cli import schema_command
@@ -271,7 +271,7 @@ def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> No
 
     from orchestrator.protocol.scope import ScopeError, resolve_scope
     from orchestrator.views.status import render_status, scope_status
-    from orchestrator.workspace import ConfigError, TrackerUnavailable, config_table, open_found_tracker
+    from orchestrator.workspace import ConfigError, TrackerUnavailable, config_table, config_text, open_found_tracker
 
     # A read-only view: the two settings it needs are read from the config file's table, without
     # the validated model (pydantic and the roles would be most of the command's time).
@@ -279,7 +279,7 @@ def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> No
     try:
         scope = resolve_scope(label, parent)
         table, source = config_table(Path(repo) if repo else None)
-        url, onto_default = (_config_text(table, source, section, key)
+        url, onto_default = (config_text(table, source, section, key)
                              for section, key in (("tracker", "url"), ("drain", "onto")))
         tracker = open_found_tracker(root.get("db"), root.get("actor"), url, repo=repo)
     except (ScopeError, ConfigError) as exc:
@@ -293,20 +293,6 @@ def status_command(ctx: click.Context, label, parent, repo, onto, as_json) -> No
     with tracker:
         status = scope_status(tracker, scope, repo=Path(repo or ".").resolve(), onto=onto or onto_default)
     _result(as_json, status, render_status)
-
-
-def _config_text(table: dict, source: str, section: str, key: str) -> str | None:
-    """``[section] key`` of a raw config table: a string or None; ConfigError (naming the file
-    and the key, as the full validation would) for anything else."""
-    from orchestrator.workspace import ConfigError
-
-    part = table.get(section, {})
-    if not isinstance(part, dict):
-        raise ConfigError(f"{source}: {section}: must be a table")
-    value = part.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(f"{source}: {section}.{key}: must be a string")
-    return value
 
 
 @cli.command("show")
@@ -473,7 +459,9 @@ def _show(value: Any, as_json: bool, render: Callable[..., str]) -> None:
     if as_json:
         click.echo(json.dumps(value, indent=2))
         return
-    width, color = _terminal()
+    from orchestrator.safe_text import terminal
+
+    width, color = terminal()
     # Colour codes are the renderer's own (its cells are clipped, hence inert); plain text is
     # made printable whole.
     text = render(value, width=width, color=color)
@@ -483,15 +471,6 @@ def _show(value: Any, as_json: bool, render: Callable[..., str]) -> None:
         _say(text)
 
 
-def _terminal() -> tuple[int, bool]:
-    """Width and colour of the tables: the terminal's, or 120 columns of plain text in a pipe."""
-    import os
-    import shutil
-    import sys
-
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size((100, 24)).columns, "NO_COLOR" not in os.environ
-    return 120, False
 
 
 @cli.command("logs")
@@ -518,19 +497,19 @@ def logs_command(ctx: click.Context, task, run_id, role, round_name, model, back
     from orchestrator.ledger.logs import DEFAULT_LIMIT, list_calls, render_calls
     from orchestrator.ledger.usage import CallsUnavailable, UsageError
 
-    opened = _calls_context(ctx, repo, config_file, as_json)
+    opened = _ledger_context(ctx, repo, config_file, as_json)
     if opened is None:
         return
-    config, tracker = opened
+    prices, tracker = opened
     with tracker:
         try:
-            records = list_calls(tracker, prices=config.prices, task=task, run=run_id, role=role,
+            records = list_calls(tracker, prices=prices, task=task, run=run_id, role=role,
                                  round_name=round_name, model=model, backend=backend, errors=errors, query=query,
                                  limit=DEFAULT_LIMIT if count is None else count, verbose=verbose)
         except UsageError as exc:
             _fail(ctx, str(exc), 4 if isinstance(exc, CallsUnavailable) else 2, as_json)
             return
-    _show(records, as_json, lambda value, **size: render_calls(value, prices_as_of=config.prices.as_of,
+    _show(records, as_json, lambda value, **size: render_calls(value, prices_as_of=prices.as_of,
                                                                verbose=verbose, **size))
 
 
@@ -548,13 +527,13 @@ def usage_command(ctx: click.Context, task, since, as_json, repo, config_file) -
     """
     from orchestrator.ledger.usage import CallsUnavailable, UsageError, parse_since, render_usage, usage_summary
 
-    opened = _calls_context(ctx, repo, config_file, as_json)
+    opened = _ledger_context(ctx, repo, config_file, as_json)
     if opened is None:
         return
-    config, tracker = opened
+    prices, tracker = opened
     with tracker:
         try:
-            summary = usage_summary(tracker, prices=config.prices, task_id=task,
+            summary = usage_summary(tracker, prices=prices, task_id=task,
                                     since=parse_since(since) if since else None)
         except UsageError as exc:
             _fail(ctx, str(exc), 4 if isinstance(exc, CallsUnavailable) else 2, as_json)

@@ -7,6 +7,10 @@ the full command line would cost them click and every command of ``mesh`` at eac
 Only ``mesh tracker ...`` with no option of ``mesh`` itself is tried: its settings are then
 exactly the environment's (``MESH_DB``, ``MESH_ACTOR``), as ``mesh``'s options read them.
 
+``mesh logs`` with its own options is answered by ``orchestrator.cli.hot_logs`` the same way
+(its search is asked again and again; the full command line would import click, pydantic and
+rich to print it).
+
 ``mesh --help`` (or ``-h``) on a terminal of 80 columns or more prints the text click would
 print there, generated into ``orchestrator.cli.help_text``; a narrower terminal, where click
 wraps the text to its width, gets click's own.
@@ -35,6 +39,14 @@ def main() -> None:
 
         settings = {"db": os.environ.get("MESH_DB") or None, "actor": os.environ.get("MESH_ACTOR") or None}
         text = answer(args[1:], settings)
+        if text is not None:
+            write_answer(text)
+            return
+    if args[:1] == ["logs"]:
+        from orchestrator.cli.hot_logs import answer as logs_answer
+        from tracker.hot_output import write_answer
+
+        text = logs_answer(args[1:])
         if text is not None:
             write_answer(text)
             return

@@ -7,15 +7,14 @@ On SQLite the prompts and responses are indexed for full-text search (FTS5, tabl
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-import sqlite_utils
-
+from tracker.jsontext import dumps, loads
 from tracker.model import now_iso
 from tracker.store import Tracker
 
-from redact import scrub
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 __all__ = ["ensure_calls_table", "has_search_index", "log_call", "calls_for", "logged_response",
            "SEARCH_COLUMNS"]
@@ -60,6 +59,8 @@ def ensure_calls_table(tracker: Tracker) -> None:
             # sqlite-utils 4 runs its DDL as single statements inside an open transaction (no
             # implicit COMMIT); replace=True re-checks under our lock and repairs a table
             # whose triggers are missing. No plugins and no PRAGMA on the tracker's connection.
+            import sqlite_utils  # here: only to create the index, once per database
+
             calls = sqlite_utils.Database(c, recursive_triggers=False, execute_plugins=False)["mesh_calls"]
             calls.enable_fts(SEARCH_COLUMNS, create_triggers=True, replace=True)
 
@@ -79,12 +80,14 @@ def log_call(tracker: Tracker, *, run_id: str, task_id: str, role: str, round: s
              duration_s: float, error: str | None) -> None:
     """Append one call (prompt, response and error scrubbed: a backend's error detail can quote
     the model's output)."""
+    from redact import scrub  # here: reading the log never needs the scrubber
+
     with tracker.transaction() as c:
         c.execute(
             "INSERT INTO mesh_calls(run_id, task_id, role, round, attempt, backend, model, prompt, response,"
             " usage, duration_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, task_id, role, round, attempt, backend, model, scrub(prompt),
-             scrub(response) if response is not None else None, json.dumps(usage), duration_s,
+             scrub(response) if response is not None else None, dumps(usage), duration_s,
              scrub(error) if error is not None else None, now_iso()),
         )
 
@@ -108,7 +111,7 @@ def calls_for(tracker: Tracker, *, run_id: str | None = None, task_id: str | Non
     out = []
     for r in rows:
         d = dict(r)
-        d["usage"] = json.loads(d["usage"]) if d["usage"] else {}
+        d["usage"] = loads(d["usage"]) if d["usage"] else {}
         out.append(d)
     return out
 
@@ -124,5 +127,5 @@ def logged_response(tracker: Tracker, *, run_id: str, role: str, round: str, att
     if not rows:
         return None
     row = dict(rows[0])
-    row["usage"] = json.loads(row["usage"]) if row["usage"] else {}
+    row["usage"] = loads(row["usage"]) if row["usage"] else {}
     return row

@@ -14,15 +14,20 @@ never reads model text as rich markup.
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from tracker.store import Tracker
 
-from orchestrator.config import PriceTable, user_price_table
-from orchestrator.safe_text import clip, printable, render
-from orchestrator.ledger.usage import UsageError, call_cost, is_failure, load_usage, money, prepare_calls
+from orchestrator.safe_text import clip, plain_table, printable
+from orchestrator.ledger.usage import (UsageError, call_cost, default_prices, is_failure, load_usage, money,
+                                       prepare_calls)
+
+TYPE_CHECKING = False  # typing is a tenth of what `mesh logs` would import
+if TYPE_CHECKING:
+    from typing import Any
+
+    from orchestrator.config import PriceTable
+    from orchestrator.price_rows import Prices
 
 __all__ = ["DEFAULT_LIMIT", "list_calls", "get_call", "call_record", "search_clause", "portable_search_clause",
            "render_calls"]
@@ -34,10 +39,11 @@ _COLUMNS = ("id", "created_at", "run_id", "task_id", "role", "round", "attempt",
             "duration_s", "error")
 _SOURCES = {"reported": "as reported by the backend", "no_usage": "no tokens used",
             None: "no price for this model"}
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_TABLE_COLUMNS = ("id", "time (UTC)", "task", "role", "round", "model", "in/out", "cost", "s", "error")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
-def list_calls(tracker: Tracker, *, prices: PriceTable | None = None, task: str | None = None,
+def list_calls(tracker: Tracker, *, prices: PriceTable | Prices | None = None, task: str | None = None,
                run: str | None = None, role: str | None = None, round_name: str | None = None,
                model: str | None = None, backend: str | None = None, errors: bool = False,
                query: str | None = None, limit: int = DEFAULT_LIMIT, verbose: bool = False) -> list[dict[str, Any]]:
@@ -46,7 +52,7 @@ def list_calls(tracker: Tracker, *, prices: PriceTable | None = None, task: str 
     every word of it; ``verbose`` adds the prompt and the response. ``prices``: the table
     costs are worked out with (default: ``user_price_table()``). UsageError for an empty
     search or a calls table the database cannot give."""
-    table = prices if prices is not None else user_price_table()
+    table = prices if prices is not None else default_prices()
     prepare_calls(tracker)
     where: list[str] = []
     params: list[Any] = []
@@ -71,12 +77,12 @@ def list_calls(tracker: Tracker, *, prices: PriceTable | None = None, task: str 
     return [call_record(dict(row), table) for row in rows]
 
 
-def get_call(tracker: Tracker, call_id: int, *, prices: PriceTable | None = None) -> dict[str, Any] | None:
+def get_call(tracker: Tracker, call_id: int, *, prices: PriceTable | Prices | None = None) -> dict[str, Any] | None:
     """One logged call with its prompt and response (a ``call_record``); None when there is none."""
     prepare_calls(tracker)
     rows = tracker.db.read(f"SELECT {', '.join(_COLUMNS + ('prompt', 'response'))} FROM mesh_calls WHERE id = ?",
                            (call_id,))
-    return call_record(dict(rows[0]), prices if prices is not None else user_price_table()) if rows else None
+    return call_record(dict(rows[0]), prices if prices is not None else default_prices()) if rows else None
 
 
 def search_clause(tracker: Tracker, query: str) -> tuple[str, list[Any]]:
@@ -106,7 +112,7 @@ def portable_search_clause(words: Sequence[str]) -> tuple[str, list[Any]]:
     return "(" + " AND ".join(clauses) + ")", params
 
 
-def call_record(row: Mapping[str, Any], prices: PriceTable) -> dict[str, Any]:
+def call_record(row: Mapping[str, Any], prices: PriceTable | Prices) -> dict[str, Any]:
     """One calls-table row as ``mesh logs --json`` prints it: ``usage`` as logged, ``cost``
     worked out now (``{"usd", "source", "prices_as_of"}``, see ``orchestrator.ledger.usage``), the
     error (None for an answered call; a backend's remark on one is ``note``), and the prompt
@@ -149,23 +155,18 @@ def render_calls(records: Sequence[Mapping[str, Any]], *, prices_as_of: str, ver
     dated = f"USD at prices as of {prices_as_of}"
     if verbose:
         return "\n\n".join(_verbose(record, dated) for record in records)
-    from rich.table import Table
-
-    table = Table(title=f"{len(records)} call(s), newest first; {dated}", title_justify="left", box=None,
-                  pad_edge=False)
-    # Short columns never wrap; the task and the model fold on a narrow terminal.
-    for column in ("id", "time (UTC)", "task", "role", "round", "model", "in/out", "cost", "s", "error"):
-        table.add_column(column, justify="right" if column in ("id", "in/out", "cost", "s") else "left",
-                         no_wrap=column not in ("task", "model"), overflow="fold")
+    rows = []
     for r in records:
         usage = r["usage"]
         # The error's kind only (no_response, timeout...): -v and --json give its detail.
-        table.add_row(str(r["id"]), clip((r["created_at"] or "")[:16].replace("T", " "), 16), clip(r["task_id"], 24),
+        rows.append(((str(r["id"]), clip((r["created_at"] or "")[:16].replace("T", " "), 16), clip(r["task_id"], 24),
                       clip(r["role"], 12), clip(f"{r['round']}#{r['attempt']}", 18), clip(r["model"] or "-", 24),
                       f"{_tokens(usage, 'input_tokens')}/{_tokens(usage, 'output_tokens')}", money(r["cost"]["usd"]),
-                      f"{r['duration_s'] or 0:.1f}", clip((r["error"] or "").split(":", 1)[0], 16),
-                      style="red" if r["error"] else None)
-    return render(table, width=width, color=color)
+                      f"{r['duration_s'] or 0:.1f}", clip((r["error"] or "").split(":", 1)[0], 16)),
+                     bool(r["error"])))
+    # Short columns never fold; the task and the model do on a narrow terminal.
+    return plain_table(f"{len(records)} call(s), newest first; {dated}", _TABLE_COLUMNS, rows,
+                       right=("id", "in/out", "cost", "s"), fold=("task", "model"), width=width, color=color)
 
 
 def _tokens(usage: Mapping[str, Any], name: str) -> str:

@@ -22,21 +22,27 @@ is ``cache_read / (input + cache_read + cache_write)``. Days are UTC days.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import re
+from collections import namedtuple
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+
+from tracker.jsontext import loads
 
 from tracker.store import Tracker
 
 from orchestrator.ledger.calls import ensure_calls_table
-from orchestrator.config import KNOWN_ROLES, PriceTable, user_price_table
+from orchestrator.price_rows import Prices, plain_prices
 from orchestrator.safe_text import clip, render
 
-__all__ = ["CallsUnavailable", "Cost", "UsageError", "call_cost", "is_failure", "load_usage", "money", "parse_since",
-           "prepare_calls", "usage_summary", "render_usage", "TOKEN_FIELDS"]
+TYPE_CHECKING = False  # typing and dataclasses are most of what `mesh logs` would import
+if TYPE_CHECKING:
+    from typing import Any
+
+    from orchestrator.config import PriceTable
+
+__all__ = ["CallsUnavailable", "Cost", "UsageError", "call_cost", "default_prices", "is_failure", "load_usage", "money",
+           "parse_since", "prepare_calls", "usage_summary", "render_usage", "TOKEN_FIELDS"]
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _RELATIVE_RE = re.compile(r"^(\d{1,6})([hdw])$")
@@ -51,13 +57,11 @@ class CallsUnavailable(UsageError):
     """The database cannot give the calls table (it refuses to create it or its index)."""
 
 
-@dataclass(frozen=True)
-class Cost:
+class Cost(namedtuple("Cost", "usd source")):
     """What one call cost: ``usd`` (None when unpriced) and where the figure comes from
     (``prices``, ``reported``, ``no_usage``, or None when unpriced)."""
 
-    usd: float | None
-    source: str | None
+    __slots__ = ()
 
 
 def _count(value: Any) -> int:
@@ -73,7 +77,7 @@ def _dollars(value: Any) -> float:
     return float(value)
 
 
-def call_cost(usage: Mapping[str, Any], model: str | None, prices: PriceTable) -> Cost:
+def call_cost(usage: Mapping[str, Any], model: str | None, prices: PriceTable | Prices) -> Cost:
     """The cost of one logged call (see the module docstring for the rules)."""
     tokens = {name: _count(usage.get(name)) for name in TOKEN_FIELDS}
     price = prices.price_for(model) if model else None
@@ -106,6 +110,18 @@ def parse_since(text: str, *, now: dt.datetime | None = None) -> str:
     return start.astimezone(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def default_prices() -> PriceTable | Prices:
+    """The price table without a project: the built-in rows with the user's stored table over
+    them, read as plain data when it plainly is (``price_rows``), else validated by the config
+    (ConfigError when the stored table is damaged)."""
+    table = plain_prices({})
+    if table is not None:
+        return table
+    from orchestrator.config import user_price_table
+
+    return user_price_table()
+
+
 def prepare_calls(tracker: Tracker) -> None:
     """Make sure the calls table and its search index exist (the first use on a database
     made before them creates them); CallsUnavailable with one line when the database refuses."""
@@ -120,7 +136,7 @@ def load_usage(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
         return raw
     try:
-        value = json.loads(raw) if raw else {}
+        value = loads(raw) if raw else {}
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -170,7 +186,7 @@ def is_failure(error: str | None) -> bool:
     return bool(error) and not error.startswith("note: ")
 
 
-def usage_summary(tracker: Tracker, *, prices: PriceTable | None = None, task_id: str | None = None,
+def usage_summary(tracker: Tracker, *, prices: PriceTable | Prices | None = None, task_id: str | None = None,
                   since: str | None = None) -> dict[str, Any]:
     """Tokens, cache use and dollars of the logged calls, in total and by task, role, model and
     (UTC) day, with the price table's date (``prices_as_of``).
@@ -183,7 +199,7 @@ def usage_summary(tracker: Tracker, *, prices: PriceTable | None = None, task_id
     ``reported_usd`` (the part of it backends reported), ``unpriced_calls`` and
     ``duration_s``. Groups are sorted by cost (roles in the profile's order, days by date).
     """
-    table = prices if prices is not None else user_price_table()
+    table = prices if prices is not None else default_prices()
     prepare_calls(tracker)
     where, params = [], []
     if task_id:
@@ -225,6 +241,8 @@ def _ordered(name: str, group: Mapping[Any, _Totals]) -> list[dict[str, Any]]:
     if name == "day":
         keys: Iterable[Any] = sorted(group)
     elif name == "role":
+        from orchestrator.config import KNOWN_ROLES
+
         rank = {role: i for i, role in enumerate(KNOWN_ROLES)}
         keys = sorted(group, key=lambda role: (rank.get(role, len(rank)), role or ""))
     else:
