@@ -1,7 +1,7 @@
 """The views' figures of issue 21: ``mesh show`` and ``mesh status`` of an epic of 1,000 tasks
-with 20 checkpoints each (whole process, beside ``python -c pass``), and ``mesh logs -q``
-(``list_calls`` with a search) over 100,000 logged calls (library call, beside the same FTS5
-query in plain sqlite3). Run by ``tracker_speed.py --only views``.
+with 20 checkpoints each (whole process, beside ``python -c pass``), and ``mesh logs -q`` over
+100,000 logged calls (whole process beside ``python -c pass``; and ``list_calls`` with a search,
+the library call, beside the same FTS5 query in plain sqlite3). Run by ``tracker_speed.py --only views``.
 
 The workspace is deterministic: the 10,000 generated issues of ``gen_workspace``, then an epic
 ``bm-epic`` of 1,000 tasks, each with one run of 20 checkpoints written with
@@ -146,6 +146,14 @@ def bench_views(root: Path, workdir: Path, runs: int) -> None:
             a, b, ratio = _median_pairs(lambda: measure(cmd, env, Path(facts["repo"])),
                                         lambda: measure(bare, env, Path(facts["repo"])), runs)
             _figure(f"{name}, whole process, {unit}", a * 1000, "ms", b * 1000, ratio, "<= 200 ms")
+    print(f"\n== mesh logs -q over {CALLS:,} logged calls, whole process (median of {runs} alternating runs;"
+          " baseline python -c pass)")
+    for label, query in (("rare word", facts["rare"]), ("two common words", facts["common"])):
+        cmd = [str(bin_dir / "mesh"), "logs", "-q", query]
+        for measure, unit in ((_process_wall, "wall"), (_process_cpu, "cpu")):
+            a, b, ratio = _median_pairs(lambda: measure(cmd, env, Path(facts["repo"])),
+                                        lambda: measure(bare, env, Path(facts["repo"])), runs)
+            _figure(f"mesh logs -q ({label}), whole process, {unit}", a * 1000, "ms", b * 1000, ratio, "<= 50 ms")
     print(f"\n== mesh logs -q over {CALLS:,} logged calls: list_calls(query=...), library call, median of 30"
           " (baseline: the FTS5 query alone, plain sqlite3)")
     for label, query in (("rare word", facts["rare"]), ("two common words", facts["common"])):
