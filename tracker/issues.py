@@ -40,6 +40,11 @@ _UPDATABLE = frozenset(MODELLED_FIELDS) - {"id", "created_at", "created_by", "up
 _JSON_IDS = JSON_IDS
 
 
+# An issue a beads file marks as a template (bd's is_template): the key among the extra fields.
+_IS_TEMPLATE = {"sqlite": "json_type(i.extra, '$.is_template') = 'true'",
+                "postgresql": "(i.extra::jsonb -> 'is_template') = 'true'::jsonb"}
+
+
 class Issues:
     """The issues themselves: one issue, a filtered list, and each change to one."""
 
@@ -122,13 +127,16 @@ class Issues:
         assignee: str | None = None,
         include_closed: bool = False,
         limit: int | None = None,
+        exclude_types: Sequence[str] = (),
+        templates: bool = True,
     ) -> list[dict]:
         """Issues matching every given filter, ordered by (priority, created_at, id).
 
         Without ``status``, closed and tombstoned issues are left out unless
         ``include_closed``. ``parent`` selects direct children, or every
         descendant with ``descendants=True`` (an unknown ``parent`` is a
-        ``NotFoundError``).
+        ``NotFoundError``). ``exclude_types`` leaves those types out; without
+        ``templates``, so are the issues a beads file marks ``is_template``.
         """
         where, params = [], []
         if status:
@@ -145,6 +153,11 @@ class Issues:
         if assignee:
             where.append("i.assignee = ?")
             params.append(assignee)
+        if exclude_types:
+            where.append(f"i.issue_type NOT IN ({','.join('?' * len(exclude_types))})")
+            params += list(exclude_types)
+        if not templates:  # kept among an imported issue's extra fields, as JSON true
+            where.append(f"NOT (i.extra IS NOT NULL AND {_IS_TEMPLATE[self.db.engine]})")
         for label in labels:
             where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
             params.append(label)
