@@ -58,12 +58,17 @@ def user_prices_path() -> Path:
 def with_cache_rates(row: Any) -> Any:
     """A price row with the cache rates it leaves out (or sets to nothing) filled in from its
     input price: reads at 0.1x, 5-minute writes at 1.25x (Anthropic's published multipliers)."""
-    if isinstance(row, dict) and isinstance(row.get("input"), (int, float)):
-        row = dict(row)
-        if row.get("cache_read") is None:
-            row["cache_read"] = round(row["input"] * 0.1, 6)
-        if row.get("cache_write") is None:
-            row["cache_write"] = round(row["input"] * 1.25, 6)
+    if not isinstance(row, dict):
+        return row
+    try:  # what the config reads as a number ("2", true): else the input price's own error is the one to tell
+        price = float(row.get("input"))
+    except (TypeError, ValueError):
+        return row
+    row = dict(row)
+    if row.get("cache_read") is None:
+        row["cache_read"] = round(price * 0.1, 6)
+    if row.get("cache_write") is None:
+        row["cache_write"] = round(price * 1.25, 6)
     return row
 
 

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import beads_real_files, bench_module
-from tracker.bd_hot import answer
+from tracker.bd_hot import INFRA_TYPES, answer
 from tracker.cli import tracker_group
 from tracker.jsonl import import_jsonl
 from tracker.store import Tracker
@@ -188,7 +188,7 @@ def test_list_shows_fifty_by_default_as_bd_does(tmp_path):
     write_jsonl(generate(150, seed=5), source)
     db, _ = _workspace(tmp_path, source)
     with Tracker.open(db) as t:
-        open_count = len(t.list(exclude_types=("gate",), templates=False))  # what bd lists
+        open_count = len(t.list(exclude_types=("gate", *INFRA_TYPES), templates=False))  # what bd lists
     assert open_count > 50
     for args in (["list", "--json"], ["list", "--json", "--limit", "0"], ["list", "--json", "-n", "55"]):
         expected = {"--json": 50, "0": open_count, "55": 55}[args[-1] if len(args) > 2 else "--json"]
@@ -201,14 +201,16 @@ def test_list_shows_fifty_by_default_as_bd_does(tmp_path):
     assert len(everything.stdout.splitlines()) == open_count and everything.stderr == ""
 
 
-def test_list_leaves_out_templates_and_gates_unless_asked_as_bd_does(tracker):
-    """bd's `list` hides templates (a beads file's is_template) and gates unless
-    --include-templates / --include-gates (or --type gate) ask for them; on each engine, through
+def test_list_leaves_out_templates_gates_and_infrastructure_unless_asked_as_bd_does(tracker):
+    """bd's `list` hides templates (a beads file's is_template), gates and its infrastructure
+    types (agents, roles, messages: mesh's role agents) unless --include-templates /
+    --include-gates / --include-infra (or --type of theirs) ask for them; on each engine, through
     the hot path and the full command line alike. The tracker's own list keeps them all."""
     from tracker.bd_hot import list_issues
 
     task = tracker.create("ordinary work")["id"]
     gate = tracker.gate_create("wait for CI", blocks=task, await_type="human")["id"]
+    agent = tracker.create("mesh-proposer", issue_type="agent")["id"]
     line = ('{"id": "tt-tmpl", "title": "a template", "status": "open", "priority": 2, "issue_type": "task",'
             ' "is_template": true, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}\n'
             '{"id": "tt-not", "title": "not one", "status": "open", "priority": 2, "issue_type": "task",'
@@ -221,13 +223,15 @@ def test_list_leaves_out_templates_and_gates_unless_asked_as_bd_does(tracker):
     assert ids() == {task, "tt-not"}
     assert ids(include_gates=True) == {task, "tt-not", gate}
     assert ids(issue_type="gate") == {gate}
+    assert ids(include_infra=True) == {task, "tt-not", agent}
+    assert ids(issue_type="agent") == {agent}
     assert ids(include_templates=True) == {task, "tt-not", "tt-tmpl"}
-    assert {i["id"] for i in tracker.list()} == {task, "tt-not", "tt-tmpl", gate}
+    assert {i["id"] for i in tracker.list()} == {task, "tt-not", "tt-tmpl", gate, agent}
     db = str(tracker.db.path)  # the file, or the PostgreSQL URL
     assert {i["id"] for i in json.loads(answer(["list", "--json"], {"db": db}))} == {task, "tt-not"}
     for args, expected in ((["list", "--json"], {task, "tt-not"}),
-                           (["list", "--json", "--include-gates", "--include-templates"],
-                            {task, "tt-not", gate, "tt-tmpl"})):
+                           (["list", "--json", "--include-gates", "--include-templates", "--include-infra"],
+                            {task, "tt-not", gate, "tt-tmpl", agent})):
         res = CliRunner().invoke(tracker_group, args, obj={"db": db, "actor": None})
         assert res.exit_code == 0, res.output
         assert {i["id"] for i in json.loads(res.stdout)} == expected

@@ -186,3 +186,16 @@ def test_a_damaged_stored_table_is_reported_naming_it(home, tmp_path):
     assert res.stderr.count("\n") == 1
     with pytest.raises(ConfigError):
         read_price_file(stored)
+
+
+def test_a_price_the_config_reads_as_a_number_gets_its_cache_rates_and_a_wrong_one_is_named(home):
+    """An input price written as text the config reads as a number ("2") has its cache rates
+    filled in like any other; one it cannot read is the error named, not the cache rates it
+    left out (the message once said 'cache_read: Field required')."""
+    from orchestrator.config import config_prices
+    from orchestrator.workspace import ConfigError
+
+    row = config_prices({"prices": {"models": {"m": {"input": "2", "output": 8}}}}, "mesh.toml").models["m"]
+    assert (row.input, row.cache_read, row.cache_write) == (2.0, 0.2, 2.5)
+    with pytest.raises(ConfigError, match=r"prices\.models\.m\.input': Input should be a valid number"):
+        config_prices({"prices": {"models": {"m": {"input": "two", "output": 8}}}}, "mesh.toml")

@@ -34,6 +34,8 @@ _OPTIONS = {"ready": {"-n": "limit", "--limit": "limit"},
             "list": {"-n": "limit", "--limit": "limit", "-s": "status", "--status": "status"},
             "show": {}}
 _DEFAULT_LIMIT = {"ready": 10, "list": 50}  # bd's defaults (``--limit 0``: all)
+# The types bd calls infrastructure and lists only with --include-infra (its domain.DefaultInfraTypes).
+INFRA_TYPES = ("agent", "role", "message")
 
 
 def ready_issues(t: Tracker, *, labels: Sequence[str] = (), labels_any: Sequence[str] = (),
@@ -49,10 +51,13 @@ def list_issues(t: Tracker, *, status: str | None = None, labels: Sequence[str] 
                 issue_type: str | None = None, priority: int | None = None, parent: str | None = None,
                 assignee: str | None = None, no_assignee: bool = False, title: str | None = None,
                 include_closed: bool = False, limit: int = 0, sort_by: str | None = None,
-                reverse: bool = False, include_templates: bool = False, include_gates: bool = False) -> list[dict]:
+                reverse: bool = False, include_templates: bool = False, include_gates: bool = False,
+                include_infra: bool = False) -> list[dict]:
     """``list --json``'s answer: the tracker's list, then bd's extra filters and ``--sort``
-    (which come before ``--limit``; 0: all). As bd's (cmd/bd/list.go), it leaves out templates
-    and gates unless asked (``include_templates``, ``include_gates``, or ``issue_type`` gate)."""
+    (which come before ``--limit``; 0: all). As bd's (cmd/bd/list.go), it leaves out templates,
+    gates and the infrastructure beads (agents, roles, messages: mesh's own role agents among
+    them) unless asked (``include_templates``, ``include_gates``, ``include_infra``, or an
+    ``issue_type`` of theirs)."""
     # The views module only for a parent or bd's own filters: a plain list never needs it.
     if parent or labels_any or priority is not None or no_assignee or title or sort_by:
         from .bd_views import resolve_id, sort_issues
@@ -62,7 +67,8 @@ def list_issues(t: Tracker, *, status: str | None = None, labels: Sequence[str] 
                     parent=resolve_id(t, parent) if parent else None,
                     assignee=assignee, include_closed=include_closed,
                     limit=None if post_filter else limit or None, templates=include_templates,
-                    exclude_types=() if include_gates or issue_type == "gate" else ("gate",))
+                    exclude_types=[t for t in (*(() if include_gates else ("gate",)),
+                                               *(() if include_infra else INFRA_TYPES)) if t != issue_type])
     if post_filter:
         issues = sort_issues(bd.list_filter(issues, labels_any=labels_any, priority=priority,
                                             title=title, no_assignee=no_assignee), sort_by, reverse)

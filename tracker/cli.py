@@ -249,6 +249,7 @@ _label_any_option = click.option("--label-any", "labels_any", multiple=True,
 @click.option("--all", "include_closed", is_flag=True, help="Include closed (and tombstoned) issues.")
 @click.option("--include-templates", is_flag=True, help="Include template issues (a beads file's is_template).")
 @click.option("--include-gates", is_flag=True, help="Include gates (left out unless asked, or --type gate).")
+@click.option("--include-infra", is_flag=True, help="Include agents, roles and messages (left out unless asked).")
 @click.option("-n", "--limit", type=int, default=50, show_default=True, help="At most N issues (0 = all), as bd.")
 @click.option("--sort", "sort_by", type=click.Choice(LIST_SORTS), help="Sort by this field (times newest first).")
 @click.option("-r", "--reverse", is_flag=True, help="Reverse the --sort order.")
@@ -257,16 +258,16 @@ _label_any_option = click.option("--label-any", "labels_any", multiple=True,
 @json_option
 def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str, ...], issue_type: str | None,
              priority: int | None, parent: str | None, assignee: str | None, no_assignee: bool, title: str | None,
-             include_closed: bool, include_templates: bool, include_gates: bool, limit: int, sort_by: str | None,
-             reverse: bool, as_json: bool) -> None:
+             include_closed: bool, include_templates: bool, include_gates: bool, include_infra: bool, limit: int,
+             sort_by: str | None, reverse: bool, as_json: bool) -> None:
     """List issues, ordered by priority, creation time and id, or by --sort (which comes before
-    --limit); closed ones only with --all, templates and gates only when asked (as bd)."""
+    --limit); closed ones only with --all; templates, gates, agents and roles only when asked (as bd)."""
     def action(t: Tracker) -> list[dict]:
         return list_issues(t, status=status, labels=split_csv(labels), labels_any=split_csv(labels_any),
                            issue_type=issue_type, priority=priority, parent=parent, assignee=assignee,
                            no_assignee=no_assignee, title=title, include_closed=include_closed, limit=limit,
                            sort_by=sort_by, reverse=reverse, include_templates=include_templates,
-                           include_gates=include_gates)
+                           include_gates=include_gates, include_infra=include_infra)
 
     def show(issues: list[dict]) -> None:
         print_issues("No issues found.")(issues)
