@@ -240,9 +240,7 @@ class ModelPrice(_Strict):
     def _fill_cache_rates(cls, data: Any) -> Any:
         return with_cache_rates(data)
 
-    def cost_usd(self, **tokens: int) -> float:
-        """The price in USD of one call's token usage."""
-        return cost_usd(self, **tokens)
+    cost_usd = cost_usd  # the price in USD of one call's token usage (price_rows.cost_usd)
 
 
 class PriceTable(_Strict):

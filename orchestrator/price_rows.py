@@ -86,9 +86,7 @@ class Rates(namedtuple("Rates", "input output cache_read cache_write")):
     """USD per million tokens for one model."""
 
     __slots__ = ()
-
-    def cost_usd(self, **tokens: int) -> float:
-        return cost_usd(self, **tokens)
+    cost_usd = cost_usd  # the price in USD of one call's token usage
 
 
 class Prices:
