@@ -16,7 +16,8 @@ Its modules, by group:
   ``dependencies``, ``comments`` and ``coordination``; and where a workspace is), ``rows``
   (how rows become issue, dependency and comment objects), ``model`` (field names, allowed
   values, time), ``ids``, ``errors``, ``jsonl`` (beads JSONL import and export) and
-  ``safe_text`` (untrusted text made safe to print);
+  ``safe_text`` (untrusted text made safe to print), ``jsontext`` (JSON without importing the
+  ``json`` package on the hot reads);
 - bd compatibility: ``bd_compat`` (bd's JSON shapes and report commands), ``bd_views``
   (short ids, sorting, search, counts, trees), ``bd_shim`` (the ``bd`` entry point) and ``bd_hot``
   (``ready``/``list``/``show --json`` answered without click, for the processes agents start)

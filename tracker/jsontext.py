@@ -96,7 +96,10 @@ def _write(value: Any, emit: Any, newline: str, step: str, quote: Any) -> None:
             emit(separator)
             emit(quote(key))
             emit(": ")
-            _write(item, emit, inner, step, quote)
+            if type(item) is str:  # most values of an issue: no call for them
+                emit(quote(item))
+            else:
+                _write(item, emit, inner, step, quote)
             separator = "," + inner
         emit(newline)
         emit("}")
