@@ -31,7 +31,7 @@ from .db import Transactions
 from .dialect import display_target, to_postgres
 from .errors import ConflictError, InvalidValueError, TrackerError, WorkspaceError
 
-__all__ = ["PostgresDatabase", "Row", "UNAVAILABLE", "copy_rows"]
+__all__ = ["PostgresDatabase", "Row", "UNAVAILABLE", "copy_rows", "drop_for_bulk_load"]
 
 UNAVAILABLE = "tracker_unavailable"
 # The advisory lock every exclusive write transaction takes ("mesh" in ASCII).
@@ -140,6 +140,47 @@ def copy_rows(conn: _Connection, table: str, columns: Sequence[str], rows: Seque
                 copy.write_row(row)
     except psycopg.Error as exc:
         raise _typed(conn._target, exc) from None
+
+
+# What a bulk load takes off its tables and puts back once filled, in the order it is taken off: the
+# foreign keys first (any that name these tables, from either side), then the unique constraints
+# they rest on, then the plain indexes. Primary keys stay (identity columns: their index grows at
+# its end). Each row: the table, the object's name, the statement that drops it, the one that
+# builds it again.
+_BULK_LOAD_OBJECTS = """
+SELECT c.conrelid::regclass::text, c.conname,
+       format('ALTER TABLE %1$s DROP CONSTRAINT %2$I', c.conrelid::regclass, c.conname),
+       format('ALTER TABLE %1$s ADD CONSTRAINT %2$I %3$s', c.conrelid::regclass, c.conname,
+              pg_get_constraintdef(c.oid)),
+       CASE c.contype WHEN 'f' THEN 0 ELSE 1 END AS step
+  FROM pg_constraint c
+ WHERE c.contype IN ('f', 'u') AND (c.conrelid = ANY(?::text[]::regclass[]) OR c.confrelid = ANY(?::text[]::regclass[]))
+UNION ALL
+SELECT i.indrelid::regclass::text, x.relname, format('DROP INDEX %s', i.indexrelid::regclass),
+       pg_get_indexdef(i.indexrelid), 2
+  FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid
+ WHERE i.indrelid = ANY(?::text[]::regclass[]) AND NOT i.indisprimary
+   AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid AND c.contype IN ('p', 'u', 'x'))
+ ORDER BY 5, 1, 2"""
+
+
+def drop_for_bulk_load(conn: _Connection, tables: Sequence[str]) -> list[str]:
+    """Take the foreign keys, unique constraints and secondary indexes off ``tables`` (about to
+    be filled by ``COPY`` while empty) in the open transaction of ``conn``, and return the
+    statements that put them back (``conn.execute`` them once the rows are in, before the commit).
+    Read from the catalog: an index or constraint a later schema adds is handled the same.
+
+    A foreign key checked per copied row, and indexes kept up to date row by row, cost most of
+    a large load; built once over the loaded rows, an index is a sort, and a foreign key added
+    to a filled table is checked by one join. DDL is transactional in PostgreSQL: a load that
+    fails leaves every object as it was. Dropping takes the tables' exclusive lock until the
+    commit, so readers wait for the load instead of reading the old rows: the caller does this
+    only when the tables hold nothing to read."""
+    names = list(tables)
+    found = conn.execute(_BULK_LOAD_OBJECTS, (names, names, names)).fetchall()
+    for row in found:
+        conn.execute(row[2])
+    return [row[3] for row in reversed(found)]
 
 
 class PostgresDatabase(Transactions):
