@@ -25,6 +25,7 @@ caller then runs the Python transaction.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping, Sequence
 
 from . import ids as idgen
@@ -43,7 +44,11 @@ __all__ = ["SingleWrites"]
 
 # Value types a statement receives as the driver would write them (no bool: an int to Python, a
 # boolean to the driver).
-_PLAIN = (str, int, type(None))
+_PLAIN = frozenset((str, int, type(None)))
+# Where each column of an issue read back (``rows._ISSUE_COLUMNS``) is among a create's values
+# (``rows.INSERT_COLUMNS``) followed by its id.
+_ISSUE_FROM_INSERT = operator.itemgetter(*(len(INSERT_COLUMNS) if c == "id" else INSERT_COLUMNS.index(c)
+                                           for c in _ISSUE_COLUMNS))
 # How each field is compared and written: text columns as they are, integers in their decimal
 # text, pinned and ephemeral as 'true'/'false' (Python compares them as bools): the text of their
 # events. Not metadata: its events write Python's JSON of it.
@@ -59,9 +64,10 @@ class SingleWrites:
                        idempotency_key: str | None) -> dict | None:
         """``create`` on PostgreSQL; None when a value needs the Python transaction."""
         values = _row_values(record, None)
-        if any(type(v) not in _PLAIN for v in values):
+        if not _PLAIN.issuperset(map(type, values)):
             return None
-        row_json = dumps(dict(zip(INSERT_COLUMNS, values)), ensure_ascii=False)
+        # Only the values given: a column missing from the JSON is NULL (smaller to encode and parse).
+        row_json = dumps({c: v for c, v in zip(INSERT_COLUMNS, values) if v is not None}, ensure_ascii=False)
         now = record["created_at"]
         hashed = None if parent or issue_id else idgen.base36_hash(seed, 0)
         if not parent and not idempotency_key:
@@ -90,10 +96,9 @@ class SingleWrites:
         """The issue just created, from what was written: the row sent, its labels and its edge (no
         comment can exist yet); only the edges of other issues that named its id before it existed
         are counted by the server."""
-        row = dict(zip(INSERT_COLUMNS, values), id=new_id)
         deps = [_dep_from_tuple((new_id, parent, "parent-child", record["created_at"], self.actor, None))] \
             if parent else None
-        return _counted_issue(tuple(row.get(c) for c in _ISSUE_COLUMNS), labels or None, deps, dependents, 0)
+        return _counted_issue(_ISSUE_FROM_INSERT([*values, new_id]), labels or None, deps, dependents, 0)
 
     def _change_in_one(self, issue_id: str, changes: Mapping[str, Any], *, expect: Mapping[str, Any] | None = None,
                        close: bool = False, close_status: Sequence[str] | None = None, force: bool = False,
@@ -255,7 +260,7 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
     cur = ["i.id", "i.status AS was", *(f"{old} AS o{n}" for n, old in enumerate(olds)),
            *(_AS_TEXT[kind].format(f"i.{name}") + f" AS x{n}" for n, (name, kind) in enumerate(expected)),
            *(f"?::text AS v{n}" for n in range(len(fields))), *(f"?::text AS w{n}" for n in range(len(expected))),
-           "EXISTS (SELECT 1 FROM dependencies d WHERE d.depends_on_id = i.id) AS depended"]
+           "(SELECT count(*) FROM dependencies d WHERE d.depends_on_id = i.id) AS dependents"]
     checks = [f"WHEN cur.x{n} IS DISTINCT FROM cur.w{n} THEN json_build_object('outcome', 'expect', 'key', '{name}',"
               f" 'old', cur.x{n}, 'kind', '{kind}')" for n, (name, kind) in enumerate(expected)]
     if close_status:
@@ -274,7 +279,7 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
         moves.append(differs["defer_until"].replace("chk.", "cur."))
     if "status" in names:
         # A new status moves the ready state of the issues that depend on this one, if any.
-        moves.append(f"({differs['status'].replace('chk.', 'cur.')} AND cur.depended)")
+        moves.append(f"({differs['status'].replace('chk.', 'cur.')} AND cur.dependents > 0)")
     moved = " OR ".join(moves) or "false"
     kinds = {name: "closed" if close else "status_changed" if name == "status" else event_type for name in names}
     rows = ", ".join(f"({n}, '{name}', '{kinds[name]}', chk.o{n}, chk.v{n})" for n, name in enumerate(names))
@@ -308,5 +313,5 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
         f"{events}"
         f" upd AS (UPDATE issues u SET {', '.join(assignments)} FROM chk"
         f" WHERE u.id = chk.id AND {writes} AND ({changed}) RETURNING u.*)"
-        f" SELECT chk.refusal, chk.refusal IS NULL AND chk.moved, ({issue_json('upd w')}) FROM chk"
+        f" SELECT chk.refusal, chk.refusal IS NULL AND chk.moved, ({issue_json('upd w', 'chk.dependents')}) FROM chk"
     )
