@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import bench_module
+from tracker.db import ready_state_changes
 from tracker.errors import InvalidValueError
 from tracker.jsonl import _BULK_LOAD_AT, export_jsonl, import_jsonl
 from tracker.store import Tracker
@@ -107,6 +108,8 @@ def test_an_import_into_an_empty_tracker_ends_as_one_beside_other_issues(tmp_pat
     import_jsonl(on_sqlite, source)
     assert blocked == {r[0] for r in on_sqlite.db.read("SELECT id FROM issues WHERE blocked = 1")}
     assert bulk.doctor()["ok"] and beside.doctor()["ok"]
+    with bulk.db._lock:
+        assert not ready_state_changes(bulk.db.conn)  # what a refresh from the tables would write
     for tracker in (bulk, beside, on_sqlite):
         tracker.close()
 
@@ -155,3 +158,44 @@ def test_an_import_refused_half_way_leaves_rows_and_schema_as_they_were(tmp_path
     assert _state(tracker) == rows and _export(tracker) == exported
     assert len(exported) == (len(records) if filled else 0)
     tracker.close()
+
+
+def test_a_small_import_into_an_empty_tracker_writes_the_ready_state_a_refresh_would(tmp_path, pg_url):
+    """Below the bulk-load threshold the constraints stay, but the ready state still comes with the
+    rows: a deferred epic's children, a chain of blockers, a parent-child cycle, an edge to nowhere."""
+    lines = [
+        {"id": "s-epic", "title": "epic", "issue_type": "epic", "status": "open", "priority": 1,
+         "defer_until": "2031-01-01T00:00:00Z"},
+        {"id": "s-child", "title": "child", "status": "open", "priority": 2, "dependencies": [
+            {"issue_id": "s-child", "depends_on_id": "s-epic", "type": "parent-child"}]},
+        {"id": "s-first", "title": "first", "status": "in_progress", "priority": 2},
+        {"id": "s-second", "title": "second", "status": "open", "priority": 2, "dependencies": [
+            {"issue_id": "s-second", "depends_on_id": "s-first", "type": "blocks"},
+            {"issue_id": "s-second", "depends_on_id": "s-gone", "type": "blocks"}]},
+        {"id": "s-third", "title": "third", "status": "open", "priority": 2, "labels": ["q"], "dependencies": [
+            {"issue_id": "s-third", "depends_on_id": "s-second", "type": "parent-child"}]},
+        {"id": "s-done", "title": "done", "status": "closed", "priority": 2},
+        {"id": "s-free", "title": "free", "status": "open", "priority": 2, "labels": ["q"], "dependencies": [
+            {"issue_id": "s-free", "depends_on_id": "s-done", "type": "blocks"}]},
+        {"id": "s-loop-a", "title": "a", "status": "open", "priority": 3, "dependencies": [
+            {"issue_id": "s-loop-a", "depends_on_id": "s-loop-b", "type": "parent-child"}]},
+        {"id": "s-loop-b", "title": "b", "status": "open", "priority": 3, "dependencies": [
+            {"issue_id": "s-loop-b", "depends_on_id": "s-loop-a", "type": "parent-child"},
+            {"issue_id": "s-loop-b", "depends_on_id": "s-first", "type": "blocks"}]},
+    ]
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    on_pg = Tracker.init(tmp_path / "pg", prefix="s", db_path=pg_url)
+    on_sqlite = Tracker.init(tmp_path / "sqlite", prefix="s")
+    for tracker in (on_pg, on_sqlite):
+        assert import_jsonl(tracker, path).created == len(lines)
+    with on_pg.db._lock:
+        assert not ready_state_changes(on_pg.db.conn)
+    states = "SELECT id, blocked, defer_eff FROM issues ORDER BY id"
+    assert [tuple(r) for r in on_pg.db.read(states)] == [tuple(r) for r in on_sqlite.db.read(states)]
+    assert {r[0] for r in on_pg.db.read("SELECT id FROM issues WHERE blocked = 1")} == {
+        "s-second", "s-third", "s-loop-a", "s-loop-b"}
+    assert [i["id"] for i in on_pg.ready()] == [i["id"] for i in on_sqlite.ready()]
+    assert [i["id"] for i in on_pg.ready(labels=["q"])] == ["s-free"]
+    on_pg.close()
+    on_sqlite.close()
