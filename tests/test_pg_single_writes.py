@@ -178,6 +178,19 @@ def test_each_write_is_one_statement(tmp_path, pg_url):
     tracker.close()
 
 
+def test_an_update_that_changes_nothing_answers_the_issue_and_writes_nothing(tmp_path, pg_url):
+    """The statement answers only a row it wrote; for a change that changes nothing the issue is
+    read after it."""
+    tracker = Tracker.init(tmp_path, prefix="same", actor="ann", db_path=pg_url)
+    task = tracker.create("a task", labels=["x"], notes="kept")
+    events = len(tracker.events())
+    again = tracker.update(task["id"], notes="kept", priority=task["priority"])
+    assert again == tracker.get(task["id"]) and again["updated_at"] == task["updated_at"]
+    assert again["notes"] == "kept" and again["labels"] == ["x"]
+    assert len(tracker.events()) == events
+    tracker.close()
+
+
 def test_refusals_leave_the_enclosing_transaction_usable(tmp_path, pg_url):
     tracker = Tracker.init(tmp_path, prefix="tx", actor="ann", db_path=pg_url)
     blocker = tracker.create("first")

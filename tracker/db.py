@@ -134,6 +134,9 @@ class Database(Transactions):
             rows = cur.execute(sql, params).fetchall()
             return [d[0] for d in cur.description], rows
 
+    # No SQL for ``now()``: the caller reads it (no round trip here) and passes it.
+    now_sql: str | None = None
+
     def now(self) -> float:
         """The clock leases are measured with: this machine's (a SQLite file has one host)."""
         return time.time()

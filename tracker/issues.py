@@ -460,23 +460,22 @@ def _new_record(actor: str, now: str, title: str, description: str, design: str,
     return record
 
 
+_METADATA_AT, _EXTRA_AT, _CREATED_SORT_AT, _DEFER_SORT_AT, _PINNED_AT, _EPHEMERAL_AT = map(INSERT_COLUMNS.index, (
+    "metadata", "extra", "created_sort", "defer_sort", "pinned", "ephemeral"))
+
+
 def _row_values(record: Mapping[str, Any], extra: Mapping[str, Any] | None) -> list:
-    """The values of ``rows.INSERT_COLUMNS`` for a new row of ``record``."""
-    values = []
-    for col in INSERT_COLUMNS:
-        if col == "metadata":
-            values.append(_dump(record.get("metadata")))
-        elif col == "extra":
-            values.append(_dump(dict(extra)) if extra else None)
-        elif col == "created_sort":
-            values.append(normalize_ts(record.get("created_at")) or "")
-        elif col == "defer_sort":
-            values.append(normalize_ts(record.get("defer_until")))
-        elif col in ("pinned", "ephemeral"):
-            v = record.get(col)
-            values.append(None if v is None else int(bool(v)))
-        else:
-            values.append(record.get(col))
+    """The values of ``rows.INSERT_COLUMNS`` for a new row of ``record`` (each column as
+    given, then those derived: on every create, so written for speed)."""
+    get = record.get
+    values = list(map(get, INSERT_COLUMNS))
+    values[_METADATA_AT] = _dump(values[_METADATA_AT])
+    values[_EXTRA_AT] = _dump(dict(extra)) if extra else None
+    values[_CREATED_SORT_AT] = normalize_ts(get("created_at")) or ""
+    values[_DEFER_SORT_AT] = normalize_ts(get("defer_until"))
+    for at in (_PINNED_AT, _EPHEMERAL_AT):
+        if values[at] is not None:
+            values[at] = int(bool(values[at]))
     return values
 
 

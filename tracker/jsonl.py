@@ -47,6 +47,9 @@ _INSERT_COLUMNS = (*_PLAIN_COLUMNS, "metadata", "pinned", "ephemeral", "extra", 
 _INSERT_ISSUE = f"INSERT INTO issues({','.join(_INSERT_COLUMNS)}) VALUES ({','.join('?' * len(_INSERT_COLUMNS))})"
 _STATUS_AT, _PRIORITY_AT, _SORT_AT, _DEFER_AT = (
     _INSERT_COLUMNS.index(c) for c in ("status", "priority", "created_sort", "defer_sort"))
+# What an import into an empty PostgreSQL tracker fills without their constraints and indexes
+# (events keep their history: not them).
+_BULK_LOAD_TABLES = ("issues", "labels", "dependencies", "comments")
 _COMMENT_ROW = ("issue_id", "author", "text", "created_at", "ext_id", "dedupe_key", "extra")
 _EVENT_ROW = ("issue_id", "event_type", "actor", "field", "old_value", "new_value", "created_at")
 _BLOCKING = frozenset(BLOCKING_STATUSES)
@@ -331,11 +334,12 @@ def _import(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
         # tables is needed after the writes.
         whole = c.execute("SELECT 1 FROM issues LIMIT 1").fetchone() is None
         issue_rows = _with_ready_state(issue_rows, dep_rows)
-        rebuild = _drop_indexes_for_bulk_load(c, tracker, len(issue_rows))
         comment_rows = [(*row[:5], local_keys.get((row[0], row[2], row[3])), row[5]) for row in comment_rows] + kept
         if tracker.db.engine == "postgresql":
+            rebuild = _drop_for_bulk_load(c, whole, len(issue_rows))
             _copy_in(c, issue_rows, label_rows, dep_rows, comment_rows, event_rows)
         else:
+            rebuild = _drop_indexes_for_bulk_load(c, len(issue_rows))
             c.executemany(_INSERT_ISSUE, issue_rows)
             c.executemany("INSERT INTO labels(issue_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", label_rows)
             c.executemany(f"INSERT INTO dependencies({_DEP_COLUMNS}) VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
@@ -392,7 +396,25 @@ def _copy_in(c: Any, issues: list[tuple], labels: list[tuple], deps: list[tuple]
     copy_rows(c, "events", _EVENT_ROW, events)
 
 
-def _drop_indexes_for_bulk_load(c: Any, tracker: Tracker, rows: int) -> list[str]:
+def _drop_for_bulk_load(c: Any, whole: bool, rows: int) -> list[str]:
+    """On PostgreSQL, when the import writes at least ``_BULK_LOAD_AT`` issues into a tracker that
+    holds no other (a new one, or a workspace whose every issue the file replaces), take the
+    foreign keys, unique constraints and secondary indexes off the tables it fills and return the
+    statements that put them back once the rows are in (``postgres.drop_for_bulk_load``).
+
+    A foreign key checked per copied row and seven indexes on ``issues`` kept up to date row by
+    row were most of what the ``COPY``s cost; built once, an index is a sort and a foreign key one
+    join. DDL is transactional in PostgreSQL: a failed import leaves every object as it was. Their
+    exclusive lock makes readers of those tables wait for the import, where they would have read
+    a tracker still empty or about to be replaced; an import beside other issues keeps them."""
+    if not whole or rows < _BULK_LOAD_AT:
+        return []
+    from .postgres import drop_for_bulk_load
+
+    return drop_for_bulk_load(c, _BULK_LOAD_TABLES)
+
+
+def _drop_indexes_for_bulk_load(c: Any, rows: int) -> list[str]:
     """On SQLite, when the import writes at least ``_BULK_LOAD_AT`` issues and as many as a
     third of those already there, drop the secondary indexes of the tables it fills and return
     the statements that build them again (run before the transaction commits).
@@ -400,9 +422,8 @@ def _drop_indexes_for_bulk_load(c: Any, tracker: Tracker, rows: int) -> list[str
     Building an index once over sorted keys costs a fraction of keeping it up to date through
     100,000 inserts in random order: this is most of what the import of a whole workspace
     costs. DDL is transactional in SQLite, so a failed import leaves every index as it was;
-    readers see the old state until the commit. Not on PostgreSQL, where dropping an index
-    locks the table against readers for the whole import."""
-    if tracker.db.engine != "sqlite" or rows < _BULK_LOAD_AT:
+    readers see the old state until the commit. (PostgreSQL: ``_drop_for_bulk_load``.)"""
+    if rows < _BULK_LOAD_AT:
         return []
     if rows * 3 < c.execute("SELECT COALESCE(MAX(seq), 0) FROM issues").fetchone()[0]:
         return []
@@ -415,6 +436,8 @@ def _drop_indexes_for_bulk_load(c: Any, tracker: Tracker, rows: int) -> list[str
 
 def _existing_updated(c: Any, ids: list[str]) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
+    if c.execute("SELECT 1 FROM issues LIMIT 1").fetchone() is None:
+        return found  # a new tracker: no look-up of each id (200 queries for 100,000)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         for r in c.execute(f"SELECT id, updated_at FROM issues WHERE id IN ({','.join('?' * len(chunk))})", chunk):

@@ -74,15 +74,15 @@ END $$
 
 # An issue and what ``Issues._hydrate`` reads beside it, as one JSON object (NULL for no issue),
 # written into each function that answers one (a call of a function of its own cost more).
-def issue_json(source: str) -> str:
+def issue_json(source: str, dependents: str = "(SELECT count(*) FROM dependencies d WHERE d.depends_on_id = w.id)") -> str:
     """The query of that object for the issue row ``w`` of ``source`` (its ``row``: the values of
-    ``rows._ISSUE_COLUMNS``)."""
+    ``rows._ISSUE_COLUMNS``); ``dependents``: their count, when the caller has read it already."""
     return f"""SELECT json_build_object(
     'row', json_build_array({', '.join('w.' + c for c in _ISSUE_COLUMNS)}),
     'labels', (SELECT json_agg(l.label ORDER BY l.rowid) FROM labels l WHERE l.issue_id = w.id),
     'deps', (SELECT json_agg(json_build_array(d.issue_id, d.depends_on_id, d.type, d.created_at, d.created_by,
                                               d.extra) ORDER BY d.rowid) FROM dependencies d WHERE d.issue_id = w.id),
-    'dependents', (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = w.id),
+    'dependents', {dependents},
     'comments', (SELECT count(*) FROM comments c WHERE c.issue_id = w.id))
   FROM {source}"""
 

@@ -10,7 +10,8 @@ reads the same for both engines; the SQL is rewritten by ``dialect.to_postgres``
   ``psycopg_pool.ConnectionPool`` per URL and give it back on close.
 - A write transaction takes a transaction-scoped advisory lock first, so writers of
   one tracker database run one at a time: what SQLite's ``BEGIN IMMEDIATE`` gives the
-  store's read-then-write code. Hot single-statement paths (claiming the next ready
+  store's read-then-write code. ``BEGIN`` and the lock are sent with the transaction's
+  first statement, in one round trip (pipeline mode). Hot single-statement paths (claiming the next ready
   task, leases) use ``transaction(exclusive=False)`` and rely on row locks
   (``FOR UPDATE SKIP LOCKED``) and compare-and-set ``UPDATE`` instead.
 - Times that must agree across machines (lease expiry) come from the server: ``now()``.
@@ -31,7 +32,7 @@ from .db import Transactions
 from .dialect import display_target, to_postgres
 from .errors import ConflictError, InvalidValueError, TrackerError, WorkspaceError
 
-__all__ = ["PostgresDatabase", "Row", "UNAVAILABLE", "copy_rows"]
+__all__ = ["PostgresDatabase", "Row", "UNAVAILABLE", "copy_rows", "drop_for_bulk_load"]
 
 UNAVAILABLE = "tracker_unavailable"
 # The advisory lock every exclusive write transaction takes ("mesh" in ASCII).
@@ -105,23 +106,44 @@ class _Connection:
     def __init__(self, pg: Any, target: str):
         self.pg = pg
         self._target = target
+        # Statements that open the transaction (BEGIN, the write lock), sent with the next one.
+        self.deferred: list[str] = []
 
     def execute(self, sql: str, params: Sequence[Any] | dict = (), *, tuples: bool = False) -> Any:
-        """Run one statement; ``tuples`` reads plain tuples (the bulk-read fast path)."""
+        """Run one statement; ``tuples`` reads plain tuples (the bulk-read fast path). Statements
+        deferred before it go in the same round trip (pipeline mode), in order."""
         import psycopg
         from psycopg.rows import tuple_row
 
         args = tuple(params) if not isinstance(params, dict) else params
+        target = self.pg.cursor(row_factory=tuple_row) if tuples else self.pg
         try:
-            if tuples:
-                return self.pg.cursor(row_factory=tuple_row).execute(to_postgres(sql), args)
-            return self.pg.execute(to_postgres(sql), args)
+            if not self.deferred:
+                return target.execute(to_postgres(sql), args)
+            deferred, self.deferred = self.deferred, []
+            with self.pg.pipeline():
+                for statement in deferred:
+                    self.pg.execute(statement)
+                return target.execute(to_postgres(sql), args)
+        except psycopg.Error as exc:
+            raise _typed(self._target, exc) from None
+
+    def flush(self) -> None:
+        """Send the deferred statements now (before what does not go through ``execute``: COPY,
+        ``executemany``, statements in PostgreSQL's own SQL)."""
+        import psycopg
+
+        deferred, self.deferred = self.deferred, []
+        try:
+            for statement in deferred:
+                self.pg.execute(statement)
         except psycopg.Error as exc:
             raise _typed(self._target, exc) from None
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         import psycopg
 
+        self.flush()
         try:
             with self.pg.cursor() as cur:
                 cur.executemany(to_postgres(sql), [tuple(r) for r in rows])
@@ -134,6 +156,7 @@ def copy_rows(conn: _Connection, table: str, columns: Sequence[str], rows: Seque
     transaction of ``conn``; errors typed as ``_Connection.execute`` types them."""
     import psycopg
 
+    conn.flush()
     try:
         with conn.pg.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
             for row in rows:
@@ -142,10 +165,53 @@ def copy_rows(conn: _Connection, table: str, columns: Sequence[str], rows: Seque
         raise _typed(conn._target, exc) from None
 
 
+# What a bulk load takes off its tables and puts back once filled, in the order it is taken off: the
+# foreign keys first (any that name these tables, from either side), then the unique constraints
+# they rest on, then the plain indexes. Primary keys stay (identity columns: their index grows at
+# its end). Each row: the table, the object's name, the statement that drops it, the one that
+# builds it again.
+_BULK_LOAD_OBJECTS = """
+SELECT c.conrelid::regclass::text, c.conname,
+       format('ALTER TABLE %1$s DROP CONSTRAINT %2$I', c.conrelid::regclass, c.conname),
+       format('ALTER TABLE %1$s ADD CONSTRAINT %2$I %3$s', c.conrelid::regclass, c.conname,
+              pg_get_constraintdef(c.oid)),
+       CASE c.contype WHEN 'f' THEN 0 ELSE 1 END AS step
+  FROM pg_constraint c
+ WHERE c.contype IN ('f', 'u') AND (c.conrelid = ANY(?::text[]::regclass[]) OR c.confrelid = ANY(?::text[]::regclass[]))
+UNION ALL
+SELECT i.indrelid::regclass::text, x.relname, format('DROP INDEX %s', i.indexrelid::regclass),
+       pg_get_indexdef(i.indexrelid), 2
+  FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid
+ WHERE i.indrelid = ANY(?::text[]::regclass[]) AND NOT i.indisprimary
+   AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid AND c.contype IN ('p', 'u', 'x'))
+ ORDER BY 5, 1, 2"""
+
+
+def drop_for_bulk_load(conn: _Connection, tables: Sequence[str]) -> list[str]:
+    """Take the foreign keys, unique constraints and secondary indexes off ``tables`` (about to
+    be filled by ``COPY`` while empty) in the open transaction of ``conn``, and return the
+    statements that put them back (``conn.execute`` them once the rows are in, before the commit).
+    Read from the catalog: an index or constraint a later schema adds is handled the same.
+
+    A foreign key checked per copied row, and indexes kept up to date row by row, cost most of
+    a large load; built once over the loaded rows, an index is a sort, and a foreign key added
+    to a filled table is checked by one join. DDL is transactional in PostgreSQL: a load that
+    fails leaves every object as it was. Dropping takes the tables' exclusive lock until the
+    commit, so readers wait for the load instead of reading the old rows: the caller does this
+    only when the tables hold nothing to read."""
+    names = list(tables)
+    found = conn.execute(_BULK_LOAD_OBJECTS, (names, names, names)).fetchall()
+    for row in found:
+        conn.execute(row[2])
+    return [row[3] for row in reversed(found)]
+
+
 class PostgresDatabase(Transactions):
     """A tracker database on a PostgreSQL server, with re-entrant write transactions."""
 
     engine = "postgresql"
+    # ``now()`` as SQL, for a statement that reads the clock itself instead of a round trip first.
+    now_sql = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
 
     def __init__(self, url: str):
         self.path = url  # what reopens it (threads, heartbeats); print ``display`` instead
@@ -201,24 +267,27 @@ class PostgresDatabase(Transactions):
     # ------------------------------------------------------------------ transactions and reads
 
     # An exclusive transaction takes the advisory lock first (at once, or when a joined inner
-    # transaction asks for it); a non-exclusive one relies on its own row locks.
+    # transaction asks for it); a non-exclusive one relies on its own row locks. Both are sent with
+    # the transaction's first statement, in one round trip (``_Connection.deferred``): a claim and
+    # its lease, or a write in Python, wait one round trip less for each; a transaction that ran no
+    # statement never reaches the server.
     def _begin(self, exclusive: bool) -> None:
-        self.conn.execute("BEGIN")
-        try:
-            self._join(exclusive)
-        except BaseException:
-            self._end(commit=False)
-            raise
+        self.conn.deferred.append("BEGIN")
+        self._join(exclusive)
 
     def _join(self, exclusive: bool) -> None:
         if exclusive and not self._exclusive:
-            self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_ID,))
+            self.conn.deferred.append(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_ID})")
             self._exclusive = True
 
     def _end(self, commit: bool) -> None:
         import psycopg
 
         self._exclusive = False
+        begun = "BEGIN" not in self.conn.deferred
+        self.conn.deferred.clear()
+        if not begun:
+            return
         if commit:
             self.conn.execute("COMMIT")  # a failure here is typed by _Connection; the server ended it
         else:
@@ -239,7 +308,7 @@ class PostgresDatabase(Transactions):
 
     def now(self) -> float:
         """The server's clock, in epoch seconds: every runner agrees on lease expiry."""
-        return float(self.read("SELECT EXTRACT(EPOCH FROM clock_timestamp())")[0][0])
+        return float(self.read(f"SELECT {self.now_sql}")[0][0])
 
     def table_exists(self, name: str) -> bool:
         return self.read("SELECT to_regclass(?) IS NOT NULL", (name,))[0][0]
