@@ -22,10 +22,12 @@ from .rows import (
     _ISSUE_COLUMNS,
     _ISSUE_SELECT,
     _build_issue,
+    _counted_issue,
     _dep_from_tuple,
     _dump,
     _last,
     _row_obj,
+    _row_values,
 )
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
@@ -216,11 +218,13 @@ class Issues:
         if unknown:
             raise InvalidValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
         if self.db.engine == "postgresql":
+            from .single_writes import create_in_one  # here: a SQLite process never loads it
+
             now = now_iso()
             record = _new_record(self.actor, now, title, description, design, acceptance_criteria, notes, status, prio,
                                  issue_type, assignee, metadata, fields)
-            issue = self._create_in_one(record, list(dict.fromkeys(labels)), parent, issue_id,
-                                        f"{title}|{description}|{self.actor}|{now}|{os.getpid()}", idempotency_key)
+            issue = create_in_one(self, record, list(dict.fromkeys(labels)), parent, issue_id,
+                                  f"{title}|{description}|{self.actor}|{now}|{os.getpid()}", idempotency_key)
             if issue is not None:
                 return issue
         with self.transaction() as c:
@@ -309,7 +313,9 @@ class Issues:
         if "agent_state" in changes and changes["agent_state"] not in AGENT_STATES:
             raise InvalidValueError(f"invalid agent state {changes['agent_state']!r} (one of: {', '.join(AGENT_STATES)})")
         if self.db.engine == "postgresql":
-            issue = self._change_in_one(issue_id, changes, expect=expect)
+            from .single_writes import change_in_one  # here: a SQLite process never loads it
+
+            issue = change_in_one(self, issue_id, changes, expect=expect)
             if issue is not None:
                 return issue
         with self.transaction() as c:
@@ -372,7 +378,9 @@ class Issues:
         second closer loses with ``ConflictError`` instead of closing twice.
         """
         if self.db.engine == "postgresql":
-            issue = self._change_in_one(issue_id, {"status": "closed", "close_reason": reason or None}, close=True,
+            from .single_writes import change_in_one
+
+            issue = change_in_one(self, issue_id, {"status": "closed", "close_reason": reason or None}, close=True,
                                         close_status=expect_status, force=force, event_type="closed")
             if issue is not None:
                 return issue
@@ -458,39 +466,6 @@ def _new_record(actor: str, now: str, title: str, description: str, design: str,
     if status == "closed":
         record["closed_at"] = now
     return record
-
-
-_METADATA_AT, _EXTRA_AT, _CREATED_SORT_AT, _DEFER_SORT_AT, _PINNED_AT, _EPHEMERAL_AT = map(INSERT_COLUMNS.index, (
-    "metadata", "extra", "created_sort", "defer_sort", "pinned", "ephemeral"))
-
-
-def _row_values(record: Mapping[str, Any], extra: Mapping[str, Any] | None) -> list:
-    """The values of ``rows.INSERT_COLUMNS`` for a new row of ``record`` (each column as
-    given, then those derived: on every create, so written for speed)."""
-    get = record.get
-    values = list(map(get, INSERT_COLUMNS))
-    values[_METADATA_AT] = _dump(values[_METADATA_AT])
-    values[_EXTRA_AT] = _dump(dict(extra)) if extra else None
-    values[_CREATED_SORT_AT] = normalize_ts(get("created_at")) or ""
-    values[_DEFER_SORT_AT] = normalize_ts(get("defer_until"))
-    for at in (_PINNED_AT, _EPHEMERAL_AT):
-        if values[at] is not None:
-            values[at] = int(bool(values[at]))
-    return values
-
-
-def _counted_issue(row: tuple, labels: list[str] | None, deps: list[dict] | None, dependents: int,
-                   ncomments: int) -> dict:
-    """An issue object with its counts and its parent (the target of its parent-child edge)."""
-    issue = _build_issue(row, labels, deps)
-    issue["dependency_count"] = len(deps) if deps else 0
-    issue["dependent_count"] = dependents
-    issue["comment_count"] = ncomments
-    if deps:
-        parent = next((d["depends_on_id"] for d in deps if d["type"] == "parent-child"), None)
-        if parent:
-            issue["parent"] = parent
-    return issue
 
 
 def _drop_kept_originals(c: Conn, issue_id: str, changed: Iterable[str]) -> None:

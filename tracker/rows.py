@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 
 from .jsontext import compact, loads
-from .model import EXPORT_ORDER, TEXT_FIELDS
+from .model import EXPORT_ORDER, TEXT_FIELDS, normalize_ts
 
 # The columns an issue object is built from (the hot path reads only these).
 _ISSUE_COLUMNS = ("id", *TEXT_FIELDS, "priority", "pinned", "ephemeral", "metadata", "timeout", "extra")
@@ -25,6 +25,7 @@ UPDATE_COLUMNS = (*TEXT_FIELDS, "priority", "pinned", "ephemeral", "timeout", "m
 # position or column name (sqlite3.Row, postgres.Row).
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     Conn = Any
@@ -148,3 +149,36 @@ def _comment_obj(row: Row | tuple) -> dict:
     if extra:
         comment.update(loads(extra))
     return comment
+
+
+_INSERT_METADATA_AT, _INSERT_EXTRA_AT, _INSERT_CREATED_SORT_AT, _INSERT_DEFER_SORT_AT, _INSERT_PINNED_AT, _INSERT_EPHEMERAL_AT = map(INSERT_COLUMNS.index, (
+    "metadata", "extra", "created_sort", "defer_sort", "pinned", "ephemeral"))
+
+
+def _row_values(record: Mapping[str, Any], extra: Mapping[str, Any] | None) -> list:
+    """The values of ``rows.INSERT_COLUMNS`` for a new row of ``record`` (each column as
+    given, then those derived: on every create, so written for speed)."""
+    get = record.get
+    values = list(map(get, INSERT_COLUMNS))
+    values[_INSERT_METADATA_AT] = _dump(values[_INSERT_METADATA_AT])
+    values[_INSERT_EXTRA_AT] = _dump(dict(extra)) if extra else None
+    values[_INSERT_CREATED_SORT_AT] = normalize_ts(get("created_at")) or ""
+    values[_INSERT_DEFER_SORT_AT] = normalize_ts(get("defer_until"))
+    for at in (_INSERT_PINNED_AT, _INSERT_EPHEMERAL_AT):
+        if values[at] is not None:
+            values[at] = int(bool(values[at]))
+    return values
+
+
+def _counted_issue(row: tuple, labels: list[str] | None, deps: list[dict] | None, dependents: int,
+                   ncomments: int) -> dict:
+    """An issue object with its counts and its parent (the target of its parent-child edge)."""
+    issue = _build_issue(row, labels, deps)
+    issue["dependency_count"] = len(deps) if deps else 0
+    issue["dependent_count"] = dependents
+    issue["comment_count"] = ncomments
+    if deps:
+        parent = next((d["depends_on_id"] for d in deps if d["type"] == "parent-child"), None)
+        if parent:
+            issue["parent"] = parent
+    return issue

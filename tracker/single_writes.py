@@ -1,7 +1,7 @@
 """``create``, ``update`` and ``close_issue`` on PostgreSQL in one round trip each.
 
-``SingleWrites`` is one part of ``store.Tracker``; ``Issues`` hands it these writes when the engine
-is PostgreSQL. In Python each is a dozen statements in a transaction (the issue read, the id
+``Issues`` hands these writes to ``create_in_one`` and ``change_in_one`` when the engine is
+PostgreSQL (imported then: a SQLite process, ``bd list`` among them, never loads this module). In Python each is a dozen statements in a transaction (the issue read, the id
 chosen, the row, its labels and edges, the ready state it can change, the events, the issue read
 back); here each is one statement of data-modifying CTEs, as the claims are
 (``ready._claim_in_one``): the write lock taken, the row locked and checked, the fields that
@@ -30,17 +30,19 @@ from collections.abc import Mapping, Sequence
 
 from . import ids as idgen
 from .errors import ConflictError, NotFoundError, TrackerError
-from .issues import _counted_issue, _row_values
 from .jsontext import dumps
 from .model import BLOCKING_STATUSES, TEXT_FIELDS, normalize_ts, now_iso
 from .pg_functions import LOCKED, issue_json
-from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, _dep_from_tuple
+from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, _counted_issue, _dep_from_tuple, _row_values
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["SingleWrites"]
+    # A ``store.Tracker``: not imported, not even for its name (``issues`` imports this module).
+    Tracker = Any
+
+__all__ = ["create_in_one", "change_in_one"]
 
 # Value types a statement receives as the driver would write them (no bool: an int to Python, a
 # boolean to the driver).
@@ -57,98 +59,98 @@ _KINDS = {**dict.fromkeys(TEXT_FIELDS, "text"), "priority": "int", "timeout": "i
 _BLOCKING = ", ".join(f"'{s}'" for s in BLOCKING_STATUSES)
 
 
-class SingleWrites:
-    """The PostgreSQL paths of ``create``, ``update`` and ``close_issue``."""
-
-    def _create_in_one(self, record: dict, labels: list[str], parent: str | None, issue_id: str | None, seed: str,
-                       idempotency_key: str | None) -> dict | None:
-        """``create`` on PostgreSQL; None when a value needs the Python transaction."""
-        values = _row_values(record, None)
-        if not _PLAIN.issuperset(map(type, values)):
-            return None
-        # Only the values given: a column missing from the JSON is NULL (smaller to encode and parse).
-        row_json = dumps({c: v for c, v in zip(INSERT_COLUMNS, values) if v is not None}, ensure_ascii=False)
-        now = record["created_at"]
-        hashed = None if parent or issue_id else idgen.base36_hash(seed, 0)
-        if not parent and not idempotency_key:
-            wanted, new_id, dependents = self._one_row(_create_sql(), (
-                issue_id, hashed, row_json, labels, self.actor, record["title"], now))
-            if new_id is None and dependents is None and issue_id:
-                raise ConflictError(f"issue {issue_id!r} already exists")
-            if new_id is not None:
-                return self._written_issue(new_id, record, values, labels, None, 0)
-            # A hash id taken, or edges that waited for this id: the function does it all.
-        answer = self._one_row(
-            "SELECT mesh_create(?::jsonb, ?::text[], ?, ?, ?, ?, ?::bigint[], ?, ?, ?, ?)",
-            (row_json, labels, parent, issue_id, seed, hashed, list(_length_limits()), idgen.DEFAULT_PREFIX,
-             idempotency_key, self.actor, now))[0]
-        outcome = answer["outcome"]
-        if outcome == "exists":
+def create_in_one(tracker: Tracker, record: dict, labels: list[str], parent: str | None, issue_id: str | None,
+                  seed: str, idempotency_key: str | None) -> dict | None:
+    """``create`` on PostgreSQL; None when a value needs the Python transaction."""
+    values = _row_values(record, None)
+    if not _PLAIN.issuperset(map(type, values)):
+        return None
+    # Only the values given: a column missing from the JSON is NULL (smaller to encode and parse).
+    row_json = dumps({c: v for c, v in zip(INSERT_COLUMNS, values) if v is not None}, ensure_ascii=False)
+    now = record["created_at"]
+    hashed = None if parent or issue_id else idgen.base36_hash(seed, 0)
+    if not parent and not idempotency_key:
+        wanted, new_id, dependents = _one_row(tracker, _create_sql(), (
+            issue_id, hashed, row_json, labels, tracker.actor, record["title"], now))
+        if new_id is None and dependents is None and issue_id:
             raise ConflictError(f"issue {issue_id!r} already exists")
-        if outcome == "no_free_id":  # pragma: no cover - 64 collisions
-            raise TrackerError("could not find a free issue id")
-        if outcome != "ok":  # the issue of an idempotency key, or no parent
-            return _answered_issue(answer.get("issue"), answer["id"])
-        return self._written_issue(answer["id"], record, values, labels, parent, answer["dependents"])
+        if new_id is not None:
+            return _written_issue(tracker, new_id, record, values, labels, None, 0)
+        # A hash id taken, or edges that waited for this id: the function does it all.
+    answer = _one_row(
+        tracker, "SELECT mesh_create(?::jsonb, ?::text[], ?, ?, ?, ?, ?::bigint[], ?, ?, ?, ?)",
+        (row_json, labels, parent, issue_id, seed, hashed, list(_length_limits()), idgen.DEFAULT_PREFIX,
+         idempotency_key, tracker.actor, now))[0]
+    outcome = answer["outcome"]
+    if outcome == "exists":
+        raise ConflictError(f"issue {issue_id!r} already exists")
+    if outcome == "no_free_id":  # pragma: no cover - 64 collisions
+        raise TrackerError("could not find a free issue id")
+    if outcome != "ok":  # the issue of an idempotency key, or no parent
+        return _answered_issue(answer.get("issue"), answer["id"])
+    return _written_issue(tracker, answer["id"], record, values, labels, parent, answer["dependents"])
 
-    def _written_issue(self, new_id: str, record: dict, values: list, labels: list[str], parent: str | None,
-                       dependents: int) -> dict:
-        """The issue just created, from what was written: the row sent, its labels and its edge (no
-        comment can exist yet); only the edges of other issues that named its id before it existed
-        are counted by the server."""
-        deps = [_dep_from_tuple((new_id, parent, "parent-child", record["created_at"], self.actor, None))] \
-            if parent else None
-        return _counted_issue(_ISSUE_FROM_INSERT([*values, new_id]), labels or None, deps, dependents, 0)
 
-    def _change_in_one(self, issue_id: str, changes: Mapping[str, Any], *, expect: Mapping[str, Any] | None = None,
-                       close: bool = False, close_status: Sequence[str] | None = None, force: bool = False,
-                       event_type: str = "updated") -> dict | None:
-        """``update`` (``expect``: its compare-and-set) and ``close_issue`` (``close``, with its status
-        compare-and-set ``close_status`` and, unless ``force``, its blocker check) on PostgreSQL;
-        None when a value needs the Python transaction."""
-        keys, kinds, texts = _as_texts(changes, convert=True)
-        wanted = _as_texts(expect or {}, convert=False)
-        if keys is None or wanted[0] is None:
-            return None
-        now = now_iso()
-        sql = _change_sql(tuple(zip(keys, kinds)), tuple(zip(wanted[0], wanted[1])), close,
-                          close_status is not None, close and not force, event_type)
-        params: list[Any] = [*texts, *wanted[2]]
-        if close_status is not None:
-            params.append(list(close_status))
-        params += [issue_id, self.actor, now, now]
-        if "status" in changes:
-            params.append(now)
-        found = self._one_row(sql, tuple(params))
-        if found is None:
-            raise NotFoundError(f"no issue {issue_id!r}")
-        refusal, moved, issue = found
-        if refusal is None and moved:  # the ready state of others moves: the function writes it all
-            refusal = self._one_row(
-                "SELECT mesh_change(?, ?::text[], ?::text[], ?::text[], ?, ?::text[], ?::text[], ?::text[], ?,"
-                " ?::text[], ?, ?, ?, ?)",
-                (issue_id, keys, kinds, texts, normalize_ts(changes.get("defer_until")), *wanted, close,
-                 None if close_status is None else list(close_status), force, event_type, self.actor, now))[0]
-            issue = refusal.get("issue")
-            if refusal["outcome"] == "ok":
-                refusal = None
-        if refusal is None:
-            # No issue answered for a change that changed nothing (see ``_change_sql``).
-            return self.get(issue_id) if issue is None else _answered_issue(issue, issue_id)
-        outcome = refusal["outcome"]
-        if outcome == "expect":
-            key, old, kind = refusal["key"], refusal["old"], refusal["kind"]
-            value = None if old is None else int(old) if kind == "int" else old == "true" if kind == "bool" else old
-            raise ConflictError(f"{issue_id}: {key} is {value!r}, expected {(expect or {})[key]!r}")
-        if outcome == "status":
-            raise ConflictError(f"{issue_id} is {refusal['status']}, not {'/'.join(close_status or ())}")
-        if outcome == "blocked":
-            raise ConflictError(f"{issue_id} has open blockers: {', '.join(refusal['blockers'])} (use --force)")
-        raise NotFoundError(f"no issue {issue_id!r}")  # "missing": deleted between the two round trips
+def _written_issue(tracker: Tracker, new_id: str, record: dict, values: list, labels: list[str], parent: str | None,
+                   dependents: int) -> dict:
+    """The issue just created, from what was written: the row sent, its labels and its edge (no
+    comment can exist yet); only the edges of other issues that named its id before it existed
+    are counted by the server."""
+    deps = [_dep_from_tuple((new_id, parent, "parent-child", record["created_at"], tracker.actor, None))] \
+        if parent else None
+    return _counted_issue(_ISSUE_FROM_INSERT([*values, new_id]), labels or None, deps, dependents, 0)
 
-    def _one_row(self, sql: str, params: tuple) -> tuple | None:
-        with self.db._lock:
-            return self.db.conn.execute(sql, params, tuples=True).fetchone()
+
+def change_in_one(tracker: Tracker, issue_id: str, changes: Mapping[str, Any], *,
+                  expect: Mapping[str, Any] | None = None, close: bool = False, close_status: Sequence[str] | None = None,
+                  force: bool = False, event_type: str = "updated") -> dict | None:
+    """``update`` (``expect``: its compare-and-set) and ``close_issue`` (``close``, with its status
+    compare-and-set ``close_status`` and, unless ``force``, its blocker check) on PostgreSQL;
+    None when a value needs the Python transaction."""
+    keys, kinds, texts = _as_texts(changes, convert=True)
+    wanted = _as_texts(expect or {}, convert=False)
+    if keys is None or wanted[0] is None:
+        return None
+    now = now_iso()
+    sql = _change_sql(tuple(zip(keys, kinds)), tuple(zip(wanted[0], wanted[1])), close,
+                      close_status is not None, close and not force, event_type)
+    params: list[Any] = [*texts, *wanted[2]]
+    if close_status is not None:
+        params.append(list(close_status))
+    params += [issue_id, tracker.actor, now, now]
+    if "status" in changes:
+        params.append(now)
+    found = _one_row(tracker, sql, tuple(params))
+    if found is None:
+        raise NotFoundError(f"no issue {issue_id!r}")
+    refusal, moved, issue = found
+    if refusal is None and moved:  # the ready state of others moves: the function writes it all
+        refusal = _one_row(
+            tracker, "SELECT mesh_change(?, ?::text[], ?::text[], ?::text[], ?, ?::text[], ?::text[], ?::text[], ?,"
+            " ?::text[], ?, ?, ?, ?)",
+            (issue_id, keys, kinds, texts, normalize_ts(changes.get("defer_until")), *wanted, close,
+             None if close_status is None else list(close_status), force, event_type, tracker.actor, now))[0]
+        issue = refusal.get("issue")
+        if refusal["outcome"] == "ok":
+            refusal = None
+    if refusal is None:
+        # No issue answered for a change that changed nothing (see ``_change_sql``).
+        return tracker.get(issue_id) if issue is None else _answered_issue(issue, issue_id)
+    outcome = refusal["outcome"]
+    if outcome == "expect":
+        key, old, kind = refusal["key"], refusal["old"], refusal["kind"]
+        value = None if old is None else int(old) if kind == "int" else old == "true" if kind == "bool" else old
+        raise ConflictError(f"{issue_id}: {key} is {value!r}, expected {(expect or {})[key]!r}")
+    if outcome == "status":
+        raise ConflictError(f"{issue_id} is {refusal['status']}, not {'/'.join(close_status or ())}")
+    if outcome == "blocked":
+        raise ConflictError(f"{issue_id} has open blockers: {', '.join(refusal['blockers'])} (use --force)")
+    raise NotFoundError(f"no issue {issue_id!r}")  # "missing": deleted between the two round trips
+
+
+def _one_row(tracker: Tracker, sql: str, params: tuple) -> tuple | None:
+    with tracker.db._lock:
+        return tracker.db.conn.execute(sql, params, tuples=True).fetchone()
 
 
 def _answered_issue(found: dict | None, issue_id: str) -> dict:

@@ -28,7 +28,6 @@ from .issues import Issues
 from .jsontext import dumps
 from .model import normalize_ts, now_iso
 from .ready import ReadyWork
-from .single_writes import SingleWrites
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ def default_db_path(start: Path | None = None) -> Path | str | None:
     return root / ".beads" / DB_NAME if root else None
 
 
-class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, SingleWrites):
+class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
     """A beads-compatible issue tracker stored in a SQLite file or on a PostgreSQL server.
 
     ``path`` is a file path, ``sqlite:///path`` or a ``postgresql://`` URL; ``self.path``
