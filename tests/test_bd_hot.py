@@ -235,3 +235,17 @@ def test_list_leaves_out_templates_gates_and_infrastructure_unless_asked_as_bd_d
         res = CliRunner().invoke(tracker_group, args, obj={"db": db, "actor": None})
         assert res.exit_code == 0, res.output
         assert {i["id"] for i in json.loads(res.stdout)} == expected
+
+
+def test_a_hot_answer_ends_the_process_whole_and_runs_the_exit_handlers(tmp_path, small):
+    """The hot paths end the process without the interpreter's teardown (``hot_output.finish``):
+    the whole answer still reaches a pipe (every open issue), the status is 0, and exit handlers
+    run."""
+    db, _ = small
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stderr.write('HANDLER RAN'))\n"
+            "from tracker.bd_shim import main\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", code, "list", "--json", "--limit", "0"], cwd=tmp_path,
+                          capture_output=True, env={**os.environ, "BEADS_DB": db}, timeout=120)
+    assert done.returncode == 0 and done.stderr == b"HANDLER RAN"
+    assert done.stdout == _full(["list", "--json", "--limit", "0"], db)[1]

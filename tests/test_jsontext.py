@@ -72,9 +72,9 @@ def test_the_hot_bd_reads_do_not_import_json(tmp_path):
     tracker.add_dependency(tracker.create("second")["id"], first)
     tracker.add_comment(first, "a note")
     tracker.close()
-    probe = ("import sys, runpy; sys.argv = ['bd'] + sys.argv[1:];"
-             " from tracker.bd_shim import main; code = main();"
-             " print('JSON-IMPORTED' if 'json' in sys.modules else 'NO-JSON', file=sys.stderr); sys.exit(code)")
+    probe = ("import atexit, sys; sys.argv = ['bd'] + sys.argv[1:];"
+             " atexit.register(lambda: print('JSON-IMPORTED' if 'json' in sys.modules else 'NO-JSON', file=sys.stderr));"
+             " from tracker.bd_shim import main; sys.exit(main())")
     for args in (["list", "--json"], ["ready", "--json"], ["show", first, "--json"]):
         done = subprocess.run([sys.executable, "-c", probe, *args], cwd=tmp_path, capture_output=True, text=True,
                               env={"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8"})

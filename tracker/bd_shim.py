@@ -48,11 +48,10 @@ def run(args: Sequence[str], settings: dict, *, prog_name: str = "bd") -> None:
 def main() -> None:
     """Console-script entry point ``bd``."""
     from .bd_hot import answer
-    from .hot_output import write_answer
+    from .hot_output import finish
 
     settings = bd_settings(os.environ)
     text = answer(sys.argv[1:], settings)
     if text is not None:
-        write_answer(text)
-        return
+        finish(text)
     run(sys.argv[1:], settings)

@@ -10,7 +10,11 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["option_value", "write_answer"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+__all__ = ["finish", "option_value"]
 
 
 def option_value(words: list[str], k: int) -> tuple[str | None, int]:
@@ -23,9 +27,14 @@ def option_value(words: list[str], k: int) -> tuple[str | None, int]:
     return None, k
 
 
-def write_answer(text: str) -> None:
-    """Print an answer as click would (stdout, flushed); a reader that went away ends the
-    process with status 1, as click's own command line does."""
+def finish(text: str) -> NoReturn:
+    """Print an answer as click would (stdout, flushed) and end the process with status 0,
+    without the interpreter's teardown: the answer is out, the tracker closed, and unloading
+    every module one by one is about a tenth of a hot read's whole process (``bd list``: 33 ->
+    29 ms). Exit handlers still run (``atexit``). A reader that went away ends the process with
+    status 1, as click's own command line does."""
+    import atexit
+
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -33,3 +42,6 @@ def write_answer(text: str) -> None:
         # What is still buffered goes nowhere, so the interpreter's last flush cannot fail too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(0)

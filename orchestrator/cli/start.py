@@ -29,27 +29,24 @@ def main() -> None:
     args = sys.argv[1:]
     if args in (["--help"], ["-h"]) and _columns() >= 80:
         from orchestrator.cli.help_text import MESH_HELP
-        from tracker.hot_output import write_answer
+        from tracker.hot_output import finish
 
-        write_answer(MESH_HELP)
-        return
+        finish(MESH_HELP)
     if args[:1] == ["tracker"]:
         from tracker.bd_hot import answer
-        from tracker.hot_output import write_answer
+        from tracker.hot_output import finish
 
         settings = {"db": os.environ.get("MESH_DB") or None, "actor": os.environ.get("MESH_ACTOR") or None}
         text = answer(args[1:], settings)
         if text is not None:
-            write_answer(text)
-            return
+            finish(text)
     if args[:1] == ["logs"]:
         from orchestrator.cli.hot_logs import answer as logs_answer
-        from tracker.hot_output import write_answer
+        from tracker.hot_output import finish
 
         text = logs_answer(args[1:])
         if text is not None:
-            write_answer(text)
-            return
+            finish(text)
     from orchestrator.cli.main import main as full_command_line
 
     full_command_line()
