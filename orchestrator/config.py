@@ -8,7 +8,6 @@ changed copy that command-line flags need.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import re
 import tomllib
@@ -34,7 +33,7 @@ from orchestrator.price_rows import (
     MODEL_NAME,
     PRICE_FILE_MAX_BYTES,
     cost_usd,
-    is_price_date,
+    price_date,
     user_prices_path,
     with_cache_rates,
 )
@@ -254,14 +253,11 @@ class PriceTable(_Strict):
     @field_validator("as_of", mode="before")
     @classmethod
     def _check_as_of(cls, value: Any) -> str:
-        # TOML has a native date type; accept it as well as the quoted form.
-        if isinstance(value, _dt.datetime):
-            value = value.date()
-        if isinstance(value, _dt.date):
-            return value.isoformat()
-        if not isinstance(value, str) or not is_price_date(value):
+        # TOML has a native date type; it is taken as well as the quoted form.
+        as_of = price_date(value)
+        if as_of is None:
             raise ValueError("must be a date YYYY-MM-DD")
-        return value
+        return as_of
 
     @field_validator("models", mode="before")
     @classmethod

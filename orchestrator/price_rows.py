@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["DEFAULT_PRICES_AS_OF", "DEFAULT_PRICE_ROWS", "PRICE_FILE_MAX_BYTES", "Rates", "Prices",
-           "user_prices_path", "with_cache_rates", "cost_usd", "plain_prices", "is_price_date", "MODEL_NAME"]
+           "user_prices_path", "with_cache_rates", "cost_usd", "plain_prices", "price_date", "MODEL_NAME"]
 
 # Anthropic's published list prices in USD per million tokens on this date (cache writes
 # at the 5-minute TTL rate). Prices change: users override them under [prices].
@@ -103,17 +103,22 @@ class Prices:
         return self.models.get(model)
 
 
-def is_price_date(text: str) -> bool:
-    """Whether ``text`` is a date ``YYYY-MM-DD`` that exists."""
-    if not re.match(_DATE, text):
-        return False
-    from datetime import date
+def price_date(value: Any) -> str | None:
+    """A price table's ``as_of`` as ``YYYY-MM-DD``: a quoted date that exists, or TOML's own
+    date (or date-time); None for anything else."""
+    from datetime import date, datetime
 
+    if isinstance(value, datetime):
+        value = value.date()
+    if isinstance(value, date):
+        return value.isoformat()
+    if not isinstance(value, str) or not re.match(_DATE, value):
+        return None
     try:
-        date.fromisoformat(text)
+        date.fromisoformat(value)
     except ValueError:
-        return False
-    return True
+        return None
+    return value
 
 
 def plain_prices(project: Mapping[str, Any]) -> Prices | None:
@@ -132,7 +137,7 @@ def plain_prices(project: Mapping[str, Any]) -> Prices | None:
         if not isinstance(own, dict) or not set(own) <= {"as_of", "models"}:
             return None
         if "as_of" in own:
-            as_of = _date(own["as_of"])
+            as_of = price_date(own["as_of"])
         models = own.get("models", {})
         if as_of is None or not isinstance(models, dict):
             return None
@@ -161,20 +166,10 @@ def _stored_table(path: Path) -> tuple[str, dict[str, dict | None]] | None:
         return None
     if not isinstance(data, dict) or set(data) != {"as_of", "models"}:
         return None
-    as_of, models = _date(data["as_of"]), data["models"]
+    as_of, models = price_date(data["as_of"]), data["models"]
     if as_of is None or not isinstance(models, dict) or not models:
         return None
     return as_of, {name: _row(name, row) for name, row in models.items()}
-
-
-def _date(value: Any) -> str | None:
-    from datetime import date, datetime
-
-    if isinstance(value, datetime):  # TOML's own date-times and dates, as the config takes them
-        value = value.date()
-    if isinstance(value, date):
-        return value.isoformat()
-    return value if isinstance(value, str) and is_price_date(value) else None
 
 
 def _row(name: Any, row: Any) -> dict[str, float] | None:

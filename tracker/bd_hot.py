@@ -58,11 +58,10 @@ def list_issues(t: Tracker, *, status: str | None = None, labels: Sequence[str] 
     gates and the infrastructure beads (agents, roles, messages: mesh's own role agents among
     them) unless asked (``include_templates``, ``include_gates``, ``include_infra``, or an
     ``issue_type`` of theirs)."""
-    # The views module only for a parent or bd's own filters: a plain list never needs it.
-    if parent or labels_any or priority is not None or no_assignee or title or sort_by:
+    post_filter = bool(labels_any or priority is not None or no_assignee or title or sort_by)
+    if parent or post_filter:  # the views module: a plain list never needs it
         from .bd_views import resolve_id, sort_issues
     statuses = [s.strip() for s in status.split(",") if s.strip()] if status else None
-    post_filter = bool(labels_any or priority is not None or no_assignee or title or sort_by)
     issues = t.list(status=statuses, labels=labels, issue_type=issue_type,
                     parent=resolve_id(t, parent) if parent else None,
                     assignee=assignee, include_closed=include_closed,

@@ -58,17 +58,12 @@ def ledger_context(repo: str | None, config_file: str | None, db: str | None, ac
     plainly are (``price_rows``), else validated. Raises ConfigError or TrackerUnavailable."""
     from pathlib import Path
 
-    from orchestrator.price_rows import plain_prices
+    from orchestrator.ledger.usage import prices_of
     from orchestrator.workspace import config_table, config_text, open_found_tracker
 
     table, source = config_table(Path(repo) if repo else None, Path(config_file) if config_file else None)
     url = config_text(table, source, "tracker", "url")
-    prices = plain_prices(table)
-    if prices is None:
-        from orchestrator.config import config_prices
-
-        prices = config_prices(table, source)
-    return prices, open_found_tracker(db, actor, url, repo=repo)
+    return prices_of(table, source), open_found_tracker(db, actor, url, repo=repo)
 
 
 def answer(args: Sequence[str]) -> str | None:

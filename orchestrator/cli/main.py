@@ -471,8 +471,6 @@ def _show(value: Any, as_json: bool, render: Callable[..., str]) -> None:
         _say(text)
 
 
-
-
 @cli.command("logs")
 @click.option("--task", help="Only this task's calls.")
 @click.option("--run", "run_id", help="Only this run's calls.")

@@ -50,7 +50,7 @@ def list_calls(tracker: Tracker, *, prices: PriceTable | Prices | None = None, t
     """Logged calls, newest first, as ``call_record`` objects: at most ``limit`` (0: all),
     matching every filter given. ``query`` keeps the calls whose prompt or response holds
     every word of it; ``verbose`` adds the prompt and the response. ``prices``: the table
-    costs are worked out with (default: ``user_price_table()``). UsageError for an empty
+    costs are worked out with (default: ``usage.default_prices()``). UsageError for an empty
     search or a calls table the database cannot give."""
     table = prices if prices is not None else default_prices()
     prepare_calls(tracker)

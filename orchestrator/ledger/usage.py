@@ -28,7 +28,6 @@ from collections import namedtuple
 from collections.abc import Iterable, Mapping
 
 from tracker.jsontext import loads
-
 from tracker.store import Tracker
 
 from orchestrator.ledger.calls import ensure_calls_table
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
     from orchestrator.config import PriceTable
 
 __all__ = ["CallsUnavailable", "Cost", "UsageError", "call_cost", "default_prices", "is_failure", "load_usage", "money",
-           "parse_since", "prepare_calls", "usage_summary", "render_usage", "TOKEN_FIELDS"]
+           "parse_since", "prepare_calls", "prices_of", "usage_summary", "render_usage", "TOKEN_FIELDS"]
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _RELATIVE_RE = re.compile(r"^(\d{1,6})([hdw])$")
@@ -110,16 +109,22 @@ def parse_since(text: str, *, now: dt.datetime | None = None) -> str:
     return start.astimezone(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def default_prices() -> PriceTable | Prices:
-    """The price table without a project: the built-in rows with the user's stored table over
-    them, read as plain data when it plainly is (``price_rows``), else validated by the config
-    (ConfigError when the stored table is damaged)."""
-    table = plain_prices({})
+def prices_of(config: Mapping[str, Any], source: str = "defaults") -> PriceTable | Prices:
+    """The price table in use for a project whose raw config table is ``config``
+    (``workspace.config_table``): the built-in rows, the user's stored table over them, the
+    project's ``[prices]`` over that; read as plain data when it plainly is (``price_rows``),
+    else validated by the config (ConfigError naming ``source`` or the stored table)."""
+    table = plain_prices(config)
     if table is not None:
         return table
-    from orchestrator.config import user_price_table
+    from orchestrator.config import config_prices
 
-    return user_price_table()
+    return config_prices(dict(config), source)
+
+
+def default_prices() -> PriceTable | Prices:
+    """The price table without a project: the built-in rows with the user's stored table over them."""
+    return prices_of({})
 
 
 def prepare_calls(tracker: Tracker) -> None:
