@@ -134,12 +134,14 @@ def create_app(settings: Settings) -> Any:
         if (moved := typed_scope(request)) is not None:
             return moved
         scope = parse_scope(request.query_params.get("scope"))
+        # The newest change before the page's reads: one committed while they run comes again
+        # through the stream (a refresh), where read after them it would be lost for good.
+        seq = await read(change_seq, tracker())
         try:
             data = await read(board, tracker(), scope)
         except NotFoundError as exc:
             return problem(404, str(exc))
         choices = await read(scope_choices, tracker())
-        seq = await read(change_seq, tracker())
         return page("board.html.j2", board=data, choices=choices, last_event_id=seq)
 
     async def board_fragment(request: Request) -> Response:
@@ -153,12 +155,12 @@ def create_app(settings: Settings) -> Any:
         if (moved := typed_scope(request)) is not None:
             return moved
         scope = parse_scope(request.query_params.get("scope"))
+        seq = await read(change_seq, tracker())  # before the reads, as for the board
         choices = await read(scope_choices, tracker())
         try:
             data = await read(drain_view, tracker(), scope, prices=settings.prices) if scope else None
         except NotFoundError as exc:
             return problem(404, str(exc))
-        seq = await read(change_seq, tracker())
         return page("drain.html.j2", drain=data, choices=choices, last_event_id=seq,
                     scope=request.query_params.get("scope") or "")
 
