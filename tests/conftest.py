@@ -94,6 +94,13 @@ def tracker(tmp_path, db_target):
     t = Tracker.init(tmp_path, prefix="tt", actor="tester", db_path=db_target)
     yield t
     t.close()
+    if db_target is not None:
+        # Every write a test made kept PostgreSQL's open label rows (``open_labels``) as its
+        # labels and issues say: a write path that forgets them fails here, whatever it tested.
+        from tracker.pg_functions import STALE_OPEN_LABELS
+
+        with Tracker(db_target) as check:
+            assert check.db.read(STALE_OPEN_LABELS)[0][0] == 0, "open_labels differs from labels and issues"
 
 
 # ----------------------------------------------------------------- worktrees

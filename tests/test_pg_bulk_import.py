@@ -30,8 +30,8 @@ _SCHEMA_OBJECTS = (
     "SELECT tgrelid::regclass::text, tgname, tgenabled FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1, 2",
 )
 _STATE = ("SELECT id, status, blocked, defer_eff FROM issues WHERE id <> ? ORDER BY id",
-          "SELECT issue_id, label, issue_open, issue_priority, issue_created_sort FROM labels"
-          " WHERE issue_id <> ? ORDER BY issue_id, label",
+          "SELECT issue_id, label FROM labels WHERE issue_id <> ? ORDER BY issue_id, label",
+          "SELECT issue_id, label, priority, created_sort FROM open_labels WHERE issue_id <> ? ORDER BY issue_id, label",
           "SELECT issue_id, event_type, new_value FROM events WHERE issue_id <> ? AND event_type = 'imported'"
           " ORDER BY issue_id")
 

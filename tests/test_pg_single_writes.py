@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tracker import ids as idgen
 from tracker.db import ready_state_changes
 from tracker.errors import ConflictError, TrackerError
-from tracker.pg_functions import STALE_LABEL_ORDER
+from tracker.pg_functions import STALE_OPEN_LABELS
 from tracker.schema import SCHEMA_VERSION
 from tracker.single_writes import _length_limits
 from tracker.store import Tracker
@@ -59,6 +59,9 @@ OPS = st.one_of(
     st.tuples(st.just("block"), TARGET, TARGET, st.sampled_from(["blocks", "parent-child"])),
     st.tuples(st.just("claim_next"), st.sampled_from(["x", "y"])),
     st.tuples(st.just("label"), TARGET, st.sampled_from(["x", "y"])),
+    st.tuples(st.just("unlabel"), TARGET, st.sampled_from(["x", "y"])),
+    st.tuples(st.just("claim"), TARGET, st.sampled_from(["ann", "bob"])),
+    st.tuples(st.just("delete"), TARGET, st.booleans()),
 )
 
 
@@ -82,6 +85,12 @@ def _apply(tracker: Tracker, op: tuple) -> object:
             issue = tracker.claim_next(labels=[op[1]])
         elif kind == "label":
             issue = tracker.add_label(op[1], op[2])
+        elif kind == "unlabel":
+            issue = tracker.remove_label(op[1], op[2])
+        elif kind == "claim":
+            issue = tracker.claim(op[1], actor=op[2])
+        elif kind == "delete":
+            issue = tracker.delete(op[1], force=op[2])
         else:
             issue = tracker.add_dependency(op[1], op[2], op[3])
     except TrackerError as exc:
@@ -101,9 +110,10 @@ def _ids(issues: list[dict]) -> list[str]:
     return [i["id"] for i in issues]
 
 
-def _stale_label_order(tracker: Tracker) -> list:
-    """Label rows whose copy of their issue's place in ready order is not the issue's."""
-    return tracker.db.read(f"SELECT l.issue_id, l.label{STALE_LABEL_ORDER}")
+def _stale_label_order(tracker: Tracker) -> int:
+    """Rows of ``open_labels`` missing, extra or whose copy of their issue's place in ready order
+    is not the issue's."""
+    return tracker.db.read(STALE_OPEN_LABELS)[0][0]
 
 
 def _trail(tracker: Tracker) -> list[tuple]:
@@ -148,13 +158,18 @@ _names = iter(range(1 << 30))
 def _counted(tracker: Tracker) -> list[str]:
     """The statements the tracker's connection sends from now on."""
     sent: list[str] = []
-    execute = tracker.db.conn.execute
+    conn = tracker.db.conn
+    execute, fetch_one = conn.execute, conn.fetch_one
 
     def counting(sql, params=(), **kw):
         sent.append(sql)
         return execute(sql, params, **kw)
 
-    tracker.db.conn.execute = counting
+    def counting_one(sql, params=()):
+        sent.append(sql)
+        return fetch_one(sql, params)
+
+    conn.execute, conn.fetch_one = counting, counting_one
     return sent
 
 
@@ -238,24 +253,23 @@ def test_a_version_4_tracker_is_migrated(tmp_path, pg_url):
     tracker = Tracker.init(tmp_path, prefix="old", db_path=pg_url)
     epic = tracker.create("an epic", issue_type="epic")
     task = tracker.create("a planned task", labels=["plan"], priority=1)
-    with tracker.transaction() as c:  # what version 4 had: none of the versions 5 and 6 add
+    with tracker.transaction() as c:  # what version 4 had: none of what versions 5, 6 and 7 add
         for function in ("mesh_create(jsonb, text[], text, text, text, text, bigint[], text, text, text, text)",
                          "mesh_change(text, text[], text[], text[], text, text[], text[], text[], boolean, text[],"
                          " boolean, text, text, text)", "mesh_refresh_ready(text[])", "mesh_base36(text, int)"):
             c.execute(f"DROP FUNCTION {function}")
-        c.execute("DROP TRIGGER mesh_labels_filled ON labels")
-        c.execute("DROP TRIGGER mesh_issues_order ON issues")
-        c.execute("DROP FUNCTION mesh_label_filled()")
-        c.execute("DROP FUNCTION mesh_label_order()")
-        c.execute("DROP INDEX labels_open_order")
+        c.execute("DROP FUNCTION mesh_labels_of(text)")
+        c.execute("DROP TABLE open_labels")
         c.execute("DROP INDEX issues_open_order")
-        c.execute("ALTER TABLE labels DROP COLUMN issue_open, DROP COLUMN issue_priority, DROP COLUMN issue_created_sort")
+        c.execute("CREATE INDEX issues_ready_by_id ON issues(id, issue_type, priority, created_sort, defer_eff,"
+                  " ephemeral, pinned) WHERE status = 'open' AND blocked = 0")
         c.execute("DELETE FROM schema_version WHERE version >= 5")
         c.execute("UPDATE config SET value = '4' WHERE key = 'schema_version'")
     tracker.close()
     reopened = Tracker(pg_url, actor="ann")
     assert reopened.db.read("SELECT MAX(version) FROM schema_version")[0][0] == SCHEMA_VERSION
-    assert not _stale_label_order(reopened)  # the labels written before carry their issue's place
+    assert not _stale_label_order(reopened)  # the open labels written before, with their issue's place
+    assert not reopened.db.read("SELECT 1 FROM pg_indexes WHERE indexname = 'issues_ready_by_id'")
     child = reopened.create("a child", parent=epic["id"], labels=["plan"])  # through mesh_create
     assert child["id"] == f"{epic['id']}.1" and child["parent"] == epic["id"]
     assert reopened.update(child["id"], defer_until="2030-01-01T00:00:00Z")["defer_until"]  # through mesh_change
@@ -268,10 +282,9 @@ def test_a_version_4_tracker_is_migrated(tmp_path, pg_url):
 
 
 def test_claim_next_walks_the_labels_open_issues(tmp_path, pg_url):
-    """Ready work of a label is read from the label's open issues in ready order (the label rows'
-    copy of it), not by walking every open issue past those without the label; a claimed, closed,
-    reopened or reprioritised issue keeps its label rows' copy current, and the order stays
-    (priority, creation)."""
+    """Ready work of a label is read from the label's open issues in ready order (``open_labels``),
+    not by walking every open issue past those without the label; a claimed, closed, reopened or
+    reprioritised issue keeps its rows there current, and the order stays (priority, creation)."""
     tracker = Tracker.init(tmp_path, prefix="lo", actor="ann", db_path=pg_url)
     with tracker.transaction():
         for k in range(200):  # ahead of the plan in ready order, without its label
@@ -285,7 +298,7 @@ def test_claim_next_walks_the_labels_open_issues(tmp_path, pg_url):
     assert not _stale_label_order(tracker)
     sql, params = tracker._ready_sql(labels=["plan"], issue_type=None, parent=None, limit=1, now=None, columns="i.id")
     shown = "\n".join(r[0] for r in tracker.db.read("EXPLAIN " + sql, params))
-    assert "labels_open_order" in shown, shown
+    assert "open_labels_order" in shown, shown
     assert _ids(tracker.ready(labels=["plan"])) == [plan[1], plan[2]]
     assert [tracker.claim_next(labels=["plan"])["id"] for _ in range(2)] == [plan[1], plan[2]]
     assert tracker.claim_next(labels=["plan"]) is None and not _stale_label_order(tracker)
@@ -295,7 +308,7 @@ def test_claim_next_walks_the_labels_open_issues(tmp_path, pg_url):
 def test_an_import_by_copy_gives_what_sqlite_gives(tmp_path, pg_url):
     """PostgreSQL imports with COPY: the same issues, edges (one listed twice kept once), comments
     (a newer file keeps the comments written here since), events and ready state as SQLite's
-    INSERTs, and label rows that carry their issue's place in ready order."""
+    INSERTs, and the open issues' label rows in ready order (``open_labels``)."""
     import io
     import json
 
@@ -332,7 +345,7 @@ def test_doctor_finds_and_repairs_a_stale_label_order(tmp_path, pg_url):
     task = tracker.create("planned", labels=["plan"])
     assert {c["name"]: c["ok"] for c in tracker.doctor()["checks"]}["label_order"]
     with tracker.transaction() as c:  # what a hand edit of the table could leave
-        c.execute("UPDATE labels SET issue_open = false WHERE issue_id = ?", (task["id"],))
+        c.execute("DELETE FROM open_labels WHERE issue_id = ?", (task["id"],))
     assert tracker.claim_next(labels=["plan"]) is None
     report = tracker.doctor()
     assert not report["ok"] and not {c["name"]: c["ok"] for c in report["checks"]}["label_order"]

@@ -64,7 +64,7 @@ class Comments:
         )
         params = (issue_id, dedupe_key, author, text, now, dedupe_key, now, self.actor, text[:200], now)
         with self.db._lock:
-            row = self.db.conn.execute(sql, params, tuples=True).fetchone()
+            row = self.db.conn.fetch_one(sql, params)
         if row is not None:
             return _comment_obj(row)
         self._require(issue_id)

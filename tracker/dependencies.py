@@ -105,6 +105,7 @@ class Dependencies:
                          (issue_id, label)).rowcount:
                 now = now_iso()
                 c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+                self._open_labels_moved(c, [issue_id])
                 self._event(c, issue_id, "label_added", "labels", None, label, at=now)
         return self.get(issue_id)
 
@@ -115,5 +116,6 @@ class Dependencies:
                 raise NotFoundError(f"{issue_id} has no label {label!r}")
             now = now_iso()
             c.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+            self._open_labels_moved(c, [issue_id])
             self._event(c, issue_id, "label_removed", "labels", label, None, at=now)
         return self.get(issue_id)

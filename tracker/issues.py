@@ -266,6 +266,7 @@ class Issues:
                 c.execute("INSERT INTO idempotency(key, issue_id) VALUES (?, ?)", (idempotency_key, new_id))
             # A new id can be the target of edges that dangled until now, and a child inherits.
             refresh_ready_state(c, [new_id])
+            self._open_labels_moved(c, [new_id])
             self._event(c, new_id, "created", None, None, title, at=now)
         return self.get(new_id)
 
@@ -368,6 +369,16 @@ class Issues:
         _drop_kept_originals(c, issue_id, changes)
         if "status" in changes or "defer_until" in changes:
             refresh_ready_state(c, [issue_id])
+        if "status" in changes or "priority" in changes:
+            self._open_labels_moved(c, [issue_id])
+
+    def _open_labels_moved(self, c: Conn, ids: list[str]) -> None:
+        """After a write of the status, priority or labels of ``ids`` in a transaction: on
+        PostgreSQL their rows of ``open_labels`` (``pg_functions``) rewritten; SQLite has none."""
+        if self.db.engine == "postgresql":
+            from .pg_functions import sync_open_labels
+
+            sync_open_labels(c, ids)
 
     def close_issue(self, issue_id: str, *, reason: str = "", force: bool = False,
                     expect_status: Sequence[str] | None = None) -> dict:
@@ -429,6 +440,7 @@ class Issues:
                       (now, _dump(kept), issue_id))
             self._event(c, issue_id, "deleted", "status", row["status"], "tombstone", at=now)
             refresh_ready_state(c, [issue_id, *dependents])
+            self._open_labels_moved(c, [issue_id])
         return self.get(issue_id)
 
 

@@ -49,7 +49,7 @@ _STATUS_AT, _PRIORITY_AT, _SORT_AT, _DEFER_AT = (
     _INSERT_COLUMNS.index(c) for c in ("status", "priority", "created_sort", "defer_sort"))
 # What an import into an empty PostgreSQL tracker fills without their constraints and indexes
 # (events keep their history: not them).
-_BULK_LOAD_TABLES = ("issues", "labels", "dependencies", "comments")
+_BULK_LOAD_TABLES = ("issues", "labels", "dependencies", "comments", "open_labels")
 _COMMENT_ROW = ("issue_id", "author", "text", "created_at", "ext_id", "dedupe_key", "extra")
 _EVENT_ROW = ("issue_id", "event_type", "actor", "field", "old_value", "new_value", "created_at")
 _BLOCKING = frozenset(BLOCKING_STATUSES)
@@ -337,7 +337,7 @@ def _import(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
         comment_rows = [(*row[:5], local_keys.get((row[0], row[2], row[3])), row[5]) for row in comment_rows] + kept
         if tracker.db.engine == "postgresql":
             rebuild = _drop_for_bulk_load(c, whole, len(issue_rows))
-            _copy_in(c, issue_rows, label_rows, dep_rows, comment_rows, event_rows)
+            _copy_in(c, issue_rows, label_rows, dep_rows, comment_rows, event_rows, whole)
         else:
             rebuild = _drop_indexes_for_bulk_load(c, len(issue_rows))
             c.executemany(_INSERT_ISSUE, issue_rows)
@@ -376,24 +376,30 @@ def _with_ready_state(issues: list[tuple], deps: list[tuple]) -> list[tuple]:
 
 
 def _copy_in(c: Any, issues: list[tuple], labels: list[tuple], deps: list[tuple], comments: list[tuple],
-             events: list[tuple]) -> None:
+             events: list[tuple], whole: bool) -> None:
     """The rows of an import into PostgreSQL with one ``COPY`` per table (for 100,000 issues
     several times faster than INSERTs). What the INSERTs leave out with ``ON CONFLICT DO NOTHING``
-    (an issue's dependency listed twice) is left out here first; labels come with their copy of
-    their issue's place in ready order (``pg_functions.LABEL_ORDER_COLUMNS``)."""
-    from .pg_functions import LABEL_ORDER_COLUMNS
+    (an issue's dependency listed twice) is left out here first. The open issues' label rows in
+    ready order (``open_labels``, ``pg_functions``): from the file when it is the whole workspace,
+    else rewritten for the issues it holds (a replaced issue's rows were its old ones)."""
+    from .pg_functions import sync_open_labels
     from .postgres import copy_rows
 
-    place = {row[0]: (row[_STATUS_AT] == "open", row[_PRIORITY_AT], row[_SORT_AT]) for row in issues}
     copy_rows(c, "issues", _INSERT_COLUMNS, issues)
-    copy_rows(c, "labels", ("issue_id", "label", *LABEL_ORDER_COLUMNS),
-              [(issue_id, label, *place[issue_id]) for issue_id, label in labels])
+    copy_rows(c, "labels", ("issue_id", "label"), labels)
     first: dict[tuple, tuple] = {}
     for row in deps:
         first.setdefault(row[:3], row)
     copy_rows(c, "dependencies", _DEP_COLUMNS.split(", "), list(first.values()))
     copy_rows(c, "comments", _COMMENT_ROW, comments)
     copy_rows(c, "events", _EVENT_ROW, events)
+    if whole:
+        place = {row[0]: (row[_PRIORITY_AT], row[_SORT_AT]) for row in issues if row[_STATUS_AT] == "open"}
+        c.execute("DELETE FROM open_labels")
+        copy_rows(c, "open_labels", ("issue_id", "label", "priority", "created_sort"),
+                  [(issue_id, label, *place[issue_id]) for issue_id, label in labels if issue_id in place])
+    else:
+        sync_open_labels(c, [row[0] for row in issues])
 
 
 def _drop_for_bulk_load(c: Any, whole: bool, rows: int) -> list[str]:

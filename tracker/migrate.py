@@ -34,7 +34,7 @@ from typing import Any
 
 from .dialect import ROWID_TABLES, display_target, is_url, sqlite_path
 from .errors import ConflictError, InvalidValueError, TrackerError, WorkspaceError
-from .pg_functions import LABEL_ORDER_COLUMNS
+from .pg_functions import OPEN_LABELS_REBUILD, SQLITE_ONLY_INDEXES
 from .schema import SCHEMA, ensure_schema, statements
 
 __all__ = ["MigrationReport", "migrate"]
@@ -186,8 +186,12 @@ def _copy(src: Any, dst: Any, report: MigrationReport, replace: bool) -> None:
             c.execute(f"DROP INDEX IF EXISTS {name}")
         for table in TRACKER_TABLES:
             report.tables[table] = _copy_rows(src, dst, c, table, report)
-        for _, statement in _INDEXES:
-            c.execute(statement)
+        for name, statement in _INDEXES:
+            if dst.engine == "sqlite" or name not in SQLITE_ONLY_INDEXES:
+                c.execute(statement)
+        if dst.engine == "postgresql":  # the open issues' label rows in ready order, derived
+            for statement in OPEN_LABELS_REBUILD:
+                c.execute(statement)
         for table in mesh_tables:
             table_ddl, *index_ddl = _table_ddl(src, table)
             with _refused(report, f"the definition of {table}"):
@@ -210,9 +214,7 @@ def _contents(db: Any) -> dict[str, int]:
 
 
 def _copy_rows(src: Any, dst: Any, c: Any, table: str, report: MigrationReport) -> int:
-    # Not the label rows' copy of their issue's ready order: PostgreSQL's own, filled as rows arrive.
-    source_columns = [col for col in _columns(src, table) if not (col == "rowid" and table in ROWID_TABLES)
-                      and not (table == "labels" and col in LABEL_ORDER_COLUMNS)]
+    source_columns = [col for col in _columns(src, table) if not (col == "rowid" and table in ROWID_TABLES)]
     missing = set(source_columns) - set(_columns(dst, table))
     if missing:
         raise InvalidValueError(f"{report.target} has no column {', '.join(sorted(missing))} in {table}:"

@@ -1,4 +1,4 @@
-"""Server-side functions of the PostgreSQL tracker (schema version 6): one write, one round trip.
+"""Server-side functions of the PostgreSQL tracker (schema versions 6 and 7): one write, one round trip.
 
 ``create``, ``update`` and ``close_issue`` read, decide and write: in Python each is a dozen
 statements in a transaction (the issue read, the id chosen, the row, its labels and edges, the
@@ -18,6 +18,9 @@ each the lineage that decides ``blocked`` and ``defer_eff``. Its plan walks the 
 issues given: the planner cannot estimate a recursive walk, guesses tens of rows, and would
 otherwise scan the whole issues table twice for each write (1.2 ms at 2,000 issues).
 
+``open_labels`` (version 7) holds the label rows of the open issues in ready order, for the walks
+of ``claim_next`` and ``ready`` by label; the writes keep it themselves (see below).
+
 Every function keeps one generic plan per statement (``plan_cache_mode``): each of their
 statements looks rows up by id, and planning them anew at each call cost more than running them.
 """
@@ -27,13 +30,107 @@ from __future__ import annotations
 from .model import BLOCKING_STATUSES
 from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, UPDATE_COLUMNS
 
-__all__ = ["FUNCTIONS", "LABEL_ORDER_COLUMNS", "LABEL_ORDER_REBUILD", "LOCKED", "STALE_LABEL_ORDER", "issue_json"]
+__all__ = ["FUNCTIONS", "LOCKED", "OPEN_LABELS_REBUILD", "SQLITE_ONLY_INDEXES", "STALE_OPEN_LABELS", "issue_json",
+           "open_labels_left", "open_labels_written", "sync_open_labels", "without_keys"]
 
 WRITE_LOCK_ID = 0x6D657368  # postgres.WRITE_LOCK_ID ("mesh"), without importing the driver's module
 _BLOCKING = ", ".join(f"'{s}'" for s in BLOCKING_STATUSES)
 
 # A condition that takes the write lock first: a constant one, evaluated once before any row is read.
 LOCKED = f"(SELECT pg_advisory_xact_lock({WRITE_LOCK_ID})::text) IS NOT NULL"
+
+# Schema version 7: the label rows of the open issues, each with its issue's place in ready order
+# (priority, creation key), in a table of their own, ``open_labels``, indexed in that order:
+# ``claim_next`` and ``ready`` for a label walk the label's open issues in ready order instead of
+# every open issue, past those without the label (1,000 rows read for one claim in a plan of 1,600
+# among 3,600). A claim or a close deletes its issue's rows (no index entry written); version 6 kept
+# the same copy in ``labels`` itself, updated by a trigger at every claim and close: that trigger's
+# call and the row's new version (three index entries) were a seventh of a claim's time.
+#
+# No trigger keeps it: each write that makes an issue open or not, changes its priority or adds or
+# removes its labels writes the issue's rows itself, in its own statement (the claims, ``create``,
+# ``update``, ``close_issue``, ``mesh_create``, ``mesh_change``) or with ``sync_open_labels``
+# (the Python transactions, imports, migrations). ``doctor`` counts the rows that differ from
+# ``labels`` and ``issues`` (``STALE_OPEN_LABELS``) and, with ``fix``, rebuilds the table.
+OPEN_LABEL_ROWS = ("SELECT l.issue_id, l.label, i.priority, i.created_sort FROM labels l JOIN issues i"
+                   " ON i.id = l.issue_id WHERE i.status = 'open'")
+_OPEN_LABEL_COLUMNS = "open_labels(issue_id, label, priority, created_sort)"
+STALE_OPEN_LABELS = (f"SELECT count(*) FROM ((SELECT issue_id, label, priority, created_sort FROM open_labels"
+                     f" EXCEPT {OPEN_LABEL_ROWS}) UNION ALL ({OPEN_LABEL_ROWS} EXCEPT SELECT issue_id, label,"
+                     " priority, created_sort FROM open_labels)) AS differing")
+OPEN_LABELS_REBUILD = ("DELETE FROM open_labels", f"INSERT INTO {_OPEN_LABEL_COLUMNS} {OPEN_LABEL_ROWS}")
+_OPEN_LABELS_OF = ("DELETE FROM open_labels WHERE issue_id = ANY(?::text[])",
+                   f"INSERT INTO {_OPEN_LABEL_COLUMNS} {OPEN_LABEL_ROWS} AND i.id = ANY(?::text[])")
+
+
+def sync_open_labels(c: object, ids: list[str]) -> None:
+    """Write the ``open_labels`` rows of the issues ``ids`` as their labels and status now are (in
+    the transaction of ``c``, after its writes of those issues and labels)."""
+    for statement in _OPEN_LABELS_OF:
+        c.execute(statement, (ids,))  # type: ignore[attr-defined]
+
+
+def open_labels_written(source: str) -> str:
+    """A data-modifying CTE body: the ``open_labels`` rows of the issue ``source`` wrote (``id``,
+    ``status``, ``priority``, ``created_sort``) when it is open, from its labels read by
+    ``mesh_labels_of``."""
+    return (f"INSERT INTO {_OPEN_LABEL_COLUMNS} SELECT w.id, f.label, w.priority, w.created_sort FROM {source} w,"
+            " mesh_labels_of(w.id) AS f(label) WHERE w.status = 'open' ON CONFLICT (issue_id, label)"
+            " DO UPDATE SET priority = excluded.priority, created_sort = excluded.created_sort")
+
+
+def open_labels_left(source: str) -> str:
+    """A data-modifying CTE body: the ``open_labels`` rows of the issue ``source`` wrote deleted
+    when it is not open (an index probe when it had none)."""
+    return f"DELETE FROM open_labels o USING {source} w WHERE o.issue_id = w.id AND w.status <> 'open'"
+
+
+# An issue statement that makes an issue open or changes its priority writes its rows from the
+# issue's labels as they are when it runs, read with a snapshot of their own (a VOLATILE function:
+# the statement's snapshot is older than the write lock it waited for, and a label added meanwhile
+# would be missed).
+_LABELS_OF = """CREATE OR REPLACE FUNCTION mesh_labels_of(p_id text) RETURNS SETOF text LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  RETURN QUERY SELECT label FROM labels WHERE issue_id = p_id;
+END $$"""
+# An issue's kept originals (``extra``) without those of the fields a write sets
+# (``issues._drop_kept_originals``). A function, not subqueries in the writing statements: the
+# server starts every subquery of a plan at each execution, and most issues keep none.
+_WITHOUT_KEYS = """CREATE OR REPLACE FUNCTION mesh_without_keys(p_extra text, p_keys text[]) RETURNS text
+  LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM json_each(p_extra::json) e WHERE e.key = ANY(p_keys)) THEN
+    RETURN p_extra;
+  END IF;
+  RETURN (SELECT json_object_agg(e.key, e.value)::text FROM json_each(p_extra::json) e WHERE e.key <> ALL(p_keys));
+END $$"""
+
+
+def without_keys(extra: str, keys: str) -> str:
+    """The expression of ``extra`` (a column) without the kept originals of ``keys`` (a text[])."""
+    return f"CASE WHEN {extra} IS NULL THEN NULL ELSE mesh_without_keys({extra}, {keys}) END"
+
+
+# SQLite's covering index for its ``INDEXED BY`` plans: PostgreSQL's plans do not use it, and every
+# write of an open issue paid its entry.
+SQLITE_ONLY_INDEXES = ("issues_ready_by_id",)
+_OPEN_LABELS = (
+    # Version 6's copy in ``labels`` and what kept it.
+    "DROP TRIGGER IF EXISTS mesh_issues_order ON issues",
+    "DROP TRIGGER IF EXISTS mesh_labels_filled ON labels",
+    "DROP FUNCTION IF EXISTS mesh_label_order()",
+    "DROP FUNCTION IF EXISTS mesh_label_filled()",
+    "DROP INDEX IF EXISTS labels_open_order",
+    "ALTER TABLE labels DROP COLUMN IF EXISTS issue_open, DROP COLUMN IF EXISTS issue_priority,"
+    " DROP COLUMN IF EXISTS issue_created_sort",
+    *(f"DROP INDEX IF EXISTS {name}" for name in SQLITE_ONLY_INDEXES),
+    "CREATE TABLE IF NOT EXISTS open_labels (issue_id TEXT NOT NULL, label TEXT NOT NULL, priority INTEGER NOT NULL,"
+    " created_sort TEXT, PRIMARY KEY (issue_id, label))",
+    "CREATE INDEX IF NOT EXISTS open_labels_order ON open_labels(label, priority, created_sort, issue_id)",
+    *OPEN_LABELS_REBUILD,
+    _LABELS_OF,
+    _WITHOUT_KEYS,
+)
 
 _REFRESH = f"""
 CREATE OR REPLACE FUNCTION mesh_refresh_ready(p_ids text[]) RETURNS void LANGUAGE plpgsql
@@ -164,15 +261,17 @@ BEGIN
   SELECT count(*) INTO v_dependents FROM dependencies WHERE depends_on_id = v_id;
   -- Its ready state: its parent's (which sums up the parent's lineage) and its own deferral; with
   -- such edges, mesh_refresh_ready below also recomputes the issues they make it block.
-  -- One statement writes the row, its labels (distinct, and none can exist for a new id), its edge,
-  -- its key and its event.
+  -- One statement writes the row, its labels (distinct, and none can exist for a new id) and their
+  -- open_labels rows, its edge, its key and its event.
   WITH iss AS (
     INSERT INTO issues(id, blocked, defer_eff, {', '.join(INSERT_COLUMNS)})
       SELECT v_id, v_blocked, GREATEST(r.defer_sort, v_defer), {', '.join('r.' + c for c in INSERT_COLUMNS)}
       FROM jsonb_populate_record(NULL::issues, p_row) r RETURNING id, status, priority, created_sort),
-  lab AS (INSERT INTO labels(issue_id, label, issue_open, issue_priority, issue_created_sort)
-    SELECT iss.id, t.label, iss.status = 'open', iss.priority, iss.created_sort
-    FROM iss, unnest(p_labels) WITH ORDINALITY AS t(label, n) ORDER BY t.n),
+  lab AS (INSERT INTO labels(issue_id, label)
+    SELECT iss.id, t.label FROM iss, unnest(p_labels) WITH ORDINALITY AS t(label, n) ORDER BY t.n),
+  ord AS (INSERT INTO open_labels(issue_id, label, priority, created_sort)
+    SELECT iss.id, t.label, iss.priority, iss.created_sort FROM iss, unnest(p_labels) AS t(label)
+    WHERE iss.status = 'open'),
   dep AS (INSERT INTO dependencies(issue_id, depends_on_id, type, created_at, created_by)
     SELECT iss.id, p_parent, 'parent-child', p_now, p_actor FROM iss WHERE p_parent IS NOT NULL),
   idem AS (INSERT INTO idempotency(key, issue_id) SELECT p_idem, iss.id FROM iss WHERE p_idem IS NOT NULL)
@@ -195,11 +294,7 @@ _KIND_TEXT = """CASE p_kinds[k] WHEN 'bool' THEN CASE WHEN v_cur ->> p_keys[k] I
       WHEN (v_cur ->> p_keys[k])::bigint <> 0 THEN 'true' ELSE 'false' END ELSE v_cur ->> p_keys[k] END"""
 # (No ``?`` operator in these bodies: ``dialect.to_postgres`` reads ``?`` as a placeholder.)
 _SETS = ", ".join([f"{c} = CASE WHEN v_set -> '{c}' IS NULL THEN u.{c} ELSE r.{c} END" for c in UPDATE_COLUMNS
-                   if c != "extra"] + [
-    "extra = CASE WHEN u.extra IS NOT NULL"
-    " AND EXISTS (SELECT 1 FROM json_each(u.extra::json) e WHERE e.key = ANY(p_keys))"
-    " THEN (SELECT json_object_agg(e.key, e.value)::text FROM json_each(u.extra::json) e WHERE e.key <> ALL(p_keys))"
-    " ELSE u.extra END"])
+                   if c != "extra"] + [f"extra = {without_keys('u.extra', 'p_keys')}"])
 
 _CHANGE = f"""
 CREATE OR REPLACE FUNCTION mesh_change(p_id text, p_keys text[], p_kinds text[], p_values text[], p_defer_sort text,
@@ -284,6 +379,10 @@ BEGIN
     w AS (UPDATE issues u SET {_SETS} FROM jsonb_populate_record(NULL::issues, v_set) r WHERE u.id = p_id
           RETURNING u.*)
     {issue_json('w')} INTO v_issue;
+    IF 'status' = ANY(v_changed) OR 'priority' = ANY(v_changed) THEN
+      DELETE FROM open_labels WHERE issue_id = p_id;
+      INSERT INTO open_labels(issue_id, label, priority, created_sort) {OPEN_LABEL_ROWS} AND i.id = p_id;
+    END IF;
     -- The issue's own state follows its deferral and its lineage, not its status: a new status
     -- changes the state of the issues that depend on it, if any (see mesh_refresh_ready).
     IF 'defer_until' = ANY(v_changed) OR ('status' = ANY(v_changed) AND v_dependents) THEN
@@ -296,45 +395,5 @@ BEGIN
 END $$
 """
 
-# Each label row carries a copy of its issue's place in ready order (open or not, priority, creation
-# key), indexed for the open ones: ``claim_next`` and ``ready`` for a label walk the label's open
-# issues in ready order instead of every open issue, past those without the label (1,000 rows read
-# for one claim in a plan of 1,600 among 3,600). A label row is filled when it is written (from the
-# values given, else from its issue) and kept current by a trigger when its issue's place changes.
-LABEL_ORDER_COLUMNS = ("issue_open", "issue_priority", "issue_created_sort")
-# What ``Tracker.doctor`` counts and, with ``fix``, rewrites: label rows whose copy is not their issue's.
-STALE_LABEL_ORDER = (" FROM labels l JOIN issues i ON i.id = l.issue_id WHERE (l.issue_open, l.issue_priority,"
-                     " l.issue_created_sort) IS DISTINCT FROM (i.status = 'open', i.priority, i.created_sort)")
-LABEL_ORDER_REBUILD = ("UPDATE labels l SET issue_open = i.status = 'open', issue_priority = i.priority,"
-                       " issue_created_sort = i.created_sort FROM issues i WHERE i.id = l.issue_id"
-                       " AND (l.issue_open, l.issue_priority, l.issue_created_sort)"
-                       " IS DISTINCT FROM (i.status = 'open', i.priority, i.created_sort)")
-_LABEL_ORDER = (
-    "ALTER TABLE labels ADD COLUMN IF NOT EXISTS issue_open BOOLEAN,"
-    " ADD COLUMN IF NOT EXISTS issue_priority BIGINT, ADD COLUMN IF NOT EXISTS issue_created_sort TEXT COLLATE \"C\"",
-    LABEL_ORDER_REBUILD,
-    "CREATE INDEX IF NOT EXISTS labels_open_order ON labels(label, issue_priority, issue_created_sort, issue_id)"
-    " WHERE issue_open",
-    """CREATE OR REPLACE FUNCTION mesh_label_filled() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  SELECT i.status = 'open', i.priority, i.created_sort INTO NEW.issue_open, NEW.issue_priority, NEW.issue_created_sort
-    FROM issues i WHERE i.id = NEW.issue_id;
-  RETURN NEW;
-END $$""",
-    "DROP TRIGGER IF EXISTS mesh_labels_filled ON labels",
-    "CREATE TRIGGER mesh_labels_filled BEFORE INSERT ON labels FOR EACH ROW WHEN (NEW.issue_open IS NULL)"
-    " EXECUTE FUNCTION mesh_label_filled()",
-    """CREATE OR REPLACE FUNCTION mesh_label_order() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  UPDATE labels SET issue_open = NEW.status = 'open', issue_priority = NEW.priority,
-                    issue_created_sort = NEW.created_sort WHERE issue_id = NEW.id;
-  RETURN NULL;
-END $$""",
-    "DROP TRIGGER IF EXISTS mesh_issues_order ON issues",
-    "CREATE TRIGGER mesh_issues_order AFTER UPDATE ON issues FOR EACH ROW"
-    " WHEN ((OLD.status = 'open') IS DISTINCT FROM (NEW.status = 'open') OR OLD.priority IS DISTINCT FROM NEW.priority"
-    " OR OLD.created_sort IS DISTINCT FROM NEW.created_sort) EXECUTE FUNCTION mesh_label_order()",
-)
-
-# Installed by ``schema.ensure_schema`` (version 6), in this order (a function its callers need first).
-FUNCTIONS = (_REFRESH, _BASE36, _CREATE, _CHANGE, *_LABEL_ORDER)
+# Installed by ``schema.ensure_schema`` (versions 6 and 7), in this order (what a function uses first).
+FUNCTIONS = (*_OPEN_LABELS, _REFRESH, _BASE36, _CREATE, _CHANGE)

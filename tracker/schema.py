@@ -17,7 +17,9 @@ change counter, ``PRAGMA data_version``, and needs nothing); 5 the index ``issue
 without it every open issue was sorted to find them); 6 on PostgreSQL, what makes
 each write one round trip (``tracker.pg_functions``: the server-side functions of the writes one
 statement cannot do, and the label rows' copy of their issue's place in ready order; SQLite runs
-the same writes in-process and needs nothing).
+the same writes in-process and needs nothing); 7 on PostgreSQL, that copy moved into a table of the
+open issues' label rows, ``open_labels``, which a claim or a close deletes from instead of updating
+``labels`` through a trigger (and SQLite's covering index ``issues_ready_by_id`` dropped there).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANGE_CHANNEL", "SCHEMA", "SCHEMA_VERSION", "current_version", "ensure_schema", "statements"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Version 5 (see the module docstring); also in SCHEMA, for new trackers.
 OPEN_ORDER_INDEX = ("CREATE INDEX IF NOT EXISTS issues_open_order ON issues(priority, created_sort, id)"
@@ -198,8 +200,8 @@ def ensure_schema(db: Any, *, create: bool, where: str) -> None:
                 c.execute(statement)
         if 2 <= version < 5:  # (below 2 the whole schema's statements ran above)
             c.execute(OPEN_ORDER_INDEX)
-        if version < 6 and getattr(db, "engine", "sqlite") == "postgresql":
-            from .pg_functions import FUNCTIONS
+        if version < 7 and getattr(db, "engine", "sqlite") == "postgresql":
+            from .pg_functions import FUNCTIONS  # versions 6 and 7 (each statement may run again)
 
             for statement in FUNCTIONS:
                 c.execute(statement)

@@ -32,7 +32,7 @@ from . import ids as idgen
 from .errors import ConflictError, NotFoundError, TrackerError
 from .jsontext import dumps
 from .model import BLOCKING_STATUSES, TEXT_FIELDS, normalize_ts, now_iso
-from .pg_functions import LOCKED, issue_json
+from .pg_functions import LOCKED, issue_json, open_labels_left, open_labels_written, without_keys
 from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, _counted_issue, _dep_from_tuple, _row_values
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
@@ -150,7 +150,7 @@ def change_in_one(tracker: Tracker, issue_id: str, changes: Mapping[str, Any], *
 
 def _one_row(tracker: Tracker, sql: str, params: tuple) -> tuple | None:
     with tracker.db._lock:
-        return tracker.db.conn.execute(sql, params, tuples=True).fetchone()
+        return tracker.db.conn.fetch_one(sql, params)
 
 
 def _answered_issue(found: dict | None, issue_id: str) -> dict:
@@ -224,9 +224,10 @@ def _create_sql() -> str:
         f" SELECT c.id, 0, r.defer_sort, {', '.join('r.' + c for c in INSERT_COLUMNS)}"
         " FROM cand c, jsonb_populate_record(NULL::issues, ?::jsonb) r WHERE c.dependents = 0"
         " RETURNING id, status, priority, created_sort),"
-        " lab AS (INSERT INTO labels(issue_id, label, issue_open, issue_priority, issue_created_sort)"
-        " SELECT iss.id, t.label, iss.status = 'open', iss.priority, iss.created_sort FROM iss,"
-        " unnest(?::text[]) WITH ORDINALITY AS t(label, n) ORDER BY t.n),"
+        " lab AS (INSERT INTO labels(issue_id, label) SELECT iss.id, t.label FROM iss,"
+        " unnest(?::text[]) WITH ORDINALITY AS t(label, n) ORDER BY t.n RETURNING issue_id, label),"
+        " ord AS (INSERT INTO open_labels(issue_id, label, priority, created_sort)"
+        " SELECT lab.issue_id, lab.label, iss.priority, iss.created_sort FROM lab, iss WHERE iss.status = 'open'),"
         " ev AS (INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
         " SELECT iss.id, 'created', ?, NULL, NULL, ?, ? FROM iss)"
         " SELECT (SELECT id FROM meta), (SELECT id FROM iss), (SELECT dependents FROM cand)"
@@ -297,10 +298,7 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
     assignments.append("updated_at = ?")
     # The kept originals of the fields given are superseded (``issues._drop_kept_originals``).
     listed = "ARRAY[" + ", ".join(f"'{name}'" for name in names) + "]" if names else "'{}'::text[]"
-    assignments.append(
-        f"extra = CASE WHEN u.extra IS NOT NULL AND EXISTS (SELECT 1 FROM json_each(u.extra::json) e"
-        f" WHERE e.key = ANY({listed})) THEN (SELECT json_object_agg(e.key, e.value)::text"
-        f" FROM json_each(u.extra::json) e WHERE e.key <> ALL({listed})) ELSE u.extra END")
+    assignments.append(f"extra = {without_keys('u.extra', listed)}")
     if "closed_at" in sets:
         assignments.append(f"closed_at = {sets['closed_at']}")
     writes = "chk.refusal IS NULL AND NOT chk.moved"
@@ -309,11 +307,18 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
               f" SELECT chk.id, e.kind, ?, e.field, e.old, e.new, ? FROM chk, LATERAL (VALUES {rows})"
               f" AS e(n, field, kind, old, new) WHERE {writes} AND e.old IS DISTINCT FROM e.new ORDER BY e.n),"
               if names else "")
+    # Its label rows in ``open_labels`` follow a new status or priority (tracker.pg_functions).
+    # A close never makes an issue open: only its rows' delete.
+    order = ""
+    if "status" in names:
+        order += f", lo AS ({open_labels_left('upd')})"
+    if ("status" in names and not close) or "priority" in names:
+        order += f", lw AS ({open_labels_written('upd')})"
     return (
         f"WITH cur AS (SELECT {', '.join(cur)} FROM issues i WHERE i.id = ? AND {LOCKED} FOR UPDATE OF i),"
         f" chk AS (SELECT cur.*, {refusal} AS refusal, {moved} AS moved FROM cur),"
         f"{events}"
         f" upd AS (UPDATE issues u SET {', '.join(assignments)} FROM chk"
-        f" WHERE u.id = chk.id AND {writes} AND ({changed}) RETURNING u.*)"
+        f" WHERE u.id = chk.id AND {writes} AND ({changed}) RETURNING u.*){order}"
         f" SELECT chk.refusal, chk.refusal IS NULL AND chk.moved, ({issue_json('upd w', 'chk.dependents')}) FROM chk"
     )

@@ -214,11 +214,11 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
         checks.append({"name": "ready_state", "ok": stale == 0,
                        "detail": f"{stale} issue(s) with a stale blocked/deferred state"})
         if not sqlite:
-            from .pg_functions import STALE_LABEL_ORDER
+            from .pg_functions import STALE_OPEN_LABELS
 
-            unordered = self.db.read(f"SELECT count(*){STALE_LABEL_ORDER}")[0][0]
+            unordered = self.db.read(STALE_OPEN_LABELS)[0][0]
             checks.append({"name": "label_order", "ok": unordered == 0,
-                           "detail": f"{unordered} label row(s) with a stale copy of their issue's ready order"})
+                           "detail": f"{unordered} open label row(s) missing, extra or with a stale ready order"})
         fixed = []
         if fix:
             with self.transaction() as c:
@@ -231,9 +231,10 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
                     c.execute("DELETE FROM dependencies WHERE issue_id NOT IN (SELECT id FROM issues)")
                 refresh_ready_state(c)
                 if not sqlite:
-                    from .pg_functions import LABEL_ORDER_REBUILD
+                    from .pg_functions import OPEN_LABELS_REBUILD
 
-                    c.execute(LABEL_ORDER_REBUILD)
+                    for statement in OPEN_LABELS_REBUILD:
+                        c.execute(statement)
             fixed.append("sort keys rebuilt")
             fixed.append("ready state rebuilt")
             if fk:
