@@ -111,7 +111,7 @@ class Issues:
         return [_counted_issue(r, labels.get(r[0]), deps.get(r[0]), *counted[r[0]]) for r in rows]
 
     def _hydrated_row(self, row: tuple) -> dict:
-        """The issue object of a row of ``_ISSUE_COLUMNS`` followed by ``_RELATED``'s columns
+        """The issue object of a row of ``_ISSUE_COLUMNS`` followed by ``pg_functions.RELATED``'s columns
         (PostgreSQL: an issue and everything ``_hydrate`` reads for it, in one statement)."""
         n = len(_ISSUE_COLUMNS)
         labels, deps, dependents, ncomments = row[n:n + 4]
@@ -443,16 +443,6 @@ class Issues:
             self._open_labels_moved(c, [issue_id])
         return self.get(issue_id)
 
-
-# What ``_hydrate`` reads of an issue ``w`` beside its row, as columns of one PostgreSQL query:
-# labels and dependencies in insertion order, dependents and comments counted.
-_RELATED = (
-    "(SELECT json_agg(l.label ORDER BY l.rowid) FROM labels l WHERE l.issue_id = w.id),"
-    " (SELECT json_agg(json_build_array(d.issue_id, d.depends_on_id, d.type, d.created_at, d.created_by, d.extra)"
-    " ORDER BY d.rowid) FROM dependencies d WHERE d.issue_id = w.id),"
-    " (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = w.id),"
-    " (SELECT count(*) FROM comments c WHERE c.issue_id = w.id)"
-)
 
 
 def _new_record(actor: str, now: str, title: str, description: str, design: str, acceptance_criteria: str,

@@ -30,7 +30,7 @@ from __future__ import annotations
 from .model import BLOCKING_STATUSES
 from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, UPDATE_COLUMNS
 
-__all__ = ["FUNCTIONS", "LOCKED", "OPEN_LABELS_REBUILD", "SQLITE_ONLY_INDEXES", "STALE_OPEN_LABELS", "issue_json",
+__all__ = ["FUNCTIONS", "LOCKED", "RELATED", "OPEN_LABELS_REBUILD", "SQLITE_ONLY_INDEXES", "STALE_OPEN_LABELS", "issue_json",
            "open_labels_left", "open_labels_written", "sync_open_labels", "without_keys"]
 
 WRITE_LOCK_ID = 0x6D657368  # postgres.WRITE_LOCK_ID ("mesh"), without importing the driver's module
@@ -171,16 +171,25 @@ END $$
 
 # An issue and what ``Issues._hydrate`` reads beside it, as one JSON object (NULL for no issue),
 # written into each function that answers one (a call of a function of its own cost more).
-def issue_json(source: str, dependents: str = "(SELECT count(*) FROM dependencies d WHERE d.depends_on_id = w.id)") -> str:
+# The labels and the dependencies of the issue ``w`` in insertion order, as arrays (``ARRAY(...)``,
+# not ``json_agg``: the server sets up each aggregate of a plan at every execution, at about the
+# cost of reading its rows), and its dependents and comments counted.
+_LABELS = "ARRAY(SELECT l.label FROM labels l WHERE l.issue_id = w.id ORDER BY l.rowid)"
+_DEPS = ("ARRAY(SELECT json_build_array(d.issue_id, d.depends_on_id, d.type, d.created_at, d.created_by, d.extra)"
+         " FROM dependencies d WHERE d.issue_id = w.id ORDER BY d.rowid)")
+_DEPENDENTS = "(SELECT count(*) FROM dependencies d WHERE d.depends_on_id = w.id)"
+_COMMENTS = "(SELECT count(*) FROM comments c WHERE c.issue_id = w.id)"
+# What ``Issues._hydrate`` reads of an issue ``w`` beside its row, as columns of one query
+# (``Issues._hydrated_row``): the claims answer their issue with them.
+RELATED = f"{_LABELS}, {_DEPS}, {_DEPENDENTS}, {_COMMENTS}"
+
+
+def issue_json(source: str, dependents: str = _DEPENDENTS) -> str:
     """The query of that object for the issue row ``w`` of ``source`` (its ``row``: the values of
     ``rows._ISSUE_COLUMNS``); ``dependents``: their count, when the caller has read it already."""
     return f"""SELECT json_build_object(
     'row', json_build_array({', '.join('w.' + c for c in _ISSUE_COLUMNS)}),
-    'labels', (SELECT json_agg(l.label ORDER BY l.rowid) FROM labels l WHERE l.issue_id = w.id),
-    'deps', (SELECT json_agg(json_build_array(d.issue_id, d.depends_on_id, d.type, d.created_at, d.created_by,
-                                              d.extra) ORDER BY d.rowid) FROM dependencies d WHERE d.issue_id = w.id),
-    'dependents', {dependents},
-    'comments', (SELECT count(*) FROM comments c WHERE c.issue_id = w.id))
+    'labels', to_json({_LABELS}), 'deps', to_json({_DEPS}), 'dependents', {dependents}, 'comments', {_COMMENTS})
   FROM {source}"""
 
 

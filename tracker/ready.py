@@ -14,7 +14,6 @@ from .errors import ConflictError, NotFoundError
 from .issues import _descendants_cte, _drop_kept_originals
 from .model import BLOCKING_STATUSES, NON_WORK_TYPES, normalize_ts, now_iso
 from .rows import _ISSUE_COLUMNS, _ISSUE_SELECT
-from .issues import _RELATED
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
@@ -232,7 +231,7 @@ class ReadyWork:
 def _claim_sql(prefix: str, candidate: str) -> str:
     """The statement of ``_claim_in_one`` (built once per candidate query: its columns joined at
     each call were a tenth of the client's time)."""
-    from .pg_functions import open_labels_left, without_keys  # here: a SQLite process never loads it
+    from .pg_functions import RELATED, open_labels_left, without_keys  # here: a SQLite process never loads it
 
     kept = "ARRAY['status', 'assignee']"  # the kept originals a claim supersedes
     columns = ", ".join(f"u.{c}" for c in _ISSUE_COLUMNS)
@@ -249,7 +248,7 @@ def _claim_sql(prefix: str, candidate: str) -> str:
         " WHERE old_assignee IS DISTINCT FROM ?),"
         # Its label rows leave ``open_labels`` (tracker.pg_functions) with the open status.
         f" lo AS ({open_labels_left('won')})"
-        f" SELECT {', '.join(_ISSUE_COLUMNS)}, {_RELATED} FROM won w"
+        f" SELECT {', '.join(_ISSUE_COLUMNS)}, {RELATED} FROM won w"
     )
 
 def _unclaimable(issue_id: str, row: Any) -> ConflictError:

@@ -117,7 +117,7 @@ def change_in_one(tracker: Tracker, issue_id: str, changes: Mapping[str, Any], *
     params: list[Any] = [*texts, *wanted[2]]
     if close_status is not None:
         params.append(list(close_status))
-    params += [issue_id, tracker.actor, now, now]
+    params += [tracker.actor, now, issue_id, now]
     if "status" in changes:
         params.append(now)
     found = _one_row(tracker, sql, tuple(params))
@@ -245,7 +245,7 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
                 close_status: bool, blockers: bool, event_type: str) -> str:
     """The statement of a change of ``fields`` ((name, kind) in the caller's order), as
     ``Issues._apply`` makes it. Parameters: the new values, the expected values, the statuses a
-    close expects (with ``close_status``), the issue id, the actor, the time of the events,
+    close expects (with ``close_status``), the actor and the time of the events, the issue id,
     ``updated_at``, and with a status among the fields the time of ``closed_at``.
 
     It answers (refusal, moved, issue): the first check that failed (as ``mesh_change`` answers
@@ -270,10 +270,12 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
         cur.append("?::text[] AS statuses")
         checks.append("WHEN NOT cur.was = ANY(cur.statuses) THEN json_build_object('outcome', 'status', 'status', cur.was)")
     if blockers:
-        cur.append("(SELECT json_agg(b.id ORDER BY b.id) FROM dependencies d JOIN issues b ON b.id = d.depends_on_id"
-                   f" WHERE d.issue_id = i.id AND d.type = 'blocks' AND b.status IN ({_BLOCKING})) AS blockers")
+        cur.append("NULLIF(ARRAY(SELECT b.id FROM dependencies d JOIN issues b ON b.id = d.depends_on_id"
+                   f" WHERE d.issue_id = i.id AND d.type = 'blocks' AND b.status IN ({_BLOCKING}) ORDER BY b.id),"
+                   " '{}'::text[]) AS blockers")
         checks.append("WHEN cur.blockers IS NOT NULL THEN json_build_object('outcome', 'blocked', 'blockers',"
                       " cur.blockers)")
+    cur += ["?::text AS actor", "?::text AS at"]  # the events'
     refusal = f"CASE {' '.join(checks)} END" if checks else "NULL::json"
     differs = {name: f"chk.o{n} IS DISTINCT FROM chk.v{n}" for n, (name, _) in enumerate(fields)}
     names = list(differs)
@@ -285,7 +287,6 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
         moves.append(f"({differs['status'].replace('chk.', 'cur.')} AND cur.dependents > 0)")
     moved = " OR ".join(moves) or "false"
     kinds = {name: "closed" if close else "status_changed" if name == "status" else event_type for name in names}
-    rows = ", ".join(f"({n}, '{name}', '{kinds[name]}', chk.o{n}, chk.v{n})" for n, name in enumerate(names))
     sets = {name: f"CASE WHEN {differs[name]} THEN {_FROM_TEXT[kind].format(f'chk.v{n}')} ELSE u.{name} END"
             for n, (name, kind) in enumerate(fields)}
     if "status" in names:
@@ -303,9 +304,12 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
         assignments.append(f"closed_at = {sets['closed_at']}")
     writes = "chk.refusal IS NULL AND NOT chk.moved"
     changed = " OR ".join(differs.values()) or "false"
-    events = (" ev AS (INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
-              f" SELECT chk.id, e.kind, ?, e.field, e.old, e.new, ? FROM chk, LATERAL (VALUES {rows})"
-              f" AS e(n, field, kind, old, new) WHERE {writes} AND e.old IS DISTINCT FROM e.new ORDER BY e.n),"
+    # One SELECT per field, in the caller's order (an Append runs its parts in order: the events' ids
+    # follow it, as on SQLite).
+    events = (" ev AS (INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at) "
+              + " UNION ALL ".join(f"SELECT chk.id, '{kinds[name]}', chk.actor, '{name}', chk.o{n}, chk.v{n}, chk.at"
+                                   f" FROM chk WHERE {writes} AND chk.o{n} IS DISTINCT FROM chk.v{n}"
+                                   for n, name in enumerate(names)) + "),"
               if names else "")
     # Its label rows in ``open_labels`` follow a new status or priority (tracker.pg_functions).
     # A close never makes an issue open: only its rows' delete.
