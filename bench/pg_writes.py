@@ -11,7 +11,8 @@
 - single writes: ``create``, ``update``, ``add_comment``, ``claim`` and ``close_issue`` on a
   tracker of ``--issues`` issues, each the median of ``--reps`` calls, beside the median round
   trip of one raw autocommit ``INSERT`` of a row into a small indexed table, made just before each
-  call (so that both see the same load).
+  call (so that both see the same load); the ratio is the median of five rounds' (each round a
+  block of calls of each write in turn).
 - import: ``import_jsonl`` of ``--import-issues`` generated issues (bench/gen_workspace.py) into a
   new tracker, beside a plain ``COPY`` of the same rows into plain tables (four COPY, three
   indexes, one transaction), each made just after the other, medians of ``--import-rounds``.
@@ -187,22 +188,38 @@ def _mesh_race(admin_url: str, count: int, pool: int, filler: int, claimer) -> t
 
 # ---------------------------------------------------------------- single writes
 
-def _paired_ms(fn, items, raw) -> tuple[float, float]:
-    """Medians of ``fn(item)`` and of the raw baseline call made just before each: both see the
-    same load (this machine is shared: a busy moment then weighs on both, not on one alone)."""
-    times, raws = [], []
-    for k, item in enumerate(items):
-        t0 = time.perf_counter()
-        raw(k)
-        t1 = time.perf_counter()
-        fn(item)
-        times.append((time.perf_counter() - t1) * 1000)
-        raws.append((t1 - t0) * 1000)
-    return statistics.median(times), statistics.median(raws)
+def _rounds_ms(calls: dict, items: dict, raw, rounds: int = 5) -> dict[str, tuple[float, float, float]]:
+    """For each write, the median of its calls and of the raw baseline call made just before each
+    (both see the same load), and the median over ``rounds`` of the ratio of the two medians of a
+    round. The writes take turns block by block (a block: a round's calls of one write, in a row,
+    as a warm loop runs them), so a busy moment of this shared machine weighs on one block of one
+    figure, not on the figure (one block of 200 calls moved a figure by as much as 0.5x between
+    runs)."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    raws: dict[str, list[float]] = {name: [] for name in calls}
+    ratios: dict[str, list[float]] = {name: [] for name in calls}
+    count = min(len(v) for v in items.values())
+    for r in range(rounds):
+        block = range(r * count // rounds, (r + 1) * count // rounds)
+        for name, fn in calls.items():
+            mine, theirs = [], []
+            for k in block:
+                t0 = time.perf_counter()
+                raw(k)
+                t1 = time.perf_counter()
+                fn(items[name][k])
+                mine.append((time.perf_counter() - t1) * 1000)
+                theirs.append((t1 - t0) * 1000)
+            times[name] += mine
+            raws[name] += theirs
+            ratios[name].append(statistics.median(mine) / statistics.median(theirs))
+    return {name: (statistics.median(times[name]), statistics.median(raws[name]), statistics.median(ratios[name]))
+            for name in calls}
 
 
-def bench_writes(admin_url: str, issues: int, reps: int) -> dict[str, tuple[float, float]]:
-    """Each single write's median beside the median raw INSERT round trip measured between its calls."""
+def bench_writes(admin_url: str, issues: int, reps: int) -> dict[str, tuple[float, float, float]]:
+    """Each single write's median beside the median raw INSERT round trip measured between its calls,
+    and the median of five rounds' ratios (``_rounds_ms``)."""
     import psycopg
 
     from tracker.store import Tracker
@@ -210,7 +227,6 @@ def bench_writes(admin_url: str, issues: int, reps: int) -> dict[str, tuple[floa
     raw_url = fresh_database(admin_url, "mesh_bench_raw_writes")
     raw_setup(raw_url, 10, 0)
     url = fresh_database(admin_url, "mesh_bench_writes")
-    figures: dict[str, tuple[float, float]] = {}
     with psycopg.connect(raw_url, autocommit=True) as conn, tempfile.TemporaryDirectory() as folder:
         def raw(k: int) -> None:
             conn.execute("INSERT INTO raw_rows (issue_id, text, at) VALUES (%s, %s, %s)",
@@ -222,12 +238,14 @@ def bench_writes(admin_url: str, issues: int, reps: int) -> dict[str, tuple[floa
         with tracker.transaction():
             ids = [tracker.create(f"issue {k}", labels=[LABEL])["id"] for k in range(issues)]
         tracker.db.conn.execute("ANALYZE")
-        figures["create"] = _paired_ms(lambda k: tracker.create(f"new {k}", labels=[LABEL]), range(reps), raw)
-        figures["update"] = _paired_ms(lambda i: tracker.update(i, notes="a note"), ids[:reps], raw)
-        figures["add_comment"] = _paired_ms(lambda i: tracker.add_comment(i, "a comment"), ids[:reps], raw)
-        figures["claim"] = _paired_ms(lambda i: tracker.claim(i), ids[reps:2 * reps], raw)
-        figures["close_issue"] = _paired_ms(lambda i: tracker.close_issue(i, reason="done"), ids[2 * reps:3 * reps],
-                                            raw)
+        figures = _rounds_ms(
+            {"create": lambda k: tracker.create(f"new {k}", labels=[LABEL]),
+             "update": lambda i: tracker.update(i, notes="a note"),
+             "add_comment": lambda i: tracker.add_comment(i, "a comment"),
+             "claim": lambda i: tracker.claim(i),
+             "close_issue": lambda i: tracker.close_issue(i, reason="done")},
+            {"create": range(reps), "update": ids[:reps], "add_comment": ids[:reps], "claim": ids[reps:2 * reps],
+             "close_issue": ids[2 * reps:3 * reps]}, raw)
         tracker.close()
     return figures
 
@@ -328,11 +346,12 @@ def main() -> None:
             print(f"import of {args.import_issues} issues: {ours:.2f} s vs a plain COPY of the same rows {plain:.2f} s:"
                   f" {ours / plain:.2f}x")
         figures = bench_writes(admin_url, args.issues, args.reps)
-        print(f"\nsingle writes ({args.issues} issues, median of {args.reps}); baseline: one raw INSERT round trip,"
+        print(f"\nsingle writes ({args.issues} issues, medians of {args.reps} calls; x raw: median of 5 rounds);"
+              " baseline: one raw INSERT round trip,"
               " made before each call")
         print(f"{'write':<14}{'ms':>9}{'raw ms':>9}{'x raw':>8}")
-        for name, (ms, raw) in figures.items():
-            print(f"{name:<14}{ms:>9.3f}{raw:>9.3f}{ms / raw:>8.1f}")
+        for name, (ms, raw, ratio) in figures.items():
+            print(f"{name:<14}{ms:>9.3f}{raw:>9.3f}{ratio:>8.2f}")
         print(f"\nclaims ({args.pool} ready tasks among {args.pool + args.filler}); baseline: the raw SKIP LOCKED loop;"
               f" medians of {args.rounds} pairs of races")
         print(f"{'path':<12}{'claimers':>8}{'raw/s':>10}{'claims/s':>10}{'ratio':>8}{'double':>8}")
