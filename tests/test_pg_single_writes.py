@@ -244,6 +244,20 @@ def test_the_server_hashes_as_python(pg_url, tmp_path, seed):
     tracker.close()
 
 
+def test_the_statement_lengthens_the_hash_where_python_does(tmp_path, pg_url):
+    """A create's statement picks the hash length for the issue count as ``ids.adaptive_length``
+    does, on both sides of the first limit (163 issues: three characters, then four)."""
+    tracker = Tracker.init(tmp_path, prefix="len", actor="ann", db_path=pg_url)
+    first = _length_limits()[0]
+    with tracker.transaction():
+        for k in range(first - 1):
+            tracker.create(f"issue {k}", issue_id=f"len-given{k}")
+    at_limit, past = (tracker.create("hashed")["id"] for _ in range(2))
+    assert len(at_limit.split("-", 1)[1]) == idgen.adaptive_length(first) == idgen.MIN_LENGTH
+    assert len(past.split("-", 1)[1]) == idgen.adaptive_length(first + 1) == idgen.MIN_LENGTH + 1
+    tracker.close()
+
+
 def test_hash_lengths_follow_the_issue_count():
     for length, most in zip(range(idgen.MIN_LENGTH, idgen.MAX_LENGTH), _length_limits()):
         assert idgen.adaptive_length(most) == length and idgen.adaptive_length(most + 1) == length + 1

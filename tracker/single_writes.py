@@ -70,9 +70,9 @@ def create_in_one(tracker: Tracker, record: dict, labels: list[str], parent: str
     now = record["created_at"]
     hashed = None if parent or issue_id else idgen.base36_hash(seed, 0)
     if not parent and not idempotency_key:
-        wanted, new_id, dependents = _one_row(tracker, _create_sql(), (
+        wanted, new_id, waiting = _one_row(tracker, _create_sql(), (
             issue_id, hashed, row_json, labels, tracker.actor, record["title"], now))
-        if new_id is None and dependents is None and issue_id:
+        if new_id is None and waiting is None and issue_id:
             raise ConflictError(f"issue {issue_id!r} already exists")
         if new_id is not None:
             return _written_issue(tracker, new_id, record, values, labels, None, 0)
@@ -210,19 +210,23 @@ def _create_sql() -> str:
     first hash candidate (``ids.hash_id`` with nonce 0 at the length for the issue count, under the
     workspace's prefix). It writes only when that id is free and no edge waits for it (then nothing
     needs refreshing: the new issue blocks nothing, has no parent, and its deferral is its own). Answers the id wanted,
-    the id written, and the count of waiting edges (NULL when the id was taken). Parameters: the id
+    the id written, and whether edges wait for it (NULL when the id was taken). Parameters: the id
     given, the hash, the row (JSON of ``rows.INSERT_COLUMNS``), the labels, the actor, the title and
     the time."""
-    limits = ", ".join(str(n) for n in _length_limits())
+    # The hash's length for the issue count n (``ids.adaptive_length``): one CASE, not a count over
+    # the limits (no aggregate for the server to set up at each create).
+    limits = _length_limits()
+    length = " ".join(f"WHEN c.n <= {most} THEN {idgen.MIN_LENGTH + k}" for k, most in enumerate(limits))
     return (
         "WITH meta AS (SELECT COALESCE(?::text, COALESCE(NULLIF((SELECT value FROM config WHERE key = 'issue_prefix'),"
-        f" ''), '{idgen.DEFAULT_PREFIX}') || '-' || lpad(?::text, 3 + (SELECT count(*) FROM unnest(ARRAY[{limits}])"
-        f" AS t(most) WHERE most < (SELECT COALESCE(MAX(seq), 0) + 1 FROM issues))::int, '0')) AS id WHERE {LOCKED}),"
-        " cand AS (SELECT m.id, (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = m.id) AS dependents"
+        f" ''), '{idgen.DEFAULT_PREFIX}') || '-' || lpad(?::text, CASE {length}"
+        f" ELSE {idgen.MIN_LENGTH + len(limits)} END, '0')) AS id"
+        f" FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM issues) c WHERE {LOCKED}),"
+        " cand AS (SELECT m.id, EXISTS (SELECT 1 FROM dependencies d WHERE d.depends_on_id = m.id) AS waiting"
         " FROM meta m WHERE NOT EXISTS (SELECT 1 FROM issues i WHERE i.id = m.id)),"
         f" iss AS (INSERT INTO issues(id, blocked, defer_eff, {', '.join(INSERT_COLUMNS)})"
         f" SELECT c.id, 0, r.defer_sort, {', '.join('r.' + c for c in INSERT_COLUMNS)}"
-        " FROM cand c, jsonb_populate_record(NULL::issues, ?::jsonb) r WHERE c.dependents = 0"
+        " FROM cand c, jsonb_populate_record(NULL::issues, ?::jsonb) r WHERE NOT c.waiting"
         " RETURNING id, status, priority, created_sort),"
         " lab AS (INSERT INTO labels(issue_id, label) SELECT iss.id, t.label FROM iss,"
         " unnest(?::text[]) WITH ORDINALITY AS t(label, n) ORDER BY t.n RETURNING issue_id, label),"
@@ -230,7 +234,7 @@ def _create_sql() -> str:
         " SELECT lab.issue_id, lab.label, iss.priority, iss.created_sort FROM lab, iss WHERE iss.status = 'open'),"
         " ev AS (INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
         " SELECT iss.id, 'created', ?, NULL, NULL, ?, ? FROM iss)"
-        " SELECT (SELECT id FROM meta), (SELECT id FROM iss), (SELECT dependents FROM cand)"
+        " SELECT (SELECT id FROM meta), (SELECT id FROM iss), (SELECT waiting FROM cand)"
     )
 
 
