@@ -133,6 +133,8 @@ def test_writes_print_bd_issue_objects_and_arrays(ws):
                       "--external-ref", "jira-1", "-l", "x", "--json")
     assert_issue(created)
     assert created["labels"] == ["x"] and created["external_ref"] == "jira-1"
+    # cmd/bd/create.go: StringSliceP("labels", "l"): bd's long name is --labels, comma-separated.
+    assert bd_json(db, "create", "D", "--labels", "y,z", "--json")["labels"] == ["y", "z"]
     [shown] = bd_json(db, "show", created["id"], "--json")
     assert {(d["id"], d["dependency_type"]) for d in shown["dependencies"]} == {(ids["a"], "blocks"),
                                                                                (ids["b"], "related")}

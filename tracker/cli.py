@@ -169,7 +169,8 @@ def init_cmd(prefix: str | None, force: bool, as_json: bool) -> None:
 @click.option("-t", "--type", "issue_type", default="task", show_default=True,
               help="Issue type: task, bug, feature, epic, chore, gate, agent or role.")
 @click.option("-p", "--priority", default="2", show_default=True, help="Priority 0 (highest) to 4; P0-P4 accepted.")
-@click.option("-l", "--label", "labels", multiple=True, help="Label to add (repeatable, or comma-separated).")
+@click.option("-l", "--label", "--labels", "labels", multiple=True,
+              help="Label to add (repeatable, or comma-separated; --labels is bd's name).")
 @click.option("--parent", help="Parent issue: the new id is <parent>.<n>, linked parent-child.")
 @click.option("-d", "--description", default="", help="Description text.")
 @click.option("--design", default="", help="Design notes.")
