@@ -323,8 +323,8 @@ def _change_sql(fields: tuple[tuple[str, str], ...], expected: tuple[tuple[str, 
     if ("status" in names and not close) or "priority" in names:
         order += f", lw AS ({open_labels_written('upd')})"
     return (
-        f"WITH cur AS (SELECT {', '.join(cur)} FROM issues i WHERE i.id = ? AND {LOCKED} FOR UPDATE OF i),"
-        f" chk AS (SELECT cur.*, {refusal} AS refusal, {moved} AS moved FROM cur),"
+        f"WITH chk AS (SELECT cur.*, {refusal} AS refusal, {moved} AS moved FROM (SELECT {', '.join(cur)}"
+        f" FROM issues i WHERE i.id = ? AND {LOCKED} FOR UPDATE OF i) AS cur),"
         f"{events}"
         f" upd AS (UPDATE issues u SET {', '.join(assignments)} FROM chk"
         f" WHERE u.id = chk.id AND {writes} AND ({changed}) RETURNING u.*){order}"
