@@ -12,7 +12,8 @@
   tracker of ``--issues`` issues, each the median of ``--reps`` calls, beside the median round
   trip of one raw autocommit ``INSERT`` of a row into a small indexed table, made just before each
   call (so that both see the same load); the ratio is the median of five rounds' (each round a
-  block of calls of each write in turn).
+  block of calls of each write in turn). Beside it, where Linux's /proc says it, the server CPU
+  time per call of the tracker's connection and of the raw one's.
 - import: ``import_jsonl`` of ``--import-issues`` generated issues (bench/gen_workspace.py) into a
   new tracker, beside a plain ``COPY`` of the same rows into plain tables (four COPY, three
   indexes, one transaction), each made just after the other, medians of ``--import-rounds``.
@@ -188,21 +189,36 @@ def _mesh_race(admin_url: str, count: int, pool: int, filler: int, claimer) -> t
 
 # ---------------------------------------------------------------- single writes
 
-def _rounds_ms(calls: dict, items: dict, raw, rounds: int = 5) -> dict[str, tuple[float, float, float]]:
+def _server_cpu_us(pid: int | None) -> float | None:
+    """CPU time a server backend has used so far, in microseconds (Linux: /proc/PID/schedstat), or
+    None where that cannot be read (another host, another system)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1000
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+
+
+def _rounds_ms(calls: dict, items: dict, raw, rounds: int = 5,
+               backends: tuple[int | None, int | None] = (None, None)) -> dict[str, tuple]:
     """For each write, the median of its calls and of the raw baseline call made just before each
     (both see the same load), and the median over ``rounds`` of the ratio of the two medians of a
     round. The writes take turns block by block (a block: a round's calls of one write, in a row,
     as a warm loop runs them), so a busy moment of this shared machine weighs on one block of one
     figure, not on the figure (one block of 200 calls moved a figure by as much as 0.5x between
-    runs)."""
+    runs). With the server processes of the two connections (``backends``: the tracker's, the raw
+    one's), also the server CPU time per call of each: a figure the machine's other work hardly
+    moves (None where it cannot be read)."""
     times: dict[str, list[float]] = {name: [] for name in calls}
     raws: dict[str, list[float]] = {name: [] for name in calls}
     ratios: dict[str, list[float]] = {name: [] for name in calls}
+    cpu: dict[str, list[float]] = {name: [0.0, 0.0] for name in calls}
     count = min(len(v) for v in items.values())
     for r in range(rounds):
         block = range(r * count // rounds, (r + 1) * count // rounds)
         for name, fn in calls.items():
             mine, theirs = [], []
+            before = [_server_cpu_us(pid) for pid in backends]
             for k in block:
                 t0 = time.perf_counter()
                 raw(k)
@@ -210,14 +226,19 @@ def _rounds_ms(calls: dict, items: dict, raw, rounds: int = 5) -> dict[str, tupl
                 fn(items[name][k])
                 mine.append((time.perf_counter() - t1) * 1000)
                 theirs.append((t1 - t0) * 1000)
+            after = [_server_cpu_us(pid) for pid in backends]
+            for side, (b, a) in enumerate(zip(before, after)):
+                cpu[name][side] = None if b is None or a is None or cpu[name][side] is None else \
+                    cpu[name][side] + a - b
             times[name] += mine
             raws[name] += theirs
             ratios[name].append(statistics.median(mine) / statistics.median(theirs))
-    return {name: (statistics.median(times[name]), statistics.median(raws[name]), statistics.median(ratios[name]))
+    return {name: (statistics.median(times[name]), statistics.median(raws[name]), statistics.median(ratios[name]),
+                   *(None if c is None else c / len(times[name]) for c in cpu[name]))
             for name in calls}
 
 
-def bench_writes(admin_url: str, issues: int, reps: int) -> dict[str, tuple[float, float, float]]:
+def bench_writes(admin_url: str, issues: int, reps: int, server_cpu: bool = False) -> dict[str, tuple]:
     """Each single write's median beside the median raw INSERT round trip measured between its calls,
     and the median of five rounds' ratios (``_rounds_ms``)."""
     import psycopg
@@ -238,6 +259,8 @@ def bench_writes(admin_url: str, issues: int, reps: int) -> dict[str, tuple[floa
         with tracker.transaction():
             ids = [tracker.create(f"issue {k}", labels=[LABEL])["id"] for k in range(issues)]
         tracker.db.conn.execute("ANALYZE")
+        backends = (tracker.db.read("SELECT pg_backend_pid()")[0][0],  # this machine's server only
+                    conn.execute("SELECT pg_backend_pid()").fetchone()[0]) if server_cpu else (None, None)
         figures = _rounds_ms(
             {"create": lambda k: tracker.create(f"new {k}", labels=[LABEL]),
              "update": lambda i: tracker.update(i, notes="a note"),
@@ -245,7 +268,7 @@ def bench_writes(admin_url: str, issues: int, reps: int) -> dict[str, tuple[floa
              "claim": lambda i: tracker.claim(i),
              "close_issue": lambda i: tracker.close_issue(i, reason="done")},
             {"create": range(reps), "update": ids[:reps], "add_comment": ids[:reps], "claim": ids[reps:2 * reps],
-             "close_issue": ids[2 * reps:3 * reps]}, raw)
+             "close_issue": ids[2 * reps:3 * reps]}, raw, backends=backends)
         tracker.close()
     return figures
 
@@ -345,13 +368,14 @@ def main() -> None:
             ours, plain = bench_import(admin_url, args.import_issues, args.import_rounds)
             print(f"import of {args.import_issues} issues: {ours:.2f} s vs a plain COPY of the same rows {plain:.2f} s:"
                   f" {ours / plain:.2f}x")
-        figures = bench_writes(admin_url, args.issues, args.reps)
+        figures = bench_writes(admin_url, args.issues, args.reps, server_cpu=server is not None)
         print(f"\nsingle writes ({args.issues} issues, medians of {args.reps} calls; x raw: median of 5 rounds);"
               " baseline: one raw INSERT round trip,"
               " made before each call")
-        print(f"{'write':<14}{'ms':>9}{'raw ms':>9}{'x raw':>8}")
-        for name, (ms, raw, ratio) in figures.items():
-            print(f"{name:<14}{ms:>9.3f}{raw:>9.3f}{ratio:>8.2f}")
+        print(f"{'write':<14}{'ms':>9}{'raw ms':>9}{'x raw':>8}   server CPU per call: {'us':>6}{'raw us':>8}{'x raw':>7}")
+        for name, (ms, raw, ratio, ours_us, raw_us) in figures.items():
+            cpu = f"{ours_us:>6.0f}{raw_us:>8.0f}{ours_us / raw_us:>7.2f}" if ours_us and raw_us else "  (not readable here)"
+            print(f"{name:<14}{ms:>9.3f}{raw:>9.3f}{ratio:>8.2f}   {'':>20}{cpu}")
         print(f"\nclaims ({args.pool} ready tasks among {args.pool + args.filler}); baseline: the raw SKIP LOCKED loop;"
               f" medians of {args.rounds} pairs of races")
         print(f"{'path':<12}{'claimers':>8}{'raw/s':>10}{'claims/s':>10}{'ratio':>8}{'double':>8}")
