@@ -444,7 +444,6 @@ class Issues:
         return self.get(issue_id)
 
 
-
 def _new_record(actor: str, now: str, title: str, description: str, design: str, acceptance_criteria: str,
                 notes: str, status: str, priority: int, issue_type: str, assignee: str | None,
                 metadata: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict:

@@ -226,7 +226,6 @@ class ReadyWork:
         return True
 
 
-
 @functools.lru_cache(maxsize=64)
 def _claim_sql(prefix: str, candidate: str) -> str:
     """The statement of ``_claim_in_one`` (built once per candidate query: its columns joined at
