@@ -134,7 +134,15 @@ def test_writes_print_bd_issue_objects_and_arrays(ws):
     assert_issue(created)
     assert created["labels"] == ["x"] and created["external_ref"] == "jira-1"
     # cmd/bd/create.go: StringSliceP("labels", "l"): bd's long name is --labels, comma-separated.
-    assert bd_json(db, "create", "D", "--labels", "y,z", "--json")["labels"] == ["y", "z"]
+    labelled = bd_json(db, "create", "D", "--labels", "y,z", "--json")
+    assert labelled["labels"] == ["y", "z"]
+    # cmd/bd/update.go: --add-label, --remove-label, --set-labels (repeatable, comma-separated).
+    [moved] = bd_json(db, "update", labelled["id"], "--add-label", "a, b", "--remove-label", "y,absent", "--json")
+    assert sorted(moved["labels"]) == ["a", "b", "z"]
+    [reset] = bd_json(db, "update", labelled["id"], "--set-labels", "c,c", "--add-label", "d", "--json")
+    assert sorted(reset["labels"]) == ["c", "d"]
+    [cleared] = bd_json(db, "update", labelled["id"], "--set-labels", "", "--json")
+    assert "labels" not in cleared or cleared["labels"] in ([], None)
     [shown] = bd_json(db, "show", created["id"], "--json")
     assert {(d["id"], d["dependency_type"]) for d in shown["dependencies"]} == {(ids["a"], "blocks"),
                                                                                (ids["b"], "related")}

@@ -330,12 +330,19 @@ def _print_each(text: Callable[[dict], str]) -> Callable[[list[dict]], None]:
 @click.option("--notes", help="New notes.")
 @click.option("--append-notes", help="Text to add to the notes on a new line.")
 @click.option("--external-ref", help="New external reference ('' clears it).")
+@click.option("--set-labels", "set_labels", multiple=True,
+              help="Replace the labels with these (repeatable, or comma-separated; '' clears them).")
+@click.option("--add-label", "add_labels", multiple=True, help="Label to add (repeatable, or comma-separated).")
+@click.option("--remove-label", "remove_labels", multiple=True,
+              help="Label to remove (repeatable, or comma-separated; one the issue lacks is ignored).")
 @json_option
 def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | None, claim: bool,
                priority: str | None, title: str | None, issue_type: str | None, description: str | None,
                design: str | None, acceptance: str | None, acceptance_alias: str | None, notes: str | None,
-               append_notes: str | None, external_ref: str | None, as_json: bool) -> None:
-    """Change fields of issues, or claim them with --claim; with --json an array of the issues."""
+               append_notes: str | None, external_ref: str | None, set_labels: tuple[str, ...],
+               add_labels: tuple[str, ...], remove_labels: tuple[str, ...], as_json: bool) -> None:
+    """Change fields of issues, or claim them with --claim; with --json an array of the issues.
+    Labels as bd's update takes them: --set-labels first, then --add-label, then --remove-label."""
     if claim and (status is not None or assignee is not None):
         raise click.UsageError("--claim sets status and assignee itself; do not combine it with --status/--assignee")
     if notes is not None and append_notes is not None:
@@ -347,6 +354,8 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
         ("acceptance_criteria", acceptance), ("notes", notes), ("external_ref", external_ref),
     ) if value is not None}
 
+    wanted, added, removed = (cli_labels.label_list(given) for given in (set_labels, add_labels, remove_labels))
+
     def update_one(t: Tracker, issue_id: str) -> dict:
         if claim:
             t.claim(issue_id)
@@ -356,10 +365,12 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
             own["notes"] = f"{current}\n{append_notes}" if current else append_notes
         if own:
             t.update(issue_id, **own)
+        if set_labels or added or removed:
+            cli_labels.relabel(t, issue_id, wanted if set_labels else None, added, removed)
         return bd.issue(t.get(issue_id))
 
     def action(t: Tracker) -> list[dict]:
-        if not (claim or changes or append_notes is not None):
+        if not (claim or changes or append_notes is not None or set_labels or added or removed):
             raise InvalidValueError("nothing to update (give --status, --assignee, --claim, --priority, ...)")
         # Every issue's claim and changes commit together or not at all.
         with t.transaction():
@@ -367,6 +378,7 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
 
     verb = "Claimed" if claim else "Updated"
     run_action(as_json, action, _print_each(lambda issue: f"{verb} {issue_line(issue)}"))
+
 
 
 @writes

@@ -1,6 +1,7 @@
 """``mesh tracker label`` (bd's ``label``): add and remove on one or more issues, list an
 issue's labels, list every label with its count, as bd v0.50.3 has them (cmd/bd/label.go).
-Ids may be given without their prefix. ``tracker.cli`` adds the group (``COMMANDS``)."""
+Ids may be given without their prefix. ``tracker.cli`` adds the group (``COMMANDS``) and takes
+``update``'s label options from here (``label_list``, ``relabel``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .cli_flags import BdGroup
 from .cli_io import echo, json_option, run_action, writes
 from .store import Tracker
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "label_list", "relabel"]
 
 
 @click.group("label", cls=BdGroup)
@@ -102,3 +103,23 @@ def label_list_all_cmd(as_json: bool) -> None:
 
 
 COMMANDS = (label_group,)
+
+
+def label_list(given: tuple[str, ...]) -> list[str]:
+    """Labels given to a repeatable, comma-separated option: trimmed, empty ones and repeats dropped."""
+    return list(dict.fromkeys(part.strip() for value in given for part in value.split(",") if part.strip()))
+
+
+def relabel(t: Tracker, issue_id: str, wanted: list[str] | None, added: list[str], removed: list[str]) -> None:
+    """``update``'s label options on one issue (inside the command's transaction): the labels
+    replaced by ``wanted`` (unless None), then ``added`` added, then ``removed`` removed."""
+    have = list(t.get(issue_id).get("labels") or [])
+    target = list(have) if wanted is None else list(wanted)
+    target += [label for label in added if label not in target]
+    target = [label for label in target if label not in removed]
+    for label in have:
+        if label not in target:
+            t.remove_label(issue_id, label)
+    for label in target:
+        if label not in have:
+            t.add_label(issue_id, label)
