@@ -143,6 +143,15 @@ def test_writes_print_bd_issue_objects_and_arrays(ws):
     assert sorted(reset["labels"]) == ["c", "d"]
     [cleared] = bd_json(db, "update", labelled["id"], "--set-labels", "", "--json")
     assert "labels" not in cleared or cleared["labels"] in ([], None)
+    # update --parent: the parent-child edge moves ('' removes it), the id stays.
+    [moved] = bd_json(db, "update", labelled["id"], "--parent", ids["a"], "--json")
+    assert moved["id"] == labelled["id"] and bd_json(db, "show", labelled["id"], "--json")[0]["parent"] == ids["a"]
+    bd_json(db, "update", labelled["id"], "--parent", ids["b"], "--json")
+    [shown] = bd_json(db, "show", labelled["id"], "--json")
+    assert shown["parent"] == ids["b"]
+    assert [(d["id"], d["dependency_type"]) for d in shown["dependencies"]] == [(ids["b"], "parent-child")]
+    bd_json(db, "update", labelled["id"], "--parent", "", "--json")
+    assert "parent" not in bd_json(db, "show", labelled["id"], "--json")[0]
     [shown] = bd_json(db, "show", created["id"], "--json")
     assert {(d["id"], d["dependency_type"]) for d in shown["dependencies"]} == {(ids["a"], "blocks"),
                                                                                (ids["b"], "related")}

@@ -330,6 +330,7 @@ def _print_each(text: Callable[[dict], str]) -> Callable[[list[dict]], None]:
 @click.option("--notes", help="New notes.")
 @click.option("--append-notes", help="Text to add to the notes on a new line.")
 @click.option("--external-ref", help="New external reference ('' clears it).")
+@click.option("--parent", help="New parent: the parent-child edge moves to it ('' removes it; the id stays).")
 @click.option("--set-labels", "set_labels", multiple=True,
               help="Replace the labels with these (repeatable, or comma-separated; '' clears them).")
 @click.option("--add-label", "add_labels", multiple=True, help="Label to add (repeatable, or comma-separated).")
@@ -339,7 +340,7 @@ def _print_each(text: Callable[[dict], str]) -> Callable[[list[dict]], None]:
 def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | None, claim: bool,
                priority: str | None, title: str | None, issue_type: str | None, description: str | None,
                design: str | None, acceptance: str | None, acceptance_alias: str | None, notes: str | None,
-               append_notes: str | None, external_ref: str | None, set_labels: tuple[str, ...],
+               append_notes: str | None, external_ref: str | None, parent: str | None, set_labels: tuple[str, ...],
                add_labels: tuple[str, ...], remove_labels: tuple[str, ...], as_json: bool) -> None:
     """Change fields of issues, or claim them with --claim; with --json an array of the issues.
     Labels as bd's update takes them: --set-labels first, then --add-label, then --remove-label."""
@@ -367,10 +368,12 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
             t.update(issue_id, **own)
         if set_labels or added or removed:
             cli_labels.relabel(t, issue_id, wanted if set_labels else None, added, removed)
+        if parent is not None:
+            cli_deps.reparent(t, issue_id, resolve_ids(t, (parent,))[0] if parent else None)
         return bd.issue(t.get(issue_id))
 
     def action(t: Tracker) -> list[dict]:
-        if not (claim or changes or append_notes is not None or set_labels or added or removed):
+        if not (claim or changes or append_notes is not None or set_labels or added or removed or parent is not None):
             raise InvalidValueError("nothing to update (give --status, --assignee, --claim, --priority, ...)")
         # Every issue's claim and changes commit together or not at all.
         with t.transaction():
@@ -378,6 +381,7 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
 
     verb = "Claimed" if claim else "Updated"
     run_action(as_json, action, _print_each(lambda issue: f"{verb} {issue_line(issue)}"))
+
 
 
 

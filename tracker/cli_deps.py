@@ -1,6 +1,6 @@
 """``mesh tracker dep`` (bd's ``dep``): add, remove, list and tree, as bd v0.50.3 has them
 (cmd/bd/dep.go). Ids may be given without their prefix (``bd_views.resolve_id``).
-``tracker.cli`` adds the group (``COMMANDS``)."""
+``tracker.cli`` adds the group (``COMMANDS``) and takes ``update --parent`` from here (``reparent``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .cli_flags import BdGroup
 from .cli_io import echo, json_option, run_action, say, writes
 from .store import Tracker
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "reparent"]
 
 
 @click.group("dep", cls=BdGroup)
@@ -143,3 +143,14 @@ def _print_node(node: dict, children: dict[str, list[dict]], lead: str, branch: 
 
 
 COMMANDS = (dep_group,)
+
+
+def reparent(t: Tracker, issue_id: str, parent: str | None) -> None:
+    """bd's ``update --parent``: the issue's parent-child edge moves to ``parent`` (None: removed)."""
+    current = t.get(issue_id).get("parent")
+    if current == parent:
+        return
+    if current:
+        t.remove_dependency(issue_id, current, "parent-child")
+    if parent:
+        t.add_dependency(issue_id, parent, "parent-child")
