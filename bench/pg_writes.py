@@ -372,9 +372,11 @@ def main() -> None:
         print(f"\nsingle writes ({args.issues} issues, medians of {args.reps} calls; x raw: median of 5 rounds);"
               " baseline: one raw INSERT round trip,"
               " made before each call")
-        print(f"{'write':<14}{'ms':>9}{'raw ms':>9}{'x raw':>8}   server CPU per call: {'us':>6}{'raw us':>8}{'x raw':>7}")
+        print(f"{'write':<14}{'ms':>9}{'raw ms':>9}{'x raw':>8}   server CPU per call:"
+              f" {'us':>6}{'raw us':>8}{'x raw':>7}")
         for name, (ms, raw, ratio, ours_us, raw_us) in figures.items():
-            cpu = f"{ours_us:>6.0f}{raw_us:>8.0f}{ours_us / raw_us:>7.2f}" if ours_us and raw_us else "  (not readable here)"
+            cpu = (f"{ours_us:>6.0f}{raw_us:>8.0f}{ours_us / raw_us:>7.2f}" if ours_us and raw_us
+                   else "  (not readable here)")
             print(f"{name:<14}{ms:>9.3f}{raw:>9.3f}{ratio:>8.2f}   {'':>20}{cpu}")
         print(f"\nclaims ({args.pool} ready tasks among {args.pool + args.filler}); baseline: the raw SKIP LOCKED loop;"
               f" medians of {args.rounds} pairs of races")

@@ -369,7 +369,7 @@ def update_cmd(issue_ids: tuple[str, ...], status: str | None, assignee: str | N
         if set_labels or added or removed:
             cli_labels.relabel(t, issue_id, wanted if set_labels else None, added, removed)
         if parent is not None:
-            cli_deps.reparent(t, issue_id, resolve_ids(t, (parent,))[0] if parent else None)
+            cli_deps.reparent(t, issue_id, resolve_id(t, parent) if parent else None)
         return bd.issue(t.get(issue_id))
 
     def action(t: Tracker) -> list[dict]:

@@ -30,8 +30,8 @@ from __future__ import annotations
 from .model import BLOCKING_STATUSES
 from .rows import _ISSUE_COLUMNS, INSERT_COLUMNS, UPDATE_COLUMNS
 
-__all__ = ["FUNCTIONS", "LOCKED", "RELATED", "OPEN_LABELS_REBUILD", "SQLITE_ONLY_INDEXES", "STALE_OPEN_LABELS", "issue_json",
-           "open_labels_left", "open_labels_written", "sync_open_labels", "without_keys"]
+__all__ = ["FUNCTIONS", "LOCKED", "OPEN_LABELS_REBUILD", "RELATED", "SQLITE_ONLY_INDEXES", "STALE_OPEN_LABELS",
+           "issue_json", "open_labels_left", "open_labels_written", "sync_open_labels", "without_keys"]
 
 WRITE_LOCK_ID = 0x6D657368  # postgres.WRITE_LOCK_ID ("mesh"), without importing the driver's module
 _BLOCKING = ", ".join(f"'{s}'" for s in BLOCKING_STATUSES)
@@ -169,8 +169,6 @@ BEGIN
 END $$
 """
 
-# An issue and what ``Issues._hydrate`` reads beside it, as one JSON object (NULL for no issue),
-# written into each function that answers one (a call of a function of its own cost more).
 # The labels and the dependencies of the issue ``w`` in insertion order, as arrays (``ARRAY(...)``,
 # not ``json_agg``: the server sets up each aggregate of a plan at every execution, at about the
 # cost of reading its rows), and its dependents and comments counted.
@@ -184,6 +182,8 @@ _COMMENTS = "(SELECT count(*) FROM comments c WHERE c.issue_id = w.id)"
 RELATED = f"{_LABELS}, {_DEPS}, {_DEPENDENTS}, {_COMMENTS}"
 
 
+# An issue and what ``Issues._hydrate`` reads beside it, as one JSON object (NULL for no issue),
+# written into each function that answers one (a call of a function of its own cost more).
 def issue_json(source: str, dependents: str = _DEPENDENTS) -> str:
     """The query of that object for the issue row ``w`` of ``source`` (its ``row``: the values of
     ``rows._ISSUE_COLUMNS``); ``dependents``: their count, when the caller has read it already."""

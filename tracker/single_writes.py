@@ -1,12 +1,13 @@
 """``create``, ``update`` and ``close_issue`` on PostgreSQL in one round trip each.
 
 ``Issues`` hands these writes to ``create_in_one`` and ``change_in_one`` when the engine is
-PostgreSQL (imported then: a SQLite process, ``bd list`` among them, never loads this module). In Python each is a dozen statements in a transaction (the issue read, the id
-chosen, the row, its labels and edges, the ready state it can change, the events, the issue read
-back); here each is one statement of data-modifying CTEs, as the claims are
-(``ready._claim_in_one``): the write lock taken, the row locked and checked, the fields that
-differ written with their events and kept originals dropped, and the issue answered hydrated
-(an update that changes nothing reads it in a second round trip: see ``_change_sql``).
+PostgreSQL (imported then: a SQLite process, ``bd list`` among them, never loads this module). In
+Python each is a dozen statements in a transaction (the issue read, the id chosen, the row, its
+labels and edges, the ready state it can change, the events, the issue read back); here each is one
+statement of data-modifying CTEs, as the claims are (``ready._claim_in_one``): the write lock taken,
+the row locked and checked, the fields that differ written with their events and kept originals
+dropped, and the issue answered hydrated (an update that changes nothing reads it in a second round
+trip: see ``_change_sql``).
 
 What one statement cannot do is left to a server-side function (``tracker.pg_functions``, schema
 version 6), called instead: a create under a parent (the child counter), with an idempotency key,
