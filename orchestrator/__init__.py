@@ -8,12 +8,16 @@ Subpackages (each ``__init__`` says what it holds):
 
 - ``sandbox``: may import ``redact``, ``roles``.
 - ``worktree``: may import ``tracker``, ``redact``.
+- ``toolchains`` (what validation needs of each ecosystem: dependencies, caches, generated
+  files, the base check): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
+  ``orchestrator.worktree``.
 - ``ledger``: may import ``tracker``, ``redact``, ``orchestrator.safe_text``, ``orchestrator.price_rows``,
   ``orchestrator.config``.
 - ``protocol``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
   ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``.
 - ``landing``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
   ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
+  ``orchestrator.toolchains``,
   ``orchestrator.ledger``, ``orchestrator.protocol``.
 - ``views``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
   ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
@@ -41,7 +45,8 @@ Modules directly here:
 - ``runner`` (``mesh run``/``resume`` as a library: the tracker, config, backend, sandbox and
   lease put together into an engine): may import ``tracker``, ``redact``, ``roles``,
   ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,
-  ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``,
+  ``orchestrator.sandbox``, ``orchestrator.worktree``,
+  ``orchestrator.toolchains``, ``orchestrator.ledger``,
   ``orchestrator.protocol``, ``orchestrator.landing``.
 - ``drain`` (``mesh drain`` as a library: a scope's tasks, ``--jobs`` at a time, landed in
   order): may import what ``runner`` may, and ``orchestrator.runner``, ``orchestrator.views``.

@@ -38,7 +38,7 @@ from orchestrator.price_rows import (
     with_cache_rates,
 )
 from orchestrator.sandbox.bwrap import Limits
-from orchestrator.sandbox.validation import parse_allow_entry
+from orchestrator.sandbox.allowlist import explain, is_allowed, parse_allow_entry
 from roles.backends.command import split_command
 from roles.backends.presets import PRESET_NAMES, WORKER_NAMES
 
@@ -138,6 +138,20 @@ class ValidationConfig(_Strict):
     # Validate the run's base tree too (once per run) and fail a candidate whose test runner ran
     # fewer tests there: the cost is one more run of each passing test command per run.
     compare_base: bool = True
+    # The base check (orchestrator.toolchains.base_check): the project's check command run on the
+    # base tree before any worker call, once per base commit. ``check`` unset: the detected
+    # toolchains' check commands that ``allow`` admits. ``allow_failing_base``: record what fails on
+    # the base and count only new failures against a patch.
+    base_check: bool = True
+    check: list[str] = Field(default_factory=list)
+    allow_failing_base: bool = False
+    # Untracked files of the checkout (globs from the repository root) copied into the tree copy
+    # where the commit has no such file, and commands run in the sandbox on the tree copy before
+    # each validation command (admitted by ``allow`` like any validation command).
+    carry: list[str] = Field(default_factory=list)
+    setup: list[str] = Field(default_factory=list)
+    # The bound of each toolchain's build cache of a project (orchestrator.toolchains.caches).
+    build_cache_mb: int = Field(default=4096, gt=0)
 
     @field_validator("allow")
     @classmethod
@@ -153,6 +167,23 @@ class ValidationConfig(_Strict):
     @classmethod
     def _check_env(cls, value: list[str]) -> list[str]:
         return _check_env_names(value)
+
+    @field_validator("carry")
+    @classmethod
+    def _check_carry(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            parts = pattern.replace("\\", "/").split("/")
+            if not pattern or pattern.startswith("/") or ".." in parts or ".git" in parts:
+                raise ValueError(f"bad carry pattern {pattern!r}: a glob relative to the repository, inside it")
+        return value
+
+    @model_validator(mode="after")
+    def _setup_is_allowed(self) -> "ValidationConfig":
+        for command in [*self.setup, *self.check]:
+            if not is_allowed(command, self.allow):
+                raise ValueError(f"{command!r} (setup or check) is not admitted by validation.allow:"
+                                 f" {explain(command, self.allow)}")
+        return self
 
     @property
     def limits(self) -> Limits:

@@ -47,9 +47,9 @@ from orchestrator.landing.records import land_checkpoints
 from orchestrator.protocol.lease import Lease, claim_next_leased, ensure_lease_table, held_by_person, lease_is_live
 from orchestrator.protocol.idle import check_scope, last_block
 from orchestrator.views.live import line_kind
-from orchestrator.runner import (RunError, RunOptions, interrupted_runs, lease_ttl, load_run_config, make_backend,
-                     make_lander, open_tracker, project_environment, refuse_nested_run, require_sandbox, run_task,
-                     sandbox_notes)
+from orchestrator.runner import (RunError, RunOptions, base_check, interrupted_runs, lease_ttl, load_run_config,
+                                 make_backend, make_lander, open_tracker, project_environment, refuse_nested_run,
+                                 require_sandbox, run_task, sandbox_notes)
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
@@ -333,6 +333,10 @@ class _Drain:
             self.backend = self.options.backend or make_backend(self.config, options, tracker)
             for note in sandbox_notes(self.config, self.environment):
                 print(note, file=sys.stderr)
+            # The tree the first task starts from must pass the project's own check first.
+            checked = base_check(self.config, self.repo, self.environment, self.lander.cut_base(), tracker)
+            if checked is not None:
+                print(checked.line(), file=sys.stderr)
             try:
                 # Work closed without landing here lands first: no dependent starts without it.
                 self.landings += sum(r.result == "landed" for r in catch_up(

@@ -28,19 +28,23 @@ from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.lease import DEFAULT_TTL_S, Lease, LeaseHeld, held_by_person, holder_is_dead
 from orchestrator.worktree.gitops import cache_dir
 from orchestrator.protocol.idle import UnknownScope, explain_idle
-from orchestrator.sandbox.project_env import EnvironmentMissing, ProjectEnv, find_environment
+from orchestrator.sandbox.project_view import ProjectView
 from orchestrator.sandbox.bwrap import SandboxUnavailable, require_bwrap, tracker_paths
 from orchestrator.sandbox.worker_sandbox import announce_real_home, network_problem, worker_launcher
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 from orchestrator.workspace import TrackerUnavailable, open_found_tracker
 
-__all__ = ["RunOptions", "RunError", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
+__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
            "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
 
 if TYPE_CHECKING:
     from orchestrator.landing.lander import Lander
+    from orchestrator.toolchains.base_check import BaseCheck
+
+# A run that stops because the tree its task starts from fails the project's own check.
+BASE_FAILING_EXIT = 5
 
 
 class RunError(Exception):
@@ -95,6 +99,7 @@ class RunOptions:
     take_over: bool = False
     remote: str | None = None  # a shared git remote (else config drain.remote): push and land there
     reviewer: str | None = None  # "worker" or "human" (--reviewer; else config reviewer)
+    allow_failing_base: bool | None = None  # --allow-failing-base (else config validation.allow_failing_base)
 
 
 def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | None = None, *,
@@ -162,29 +167,61 @@ def _worker_launcher(config: MeshConfig, options: RunOptions, tracker: Tracker |
                            extra_ports=config.worker_loopback_ports)
 
 
-def project_environment(config: MeshConfig, repo: Path) -> ProjectEnv | None:
-    """The project's Python environment validation runs in (None: mesh's own Python);
-    RunError (exit 2, before any worker call) when the project needs one that is not there."""
+def project_environment(config: MeshConfig, repo: Path) -> ProjectView | None:
+    """What validation shows of the project beyond its committed tree (its toolchains'
+    dependencies, caches and generated files: ``orchestrator.toolchains``); None without
+    validation. RunError (exit 2, before any worker call) when the project needs dependencies or
+    a toolchain that are not there, naming the command that installs them."""
+    from orchestrator.toolchains.base import DependenciesMissing, ToolchainMissing
+    from orchestrator.toolchains.view import inspect
+
     if not config.integrate:
         return None
     try:
-        return find_environment(repo, config.validation.python, config.validation.env_dir)
-    except EnvironmentMissing as exc:
+        return inspect(repo, config.validation).view
+    except (DependenciesMissing, ToolchainMissing) as exc:
         raise RunError(str(exc), 2) from None
 
 
-def sandbox_notes(config: MeshConfig, environment: ProjectEnv | None = None) -> list[str]:
+def base_check(config: MeshConfig, repo: Path, environment: ProjectView | None, commit: str,
+               tracker: Tracker | None = None) -> "BaseCheck | None":
+    """Run the project's check command on ``commit`` (the tree the next task starts from) before
+    any worker call (``orchestrator.toolchains.base_check``); None when there is nothing to check.
+    Raises RunError (exit 5, the task left open) when the base fails and failures are not allowed."""
+    from orchestrator.toolchains.base_check import check_commands, run_base_check
+    from orchestrator.toolchains.view import inspect
+
+    cfg = config.validation
+    if not (config.integrate and cfg.base_check):
+        return None
+    detected = inspect(repo, cfg).check_commands() if not cfg.check else []
+    commands = check_commands(cfg, detected)
+    if not commands:
+        return None
+    try:
+        check = run_base_check(repo, commit, commands, cfg, environment,
+                               hidden=tracker_paths(tracker) if tracker is not None else ())
+    except (SandboxUnavailable, ValueError) as exc:
+        raise RunError(f"the base check could not run: {exc}", 2) from None
+    if not check.passed and not cfg.allow_failing_base:
+        raise RunError(check.failure_text(), BASE_FAILING_EXIT)
+    return check
+
+
+def sandbox_notes(config: MeshConfig, environment: ProjectView | None = None) -> list[str]:
     """What preflight prints of the configuration in use (the file, found from a subfolder too)
-    and the sandboxes a run will use: the environment and limits of validation, and for
-    command workers their HOME and network (with the warning ``worker_home = "real"`` owes)."""
+    and the sandboxes a run will use: the project's toolchains and what validation sees of them,
+    the limits of validation, and for command workers their HOME and network (with the warning
+    ``worker_home = "real"`` owes)."""
     from orchestrator.sandbox.validation import tree_limits_note
 
     notes = [f"configuration: {config.source}" if config.source != "defaults" else
              "configuration: defaults (no mesh.toml, nor [tool.mesh] in a pyproject.toml, from here up to the"
              " repository's root)"]
     if config.integrate:
-        notes.append(environment.describe() if environment else
-                     f"validation environment: mesh's own Python ({sys.prefix}; the project declares no dependency)")
+        notes += list(environment.notes) if environment and environment.notes else [
+            environment.describe() if environment else
+            f"validation environment: mesh's own Python ({sys.prefix}; the project declares no dependency)"]
     if config.validation.sandbox != "bwrap":
         return [*notes, 'warning: validation.sandbox = "none": validation and command workers run unconfined']
     if config.integrate:
@@ -227,6 +264,8 @@ def load_run_config(options: RunOptions) -> MeshConfig:
         overrides["backend"] = options.backend
     if options.reviewer:
         overrides["reviewer"] = options.reviewer
+    if options.allow_failing_base:
+        overrides["validation__allow_failing_base"] = True
     if options.worker:
         if options.worker_cmd:
             raise RunError("give --worker NAME or --worker-cmd CMD, not both", 2)
@@ -336,8 +375,13 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                                                                                                options.ids)
                 if not candidates:
                     return _idle(tracker, scope, options.ids)
-        backend = make_backend(config, options, tracker)
         notes = sandbox_notes(config, environment)
+        if config.integrate:
+            start = lander.cut_base() if lander is not None else _head(repo)
+            checked = base_check(config, repo, environment, start, tracker)
+            if checked is not None:
+                notes.append(checked.line())
+        backend = make_backend(config, options, tracker)
         try:
             report = _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
                                      lander, notes=notes, environment=environment)
@@ -353,6 +397,15 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         raise RunError(str(exc), 4 if isinstance(exc, WorkspaceError) else 2) from None
     finally:
         tracker.close()
+
+
+def _head(repo: Path) -> str:
+    from orchestrator.worktree.gitops import GitError, head_commit
+
+    try:
+        return head_commit(repo)
+    except GitError as exc:
+        raise RunError(f"--repo {repo}: {exc}", 2) from None
 
 
 def _scope_lander(tracker: Tracker, scope: Scope, repo: Path, config: MeshConfig,
@@ -385,7 +438,7 @@ def _run_first_free(tracker: Tracker, backend: Backend, config: MeshConfig, scop
                     candidates: Sequence[tuple[dict, str]], repo: Path, options: RunOptions,
                     echo: Callable[[str], None] | None, engine_hook: Callable[[Engine], None] | None,
                     lander: "Lander | None" = None, *, notes: Sequence[str] = (),
-                    environment: ProjectEnv | None = None) -> RunReport:
+                    environment: ProjectView | None = None) -> RunReport:
     """Run the first candidate whose lease (and, for open tasks, claim) this run can take.
 
     Two runs on one scope never take the same task: the loser of a lease or a claim
@@ -416,7 +469,7 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
              repo: Path, options: RunOptions, held: list[str], *, echo: Callable[[str], None] | None = None,
              engine_hook: Callable[[Engine], None] | None = None, lander: "Lander | None" = None,
              steal_dead: bool = False, notes: Sequence[str] = (),
-             environment: ProjectEnv | None = None, lease: Lease | None = None) -> RunReport | None:
+             environment: ProjectView | None = None, lease: Lease | None = None) -> RunReport | None:
     """Run (or resume) one task to its outcome under its lease; None (and why, in ``held``)
     when this run may not take it. ``lease``: the task's, taken with its claim
     (``lease.claim_next_leased``: a drain), released at the end like one taken here.

@@ -146,6 +146,9 @@ def _run_options(f):
         click.option("--reviewer", type=click.Choice(["worker", "human"]),
                      help="Who reviews (round E): a reviewer worker, or a person through `mesh review`"
                           " (default: config reviewer; a task labelled review:human always waits for a person)."),
+        click.option("--allow-failing-base", "allow_failing_base", is_flag=True, default=None,
+                     help="Run even when the base tree fails the project's check; only new failures count against"
+                          " the patch (default: config validation.allow_failing_base)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -154,7 +157,7 @@ def _run_options(f):
 
 def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
             backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False, remote=None,
-            worker=None, no_land=False, reviewer=None) -> None:
+            worker=None, no_land=False, reviewer=None, allow_failing_base=None) -> None:
     import json
     import sys
     from pathlib import Path
@@ -171,7 +174,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         script=Path(script) if script else None, worker_cmd=worker_cmd, worker=worker,
         repo=Path(repo) if repo else None, config_file=Path(config_file) if config_file else None, db=root.get("db"),
         actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over, remote=remote,
-        land=not no_land, reviewer=reviewer,
+        land=not no_land, reviewer=reviewer, allow_failing_base=allow_failing_base,
     )
     progress = None
     if not as_json and sys.stderr.isatty():
@@ -223,9 +226,10 @@ def _run_with_progress(run, options, progress, stop, scrub):
 def run_command(ctx: click.Context, **kw) -> None:
     """Take one scoped task from ready to closed (or blocked), checkpointing every round.
 
-    Exit codes: 0 closed, synthesis only or nothing runnable; 2 usage; 3 task
-    blocked; 4 tracker unavailable; 130 stopped by Ctrl-C or SIGTERM after a checkpoint
-    (mesh resume TASK continues).
+    Exit codes: 0 closed, synthesis only or nothing runnable; 2 usage (or a configuration,
+    dependency or toolchain mistake); 3 task blocked; 4 tracker unavailable; 5 the base tree
+    fails the project's check (the task stays open); 130 stopped by Ctrl-C or SIGTERM after a
+    checkpoint (mesh resume TASK continues).
     """
     _do_run(ctx, None, False, **kw)
 
@@ -250,7 +254,8 @@ def drain_command(ctx: click.Context, jobs, max_tasks, max_usd, **kw) -> None:
     """Run every ready task of the scope, in parallel, landing each on the integration branch.
 
     Exit codes: 0 every task closed (or awaits CI); 2 usage; 3 a task of the scope is blocked
-    (by this drain or an earlier one); 4 tracker unavailable; 130 stopped by a second Ctrl-C
+    (by this drain or an earlier one); 4 tracker unavailable; 5 the base tree fails the
+    project's check; 130 stopped by a second Ctrl-C
     (resumable by running it again).
     """
     from orchestrator.cli.drain_cli import run_drain_command

@@ -9,6 +9,6 @@ configuration it reads from the protected branch (``ci_config``) and whether a c
 approved tree (``binding``).
 
 May import: ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``, ``orchestrator.config``,
-``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``,
-``orchestrator.protocol``. Never ``views``, ``cli`` or the command modules.
+``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.toolchains``,
+``orchestrator.ledger``, ``orchestrator.protocol``. Never ``views``, ``cli`` or the command modules.
 """

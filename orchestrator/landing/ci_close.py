@@ -187,8 +187,9 @@ def approved_commits(tracker: Tracker, scope: Scope, key: bytes | None) -> set[s
 
 def _revalidate(check: CloseCheck, config: MeshConfig, repo: Path, trust_config_sandbox: bool = False) -> bool:
     """Run the signed validation commands in the sandbox on the checkout's HEAD commit."""
-    from orchestrator.sandbox.project_env import EnvironmentMissing, find_environment
     from orchestrator.sandbox.bwrap import SandboxUnavailable
+    from orchestrator.toolchains.base import DependenciesMissing, ToolchainMissing
+    from orchestrator.toolchains.view import inspect
     from orchestrator.sandbox.validation import run_validation
 
     validation = check.artifact.get("validation") or {}
@@ -202,8 +203,8 @@ def _revalidate(check: CloseCheck, config: MeshConfig, repo: Path, trust_config_
                                  max_output_bytes=cfg.max_output_bytes, commit=head or None,
                                  sandbox=cfg.sandbox if trust_config_sandbox else "bwrap",
                                  env_names=cfg.env, limits=cfg.limits,
-                                 environment=find_environment(repo, cfg.python, cfg.env_dir))
-    except (SandboxUnavailable, ValueError, EnvironmentMissing) as exc:
+                                 environment=inspect(repo, cfg).view)
+    except (SandboxUnavailable, ValueError, DependenciesMissing, ToolchainMissing) as exc:
         check.problems.append("revalidation refused: " + " ".join(str(exc).split()))
         return False
     check.validation = [{k: r.to_dict()[k] for k in ("command", "exit_code", "passed", "rejected")} for r in results]

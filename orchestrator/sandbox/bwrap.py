@@ -378,12 +378,16 @@ def bwrap_argv(
         above = {str(parent) for target in mounts for parent in Path(target).parents
                  if str(parent) != "/" and str(parent) not in mounts}
         binds = [target for target, how in mounts.items() if how[-1] != "--tmpfs"]
+        # A folder bwrap made inside a writable tmpfs (a tree copy with a workspace package's
+        # node_modules bound below it) must stay writable for the user that fills the tmpfs.
+        writable = [target for target, how in mounts.items() if how[-1] == "--tmpfs" and target not in covers]
         # /tmp and HOME keep their sticky, world-writable mode (a checkout under /tmp puts the
         # running Python's virtualenv below /tmp).
         argv += [arg for folder in sorted(above, key=_depth)
                  if not covered(folder, [*binds, *_SYSTEM_PATHS, "/etc", "/proc", "/dev"])
                  and folder not in ("/tmp", SANDBOX_HOME)
-                 for arg in ("--chmod", "0755", folder)]
+                 for arg in ("--chmod", "0777" if covered(folder, writable) and folder not in writable
+                             else "0755", folder)]
     argv += ["--chdir", chdir, "--"]
     if user is not None:
         argv += [shutil.which("setpriv", path="/usr/bin:/bin") or "/usr/bin/setpriv", f"--reuid={user}",

@@ -26,16 +26,14 @@ A command that runs a test runner mesh knows (pytest, unittest) also writes the 
 report into a folder of its own outside the tree, and passes only when that report shows
 tests that ran and none that failed (``orchestrator.sandbox.testcounts``).
 
-Allowlist entries are exact commands or templates: the token ``{path}`` stands for one
-relative path argument that stays inside the worktree, and a final token ``{args...}`` for
-any number of further plain arguments (no options, no shell syntax, nothing escaping the
-worktree).
+What the project adds to its committed tree (installed dependencies, toolchains, build caches,
+generated files, setup commands) comes as a ``ProjectView`` (``orchestrator.sandbox.project_view``)
+found by the project's toolchains. The allowlist itself is ``orchestrator.sandbox.allowlist``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import resource
 import shlex
 import shutil
@@ -45,18 +43,21 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 from orchestrator.sandbox import cgroups
 from orchestrator.sandbox import bwrap as _sandbox
 from orchestrator.sandbox import testcounts
-from orchestrator.sandbox.project_env import ProjectEnv
+from orchestrator.sandbox.allowlist import (ARGS_PLACEHOLDER, PATH_PLACEHOLDER, explain, is_allowed, matching_template,
+                                             parse_allow_entry, placeholder_args, split, stays_inside)
 from orchestrator.sandbox.bwrap import Limits
+from orchestrator.sandbox.project_env import ProjectEnv
+from orchestrator.sandbox.project_view import ProjectView, carry_into
+from orchestrator.sandbox.tree_copy import materialize_tree
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
 from redact.controls import strip_terminal
-from roles.backends.command import split_command
 
 __all__ = [
     "ARGS_PLACEHOLDER",
@@ -68,17 +69,6 @@ __all__ = [
     "run_configured",
     "run_validation",
 ]
-
-PATH_PLACEHOLDER = "{path}"
-ARGS_PLACEHOLDER = "{args...}"
-
-# Nothing is ever handed to a shell, but a command that is written as shell syntax was
-# meant for one: refusing it outright keeps a "; rm -rf" from ever looking like arguments.
-_SHELL_SYNTAX = re.compile(r"[;|&<>`$\n\r\x00]")
-# A plain argument: no option dash up front (options like pytest's --basetemp or make's -C
-# can delete or redirect), no '=' (VAR=value injection), no '@' (response files), no quotes,
-# spaces, globs or escapes.
-_PLAIN_ARG = re.compile(r"[A-Za-z0-9_.,/:+%\[\]][A-Za-z0-9_.,/:+%\[\]-]*")
 
 _READER_JOIN_S = 5.0
 
@@ -113,93 +103,6 @@ class ValidationResult:
         return asdict(self)
 
 
-def parse_allow_entry(entry: str) -> list[str]:
-    """Split an allowlist entry into its template tokens; ValueError if it is unusable."""
-    if _SHELL_SYNTAX.search(entry):
-        raise ValueError("shell syntax (; | & < > ` $ or a newline) never matches a command")
-    tokens = split_command(entry)
-    if tokens[0] in (PATH_PLACEHOLDER, ARGS_PLACEHOLDER):
-        raise ValueError("the program itself cannot be a placeholder")
-    for index, token in enumerate(tokens):
-        if token == ARGS_PLACEHOLDER and index != len(tokens) - 1:
-            raise ValueError(f"{ARGS_PLACEHOLDER} must be the last token")
-        if token not in (PATH_PLACEHOLDER, ARGS_PLACEHOLDER) and (
-            PATH_PLACEHOLDER in token or "{args" in token
-        ):
-            raise ValueError("a placeholder must be a whole argument")
-    return tokens
-
-
-def _has_escape(arg: str) -> bool:
-    parts = PurePosixPath(arg).parts
-    return arg.startswith("/") or ".." in parts or "\\" in arg
-
-
-def _plain_arg(arg: str) -> bool:
-    return bool(_PLAIN_ARG.fullmatch(arg)) and not _has_escape(arg)
-
-
-def _match(argv: Sequence[str], template: Sequence[str]) -> bool:
-    for index, token in enumerate(template):
-        if token == ARGS_PLACEHOLDER:
-            return all(_plain_arg(arg) for arg in argv[index:])
-        if index >= len(argv):
-            return False
-        if token == PATH_PLACEHOLDER:
-            if not _plain_arg(argv[index]):
-                return False
-        elif token != argv[index]:
-            return False
-    return len(argv) == len(template)
-
-
-def _split(command: str) -> list[str] | None:
-    try:
-        return shlex.split(command)
-    except ValueError:
-        return None
-
-
-def _matching_template(command: str, allow: Sequence[str]) -> list[str] | None:
-    if _SHELL_SYNTAX.search(command):
-        return None
-    argv = _split(command)
-    if not argv:
-        return None
-    for entry in allow:
-        try:
-            template = parse_allow_entry(entry)
-        except ValueError:
-            continue
-        if _match(argv, template):
-            return template
-    return None
-
-
-def is_allowed(command: str, allow: Sequence[str]) -> bool:
-    """True when ``command`` matches an allowlist entry (exact or template), token by token."""
-    return _matching_template(command, allow) is not None
-
-
-def _placeholder_args(argv: Sequence[str], template: Sequence[str]) -> list[str]:
-    args: list[str] = []
-    for index, token in enumerate(template):
-        if token == ARGS_PLACEHOLDER:
-            args.extend(argv[index:])
-        elif token == PATH_PLACEHOLDER:
-            args.append(argv[index])
-    return args
-
-
-def _stays_inside(cwd: Path, arg: str) -> bool:
-    # The lexical check already passed; this one follows symlinks already in the tree.
-    # pytest-style node ids ("tests/x.py::test") name a file before the "::".
-    path_part = arg.split("::", 1)[0]
-    root = os.path.realpath(cwd)
-    target = os.path.realpath(os.path.join(root, path_part))
-    return target == root or target.startswith(root + os.sep)
-
-
 def _resolve_program(program: str, root: Path, search_path: str) -> str | None:
     if "/" in program:
         candidate = program if os.path.isabs(program) else os.path.join(root, program)
@@ -212,106 +115,6 @@ def _resolve_program(program: str, root: Path, search_path: str) -> str | None:
 
 def _absolute_path_entries(path: str | None) -> str:
     return os.pathsep.join(entry for entry in (path or os.defpath).split(os.pathsep) if os.path.isabs(entry))
-
-
-def _git(repo: Path, *args: str) -> bytes:
-    # git's location overrides in mesh's own environment must not redirect these reads.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=env, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise ValueError(f"git {args[0]} in {repo}: {detail[-1] if detail else 'failed'}")
-    return done.stdout
-
-
-def _safe_tree_path(path: bytes) -> bool:
-    parts = path.split(b"/")
-    return not path.startswith(b"/") and all(part not in (b"", b".", b"..", b".git") for part in parts)
-
-
-def _read_exact(stream: IO[bytes], size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = stream.read(size - len(data))
-        if not chunk:
-            raise ValueError("git cat-file ended early")
-        data += chunk
-    return bytes(data)
-
-
-def _blobs(repo: Path, object_ids: Sequence[bytes]):
-    """Yield the contents of ``object_ids`` in order, read through one ``git cat-file --batch``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def feed() -> None:
-        try:
-            for object_id in object_ids:
-                proc.stdin.write(object_id + b"\n")
-        except BrokenPipeError:
-            pass
-        finally:
-            try:
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-
-    writer = threading.Thread(target=feed, daemon=True)
-    writer.start()
-    try:
-        for object_id in object_ids:
-            header = proc.stdout.readline().split()
-            if len(header) != 3 or header[0] != object_id or header[1] != b"blob":
-                raise ValueError(f"git cat-file: object {object_id.decode()} is not a readable blob")
-            yield _read_exact(proc.stdout, int(header[2]))
-            _read_exact(proc.stdout, 1)
-    finally:
-        proc.kill()
-        proc.wait()
-        writer.join()
-
-
-def materialize_tree(repo: Path, commit: str, dest: Path) -> str:
-    """Write exactly the committed tree of ``commit`` (in checkout ``repo``) into new directory ``dest``.
-
-    Read from git's objects (``ls-tree`` and ``cat-file``), not with ``git archive``, whose
-    ``export-ignore`` attribute would let a committed ``.gitattributes`` hide files from the
-    copy. Executable bits and symlinks are kept; submodule entries (gitlinks) are skipped.
-    Returns the full commit id; ValueError when ``repo`` is no git checkout, ``commit`` no
-    commit, or the tree holds a path that could leave ``dest``.
-    """
-    full = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{commit}^{{commit}}").decode().strip()
-    files: list[tuple[bytes, bytes, bytes]] = []
-    for record in _git(repo, "ls-tree", "-r", "-z", "--full-tree", full).split(b"\0"):
-        if not record:
-            continue
-        meta, path = record.split(b"\t", 1)
-        mode, kind, object_id = meta.split(b" ")
-        if kind == b"commit":
-            continue
-        if not _safe_tree_path(path):
-            raise ValueError(f"commit {full[:12]} holds an unsafe path {path.decode('utf-8', 'replace')!r}")
-        files.append((mode, object_id, path))
-    root = os.fsencode(dest)
-    os.mkdir(root, 0o755)
-    links: list[tuple[bytes, bytes]] = []
-    for (mode, _object_id, path), content in zip(files, _blobs(repo, [f[1] for f in files])):
-        target = os.path.join(root, path)
-        if mode == b"120000":
-            links.append((content, target))
-            continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        # O_NOFOLLOW|O_EXCL: no link exists yet (they are made last), and none is written through.
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                     0o755 if mode == b"100755" else 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-    for link_target, path in links:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.symlink(link_target, path)
-    return full
 
 
 class _Tail:
@@ -535,6 +338,9 @@ class _Place:
     extra_ro: tuple[str, ...] = ()
     # Where each command's test report folder is made (never inside the tree).
     scratch: Path | None = None
+    view: ProjectView | None = None
+    # The view's setup commands, resolved: (argv with the program as the sandbox sees it).
+    setup: tuple[tuple[str, ...], ...] = ()
 
     def report_folder(self) -> tuple[Path, str]:
         """A new empty folder for one command's test report, and its path as the command sees it."""
@@ -566,16 +372,35 @@ class _Place:
         growth = (int(self.limits.tree_growth_mb) << 20) if self.limits.tree_growth_mb else None
         memory = (int(self.limits.memory_mb) << 20) if self.limits.memory_mb else None
         shell = shutil.which("sh", path="/usr/bin:/bin") or "/bin/sh"
-        copy_in = f"cp -RP {_SANDBOX_SOURCE}/. {shlex.quote(self.tree_target)}/ || exit 125; exec \"$@\""
+        view_ro, view_rw = self.view_mounts()
         full = _sandbox.bwrap_argv(
-            self.bwrap, [shell, "-c", copy_in, "mesh-validate", inside, *argv[1:]], network=False,
-            binds=[(str(report), testcounts.SANDBOX_REPORT)] if report else [],
+            self.bwrap, [shell, "-c", self.copy_in_script(), "mesh-validate", inside, *argv[1:]], network=False,
+            binds=[*([(str(report), testcounts.SANDBOX_REPORT)] if report else []), *view_rw],
             ro_binds=[(str(self.root), _SANDBOX_SOURCE), *((path, path) for path in self.extra_ro),
-                      *dict.fromkeys(ro_binds)],
+                      *dict.fromkeys(ro_binds), *view_ro],
             tmpfs=[(self.tree_target, self.tree_bytes + growth if growth else None)],
             tmp_bytes=memory, etc_dir=self.etc_dir, user=_sandbox.sandbox_user(), hidden=self.hidden,
             chdir=self.tree_target)
         return full, None, self.root
+
+    def view_mounts(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """The project view's mounts as (read-only, writable) (source, target) pairs."""
+        ro: list[tuple[str, str]] = []
+        rw: list[tuple[str, str]] = []
+        for mount in self.view.mounts if self.view else ():
+            target = f"{self.tree_target}/{mount.target}" if mount.in_tree else mount.target
+            (rw if mount.writable else ro).append((mount.source, target))
+        return ro, rw
+
+    def copy_in_script(self) -> str:
+        """The sandbox's first step: copy the tree in, run the setup commands (the user's, each
+        already resolved and quoted word by word), then become the command (``"$@"``)."""
+        steps = [f"cp -RP {_SANDBOX_SOURCE}/. {shlex.quote(self.tree_target)}/ || exit 125"]
+        for setup in self.setup:
+            words = " ".join(shlex.quote(word) for word in setup)
+            note = shlex.quote(f"mesh: the setup command {shlex.join(setup[1:]) or setup[0]} failed")
+            steps.append(f"{words} >&2 || {{ echo {note} >&2; exit 124; }}")
+        return "; ".join([*steps, 'exec "$@"'])
 
 
 def run_validation(
@@ -591,7 +416,7 @@ def run_validation(
     env_names: Sequence[str] = (),
     limits: Limits | None = None,
     hidden: Sequence[str | Path] = (),
-    environment: ProjectEnv | None = None,
+    environment: ProjectView | ProjectEnv | None = None,
 ) -> list[ValidationResult]:
     """Run each allowed command and return one result per command, in order.
 
@@ -602,10 +427,13 @@ def run_validation(
     ``PYTHONDONTWRITEBYTECODE=1`` and the variables of ``env`` (default: os.environ)
     named in ``env_names``, and every process is held to ``limits``. ``hidden`` paths (the
     tracker's files) are covered wherever a bind would show them. With an ``environment``
-    (the project's, ``orchestrator.sandbox.project_env``) its ``bin`` is first on PATH, it is shown
-    read-only, ``VIRTUAL_ENV`` names it, the tree shows at the repository's own path and
-    ``PYTHONSAFEPATH`` is not set (``python -m pkg`` works as in the developer's shell; a
-    committed package shadowing the standard library is refused by the patch policy). Commands that do not
+    (a ``ProjectView``, or just the project's Python environment) its Python ``bin`` is first on
+    PATH, then the view's program folders; the Python environment is shown read-only,
+    ``VIRTUAL_ENV`` names it, ``PYTHONSAFEPATH`` is not set (``python -m pkg`` and
+    ``python -m unittest test_x`` work as in the developer's shell; a committed module shadowing
+    the standard library or a test runner is refused by the patch policy); the view's mounts,
+    variables, carried files and setup commands apply, and the tree shows at the repository's
+    own path. Commands that do not
     parse or do not match ``allow`` are rejected and never run. Every command is
     attempted, whatever the outcome of the ones before it.
 
@@ -621,6 +449,8 @@ def run_validation(
         return []
     source = os.environ if env is None else env
     limits = limits or Limits()
+    view = ProjectView(project_root=environment.project_root, python=environment) \
+        if isinstance(environment, ProjectEnv) else environment
     passed_values = [source[name] for name in env_names if name in source]
     with tempfile.TemporaryDirectory(prefix="mesh-validate-", ignore_cleanup_errors=True) as scratch:
         if sandbox == "bwrap":
@@ -629,35 +459,63 @@ def run_validation(
             os.chmod(scratch, 0o755)
             tree = Path(scratch) / "tree"
             materialize_tree(cwd, commit or "HEAD", tree)
+            if view is not None:
+                carry_into(view, tree)
             run_env = _with_environment(_sandbox.minimal_env(
                 source, env_names, home=_sandbox.SANDBOX_HOME, path=_sandbox.sandbox_path(source.get("PATH"))),
-                environment)
+                view)
             etc_dir = _sandbox.write_identity(Path(scratch) / "etc", _sandbox.SANDBOX_HOME)
             place = _Place(tree, run_env, bwrap,
                            shielded=(os.path.realpath(Path.home()), os.path.realpath(cwd)),
                            limits=limits, etc_dir=etc_dir, hidden=tuple(str(path) for path in hidden),
                            tree_bytes=_tree_bytes(tree), scratch=Path(scratch),
-                           tree_target=environment.project_root if environment else _sandbox.SANDBOX_TREE,
-                           extra_ro=tuple(program_binds(environment.python)) if environment else ())
+                           tree_target=view.project_root if view and view.at_repo_path else _sandbox.SANDBOX_TREE,
+                           extra_ro=tuple(program_binds(view.python.python)) if view and view.python else (),
+                           view=view)
+            problem = _resolve_setup(place, allow)
+            if problem is not None:
+                started = time.monotonic()
+                return [_rejected(command, "not_allowed", started, problem) for command in commands]
         else:
             home = Path(scratch) / "home"
             home.mkdir()
             run_env = _with_environment(_sandbox.minimal_env(
-                source, env_names, home=str(home), path=_absolute_path_entries(source.get("PATH"))), environment)
+                source, env_names, home=str(home), path=_absolute_path_entries(source.get("PATH"))), view)
             place = _Place(cwd, run_env, limits=limits, scratch=Path(scratch))
         return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
                                hidden_values=passed_values) for command in commands]
 
 
-def _with_environment(env: dict[str, str], environment: ProjectEnv | None) -> dict[str, str]:
-    if environment is None:
+def _with_environment(env: dict[str, str], view: ProjectView | None) -> dict[str, str]:
+    if view is None:
         return env
     env = dict(env)
-    env["PATH"] = os.pathsep.join([environment.bin_dir, *(p for p in env["PATH"].split(os.pathsep) if p)])
-    env.pop("PYTHONSAFEPATH", None)
-    if os.path.isfile(os.path.join(environment.prefix, "pyvenv.cfg")):
-        env["VIRTUAL_ENV"] = environment.prefix
+    first = [*([view.python.bin_dir] if view.python else []), *view.path]
+    env["PATH"] = os.pathsep.join(dict.fromkeys([*first, *(p for p in env["PATH"].split(os.pathsep) if p)]))
+    if view.python is not None:
+        env.pop("PYTHONSAFEPATH", None)
+        if os.path.isfile(os.path.join(view.python.prefix, "pyvenv.cfg")):
+            env["VIRTUAL_ENV"] = view.python.prefix
+    env.update(dict(view.env))
     return env
+
+
+def _resolve_setup(place: _Place, allow: Sequence[str]) -> str | None:
+    """Resolve the view's setup commands into ``place.setup``; why not, when one of them is not
+    admitted by ``allow`` or its program is not found."""
+    resolved = []
+    for command in place.view.setup if place.view else ():
+        argv = split(command)
+        if not argv or matching_template(command, allow) is None:
+            return f"the setup command {command!r} is not admitted by validation.allow: {explain(command, allow)}"
+        program = _resolve_program(argv[0], place.root, place.env["PATH"])
+        if program is None:
+            return f"the setup command {command!r}: program not found: {argv[0]}"
+        if program.startswith(str(place.root) + os.sep):
+            program = place.tree_target + program[len(str(place.root)):]
+        resolved.append((program, *argv[1:]))
+    place.setup = tuple(resolved)
+    return None
 
 
 def run_configured(commands: Sequence[str], cfg, *, cwd: Path, commit: str | None,
@@ -671,13 +529,13 @@ def run_configured(commands: Sequence[str], cfg, *, cwd: Path, commit: str | Non
 def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout_s: float,
                    max_output_bytes: int, hidden_values: Sequence[str]) -> ValidationResult:
     started = time.monotonic()
-    argv = _split(command)
+    argv = split(command)
     if not argv:
         return _rejected(command, "unparsable", started, "cannot split the command")
-    template = _matching_template(command, allow)
+    template = matching_template(command, allow)
     if template is None:
-        return _rejected(command, "not_allowed", started, "no allowlist entry matches")
-    if not all(_stays_inside(place.root, arg) for arg in _placeholder_args(argv, template)):
+        return _rejected(command, "not_allowed", started, f"no allowlist entry matches: {explain(command, allow)}")
+    if not all(stays_inside(place.root, arg) for arg in placeholder_args(argv, template)):
         return _rejected(command, "not_allowed", started, "a path leaves the worktree")
     program = _resolve_program(argv[0], place.root, place.env["PATH"])
     if program is None:

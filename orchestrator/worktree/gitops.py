@@ -37,7 +37,7 @@ from pathlib import Path
 from orchestrator.worktree.patchcheck import PatchRefused, check_patch
 from orchestrator.worktree.policy import PatchPolicy, PolicyViolation
 
-__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "is_protected", "repo_root", "run_base",
+__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "head_commit", "is_protected", "repo_root", "run_base",
            "worktree_home"]
 
 ALWAYS_PROTECTED: tuple[str, ...] = ("main", "master")
@@ -125,6 +125,11 @@ def repo_root(path: Path) -> Path:
     if proc.returncode != 0 or not top:
         raise GitError("not_a_repo", f"{path} is not inside a git work tree")
     return Path(top).resolve()
+
+
+def head_commit(repo: Path) -> str:
+    """The full id of the commit ``repo``'s HEAD is at; GitError when there is none."""
+    return _git(repo, "rev-parse", "--verify", "HEAD^{commit}").stdout.strip()
 
 
 def is_protected(branch: str, patterns: Sequence[str]) -> bool:

@@ -1,0 +1,106 @@
+"""Python: the project's own environment, and the files its build generates at install time.
+
+The environment is found as ``orchestrator.sandbox.project_env`` finds it (a configured one, the
+active virtualenv, ``.venv/``, uv, Poetry, Hatch). Generated files are the ones a project's build
+writes into the checkout and git ignores, without which the tree under test does not import:
+
+- the version file of setuptools-scm (``[tool.setuptools_scm] version_file`` / ``write_to``),
+  hatch-vcs (``[tool.hatch.build.hooks.vcs] version-file``, also under a target's hooks),
+  pdm-backend (``[tool.pdm.version] write_to``, relative to the source folder) and versioneer
+  (``versionfile_source`` in ``setup.cfg``'s ``[versioneer]`` or ``[tool.versioneer]``);
+- compiled gettext catalogues: an ignored ``.mo`` beside a tracked ``.po`` of the same name.
+
+They are carried from the checkout into the tree copy (``ProjectView.carried``), only where the
+commit has no file of that path.
+"""
+
+from __future__ import annotations
+
+import configparser
+import tomllib
+from pathlib import Path
+
+from orchestrator.sandbox.project_env import EnvironmentMissing, find_environment
+from orchestrator.toolchains.base import DependenciesMissing, Found, Project
+
+__all__ = ["TOOLCHAIN", "generated_files"]
+
+_MANIFESTS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
+
+
+def _pyproject(root: Path) -> dict:
+    try:
+        return tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _version_files(root: Path, project: dict) -> list[str]:
+    tool = project.get("tool", {})
+    found = []
+    scm = tool.get("setuptools_scm", {})
+    found += [scm.get("version_file"), scm.get("write_to")]
+    hatch = tool.get("hatch", {}).get("build", {})
+    found.append(hatch.get("hooks", {}).get("vcs", {}).get("version-file"))
+    for target in hatch.get("targets", {}).values():
+        if isinstance(target, dict):
+            found.append(target.get("hooks", {}).get("vcs", {}).get("version-file"))
+    pdm = tool.get("pdm", {})
+    write_to = pdm.get("version", {}).get("write_to")
+    if write_to:
+        package_dir = pdm.get("build", {}).get("package-dir", "src" if (root / "src").is_dir() else "")
+        found.append(f"{package_dir}/{write_to}".lstrip("/"))
+    found.append(tool.get("versioneer", {}).get("versionfile_source"))
+    setup_cfg = configparser.ConfigParser()
+    try:
+        setup_cfg.read(root / "setup.cfg", encoding="utf-8")
+        found.append(setup_cfg.get("versioneer", "versionfile_source", fallback=None))
+    except configparser.Error:
+        pass
+    return [path for path in dict.fromkeys(found) if isinstance(path, str) and path]
+
+
+def generated_files(project: Project) -> list[str]:
+    """The generated, untracked files of ``project`` that exist in its checkout (see the module
+    docstring)."""
+    root = project.root
+    found = [path for path in _version_files(root, _pyproject(root)) if project.ignored_present(path)]
+    for po in (path for path in project.tracked if path.endswith(".po")):
+        mo = po[:-3] + ".mo"
+        if project.ignored_present(mo):
+            found.append(mo)
+    return found
+
+
+class Python:
+    """The Python toolchain (see the module docstring)."""
+
+    name = "python"
+
+    def detect(self, project: Project) -> list[Found]:
+        """The project's environment and generated files, when it has a Python manifest."""
+        manifests = [name for name in _MANIFESTS if project.has(name)]
+        try:
+            environment = find_environment(project.root, project.python, project.env_dir)
+        except EnvironmentMissing as exc:
+            raise DependenciesMissing(str(exc)) from None
+        if not manifests and environment is None:
+            return []
+        found = Found("python", "python", python=environment, carried=generated_files(project),
+                      gitignore=[".venv/"])
+        found.sees.append(environment.describe().removeprefix("validation environment: ") if environment
+                          else "mesh's own Python (the project declares no dependency)")
+        if found.carried:
+            found.sees.append("generated files carried from the checkout: " + ", ".join(found.carried))
+        runner = "pytest" if environment is None or _has_pytest(Path(environment.prefix)) else "unittest"
+        found.check = f"python -m {runner}"
+        found.allow = [found.check, f"python -m {runner} {{args...}}"]
+        return [found]
+
+
+def _has_pytest(prefix: Path) -> bool:
+    return any(prefix.glob("lib/python3*/site-packages/pytest/__init__.py")) or any(
+        prefix.glob("lib/python3*/site-packages/_pytest"))
+
+
+TOOLCHAIN = Python()

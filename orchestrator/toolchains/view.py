@@ -1,0 +1,96 @@
+"""What every toolchain found, put together into one ``ProjectView`` for validation.
+
+``inspect`` reads the repository once (its tracked files, its ignored untracked paths), asks each
+toolchain of ``table.TOOLCHAINS`` what it finds, prunes the project's build caches to their bound,
+and adds the user's own means from ``[validation]``: ``carry`` (untracked files of the checkout,
+as globs, copied into the tree copy where the commit has no such file) and ``setup`` (commands run
+in the sandbox before each validation command).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from orchestrator.sandbox.project_view import Mount, ProjectView
+from orchestrator.toolchains.base import DependenciesMissing, Found, Project, ToolchainMissing
+from orchestrator.toolchains.caches import DEFAULT_CACHE_MB, project_cache_root, prune
+from orchestrator.toolchains.table import TOOLCHAINS
+
+__all__ = ["DependenciesMissing", "Inspection", "ToolchainMissing", "inspect", "load_project"]
+
+
+def _git_paths(root: Path, *args: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    done = subprocess.run(["git", "-C", str(root), "ls-files", "-z", *args], capture_output=True, env=env,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        return []
+    return [os.fsdecode(path) for path in done.stdout.split(b"\0") if path]
+
+
+def load_project(repo: Path, settings: Any = None, environ: Mapping[str, str] | None = None) -> Project:
+    """The facts of the repository ``repo`` the toolchains read (``settings``: a ``[validation]``
+    table, for its ``python`` and ``env_dir``)."""
+    root = Path(repo).absolute()
+    return Project(root=root, tracked=_git_paths(root), ignored=_git_paths(
+        root, "--others", "--ignored", "--exclude-standard", "--directory"),
+        cache_root=project_cache_root(root), environ=dict(os.environ if environ is None else environ),
+        python=getattr(settings, "python", None), env_dir=getattr(settings, "env_dir", None))
+
+
+@dataclass
+class Inspection:
+    """What ``inspect`` found: each toolchain's findings, the view validation applies, and the
+    lines preflight prints."""
+
+    found: list[Found]
+    view: ProjectView
+    notes: list[str]
+
+    def check_commands(self) -> list[str]:
+        """The check commands of the detected toolchains, in table order."""
+        return [f.check for f in self.found if f.check]
+
+
+def _carried(project: Project, patterns: list[str]) -> list[str]:
+    out = []
+    for pattern in patterns:
+        for path in sorted(project.root.glob(pattern)):
+            relative = path.relative_to(project.root).as_posix()
+            if path.is_file() and not path.is_symlink() and not project.has(relative):
+                out.append(relative)
+    return out
+
+
+def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None = None) -> Inspection:
+    """Detect the toolchains of ``repo`` and build the validation view; raises
+    ``DependenciesMissing`` or ``ToolchainMissing`` (both: before any worker call, exit 2)."""
+    project = load_project(repo, settings, environ)
+    limit = getattr(settings, "build_cache_mb", DEFAULT_CACHE_MB)
+    pruned = prune(project.cache_root, limit)
+    found = [item for toolchain in TOOLCHAINS.values() for item in toolchain.detect(project)]
+    python = next((f.python for f in found if f.python is not None), None)
+    mounts: list[Mount] = []
+    path: list[str] = []
+    env: dict[str, str] = {}
+    carried: list[str] = []
+    for item in found:
+        mounts += [m for m in item.mounts if m not in mounts]
+        path += [p for p in item.path if p not in path]
+        env.update(item.env)
+        carried += [c for c in item.carried if c not in carried]
+    carried += [c for c in _carried(project, list(getattr(settings, "carry", []) or [])) if c not in carried]
+    setup = tuple(getattr(settings, "setup", []) or [])
+    notes = [python.describe() if python else
+             "validation environment: mesh's own Python (the project declares no Python dependency)"]
+    notes += [item.describe() for item in found if item.toolchain != "python"]
+    notes += [f"generated files carried from the checkout: {', '.join(carried)}"] if carried else []
+    notes += [f"setup before each validation command: {'; '.join(setup)}"] if setup else []
+    notes += pruned
+    view = ProjectView(project_root=str(project.root), python=python, mounts=tuple(mounts), path=tuple(path),
+                       env=tuple(sorted(env.items())), carried=tuple(carried), setup=setup, notes=tuple(notes))
+    return Inspection(found=found, view=view, notes=notes)
