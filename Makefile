@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # `make fuzz FUZZ_TESTS=tests/test_scrub_windows.py` fuzzes one file (default: every property test).
 FUZZ_TESTS ?=
 
-.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code agent-clis
+.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code agent-clis toolchains
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,10 +70,23 @@ agent-clis:
 	$(call npm_tool,$(AGENT_CLIS),@openai/codex@>=0.169 <1,node_modules/.bin/codex,tests/test_mcp_clients.py (Codex))
 	$(call npm_tool,$(AGENT_CLIS),opencode-ai@>=1.18 <2,node_modules/.bin/opencode,tests/test_mcp_clients.py (OpenCode))
 
-install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis
+# The toolchain tests (tests/test_toolchains*.py) validate real Node, Go and Rust projects: Go from
+# Debian, cargo as found (rustup) or Debian's, and their dependencies from Debian's packaged sources
+# (the Go and crates.io registries are out of reach here); pnpm and Yarn from npm, beside the venv.
+NODE_TOOLS := $(VENV)/node-tools
+toolchains:
+	$(call need,command -v npm,nodejs npm,the Node toolchain tests)
+	$(call need,command -v go,golang-go,the Go toolchain tests)
+	$(call need,command -v cargo,cargo,the Rust toolchain tests)
+	$(call need,ls -d /usr/share/gocode/src/github.com/google/go-cmp/cmp,golang-github-google-go-cmp-dev,the Go toolchain tests)
+	$(call need,ls -d /usr/share/cargo/registry/itoa-1.* /usr/share/cargo/registry/memchr-2.*,librust-itoa-dev librust-memchr-dev,the Rust toolchain tests)
+	$(call npm_tool,$(NODE_TOOLS),pnpm@>=9 <13,node_modules/.bin/pnpm,tests/test_toolchains.py (pnpm))
+	$(call npm_tool,$(NODE_TOOLS),yarn@>=1.22 <2,node_modules/.bin/yarn,tests/test_toolchains.py (yarn))
 
-test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis
-	MESH_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest
+install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
+
+test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
+	MESH_REQUIRE_POSTGRES=1 MESH_REQUIRE_TOOLCHAINS=1 $(BIN)/python -m pytest
 
 # Long random runs of the property tests (Hypothesis's "fuzz" profile, tests/conftest.py);
 # `make test` runs them derandomized. Pin every counterexample found as an @example.

@@ -228,22 +228,32 @@ def test_attack3_untracked_files_left_in_the_worktree_do_not_run(checkout, tmp_p
     assert not unsandboxed["passed"] and "CONFTEST RAN" in unsandboxed["stdout_tail"]
 
 
-@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
-def test_attack2_a_committed_unittest_package_does_not_shadow_the_real_one(checkout, sandbox):
+def test_attack2_a_patch_adding_a_unittest_package_is_refused_before_validation(checkout):
+    """Validation runs ``python -m unittest test_x`` as a developer's shell does (the current
+    folder first on sys.path), so the defence against a tree shadowing the test runner is the
+    patch policy: a patch adding ``unittest/`` never reaches a commit, let alone validation."""
+    from orchestrator.worktree.gitops import GitError, Worktree
+
     repo, worktree, home = checkout
-    (worktree / "unittest").mkdir()
-    (worktree / "unittest" / "__init__.py").write_text("print('FAKE UNITTEST')\n")
-    (worktree / "unittest" / "__main__.py").write_text("print('OK (fake pass)')\n")
-    (worktree / "tests").mkdir()
-    (worktree / "tests" / "__init__.py").write_text("")
-    (worktree / "tests" / "test_bug.py").write_text("import unittest\n\n\nclass T(unittest.TestCase):\n"
-                                                    "    def test_bug(self):\n        self.fail('the bug')\n")
+    patch = ("diff --git a/unittest/__init__.py b/unittest/__init__.py\nnew file mode 100644\n--- /dev/null\n"
+             "+++ b/unittest/__init__.py\n@@ -0,0 +1 @@\n+print('FAKE UNITTEST')\n")
+    task = Worktree.prepare(repo, "shadow-1", protected=("main", "master"), base="HEAD")
+    with pytest.raises(GitError) as refused:
+        task.apply(patch)
+    assert refused.value.reason == "policy_violation" and "unittest/__init__.py shadows" in str(refused.value)
+    assert not (task.path / "unittest").exists()
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_python_m_unittest_names_a_test_module_of_the_tree(checkout, sandbox):
+    repo, worktree, home = checkout
+    (worktree / "test_calc.py").write_text("import unittest\n\n\nclass T(unittest.TestCase):\n"
+                                          "    def test_bug(self):\n        self.fail('the bug')\n")
     commit(worktree)
-    command = f"{shlex.quote(PY)} -m unittest discover -s tests -t ."
+    command = f"{shlex.quote(PY)} -m unittest test_calc"
     [result] = validate_as_mesh(worktree, command, home, sandbox)
-    # Safe-path semantics: the current directory never comes before the standard library.
     assert not result["passed"] and "the bug" in result["stderr_tail"]
-    assert "FAKE" not in result["stdout_tail"] + result["stderr_tail"]
+    assert "No module named" not in result["stderr_tail"]
 
 
 WORKER = """

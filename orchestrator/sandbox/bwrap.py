@@ -295,12 +295,12 @@ def minimal_env(source: Mapping[str, str], names: Sequence[str], *, home: str, p
     """The whole environment of a validation command.
 
     PATH (``path``), LANG (from ``source``, else C.UTF-8), HOME (``home``),
-    ``PYTHONSAFEPATH=1`` (no shadowing from the current folder), ``PYTHONDONTWRITEBYTECODE=1``,
+    ``PYTHONDONTWRITEBYTECODE=1``,
     and the variables of ``source`` named in ``names``; never the signing key or git's
     location overrides, even when named.
     """
     env = {"PATH": path, "LANG": source.get("LANG") or "C.UTF-8", "HOME": home,
-           "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+           "PYTHONDONTWRITEBYTECODE": "1"}
     for name in names:
         if name in source and name != SIGNING_KEY_ENV and name.upper() not in _GIT_LOCATION_ENV:
             env[name] = source[name]

@@ -423,15 +423,12 @@ def run_validation(
     ``cwd`` is a git checkout. With ``sandbox="bwrap"`` the commands run under bubblewrap
     in a writable copy of the committed tree of ``commit`` (default: the checkout's HEAD),
     deleted afterwards; with ``sandbox="none"`` in ``cwd`` itself. Either way the
-    environment is PATH, LANG, a temporary HOME, ``PYTHONSAFEPATH=1``,
-    ``PYTHONDONTWRITEBYTECODE=1`` and the variables of ``env`` (default: os.environ)
+    environment is PATH, LANG, a temporary HOME, ``PYTHONDONTWRITEBYTECODE=1`` and the variables of ``env`` (default: os.environ)
     named in ``env_names``, and every process is held to ``limits``. ``hidden`` paths (the
     tracker's files) are covered wherever a bind would show them. With an ``environment``
     (a ``ProjectView``, or just the project's Python environment) its Python ``bin`` is first on
     PATH, then the view's program folders; the Python environment is shown read-only,
-    ``VIRTUAL_ENV`` names it, ``PYTHONSAFEPATH`` is not set (``python -m pkg`` and
-    ``python -m unittest test_x`` work as in the developer's shell; a committed module shadowing
-    the standard library or a test runner is refused by the patch policy); the view's mounts,
+    ``VIRTUAL_ENV`` names it; the view's mounts,
     variables, carried files and setup commands apply, and the tree shows at the repository's
     own path. Commands that do not
     parse or do not match ``allow`` are rejected and never run. Every command is
@@ -493,7 +490,6 @@ def _with_environment(env: dict[str, str], view: ProjectView | None) -> dict[str
     first = [*([view.python.bin_dir] if view.python else []), *view.path]
     env["PATH"] = os.pathsep.join(dict.fromkeys([*first, *(p for p in env["PATH"].split(os.pathsep) if p)]))
     if view.python is not None:
-        env.pop("PYTHONSAFEPATH", None)
         if os.path.isfile(os.path.join(view.python.prefix, "pyvenv.cfg")):
             env["VIRTUAL_ENV"] = view.python.prefix
     env.update(dict(view.env))

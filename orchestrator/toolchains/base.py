@@ -127,16 +127,25 @@ def run_tool(argv: list[str], cwd: Path, environ: Mapping[str, str], extra: Mapp
 
 
 def shown_program(program: str) -> tuple[list[Mount], list[str]]:
-    """What shows ``program`` (a resolved path) in the sandbox: a read-only mount of the
-    installation it belongs to (its ``bin`` folder's parent: a version manager's Node, a rustup
-    toolchain, a Go under HOME) and that ``bin`` folder for PATH; nothing for a program the
-    sandbox shows anyway (the system's)."""
-    real = os.path.realpath(program)
-    bin_dir = os.path.dirname(real)
-    if covered(real, visible_roots()) and covered(os.path.abspath(program), visible_roots()):
-        return [], []
-    prefix = os.path.dirname(bin_dir) if os.path.basename(bin_dir) == "bin" else bin_dir
+    """What shows ``program`` (as found on PATH) in the sandbox: read-only mounts of the
+    installation its real file belongs to (its ``bin`` folder's parent: a version manager's
+    Node, a rustup toolchain, a Go under HOME) and of the folder the name on PATH sits in (a
+    link farm such as ``~/.npm-global/bin``), and the folder for PATH; nothing for a program the
+    sandbox shows anyway (the system's). HOME itself and ``/`` are never mounted."""
+    shown = visible_roots()
     home = os.path.realpath(os.path.expanduser("~"))
-    if prefix in ("/", home):
-        return [], []
-    return [Mount(prefix, prefix)], [bin_dir]
+    mounts: list[Mount] = []
+    path: list[str] = []
+    real = os.path.realpath(program)
+    named = os.path.dirname(os.path.abspath(program))
+    if not covered(real, shown):
+        bin_dir = os.path.dirname(real)
+        prefix = os.path.dirname(bin_dir) if os.path.basename(bin_dir) == "bin" else bin_dir
+        if prefix not in ("/", home):
+            mounts.append(Mount(prefix, prefix))
+            path.append(bin_dir)
+    if not covered(named, shown) and named not in ("/", home):
+        if not any(covered(named, [m.target]) for m in mounts):
+            mounts.append(Mount(named, named))
+        path.insert(0, named)
+    return mounts, list(dict.fromkeys(path))

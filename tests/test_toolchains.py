@@ -1,0 +1,222 @@
+"""Validation in each toolchain's own environment, on real projects with real dependencies, in the
+real sandbox: Node under npm, pnpm and Yarn, TypeScript's tsc, a Go module with its module cache,
+a Rust crate with Debian's packaged crates, a hatch-vcs package with generated files. Each shows
+its installed dependencies read-only and offline, keeps its build cache outside the tree, and a
+project whose dependencies are not installed is refused with the command that installs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.sandbox.validation import run_validation
+from orchestrator.toolchains.base import DependenciesMissing
+from orchestrator.toolchains.caches import project_cache_root, prune
+from orchestrator.toolchains.view import inspect
+from tests.toolchainkit import (commit_all, go_project, hatch_project, node_project, rust_project, tool_env,
+                                ts_project)
+
+
+@pytest.fixture(scope="session")
+def templates(tmp_path_factory):
+    return tmp_path_factory.mktemp("toolchain-templates")
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    # Build caches and base checks go under the test's own cache folder.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def validate(repo: Path, commands: list[str], env: dict[str, str] | None = None, allow: list[str] | None = None,
+             settings=None):
+    environ = env or tool_env()
+    view = inspect(repo, settings, environ).view
+    return run_validation(commands, cwd=repo, allow=allow or commands, timeout_s=300, environment=view,
+                          env=environ)
+
+
+@pytest.mark.parametrize("manager", ["npm", "pnpm", "yarn"])
+def test_a_node_project_imports_its_installed_dependency(templates, tmp_path, manager):
+    repo = node_project(templates, tmp_path, manager)
+    inspection = inspect(repo, None, tool_env())
+    assert any(f"toolchain node ({manager})" in note and "node_modules/ read-only" in note
+               for note in inspection.notes)
+    assert inspection.check_commands() == [f"{manager} test"]
+    [result] = validate(repo, [f"{manager} test"])
+    assert result.passed, result.stdout_tail + result.stderr_tail
+
+
+def test_a_failing_node_test_fails_and_names_its_error(templates, tmp_path):
+    repo = node_project(templates, tmp_path)
+    (repo / "index.js").write_text("const ms = require('ms');\nexports.seconds = (text) => ms(text);\n")
+    commit_all(repo, "a bug")
+    [result] = validate(repo, ["npm test"])
+    assert not result.passed and "seconds" in result.stdout_tail
+
+
+def test_node_modules_is_read_only_and_caches_stay_outside_the_tree(templates, tmp_path):
+    repo = node_project(templates, tmp_path)
+    (repo / "test" / "write.test.js").write_text("""const test = require('node:test');
+const assert = require('node:assert');
+const fs = require('node:fs');
+test('writes', () => {
+  assert.throws(() => fs.writeFileSync('node_modules/ms/index.js', 'module.exports = () => 7;'), /EROFS|EACCES/);
+  assert.throws(() => fs.writeFileSync('node_modules/planted.js', 'x'), /EROFS|EACCES/);
+  fs.mkdirSync('node_modules/.cache/tool', { recursive: true });
+  fs.writeFileSync('node_modules/.cache/tool/entry', 'cached');
+});
+""")
+    commit_all(repo, "a test that writes")
+    before = (repo / "node_modules" / "ms" / "index.js").read_bytes()
+    [result] = validate(repo, ["npm test"])
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    assert (repo / "node_modules" / "ms" / "index.js").read_bytes() == before
+    assert not (repo / "node_modules" / "planted.js").exists()
+    assert not (repo / "node_modules" / ".cache" / "tool").exists()
+    cached = list(project_cache_root(repo).rglob("entry"))
+    assert [p.read_text() for p in cached] == ["cached"]
+    assert "node_modules" not in json.dumps(__import__("subprocess").run(
+        ["git", "-C", str(repo), "ls-files"], capture_output=True, text=True).stdout)
+
+
+def test_a_node_project_without_node_modules_is_refused_with_npm_ci(templates, tmp_path):
+    repo = node_project(templates, tmp_path)
+    import shutil
+
+    shutil.rmtree(repo / "node_modules")
+    with pytest.raises(DependenciesMissing, match="npm ci"):
+        inspect(repo, None, tool_env())
+
+
+def test_typescript_checks_with_tsc(templates, tmp_path):
+    repo = ts_project(templates, tmp_path)
+    [passing] = validate(repo, ["npm test"])
+    assert passing.passed, passing.stdout_tail + passing.stderr_tail
+    (repo / "src" / "add.ts").write_text("export function add(a: number, b: number): number { return 'x'; }\n")
+    commit_all(repo, "a type error")
+    [failing] = validate(repo, ["npm test"])
+    assert not failing.passed and "TS2322" in failing.stdout_tail + failing.stderr_tail
+
+
+def test_a_go_module_tests_offline_from_its_module_cache(tmp_path):
+    repo, env = go_project(tmp_path)
+    inspection = inspect(repo, None, env)
+    assert inspection.check_commands() == ["go test ./..."]
+    assert dict(inspection.view.env)["GOPROXY"] == "off"
+    [first] = validate(repo, ["go test ./..."], env)
+    assert first.passed, first.stdout_tail + first.stderr_tail
+    # The build cache is the project's own, outside the tree: the second run finds it.
+    assert any(project_cache_root(repo).glob("go/build/*"))
+
+
+def test_the_go_module_cache_is_read_only(tmp_path):
+    repo, env = go_project(tmp_path)
+    (repo / "plant_test.go").write_text("""package gop
+
+import (
+\t"os"
+\t"path/filepath"
+\t"testing"
+)
+
+func TestPlant(t *testing.T) {
+\ttarget := filepath.Join(os.Getenv("GOMODCACHE"), "github.com", "google", "go-cmp@v0.5.9", "cmp", "planted.go")
+\tif err := os.WriteFile(target, []byte("package cmp"), 0o644); err == nil {
+\t\tt.Fatal("wrote into the module cache")
+\t}
+}
+""")
+    commit_all(repo, "a test that plants")
+    [result] = validate(repo, ["go test ./..."], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    assert not list((tmp_path / "gomodcache").rglob("planted.go"))
+
+
+def test_a_go_module_whose_requirements_are_not_downloaded_is_refused(tmp_path):
+    repo, env = go_project(tmp_path, download=False)
+    with pytest.raises(DependenciesMissing, match="go mod download"):
+        inspect(repo, None, env)
+
+
+def test_a_rust_crate_builds_offline_and_its_dependencies_once(tmp_path):
+    repo = rust_project(tmp_path)
+    inspection = inspect(repo, None, tool_env())
+    assert inspection.check_commands() == ["cargo test"]
+    assert "Cargo.lock" in inspection.view.carried
+    [first] = validate(repo, ["cargo test"])
+    assert first.passed, first.stdout_tail + first.stderr_tail
+    assert "Compiling itoa" in first.stderr_tail
+    (repo / "src" / "lib.rs").write_text((repo / "src" / "lib.rs").read_text().replace("42", "4" "2"))
+    (repo / "src" / "lib.rs").write_text((repo / "src" / "lib.rs").read_text() + "\npub fn one() -> u8 { 1 }\n")
+    commit_all(repo, "a one-line patch")
+    [second] = validate(repo, ["cargo test"])
+    assert second.passed, second.stdout_tail + second.stderr_tail
+    # The target folder persisted: only the crate itself was compiled again.
+    assert "Compiling rustp" in second.stderr_tail and "Compiling itoa" not in second.stderr_tail
+    assert not (repo / "target").exists()
+
+
+def test_a_build_cache_over_its_bound_is_removed_whole(tmp_path):
+    repo = rust_project(tmp_path)
+    [result] = validate(repo, ["cargo test"])
+    assert result.passed
+    root = project_cache_root(repo)
+    assert prune(root, 1 << 20) == []
+    removed = prune(root, 1)
+    assert any(line.startswith("build cache rust:") for line in removed) and not (root / "rust").exists()
+
+
+def test_a_hatch_vcs_package_validates_with_its_generated_files(tmp_path):
+    repo = hatch_project(tmp_path)
+    inspection = inspect(repo, None, tool_env())
+    assert set(inspection.view.carried) == {"src/stamped/_version.py", "src/stamped/locale/fr/LC_MESSAGES/stamped.mo"}
+    command = "python -m unittest discover -s tests -t ."
+    [result] = validate(repo, [command])
+    assert result.passed, result.stdout_tail + result.stderr_tail
+
+
+def test_a_committed_file_wins_over_a_carried_one(tmp_path):
+    repo = hatch_project(tmp_path)
+    (repo / ".gitignore").write_text(".venv/\n*.mo\n__pycache__/\n")
+    (repo / "src" / "stamped" / "_version.py").write_text('__version__ = version = "9.9.9"\n')
+    commit_all(repo, "the version file committed")
+    (repo / "src" / "stamped" / "_version.py").write_text('__version__ = version = "1.2.3"\n')
+    [result] = validate(repo, ["python -m unittest discover -s tests -t ."])
+    assert not result.passed and "9.9.9" in result.stderr_tail
+
+
+class _Settings:
+    python = env_dir = None
+    carry: list[str] = []
+    setup: list[str] = []
+    build_cache_mb = 4096
+
+
+def test_setup_commands_run_in_the_sandbox_before_each_command(tmp_path):
+    repo = hatch_project(tmp_path)
+    (repo / "gen.py").write_text("open('src/stamped/_made.py', 'w').write('MADE = 1\\n')\n")
+    (repo / "tests" / "test_made.py").write_text("import unittest\n\n\nclass M(unittest.TestCase):\n"
+                                                 "    def test_made(self):\n        from stamped import _made\n"
+                                                 "        self.assertEqual(_made.MADE, 1)\n")
+    commit_all(repo, "a generator")
+    settings = _Settings()
+    settings.setup = ["python gen.py"]
+    command = "python -m unittest discover -s tests -t ."
+    [result] = validate(repo, [command], settings=settings, allow=[command, "python gen.py"])
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    assert not (repo / "src" / "stamped" / "_made.py").exists()
+    [refused] = validate(repo, [command], settings=settings, allow=[command])
+    assert refused.rejected and "setup command 'python gen.py'" in refused.stderr_tail
+
+
+def test_carry_names_untracked_files_by_glob(tmp_path):
+    repo = hatch_project(tmp_path)
+    (repo / "secret.key").write_text("not carried")
+    settings = _Settings()
+    settings.carry = ["src/**/*.mo", "src/stamped/_version.py", "pyproject.toml"]
+    view = inspect(repo, settings, tool_env()).view
+    # Tracked files are never carried (the commit's own is what runs), nor unnamed ones.
+    assert "pyproject.toml" not in view.carried and "secret.key" not in view.carried

@@ -1,0 +1,321 @@
+"""Real projects of each toolchain, built with real tools and real dependencies.
+
+- Node: a package depending on ``ms`` from the npm registry, installed with npm, pnpm or Yarn
+  (``make test`` installs pnpm and Yarn beside the venv), tested by ``node --test``; a
+  TypeScript package checked by ``tsc --noEmit``.
+- Go: a module requiring ``github.com/google/go-cmp``, whose source comes from Debian's
+  ``golang-github-google-go-cmp-dev``: served as a file-system module proxy made here, then
+  downloaded into a module cache of the test's own with ``go mod download``, as a user's is.
+- Rust: a crate depending on ``itoa`` and ``memchr`` from Debian's packaged crates
+  (``/usr/share/cargo/registry``), named as a directory source in the crate's
+  ``.cargo/config.toml``.
+- Python: a hatch-vcs package whose ``_version.py`` and compiled ``.mo`` catalogue are generated
+  and git-ignored, with an editable install in its ``.venv``.
+
+Installs are made once per test session into a template and copied per test. Each builder
+returns the repository (its base committed) and the environment the toolchains must see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE_TOOLS = ROOT / ".venv" / "node-tools" / "node_modules" / ".bin"
+GO_CMP = Path("/usr/share/gocode/src/github.com/google/go-cmp")
+CARGO_REGISTRY = Path("/usr/share/cargo/registry")
+REQUIRED = os.environ.get("MESH_REQUIRE_TOOLCHAINS") == "1"
+
+NODE_TEST = """const test = require('node:test');
+const assert = require('node:assert');
+const { seconds } = require('../index.js');
+test('seconds', () => { assert.strictEqual(seconds('2s'), 2); });
+"""
+NODE_INDEX = "const ms = require('ms');\nexports.seconds = (text) => ms(text) / 1000;\n"
+
+
+def need(program: str, why: str) -> str:
+    """The path of ``program`` on PATH (the node tools folder included); skip, or fail under
+    ``make test``, when it is missing."""
+    found = shutil.which(program, path=f"{NODE_TOOLS}{os.pathsep}{os.environ.get('PATH', '')}")
+    if found is None:
+        message = f"{program} is not installed ({why}); make test installs it"
+        if REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """os.environ with the node tools folder on PATH and ``extra`` set."""
+    env = dict(os.environ)
+    env["PATH"] = f"{NODE_TOOLS}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout
+
+
+def commit_all(repo: Path, message: str = "base") -> str:
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def init_repo(repo: Path) -> None:
+    repo.mkdir(parents=True, exist_ok=True)
+    git(repo, "init", "-q", "-b", "main")
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{argv}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+
+
+def write_node_package(repo: Path, *, test_script: str = "node --test", extra: dict | None = None) -> None:
+    package = {"name": "nodep", "version": "1.0.0", "private": True, "scripts": {"test": test_script},
+               "dependencies": {"ms": "^2.1.3"}, **(extra or {})}
+    (repo / "package.json").write_text(json.dumps(package, indent=2) + "\n")
+    (repo / "index.js").write_text(NODE_INDEX)
+    (repo / "test").mkdir(exist_ok=True)
+    (repo / "test" / "seconds.test.js").write_text(NODE_TEST)
+    (repo / ".gitignore").write_text("node_modules/\n")
+
+
+_INSTALL = {"npm": ["install", "--no-audit", "--no-fund", "--loglevel=error"],
+            "pnpm": ["install", "--reporter=silent"], "yarn": ["install", "--silent", "--no-progress"]}
+
+
+def node_project(template_root: Path, tmp_path: Path, manager: str = "npm") -> Path:
+    """A Node project installed with ``manager`` (a template per session, copied here)."""
+    program = need(manager, f"the {manager} project")
+    need("node", "the Node projects")
+    template = template_root / f"node-{manager}"
+    if not template.exists():
+        build = template_root / f"node-{manager}.build"
+        shutil.rmtree(build, ignore_errors=True)
+        init_repo(build)
+        write_node_package(build)
+        _run([program, *_INSTALL[manager]], build, tool_env())
+        commit_all(build)
+        build.rename(template)
+    repo = tmp_path / "nodep"
+    shutil.copytree(template, repo, symlinks=True)
+    return repo
+
+
+def ts_project(template_root: Path, tmp_path: Path) -> Path:
+    """A TypeScript project (``typescript`` from the npm registry) whose check is ``tsc --noEmit``."""
+    npm = need("npm", "the TypeScript project")
+    template = template_root / "ts"
+    if not template.exists():
+        build = template_root / "ts.build"
+        shutil.rmtree(build, ignore_errors=True)
+        init_repo(build)
+        (build / "package.json").write_text(json.dumps({
+            "name": "tsp", "version": "1.0.0", "private": True, "scripts": {"test": "tsc --noEmit"},
+            "devDependencies": {"typescript": "^5"}}, indent=2) + "\n")
+        (build / "tsconfig.json").write_text(json.dumps({"compilerOptions": {"strict": True, "target": "es2020",
+                                                                             "incremental": True},
+                                                         "include": ["src"]}))
+        (build / "src").mkdir()
+        (build / "src" / "add.ts").write_text("export function add(a: number, b: number): number { return a + b; }\n")
+        (build / ".gitignore").write_text("node_modules/\n*.tsbuildinfo\n")
+        _run([npm, *_INSTALL["npm"]], build, tool_env())
+        commit_all(build)
+        build.rename(template)
+    repo = tmp_path / "tsp"
+    shutil.copytree(template, repo, symlinks=True)
+    return repo
+
+
+def go_proxy(folder: Path) -> Path:
+    """A file-system Go module proxy serving Debian's go-cmp source as its version."""
+    if not (GO_CMP / "cmp").is_dir():
+        need("a program that is not there", "Debian's golang-github-google-go-cmp-dev")
+    module, version = "github.com/google/go-cmp", "v0.5.9"
+    versions = folder / module / "@v"
+    versions.mkdir(parents=True, exist_ok=True)
+    (versions / "list").write_text(version + "\n")
+    (versions / f"{version}.info").write_text(json.dumps({"Version": version, "Time": "2022-08-01T00:00:00Z"}))
+    (versions / f"{version}.mod").write_text((GO_CMP / "go.mod").read_text())
+    with zipfile.ZipFile(versions / f"{version}.zip", "w") as archive:
+        for base, _dirs, files in os.walk(GO_CMP):
+            for name in files:
+                path = Path(base) / name
+                archive.write(path, f"{module}@{version}/{path.relative_to(GO_CMP).as_posix()}")
+    return folder
+
+
+GO_SOURCE = """package gop
+
+import "github.com/google/go-cmp/cmp"
+
+// Same tells whether two slices hold the same numbers.
+func Same(a, b []int) bool { return cmp.Equal(a, b) }
+"""
+GO_TEST = """package gop
+
+import "testing"
+
+func TestSame(t *testing.T) {
+\tif !Same([]int{1, 2}, []int{1, 2}) || Same([]int{1}, []int{2}) {
+\t\tt.Fatal("Same is wrong")
+\t}
+}
+"""
+
+
+def go_project(tmp_path: Path, *, download: bool = True) -> tuple[Path, dict[str, str]]:
+    """A Go module needing go-cmp; with ``download`` its module cache (the test's own) holds it.
+    Returns the repository and the environment naming that cache."""
+    go = need("go", "the Go project")
+    modcache = tmp_path / "gomodcache"
+    env = tool_env(GOMODCACHE=str(modcache), GOFLAGS="-modcacherw=false", GOTOOLCHAIN="local",
+                   GOCACHE=str(tmp_path / "gocache-host"))
+    repo = tmp_path / "gop"
+    init_repo(repo)
+    (repo / "go.mod").write_text("module example.com/gop\n\ngo 1.19\n\nrequire github.com/google/go-cmp v0.5.9\n")
+    (repo / "gop.go").write_text(GO_SOURCE)
+    (repo / "gop_test.go").write_text(GO_TEST)
+    proxy = go_proxy(tmp_path / "goproxy")
+    fetch = {**env, "GOPROXY": f"file://{proxy}", "GOSUMDB": "off", "GOFLAGS": "-mod=mod"}
+    _run([go, "mod", "tidy"], repo, fetch)
+    commit_all(repo)
+    if download:
+        _run([go, "mod", "download"], repo, fetch)
+    else:
+        # A user who cloned the module and never downloaded its requirements: an empty cache.
+        env["GOMODCACHE"] = str(tmp_path / "empty-gomodcache")
+    env.pop("GOFLAGS")
+    return repo, env
+
+
+RUST_LIB = """pub fn digits(n: u64) -> String { itoa::Buffer::new().format(n).to_string() }
+
+pub fn find(haystack: &[u8], needle: u8) -> Option<usize> { memchr::memchr(needle, haystack) }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn digits_and_find() {
+        assert_eq!(super::digits(42), "42");
+        assert_eq!(super::find(b"abc", b'c'), Some(2));
+    }
+}
+"""
+
+
+def rust_project(tmp_path: Path) -> Path:
+    """A crate needing itoa and memchr from Debian's packaged crates (a directory source)."""
+    need("cargo", "the Rust project")
+    crates = sorted(p.name for p in CARGO_REGISTRY.glob("itoa-1.*")) + sorted(
+        p.name for p in CARGO_REGISTRY.glob("memchr-2.*"))
+    if len(crates) < 2:
+        need("a program that is not there", "Debian's librust-itoa-dev and librust-memchr-dev")
+    repo = tmp_path / "rustp"
+    init_repo(repo)
+    (repo / "src").mkdir()
+    (repo / ".cargo").mkdir()
+    (repo / "Cargo.toml").write_text('[package]\nname = "rustp"\nversion = "0.1.0"\nedition = "2021"\n\n'
+                                     '[dependencies]\nitoa = "1"\nmemchr = "2"\n')
+    (repo / ".cargo" / "config.toml").write_text(
+        f'[source.crates-io]\nreplace-with = "debian"\n\n[source.debian]\ndirectory = "{CARGO_REGISTRY}"\n')
+    (repo / "src" / "lib.rs").write_text(RUST_LIB)
+    (repo / ".gitignore").write_text("target/\nCargo.lock\n")
+    commit_all(repo)
+    _run(["cargo", "generate-lockfile", "--offline"], repo, tool_env())
+    return repo
+
+
+HATCH_PYPROJECT = """[build-system]
+build-backend = "hatchling.build"
+requires = ["hatch-vcs", "hatchling"]
+
+[project]
+name = "stamped"
+dynamic = ["version"]
+dependencies = ["only-in-the-venv"]
+
+[tool.hatch]
+version.source = "vcs"
+build.hooks.vcs.version-file = "src/stamped/_version.py"
+"""
+HATCH_TEST = '''import gettext
+import os
+import unittest
+
+import only_in_the_venv
+import stamped
+
+
+class T(unittest.TestCase):
+    def test_version_is_the_generated_one(self):
+        self.assertEqual(stamped.__version__, "1.2.3")
+
+    def test_catalogue_is_compiled(self):
+        locales = os.path.join(os.path.dirname(stamped.__file__), "locale")
+        fr = gettext.translation("stamped", locales, languages=["fr"])
+        self.assertEqual(fr.gettext("hello"), "bonjour")
+
+    def test_dependency(self):
+        self.assertEqual(only_in_the_venv.answer(), 42)
+'''
+
+
+def _mo(messages: dict[str, str]) -> bytes:
+    """A GNU gettext catalogue (the .mo format msgfmt writes)."""
+    import struct
+
+    keys = sorted(messages)
+    ids = b"".join(k.encode() + b"\0" for k in keys)
+    strs = b"".join(messages[k].encode() + b"\0" for k in keys)
+    offsets, o_ids, o_strs = [], 0, 0
+    for k in keys:
+        offsets.append((len(k.encode()), o_ids, len(messages[k].encode()), o_strs))
+        o_ids += len(k.encode()) + 1
+        o_strs += len(messages[k].encode()) + 1
+    start = 7 * 4 + 16 * len(keys)
+    head = struct.pack("Iiiiiii", 0x950412DE, 0, len(keys), 7 * 4, 7 * 4 + 8 * len(keys), 0, 0)
+    table_ids = b"".join(struct.pack("ii", ln, start + off) for ln, off, _, _ in offsets)
+    table_strs = b"".join(struct.pack("ii", ln, start + len(ids) + off) for _, _, ln, off in offsets)
+    return head + table_ids + table_strs + ids + strs
+
+
+def hatch_project(tmp_path: Path) -> Path:
+    """A hatch-vcs package: ``_version.py`` and the ``.mo`` are generated and ignored, the
+    package is installed editable in ``.venv`` (a .pth, as pip's editable installs write)."""
+    repo = tmp_path / "stamped"
+    package = repo / "src" / "stamped"
+    (package / "locale" / "fr" / "LC_MESSAGES").mkdir(parents=True)
+    init_repo(repo)
+    (repo / "pyproject.toml").write_text(HATCH_PYPROJECT)
+    (package / "__init__.py").write_text("from stamped._version import __version__\n")
+    (package / "locale" / "fr" / "LC_MESSAGES" / "stamped.po").write_text(
+        'msgid "hello"\nmsgstr "bonjour"\n')
+    (repo / "tests").mkdir()
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_stamped.py").write_text(HATCH_TEST)
+    (repo / ".gitignore").write_text(".venv/\nsrc/stamped/_version.py\n*.mo\n__pycache__/\n")
+    commit_all(repo)
+    (package / "_version.py").write_text('__version__ = version = "1.2.3"\n')
+    (package / "locale" / "fr" / "LC_MESSAGES" / "stamped.mo").write_bytes(_mo({"hello": "bonjour"}))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    site = Path(subprocess.run([str(repo / ".venv" / "bin" / "python"), "-c",
+                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "only_in_the_venv.py").write_text("def answer():\n    return 42\n")
+    (site / "__editable__.stamped.pth").write_text(str(repo / "src") + "\n")
+    return repo
