@@ -337,6 +337,7 @@ class _Drain:
             checked = base_check(self.config, self.repo, self.environment, self.lander.cut_base(), tracker)
             if checked is not None:
                 print(checked.line(), file=sys.stderr)
+                options.checked_base = checked
             try:
                 # Work closed without landing here lands first: no dependent starts without it.
                 self.landings += sum(r.result == "landed" for r in catch_up(

@@ -100,6 +100,7 @@ class RunOptions:
     remote: str | None = None  # a shared git remote (else config drain.remote): push and land there
     reviewer: str | None = None  # "worker" or "human" (--reviewer; else config reviewer)
     allow_failing_base: bool | None = None  # --allow-failing-base (else config validation.allow_failing_base)
+    checked_base: object | None = None  # set by run and drain: the base check's outcome (BaseCheck)
 
 
 def open_tracker(db: Path | str | None, actor: str | None, config: MeshConfig | None = None, *,
@@ -381,6 +382,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
             checked = base_check(config, repo, environment, start, tracker)
             if checked is not None:
                 notes.append(checked.line())
+                options.checked_base = checked
         backend = make_backend(config, options, tracker)
         try:
             report = _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
@@ -515,6 +517,7 @@ def run_task(tracker: Tracker, backend: Backend, config: MeshConfig, scope: Scop
                             resume_from=checkpoints)
             engine.lease = lease
             engine.notes, engine.environment = list(notes), environment
+            engine.base_check = options.checked_base
             if lander is not None:
                 lander.attach(engine)
             if engine_hook:

@@ -105,6 +105,9 @@ class Engine(Rounds, ReviewCycles, Closing):
         self.lease = None
         self.environment = None
         self.notes: list[str] = []  # preflight's lines about the sandboxes, printed after its own
+        # The base check's outcome (orchestrator.toolchains.base_check.BaseCheck), set by the
+        # caller when the base tree was checked: with allow_failing_base it judges validation.
+        self.base_check = None
         self.tally: dict[str, int] = {"agree": 0, "disagree": 0}
         self.consensus_ok = False
         # Resume: checkpoints of this run by step key, and the next free seq.

@@ -18,11 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.sandbox.allowlist import is_allowed
+from orchestrator.sandbox.allowlist import ARGS_PLACEHOLDER, PATH_PLACEHOLDER, is_allowed, parse_allow_entry, split
 from orchestrator.sandbox.project_view import ProjectView
 from orchestrator.sandbox.testcounts import TestCounts
 from orchestrator.toolchains.caches import project_cache_root
@@ -58,6 +59,30 @@ class BaseCheck:
         """The failing commands' results by command."""
         return {r["command"]: r for r in self.results if not r.get("passed")}
 
+    def judge(self, results: Sequence[Any]) -> list[Any]:
+        """With failures allowed on the base: ``results`` (validation results) where a command that
+        also failed on the base passes unless it fails worse. With test counts on both sides, worse
+        is more failed or errored tests, or fewer passed ones, than on the base; without them the
+        command is not held against the patch (its failure is the base's), and says so."""
+        failing = self.failures()
+        judged = []
+        for result in results:
+            base = failing.get(result.command)
+            if result.passed or result.rejected or base is None or result.limit or result.reason == "timeout":
+                judged.append(result)
+                continue
+            now, then = result.tests, TestCounts.from_dict(base.get("tests"))
+            if now is not None and then is not None and (
+                    now.failed + now.errors > then.failed + then.errors or now.passed < then.passed):
+                judged.append(result)
+                continue
+            note = (f"mesh: this command fails on the base tree {self.commit[:12]} as well"
+                    + (f" ({then.line()}; now {now.line()})" if now and then else "")
+                    + ": with allow_failing_base only new failures count against the patch")
+            judged.append(replace(result, passed=True, reason="fails_on_base_too",
+                                  stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip()))
+        return judged
+
     def line(self) -> str:
         """One preflight line."""
         how = " (cached for this commit)" if self.cached else ""
@@ -82,11 +107,37 @@ class BaseCheck:
         return {"version": _VERSION, "commit": self.commit, "commands": self.commands, "results": self.results}
 
 
+def _family(tokens: Sequence[str]) -> tuple[str, ...]:
+    """What makes two commands the same check: the program (any ``python3.X`` is ``python``)
+    and its sub-command (``-m unittest``, ``test``)."""
+    program = os.path.basename(tokens[0]) if tokens else ""
+    if re.fullmatch(r"python(3(\.\d+)?)?", program):
+        return ("python", *tokens[1:3]) if tokens[1:2] == ["-m"] else ("python",)
+    return (program, *tokens[1:2])
+
+
 def check_commands(settings: Any, detected: Sequence[str]) -> list[str]:
-    """``settings.check`` when set, else the ``detected`` check commands ``settings.allow`` admits."""
+    """``settings.check`` when set; else the ``detected`` check commands ``settings.allow`` admits;
+    else, for each detected one, the first exact allowlist entry of the same program and
+    sub-command (the project's own way of running it: ``python3 -m unittest discover -s tests``
+    for a detected ``python -m unittest``)."""
     if settings.check:
         return list(settings.check)
-    return [command for command in dict.fromkeys(detected) if is_allowed(command, settings.allow)]
+    admitted = [command for command in dict.fromkeys(detected) if is_allowed(command, settings.allow)]
+    if admitted:
+        return admitted
+    chosen: list[str] = []
+    for command in dict.fromkeys(detected):
+        family = _family(split(command) or [])
+        for entry in settings.allow:
+            try:
+                tokens = parse_allow_entry(entry)
+            except ValueError:
+                continue
+            if PATH_PLACEHOLDER not in tokens and ARGS_PLACEHOLDER not in tokens and _family(tokens) == family:
+                chosen.append(entry)
+                break
+    return list(dict.fromkeys(chosen))
 
 
 def _key(commit: str, commands: Sequence[str], view: ProjectView | None) -> str:

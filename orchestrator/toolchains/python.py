@@ -17,6 +17,7 @@ commit has no file of that path.
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import tomllib
 from pathlib import Path
 
@@ -84,7 +85,7 @@ class Python:
             environment = find_environment(project.root, project.python, project.env_dir)
         except EnvironmentMissing as exc:
             raise DependenciesMissing(str(exc)) from None
-        if not manifests and environment is None:
+        if not manifests and environment is None and not any(path.endswith(".py") for path in project.tracked):
             return []
         found = Found("python", "python", python=environment, carried=generated_files(project),
                       gitignore=[".venv/"])
@@ -92,7 +93,8 @@ class Python:
                           else "mesh's own Python (the project declares no dependency)")
         if found.carried:
             found.sees.append("generated files carried from the checkout: " + ", ".join(found.carried))
-        runner = "pytest" if environment is None or _has_pytest(Path(environment.prefix)) else "unittest"
+        has_pytest = _has_pytest(Path(environment.prefix)) if environment else importlib.util.find_spec("pytest")
+        runner = "pytest" if has_pytest else "unittest"
         found.check = f"python -m {runner}"
         found.allow = [found.check, f"python -m {runner} {{args...}}"]
         return [found]
