@@ -53,6 +53,8 @@ Modules directly here:
 - ``retry`` (``mesh retry``): may import what ``runner`` may, and ``orchestrator.runner``.
 - ``stopping`` (a run stops at its next checkpoint on the first SIGINT or SIGTERM): may import
   ``orchestrator.views``.
+- ``project_init`` (``mesh init``: a project set up for ``mesh run``): may import ``tracker``,
+  ``orchestrator.workspace``, ``orchestrator.toolchains``.
 - ``demo`` (``mesh demo``): may import what ``runner`` may, and ``orchestrator.runner``,
   ``orchestrator.views``.
 """

@@ -437,12 +437,18 @@ def test_review_not_approved_after_max_cycles_blocks(ws):
 # ---------------------------------------------------------------- validation and integration safety
 
 
-def test_missing_validation_requirements_blocks_after_one_follow_up_naming_the_allowed_forms(ws):
+def test_an_allowlist_admitting_no_proposed_command_stops_with_exit_2_and_leaves_the_task_open(ws):
+    """After the one follow-up naming the admitted forms, commands the allowlist still does not
+    admit are a configuration mistake: exit 2, the task open, the detail naming the token that
+    fell outside the closest entry."""
     script = happy_script()
     script["synthesizer"][0] = r("synthesis", synthesis(commands=["make deploy"]))
-    script["synthesizer"].insert(1, r("synthesis", synthesis(commands=["pytest -q"])))
+    script["synthesizer"].insert(1, r("synthesis", synthesis(commands=["python3 -m unittest discover -q"])))
     code, report, _ = ws.run(script)
-    assert code == 3 and report["block_reason"] == "missing_validation_requirements"
+    assert code == 2 and report["outcome"] == "config_mistake"
+    assert "token 5 '-q' is not '-s'" in report["block_detail"] and "Fix validation.allow" in report["block_detail"]
+    with ws.tracker() as t:
+        assert t.get(TASK)["status"] == "open" and not t.get(TASK).get("assignee")
     with ws.tracker() as t:
         from orchestrator.ledger.calls import calls_for
 

@@ -220,3 +220,27 @@ def test_carry_names_untracked_files_by_glob(tmp_path):
     view = inspect(repo, settings, tool_env()).view
     # Tracked files are never carried (the commit's own is what runs), nor unnamed ones.
     assert "pyproject.toml" not in view.carried and "secret.key" not in view.carried
+
+
+def test_a_python_service_with_a_typescript_front_end_is_both(tmp_path):
+    from tests.toolchainkit import init_repo
+
+    repo = tmp_path / "service"
+    init_repo(repo)
+    (repo / "pyproject.toml").write_text('[project]\nname = "service"\nversion = "1"\n')
+    (repo / "app.py").write_text("X = 1\n")
+    (repo / "web").mkdir()
+    (repo / "web" / "package.json").write_text(json.dumps({"name": "web", "scripts": {"test": "vitest run"},
+                                                           "devDependencies": {"vitest": "^3"}}))
+    (repo / "web" / "package-lock.json").write_text("{}")
+    (repo / ".gitignore").write_text("node_modules/\n")
+    commit_all(repo)
+    with pytest.raises(DependenciesMissing, match=r"web/ declares Node dependencies .* cd web && npm ci"):
+        inspect(repo, None, tool_env())
+    (repo / "web" / "node_modules" / "vitest").mkdir(parents=True)
+    inspection = inspect(repo, None, tool_env())
+    assert [f.label for f in inspection.found] == ["python", "node (npm)"]
+    assert inspection.check_commands()[1] == "npm --prefix web test"
+    [mount] = [m for m in inspection.view.mounts if m.target == "web/node_modules"]
+    assert mount.in_tree and not mount.writable
+    assert any(note.startswith("toolchain node (npm) in web/") for note in inspection.notes)

@@ -326,3 +326,17 @@ def test_a_sandboxed_run_needs_a_git_checkout(tmp_path):
 
 def test_nothing_to_run_returns_nothing(tmp_path):
     assert run_validation([], cwd=tmp_path, allow=["true"], timeout_s=1) == []
+
+
+@pytest.mark.parametrize("command, allow, why", [
+    ("pytest -q", ["pytest {args...}"], "token 2 '-q' is an option, and {args...} never matches options"),
+    ("pytest tests/a.py extra", ["pytest {path}"], "'extra' and what follows are more arguments"),
+    ("pytest ../x.py", ["pytest {path}"], "'../x.py' leaves the worktree"),
+    ("make deploy", ["make test", "pytest"], "closest entry 'make test': token 2 'deploy' is not 'test'"),
+    ("pytest; rm -rf /", ["pytest"], "shell syntax"),
+    ("pytest", [], "validation.allow is empty"),
+])
+def test_a_refused_command_says_which_token_fell_outside_which_entry(command, allow, why):
+    from orchestrator.sandbox.allowlist import explain
+
+    assert why in explain(command, allow)

@@ -612,6 +612,39 @@ def report_command(ctx: click.Context, task: str, output, repo, config_file) -> 
     _say(str(path))
 
 
+@cli.command("init")
+@click.option("--repo", type=click.Path(file_okay=False), help="The project (default: the current folder's repository).")
+@click.option("--prefix", help="The tracker's issue prefix, when mesh init creates the tracker.")
+@click.option("--force", is_flag=True, help="Rewrite an existing mesh.toml.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was found and done as one JSON object.")
+@click.pass_context
+def init_command(ctx: click.Context, repo, prefix, force: bool, as_json: bool) -> None:
+    """Set a project up: detect its toolchains, write mesh.toml, create the tracker, fill .gitignore.
+
+    Prints what it found and the commands to run next (an install of dependencies not yet
+    installed first). Exit codes: 0 set up; 2 not a git repository, or a toolchain missing.
+    """
+    import json
+    from pathlib import Path
+
+    from orchestrator.project_init import InitError, init_project
+
+    root = ctx.find_root().obj or {}
+    try:
+        report = init_project(Path(repo) if repo else Path.cwd(), prefix=prefix, force=force, actor=root.get("actor"))
+    except InitError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return
+    if as_json:
+        click.echo(json.dumps({"repo": str(report.repo), "toolchains": report.toolchains, "config": report.config,
+                               "tracker": report.tracker, "gitignore_added": report.ignored,
+                               "not_installed": report.missing, "allow": report.allow, "check": report.check,
+                               "next": report.next}, indent=2))
+    else:
+        for line in report.lines():
+            _say(line)
+
+
 @cli.command("clean")
 @click.option("--yes", is_flag=True, help="Remove them (without it: only say what would be removed and why).")
 @click.option("--json", "as_json", is_flag=True, help="Print one object per branch or folder, as an array.")

@@ -14,7 +14,7 @@ from tracker.errors import ConflictError
 from orchestrator.protocol.faults import crash_point
 from orchestrator.protocol.proof import brief, state
 from orchestrator.protocol.runhead import RUN_HEAD, run_head_artifact, validated_commit
-from orchestrator.protocol.outcomes import CLOSE_REASON, Blocked, RunReport
+from orchestrator.protocol.outcomes import CLOSE_REASON, Blocked, ConfigMistake, RunReport
 
 
 
@@ -78,6 +78,19 @@ class Closing:
                     crash_point("block")
 
         return self._finish("blocked", block=blocked, before_outcome=mark_blocked)
+
+    def _stop_for_config(self, mistake: ConfigMistake) -> RunReport:
+        """End the run on a configuration mistake: the task back to open (it is not its fault),
+        the outcome ``config_mistake`` naming what did not match (exit 2)."""
+        task_id = self.task["id"]
+
+        def reopen() -> None:
+            if self.integrate and self.tracker.get(task_id)["status"] == "in_progress":
+                self._check_lease()
+                self.tracker.update(task_id, status="open", assignee="")
+                self.mutations.append(f"{task_id}: status -> open (a configuration mistake, not the task's)")
+
+        return self._finish("config_mistake", block=Blocked("config_mistake", mistake.detail), before_outcome=reopen)
 
     def _finish(self, outcome: str, *, block: Blocked | None = None, conditions: Mapping[str, Any] | None = None,
                 before_outcome: Callable[[], None] | None = None) -> RunReport:

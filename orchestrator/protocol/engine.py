@@ -42,7 +42,7 @@ from orchestrator.protocol.runhead import RUN_HEAD
 from orchestrator.protocol.watch import RunWatch, call_error
 from redact import scrub, scrub_obj
 from orchestrator.protocol.human_review import wants_human_review
-from orchestrator.protocol.outcomes import Attempt, Blocked, RunReport, SendBack, TaskTaken, new_run_id
+from orchestrator.protocol.outcomes import Attempt, Blocked, ConfigMistake, RunReport, SendBack, TaskTaken, new_run_id
 from orchestrator.protocol.closing import Closing
 from orchestrator.protocol.review import ReviewCycles
 from orchestrator.protocol.rounds import Rounds
@@ -163,6 +163,8 @@ class Engine(Rounds, ReviewCycles, Closing):
             return self._review_gate()
         except Blocked as blocked:
             return self._block(blocked)
+        except ConfigMistake as mistake:
+            return self._stop_for_config(mistake)
         except SendBack:
             return self._finish("sent_back")
 

@@ -20,7 +20,7 @@ from roles.usage import Usage
 if TYPE_CHECKING:  # types only: outcomes are read by views that never parse a worker's answer
     from roles.parsing import ParseError, ParsedResponse
 
-__all__ = ["CLOSE_REASON", "BLOCK_REASONS", "Blocked", "TaskTaken", "SendBack", "new_run_id", "Attempt", "RunReport"]
+__all__ = ["CLOSE_REASON", "BLOCK_REASONS", "Blocked", "ConfigMistake", "TaskTaken", "SendBack", "new_run_id", "Attempt", "RunReport"]
 
 CLOSE_REASON = "vote consensus + validation pass + review approve + no open MUST_FIX findings"
 BLOCK_REASONS = (
@@ -51,6 +51,16 @@ class Blocked(Exception):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.detail = detail
+
+
+class ConfigMistake(Exception):
+    """Control flow: the run stops on a configuration mistake, not the task's fault (the
+    allowlist admits none of the commands the synthesizer proposed, even after its follow-up):
+    the task goes back to open and the run exits 2, its detail saying what did not match."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
         self.detail = detail
 
 
@@ -100,7 +110,7 @@ class RunReport:
 
     @property
     def exit_code(self) -> int:
-        return 3 if self.outcome == "blocked" else 0
+        return 3 if self.outcome == "blocked" else 2 if self.outcome == "config_mistake" else 0
 
     def to_dict(self) -> dict[str, Any]:
         out = {

@@ -20,7 +20,7 @@ from orchestrator.protocol.proof import brief, failed_detail
 from orchestrator.protocol.validation_findings import NOT_ALLOWED, allowed_commands_check, with_validation_finding
 from redact import scrub_obj
 from orchestrator.protocol.human_review import REQUEST, wait_for_submission
-from orchestrator.protocol.outcomes import Attempt, Blocked, RunReport
+from orchestrator.protocol.outcomes import Attempt, Blocked, ConfigMistake, RunReport
 
 
 
@@ -169,7 +169,9 @@ class ReviewCycles:
     def _unparsable_patch(attempt: Attempt) -> None:
         message = attempt.parse_error.message if attempt.parse_error else ""
         if message.startswith(NOT_ALLOWED):
-            raise Blocked("missing_validation_requirements", message)
+            # Twice now the synthesizer wrote commands the allowlist does not admit: the
+            # allowlist is what to fix (the message says which token fell outside which entry).
+            raise ConfigMistake(f"{message}. Fix validation.allow in mesh.toml (the task is left open)")
         raise Blocked("no_diff_parsed", message)
 
     def _sync_findings(self, review: Mapping[str, Any], approved: bool) -> None:

@@ -81,7 +81,7 @@ def allowed_commands_check(allow: Sequence[str], required: bool):
     of its validation commands must be of a form ``allow`` admits. A miss is a parse error,
     so the synthesizer gets the profile's one strict follow-up naming the admitted forms
     (instead of paid rounds ending in ``missing_validation_requirements``)."""
-    from orchestrator.sandbox.validation import is_allowed
+    from orchestrator.sandbox.allowlist import explain, is_allowed
 
     def check(parsed: ParsedResponse) -> None:
         commands = list(getattr(parsed.artifact, "validation_commands", None) or [])
@@ -90,6 +90,7 @@ def allowed_commands_check(allow: Sequence[str], required: bool):
             return
         if not any(is_allowed(command, allow) for command in commands):
             forms = "; ".join(f"`{entry}`" for entry in allow)
-            raise ParseError("invalid_shape", f"{NOT_ALLOWED}; write them in one of these forms: {forms}")
+            why = "; ".join(f"`{command}`: {explain(command, allow)}" for command in commands[:3])
+            raise ParseError("invalid_shape", f"{NOT_ALLOWED} ({why}); write them in one of these forms: {forms}")
 
     return check

@@ -73,6 +73,8 @@ class Project:
     environ: Mapping[str, str]
     python: str | None = None  # [validation] python / env_dir, for the Python toolchain
     env_dir: str | None = None
+    # False (``mesh init``): describe the project as it is meant to be, installed or not.
+    check_installed: bool = True
 
     def has(self, relative: str) -> bool:
         """True when ``relative`` is a tracked file."""

@@ -53,7 +53,7 @@ class Go:
             found.path.append(os.path.join(goroot, "bin"))
         vendored = [m for m in modules if project.has(f"{m}/vendor/modules.txt".lstrip("/"))]
         for module in modules:
-            if module not in vendored:
+            if module not in vendored and project.check_installed:
                 self._resolves(project, go, module)
         if modcache and os.path.isdir(modcache):
             found.mounts.append(Mount(modcache, modcache))

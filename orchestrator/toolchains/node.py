@@ -103,7 +103,7 @@ class Node:
         pnp = project.ignored_present(f"{prefix}.pnp.cjs") or project.has(f"{prefix}.pnp.cjs")
         installed = (project.root / prefix / "node_modules").is_dir() or pnp
         where = f"{folder}/" if folder else "the repository"
-        if declares and not installed:
+        if declares and not installed and project.check_installed:
             cd = f"cd {folder} && " if folder else ""
             raise DependenciesMissing(
                 f"{where} declares Node dependencies that are not installed (no node_modules/); install them"

@@ -84,7 +84,9 @@ class Python:
         try:
             environment = find_environment(project.root, project.python, project.env_dir)
         except EnvironmentMissing as exc:
-            raise DependenciesMissing(str(exc)) from None
+            if project.check_installed:
+                raise DependenciesMissing(str(exc)) from None
+            environment = None
         if not manifests and environment is None and not any(path.endswith(".py") for path in project.tracked):
             return []
         found = Found("python", "python", python=environment, carried=generated_files(project),

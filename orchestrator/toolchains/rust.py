@@ -57,7 +57,8 @@ class Rust:
         found.path.append(str(Path(sysroot) / "bin"))
         cargo_home = Path(project.environ.get("CARGO_HOME") or Path(project.environ.get("HOME") or "~").expanduser()
                           / ".cargo")
-        self._resolves(project, str(real_cargo) if real_cargo.exists() else cargo)
+        if project.check_installed:
+            self._resolves(project, str(real_cargo) if real_cargo.exists() else cargo)
         home = cache_folder(project.cache_root, "rust", "cargo-home")
         target = cache_folder(project.cache_root, "rust", "target")
         found.mounts += [Mount(str(home), CARGO_HOME_INSIDE, writable=True),

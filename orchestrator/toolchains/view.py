@@ -32,14 +32,16 @@ def _git_paths(root: Path, *args: str) -> list[str]:
     return [os.fsdecode(path) for path in done.stdout.split(b"\0") if path]
 
 
-def load_project(repo: Path, settings: Any = None, environ: Mapping[str, str] | None = None) -> Project:
+def load_project(repo: Path, settings: Any = None, environ: Mapping[str, str] | None = None,
+                 check_installed: bool = True) -> Project:
     """The facts of the repository ``repo`` the toolchains read (``settings``: a ``[validation]``
     table, for its ``python`` and ``env_dir``)."""
     root = Path(repo).absolute()
     return Project(root=root, tracked=_git_paths(root), ignored=_git_paths(
         root, "--others", "--ignored", "--exclude-standard", "--directory"),
         cache_root=project_cache_root(root), environ=dict(os.environ if environ is None else environ),
-        python=getattr(settings, "python", None), env_dir=getattr(settings, "env_dir", None))
+        python=getattr(settings, "python", None), env_dir=getattr(settings, "env_dir", None),
+        check_installed=check_installed)
 
 
 @dataclass
@@ -66,10 +68,12 @@ def _carried(project: Project, patterns: list[str]) -> list[str]:
     return out
 
 
-def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None = None) -> Inspection:
+def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None = None, *,
+            check_installed: bool = True) -> Inspection:
     """Detect the toolchains of ``repo`` and build the validation view; raises
-    ``DependenciesMissing`` or ``ToolchainMissing`` (both: before any worker call, exit 2)."""
-    project = load_project(repo, settings, environ)
+    ``DependenciesMissing`` (unless not ``check_installed``) or ``ToolchainMissing`` (both:
+    before any worker call, exit 2)."""
+    project = load_project(repo, settings, environ, check_installed)
     limit = getattr(settings, "build_cache_mb", DEFAULT_CACHE_MB)
     pruned = prune(project.cache_root, limit)
     found = [item for toolchain in TOOLCHAINS.values() for item in toolchain.detect(project)]

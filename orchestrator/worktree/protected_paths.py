@@ -92,8 +92,8 @@ PROTECTED_PATHS: tuple[Protected, ...] = (
     # Python start-up hooks
     Protected(("sitecustomize.py", "usercustomize.py", "*.pth"), "Python (site)", "code run at every interpreter start"),
     # installed dependencies: validation shows the checkout's own, read-only (orchestrator.toolchains)
-    Protected(("node_modules", ".pnp.cjs", ".pnp.loader.mjs", ".pnp.data.json", ".yarn/cache", ".yarn/unplugged",
-               ".yarn/install-state.gz"), "Node, npm, pnpm, Yarn Plug'n'Play",
+    Protected(("node_modules", ".pnp.cjs", ".pnp.loader.mjs", ".pnp.data.json", "**/.yarn/cache", "**/.yarn/unplugged",
+               "**/.yarn/install-state.gz"), "Node, npm, pnpm, Yarn Plug'n'Play",
               "installed packages: code every test and script imports, never the patch's to write"),
     # review routing
     Protected(("CODEOWNERS",), "GitHub, GitLab", "decides who must approve a change"),
