@@ -13,6 +13,9 @@ This module holds the policy on top of it, refused with the block reason
 - a change to the ``[tool.pytest...]``, ``[tool.tox]`` or ``[tool.mesh]`` tables of a
   ``pyproject.toml`` (compared as parsed TOML when the patched text can be rebuilt, by the
   changed lines' tables otherwise);
+- a new dot-folder at the repository root (``new_dot_folders``): tools keep rules, hooks and
+  settings in such folders and no table lists them all, so one the repository does not have
+  yet needs ``patch.allow``;
 - an embedded git repository: a directory given ``HEAD`` next to ``config``, ``objects/``,
   ``refs/`` (git run inside it would obey that ``config``: ``core.fsmonitor`` runs a program);
 - a new module or regular package named like a standard-library module
@@ -57,6 +60,7 @@ __all__ = [
     "PolicyViolation",
     "check_pattern",
     "embedded_repositories",
+    "new_dot_folders",
     "pyproject_tables_changed",
     "shadowing_modules",
 ]
@@ -267,6 +271,23 @@ class _Tree:
         return False
 
 
+def new_dot_folders(created: Iterable[str], root: Path | None = None) -> dict[str, str]:
+    """The dot-folders at the repository root that ``created`` files would make (``.x/`` not in
+    ``root``), each with the first such file.
+
+    A new one needs ``patch.allow``: agent tools, editors and build tools keep their rules,
+    hooks and settings in such folders, new ones appear every month, and ordinary code
+    changes seldom add one. A dot-folder the repository already has stays editable (minus
+    the protected table).
+    """
+    found: dict[str, str] = {}
+    for path in created:
+        head, slash, _ = path.partition("/")
+        if slash and head.startswith(".") and head not in (".", "..") and not _lexists(root, head):
+            found.setdefault(head, path)
+    return found
+
+
 def shadowing_modules(created: Iterable[str], files: Sequence[str], root: Path | None = None) -> list[str]:
     """The paths in ``created`` that add a module or a regular package named like a
     standard-library module or a test runner where it lands on ``sys.path``: the root,
@@ -459,6 +480,10 @@ class PatchPolicy:
             if not self.allowed(_join("" if directory == "." else directory, "HEAD")):
                 problems.append(f"{directory}/ would be an embedded git repository")
         created = [path for path in files if _created(path, changes, root)]
+        for folder, path in new_dot_folders(created, root).items():
+            if self.protected_by(path) is None and not self.allowed(path):
+                problems.append(f"{path} makes a new dot-folder {folder}/ at the repository root (tools load such"
+                                f" folders as configuration: admit it with patch.allow)")
         for path in shadowing_modules(created, files, root):
             if not self.allowed(path):
                 problems.append(f"{path} shadows a standard-library or test-runner module")
