@@ -44,7 +44,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from orchestrator.sandbox import cgroups
 from orchestrator.sandbox import bwrap as _sandbox
@@ -58,6 +58,7 @@ from orchestrator.sandbox.tree_copy import materialize_tree
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
 from redact.controls import strip_terminal
+from roles.backends.streams import Tail, drain
 
 __all__ = [
     "ARGS_PLACEHOLDER",
@@ -117,42 +118,6 @@ def _absolute_path_entries(path: str | None) -> str:
     return os.pathsep.join(entry for entry in (path or os.defpath).split(os.pathsep) if os.path.isabs(entry))
 
 
-class _Tail:
-    """Keeps the last ``limit`` bytes of a stream and counts what it dropped."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
-        self.dropped = 0
-        self.lock = threading.Lock()
-
-    def feed(self, chunk: bytes) -> None:
-        with self.lock:
-            self.data += chunk
-            excess = len(self.data) - self.limit
-            if excess > 0:
-                del self.data[:excess]
-                self.dropped += excess
-
-    def text(self) -> str:
-        with self.lock:
-            body = bytes(self.data).decode("utf-8", errors="replace")
-            dropped = self.dropped
-        return f"[... {dropped} bytes truncated ...]\n{body}" if dropped else body
-
-
-def _drain(stream: IO[bytes], tail: _Tail) -> None:
-    fd = stream.fileno()
-    try:
-        while chunk := os.read(fd, 65536):
-            tail.feed(chunk)
-    except OSError:
-        # The pipe went away (the group was killed); what was read so far is the tail.
-        pass
-    finally:
-        stream.close()
-
-
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -210,7 +175,7 @@ def _run_one(
     confine: bool = False,
     hidden_values: Sequence[str] = (),
 ) -> ValidationResult:
-    out_tail, err_tail = _Tail(max_output_bytes), _Tail(max_output_bytes)
+    out_tail, err_tail = Tail(max_output_bytes), Tail(max_output_bytes)
     group = _tree_group(limits) if confine else None
     nproc = limits.max_processes if confine and group is None and _sandbox.sandbox_user() is not None else None
 
@@ -237,8 +202,8 @@ def _run_one(
             )
         assert proc.stdout is not None and proc.stderr is not None
         readers = [
-            threading.Thread(target=_drain, args=(proc.stdout, out_tail), daemon=True),
-            threading.Thread(target=_drain, args=(proc.stderr, err_tail), daemon=True),
+            threading.Thread(target=drain, args=(proc.stdout, out_tail), daemon=True),
+            threading.Thread(target=drain, args=(proc.stderr, err_tail), daemon=True),
         ]
         for reader in readers:
             reader.start()

@@ -13,6 +13,13 @@ is ``no_response``, and so is running past the timeout (the profile's name for a
 that did not answer; the detail says ``timeout: ...``): the worker's whole process group
 is killed so no helper it started outlives the call.
 
+What a worker writes is read in bounded memory (``roles.backends.streams``): stdout, the
+answer, up to ``max_output_bytes`` (beyond it the worker is killed and the call is
+``no_response`` with the detail ``output_limit: ...``), stderr as its last 2,000 characters.
+A launcher may also cap the call (a control group, a size-bound HOME): a cap it reports hit
+fails the call the same way, its detail headed by the limit's name (``LIMIT_KINDS``), and a
+launcher that refuses a call (``LaunchRefused``) fails it with its reason.
+
 The agent CLI presets (``roles.backends.presets``) are command workers too: they reuse
 ``run_process`` with their own command line and read the CLI's JSON output.
 """
@@ -26,15 +33,49 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+import threading
 from dataclasses import dataclass
 
 from .base import Backend, BackendError, WorkerRequest, WorkerResponse
+from .streams import Capped, Tail, drain
 
-__all__ = ["CommandBackend", "Finished", "Launcher", "WORKER_MARKER", "call_env", "resolve_program", "run_process",
-           "split_command"]
+__all__ = ["CommandBackend", "DEFAULT_MAX_OUTPUT_BYTES", "Finished", "LIMIT_KINDS", "Launch", "LaunchRefused",
+           "Launcher", "WORKER_MARKER", "call_env", "resolve_program", "run_process", "split_command"]
 
-Launcher = Callable[[Sequence[str], Mapping[str, str], "str | None"], tuple[list[str], dict[str, str]]]
-"""(argv, env, cwd) -> (argv, env): how a worker process is actually started."""
+
+@dataclass
+class Launch:
+    """One worker call as a launcher starts it: the argv and environment, what the child runs
+    before it executes the argv (``prepare``: join a control group, set limits; async-signal
+    safe, no allocation-heavy code) and what to ask once the call ended (``finish``: releases
+    what the launch holds and returns the detail of a limit the call hit, ``"memory: ..."``,
+    or None). Unpacks as ``(argv, env)`` for a caller that runs the argv itself."""
+
+    argv: list[str]
+    env: dict[str, str]
+    prepare: Callable[[], None] | None = None
+    finish: Callable[[], str | None] | None = None
+
+    def __iter__(self):
+        return iter((self.argv, self.env))
+
+
+class LaunchRefused(Exception):
+    """A launcher will not start this call; ``kind`` (one of ``LIMIT_KINDS``) and the reason."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(f"{kind}: {reason}")
+        self.kind, self.reason = kind, reason
+
+
+Launcher = Callable[[Sequence[str], Mapping[str, str], "str | None"], "Launch | tuple[list[str], dict[str, str]]"]
+"""(argv, env, cwd) -> Launch (or (argv, env)): how a worker process is actually started."""
+
+# How a bounded worker call failed, as the first word of its ``no_response`` detail: past its
+# timeout, an answer larger than ``max_output_bytes``, its tree's memory or process cap, its
+# HOME's size bound, its login file (which could not be bound as it must).
+LIMIT_KINDS = ("timeout", "output_limit", "memory", "processes", "home_limit", "login_file")
+DEFAULT_MAX_OUTPUT_BYTES = 4 << 20
 
 _BASE_ENV = ("PATH", "HOME", "LANG")
 # Set in every worker's environment: ``mesh run``/``drain``/``resume`` and ``mesh mcp``'s start
@@ -107,50 +148,88 @@ class Finished:
 
 
 def run_process(argv: Sequence[str], env: Mapping[str, str], request: WorkerRequest, *, timeout_s: float,
-                launcher: Launcher | None = None) -> Finished | WorkerResponse:
+                launcher: Launcher | None = None,
+                max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> Finished | WorkerResponse:
     """Run one worker call: the prompt on stdin, in the request's worktree, in its own process group.
 
-    Returns what the process left behind, or, when it ran past ``timeout_s``, the
-    ``no_response`` answer with the timeout as the detail (its whole process group killed).
-    Raises BackendError when the program cannot be started.
+    Returns what the process left behind, or the ``no_response`` answer of a call that ran
+    past ``timeout_s``, wrote more than ``max_output_bytes`` to stdout, hit a cap of its
+    launcher or was refused by it (the detail headed by the limit: ``LIMIT_KINDS``); the
+    whole process group is killed in each case. Raises BackendError when the program cannot
+    be started.
     """
-    argv, env = list(argv), dict(env)
     program = argv[0]
-    if launcher is not None:
-        argv, env = launcher(argv, env, str(request.worktree) if request.worktree else None)
     started = time.monotonic()
     try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=request.worktree,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise BackendError(f"cannot start worker command {program}: {exc.strerror or exc}") from None
+        launch = _launch(launcher, list(argv), dict(env), str(request.worktree) if request.worktree else None)
+    except LaunchRefused as exc:
+        return _failed(started, str(exc))
     try:
-        stdout, stderr = process.communicate(request.prompt.text.encode("utf-8"), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+        try:
+            process = subprocess.Popen(launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, env=launch.env, cwd=request.worktree,
+                                       start_new_session=True, preexec_fn=launch.prepare)
+        except OSError as exc:
+            raise BackendError(f"cannot start worker command {program}: {exc.strerror or exc}") from None
+        answer = Capped(max_output_bytes, lambda: _signal_group(process.pid))
+        errors = Tail(_STDERR_TAIL_CHARS * 4)
+        threads = [threading.Thread(target=_feed, args=(process.stdin, request.prompt.text.encode("utf-8")),
+                                    daemon=True),
+                   threading.Thread(target=drain, args=(process.stdout, answer), daemon=True),
+                   threading.Thread(target=drain, args=(process.stderr, errors), daemon=True)]
+        for thread in threads:
+            thread.start()
+        timed_out = False
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except BaseException:
+            # An interrupt (Ctrl-C) must not leave the worker running behind us.
+            _kill_group(process)
+            raise
         _kill_group(process)
-        return WorkerResponse(
-            text=None,
-            error="no_response",
-            duration_s=time.monotonic() - started,
-            detail=f"timeout: the worker ran past {timeout_s:g}s (worker_timeout_s) and was killed",
-        )
-    except BaseException:
-        # An interrupt (Ctrl-C) must not leave the worker running behind us.
-        _kill_group(process)
-        raise
+        for thread in threads:
+            thread.join(_REAP_TIMEOUT_S)
+    finally:
+        hit = launch.finish() if launch.finish is not None else None
+    if timed_out:
+        return _failed(started, f"timeout: the worker ran past {timeout_s:g}s (worker_timeout_s) and was killed")
+    if answer.overflowed:
+        return _failed(started, f"output_limit: the worker wrote more than {max_output_bytes} bytes to stdout"
+                                f" (worker_limits.max_output_mb) and was killed; nothing of it was kept")
+    if hit is not None:
+        return _failed(started, hit)
     return Finished(
-        stdout=stdout.decode("utf-8", errors="replace"),
-        stderr_tail=stderr.decode("utf-8", errors="replace")[-_STDERR_TAIL_CHARS:].strip(),
+        stdout=bytes(answer.data).decode("utf-8", errors="replace"),
+        stderr_tail=errors.text()[-_STDERR_TAIL_CHARS:].strip(),
         returncode=process.returncode,
         duration_s=time.monotonic() - started,
     )
+
+
+def _launch(launcher: Launcher | None, argv: list[str], env: dict[str, str], cwd: str | None) -> Launch:
+    if launcher is None:
+        return Launch(argv, env)
+    made = launcher(argv, env, cwd)
+    return made if isinstance(made, Launch) else Launch(*made)
+
+
+def _failed(started: float, detail: str) -> WorkerResponse:
+    return WorkerResponse(text=None, error="no_response", duration_s=time.monotonic() - started, detail=detail)
+
+
+def _feed(stream, data: bytes) -> None:
+    """Write the prompt to the worker's stdin and close it; a worker that stops reading is its business."""
+    try:
+        stream.write(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            stream.close()
+        except OSError:
+            pass
 
 
 class CommandBackend(Backend):
@@ -159,7 +238,7 @@ class CommandBackend(Backend):
     name = "command"
 
     def __init__(self, worker_cmd: str, timeout_s: float = 600, *, env_names: Sequence[str] = (),
-                 launcher: Launcher | None = None):
+                 launcher: Launcher | None = None, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES):
         try:
             argv = split_command(worker_cmd)
         except ValueError as exc:
@@ -173,11 +252,13 @@ class CommandBackend(Backend):
         self._timeout_s = float(timeout_s)
         self._env_names = tuple(env_names)
         self._launcher = launcher
+        self._max_output_bytes = int(max_output_bytes)
 
     def call(self, request: WorkerRequest) -> WorkerResponse:
         """Run the worker on the request's prompt and return its stdout."""
         finished = run_process(self._argv, call_env(request, self._env_names), request,
-                               timeout_s=self._timeout_s, launcher=self._launcher)
+                               timeout_s=self._timeout_s, launcher=self._launcher,
+                               max_output_bytes=self._max_output_bytes)
         if isinstance(finished, WorkerResponse):
             return finished
         if finished.returncode != 0:
@@ -199,16 +280,17 @@ class CommandBackend(Backend):
                               detail=finished.stderr_tail or None)
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the worker's process group, then reap the worker."""
+def _signal_group(pid: int) -> None:
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
         pass
-    try:
-        process.communicate(timeout=_REAP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
-        process.wait()
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group (anything it left behind too), then reap the worker.
+
+    Under bwrap the group is bwrap itself; ``--die-with-parent`` then ends the sandbox's pid
+    1 and the kernel every process left in its pid namespace."""
+    _signal_group(process.pid)
+    process.wait()

@@ -37,7 +37,7 @@ from typing import Any
 from redact import scrub
 
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
-from .command import CommandBackend, Finished, Launcher, call_env, resolve_program, run_process
+from .command import DEFAULT_MAX_OUTPUT_BYTES, CommandBackend, Finished, Launcher, call_env, resolve_program, run_process
 
 __all__ = [
     "PRESET_NAMES",
@@ -277,7 +277,8 @@ class PresetBackend(Backend):
     name = "command"
 
     def __init__(self, preset: str, *, models: Mapping[str, str] | None = None, timeout_s: float = 600,
-                 env_names: Sequence[str] = (), launcher: Launcher | None = None):
+                 env_names: Sequence[str] = (), launcher: Launcher | None = None,
+                 max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES):
         try:
             self._preset = PRESETS[preset]
         except KeyError:
@@ -298,6 +299,7 @@ class PresetBackend(Backend):
         self._timeout_s = float(timeout_s)
         self._env_names = tuple(env_names)
         self._launcher = launcher
+        self._max_output_bytes = int(max_output_bytes)
 
     def call(self, request: WorkerRequest) -> WorkerResponse:
         """Run the CLI once on the request's prompt and read its JSON output."""
@@ -307,7 +309,8 @@ class PresetBackend(Backend):
         model = self._models.get(request.role)
         env = call_env(request, self._env_names, extra=self._preset.defaults, forced=self._preset.forced)
         finished = run_process(self._preset.command(self._program, model), env, request,
-                               timeout_s=self._timeout_s, launcher=self._launcher)
+                               timeout_s=self._timeout_s, launcher=self._launcher,
+                               max_output_bytes=self._max_output_bytes)
         if isinstance(finished, WorkerResponse):
             finished.model = model
             return finished
@@ -359,7 +362,7 @@ class WorkerTeam(Backend):
 def command_workers(*, roles: Sequence[str], worker_cmd: str | None = None, worker: str | None = None,
                     workers: Mapping[str, str] | None = None, models: Mapping[str, str] | None = None,
                     timeout_s: float = 600, env_names: Sequence[str] = (),
-                    launcher: Launcher | None = None) -> Backend:
+                    launcher: Launcher | None = None, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> Backend:
     """The ``command`` backend of a run: each of ``roles`` gets ``workers[role]``, else
     ``worker``, else the plain ``worker_cmd`` program (``"command"`` names it in ``workers``).
 
@@ -380,11 +383,12 @@ def command_workers(*, roles: Sequence[str], worker_cmd: str | None = None, work
     built: dict[str, Backend] = {}
     for name in dict.fromkeys(chosen.values()):
         if name == PLAIN_COMMAND:
-            built[name] = CommandBackend(worker_cmd or "", timeout_s, env_names=env_names, launcher=launcher)
+            built[name] = CommandBackend(worker_cmd or "", timeout_s, env_names=env_names, launcher=launcher,
+                                         max_output_bytes=max_output_bytes)
         else:
             served = {role: (models or {})[role] for role, n in chosen.items() if n == name and role in (models or {})}
             built[name] = PresetBackend(name, models=served, timeout_s=timeout_s, env_names=env_names,
-                                        launcher=launcher)
+                                        launcher=launcher, max_output_bytes=max_output_bytes)
     if len(built) == 1:
         return next(iter(built.values()))
     return WorkerTeam({role: built[name] for role, name in chosen.items()})
