@@ -38,6 +38,7 @@ from orchestrator.price_rows import (
     with_cache_rates,
 )
 from orchestrator.sandbox.bwrap import Limits
+from orchestrator.sandbox.worker_sandbox import WorkerLimits
 from orchestrator.sandbox.allowlist import explain, is_allowed, parse_allow_entry
 from roles.backends.command import split_command
 from roles.backends.presets import PRESET_NAMES, WORKER_NAMES
@@ -192,6 +193,26 @@ class ValidationConfig(_Strict):
                       max_processes=self.max_processes, tree_growth_mb=self.tree_growth_mb)
 
 
+class WorkerLimitsConfig(_Strict):
+    """`[worker_limits]`: what one command worker call may take (orchestrator.sandbox.worker_sandbox).
+
+    ``memory_mb`` and ``max_processes`` cap the call's whole process tree (a control group;
+    without one, memory per process), ``home_growth_mb`` what its private HOME may grow by,
+    ``max_output_mb`` its answer on stdout. A call past one fails as ``no_response`` naming it.
+    """
+
+    memory_mb: int = Field(default=2048, gt=0)
+    max_processes: int = Field(default=256, gt=0)
+    home_growth_mb: int = Field(default=1024, gt=0)
+    max_output_mb: int = Field(default=4, gt=0)
+
+    @property
+    def limits(self) -> WorkerLimits:
+        """The caps the worker sandbox applies to each call."""
+        return WorkerLimits(memory_mb=self.memory_mb, max_processes=self.max_processes,
+                            home_growth_mb=self.home_growth_mb)
+
+
 class BudgetConfig(_Strict):
     """`[budget]`: optional ceilings on a run's spend."""
 
@@ -341,6 +362,7 @@ class MeshConfig(_Strict):
     # ports of loopback URLs in the variables the worker is passed (a local model endpoint).
     worker_network: Literal["auto", "isolated", "host"] = "auto"
     worker_loopback_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
+    worker_limits: WorkerLimitsConfig = Field(default_factory=WorkerLimitsConfig)
     models: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODELS))
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     protected_branches: list[str] = Field(default_factory=lambda: list(ALWAYS_PROTECTED))

@@ -141,7 +141,8 @@ def _command_backend(config: MeshConfig, options: RunOptions, tracker: Tracker |
         worker, workers, cmd = config.worker, config.workers, config.worker_cmd
     return command_workers(roles=config.roles, worker_cmd=cmd, worker=worker, workers=workers,
                            models=config.models, timeout_s=config.worker_timeout_s, env_names=config.worker_env,
-                           launcher=_worker_launcher(config, options, tracker))
+                           launcher=_worker_launcher(config, options, tracker),
+                           max_output_bytes=config.worker_limits.max_output_mb << 20)
 
 
 def _worker_launcher(config: MeshConfig, options: RunOptions, tracker: Tracker | None) -> Launcher | None:
@@ -165,7 +166,7 @@ def _worker_launcher(config: MeshConfig, options: RunOptions, tracker: Tracker |
         hidden.append(str(options.db))
     return worker_launcher(bwrap, home=config.worker_home, private_root=cache_dir() / "mesh-worker-homes",
                            repo=repo, hidden=hidden, shielded=[repo, worktrees], network=config.worker_network,
-                           extra_ports=config.worker_loopback_ports)
+                           extra_ports=config.worker_loopback_ports, limits=config.worker_limits.limits)
 
 
 def project_environment(config: MeshConfig, repo: Path) -> ProjectView | None:
@@ -228,6 +229,7 @@ def sandbox_notes(config: MeshConfig, environment: ProjectView | None = None) ->
     if config.integrate:
         notes.append(tree_limits_note(config.validation.limits))
     if config.backend == "command":
+        notes.append(config.worker_limits.limits.note())
         if config.worker_home == "real":
             notes.append(announce_real_home())
         problem = network_problem(require_bwrap()) if config.worker_network != "host" else None

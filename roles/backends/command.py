@@ -45,14 +45,16 @@ __all__ = ["CommandBackend", "DEFAULT_MAX_OUTPUT_BYTES", "Finished", "LIMIT_KIND
 
 @dataclass
 class Launch:
-    """One worker call as a launcher starts it: the argv and environment, what the child runs
-    before it executes the argv (``prepare``: join a control group, set limits; async-signal
-    safe, no allocation-heavy code) and what to ask once the call ended (``finish``: releases
-    what the launch holds and returns the detail of a limit the call hit, ``"memory: ..."``,
-    or None). Unpacks as ``(argv, env)`` for a caller that runs the argv itself."""
+    """One worker call as a launcher starts it: the argv and environment, what to set up just
+    before the process starts (``begin``: make a control group), what the child runs before
+    it executes the argv (``prepare``: join that group, set limits; no allocation-heavy code)
+    and what to ask once the call ended (``finish``: releases what ``begin`` made and returns
+    the detail of a limit the call hit, ``"memory: ..."``, or None). Unpacks as
+    ``(argv, env)`` for a caller that runs the argv itself, uncapped."""
 
     argv: list[str]
     env: dict[str, str]
+    begin: Callable[[], None] | None = None
     prepare: Callable[[], None] | None = None
     finish: Callable[[], str | None] | None = None
 
@@ -165,6 +167,8 @@ def run_process(argv: Sequence[str], env: Mapping[str, str], request: WorkerRequ
     except LaunchRefused as exc:
         return _failed(started, str(exc))
     try:
+        if launch.begin is not None:
+            launch.begin()
         try:
             process = subprocess.Popen(launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, env=launch.env, cwd=request.worktree,
