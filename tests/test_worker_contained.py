@@ -295,3 +295,38 @@ def test_a_worker_filling_its_home_fails_and_leaves_nothing_on_disk(tmp_path, bw
     assert answer is not None and answer["home_written_mb"] == 4, detail
     again, _ = calls.ask(repo, "t-1")
     assert any("kept" in text for text in again["transcripts"].values())
+
+
+# ---------------------------------------------------------------- mesh clean prunes the HOMEs
+
+
+def test_mesh_clean_prunes_the_homes_of_tasks_not_in_progress(tmp_path):
+    from orchestrator.sandbox.worker_homes import home_folder
+    from orchestrator.worktree.gitops import cache_dir
+    from tests.runkit import make_workspace
+
+    ws = make_workspace(tmp_path)
+    root = cache_dir() / "mesh-worker-homes"
+    common = os.path.realpath(ws.repo / ".git")
+    idle, busy = home_folder(root, common, "demo-7kq.1", "claude"), home_folder(root, common, "demo-7kq.4", "codex")
+    other = home_folder(root, str(tmp_path / "elsewhere" / ".git"), "demo-7kq.1", "claude")
+    shared = root / "claude"  # the HOME an older mesh kept per program, for every repository
+    for folder in (idle, busy, other, shared):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "session.jsonl").write_text("acquisition target = Contoso\n")
+    with ws.tracker() as t:
+        t.claim("demo-7kq.4")
+
+    def clean(*extra: str) -> dict[str, dict]:
+        done = ws.mesh("clean", "--repo", str(ws.repo), "--json", *extra)
+        assert done.exit_code == 0, done.output
+        return {item["name"]: item for item in json.loads(done.stdout) if item["kind"] == "home"}
+
+    plan = clean()
+    assert plan[str(idle.parent)]["action"] == "remove" and plan[str(busy.parent)]["action"] == "keep"
+    assert plan[str(shared)]["action"] == "remove" and str(other.parent) not in plan
+    assert idle.is_dir()  # a dry run removes nothing
+    done = clean("--yes")
+    assert done[str(idle.parent)]["action"] == "removed" and done[str(shared)]["action"] == "removed"
+    assert not idle.parent.exists() and not shared.exists()
+    assert busy.is_dir() and other.is_dir()  # a task in progress, and another repository's, stay

@@ -655,7 +655,8 @@ def clean_command(ctx: click.Context, yes: bool, as_json: bool, repo, config_fil
 
     Keeps every branch with commits that are on neither the base branch nor an integration
     branch (unlanded work), every branch of a task in progress, integration branches, and
-    says why for each.
+    says why for each. The workers' private HOMEs of this repository go with every task not
+    in progress, and so do the HOMEs an older mesh shared between repositories.
     """
     import json
     from pathlib import Path
@@ -670,8 +671,9 @@ def clean_command(ctx: click.Context, yes: bool, as_json: bool, repo, config_fil
     config, tracker = opened
     with tracker:
         try:
-            items = clean(tracker, repo_root(Path(repo or ".")), yes=yes, protected=config.protected_branches,
-                          onto=config.drain.onto)
+            root = repo_root(Path(repo or "."))
+            items = clean(tracker, root, yes=yes, protected=config.protected_branches, onto=config.drain.onto)
+            items += _clean_worker_homes(tracker, root, yes)
         except GitError as exc:
             _fail(ctx, str(exc), 2, as_json)
             return
@@ -686,6 +688,20 @@ def clean_command(ctx: click.Context, yes: bool, as_json: bool, repo, config_fil
         _say(f"{verb[item.action]:<13} {clip(item.name, 70)}: {clip(item.why, 200)}{where}")
     if not yes and any(item.action == "remove" for item in items):
         _say("(a dry run: nothing was removed; mesh clean --yes removes them)")
+
+
+def _clean_worker_homes(tracker, root, yes: bool) -> list:
+    """``mesh clean``'s part for the workers' private HOMEs of the repository at ``root``
+    (``orchestrator.sandbox.worker_homes``), as clean items of kind ``home``."""
+    import os
+
+    from orchestrator.sandbox.worker_homes import clean as clean_homes
+    from orchestrator.worktree.clean import CleanItem, _status
+    from orchestrator.worktree.gitops import _git, cache_dir
+
+    common = os.path.realpath(root / _git(root, "rev-parse", "--git-common-dir").stdout.strip())
+    homes = clean_homes(cache_dir() / "mesh-worker-homes", common, lambda task: _status(tracker, task), yes=yes)
+    return [CleanItem("home", home.path, home.task, home.action, home.why) for home in homes]
 
 
 def main() -> None:

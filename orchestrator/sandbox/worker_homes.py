@@ -44,7 +44,7 @@ from pathlib import Path
 
 from roles.backends.command import LaunchRefused
 
-__all__ = ["CARRY", "FULL_MARK", "HomeItem", "KEEP_TARGET", "carried", "fit", "home_folder", "plan",
+__all__ = ["CARRY", "FULL_MARK", "HomeItem", "KEEP_TARGET", "carried", "clean", "fit", "home_folder", "plan",
            "repair", "repository_key", "took_all"]
 
 # Where the sandbox shows the task's HOME folder, for CARRY to copy from and back to.
@@ -223,4 +223,19 @@ def plan(root: Path, common: str | None, status_of: Callable[[str], str | None])
         if not _REPOSITORY_KEY.match(folder.name) and folder.is_dir() and not folder.is_symlink():
             items.append(HomeItem(str(folder), None, "remove",
                                   f"the HOME of {folder.name} that every repository shared (an older mesh's layout)"))
+    return items
+
+
+def clean(root: Path, common: str | None, status_of: Callable[[str], str | None], *, yes: bool) -> list[HomeItem]:
+    """``plan``, carried out when ``yes``: each HOME to remove is ``removed``, or ``kept`` when
+    its task was started meanwhile."""
+    items = plan(root, common, status_of)
+    for item in items if yes else []:
+        if item.action != "remove":
+            continue
+        if item.task and status_of(item.task) == "in_progress":
+            item.action, item.why = "kept", f"task {item.task} was started meanwhile"
+            continue
+        shutil.rmtree(item.path, ignore_errors=True)
+        item.action = "removed"
     return items

@@ -41,7 +41,7 @@ _LAND_PREFIX = "mesh/land/"
 class CleanItem:
     """One branch (with its worktree, if any) or one stray worktree folder, and its fate."""
 
-    kind: str  # "branch" or "folder"
+    kind: str  # "branch", "folder", or "home" (a task's worker HOMEs, orchestrator.sandbox.worker_homes)
     name: str  # the branch name, or the folder's path
     task: str | None
     action: str  # "remove" or "keep" (after ``clean``: "removed", or "kept" when removing failed)
