@@ -70,7 +70,7 @@ def install_fake(bin_dir: Path, program: str, plan: dict[str, list[dict[str, Any
     path = bin_dir / program
     # The plan is inside the program: a sandboxed worker sees its own file, not the folder around it.
     # Its state and log are named after the fake's own path: the private HOME mesh keeps for
-    # a program is shared by every run (and test) that uses it.
+    # a program, repository and task may be shared by runs (and tests) that use it.
     tag = _tag(path)
     path.write_text(f"#!{sys.executable}\nLOGIN = {LOGIN!r}\nTAG = {tag!r}\nPLAN = {json.dumps(plan)!r}\n{_FAKE}",
                     encoding="utf-8")
@@ -88,11 +88,13 @@ def make_home(home: Path) -> Path:
 
 def calls(home: Path, program: str) -> list[dict[str, Any]]:
     """What the fake ``program`` was given, call by call: run unsandboxed it logs under
-    ``home``, sandboxed under the private HOME mesh keeps for it in ``home``'s cache."""
+    ``home``, sandboxed under the private HOMEs mesh keeps for it (per repository and task) in
+    ``home``'s cache."""
     from orchestrator.worktree.gitops import cache_dir
 
     found: list[dict[str, Any]] = []
-    private = {home / ".cache" / "mesh-worker-homes" / program, cache_dir() / "mesh-worker-homes" / program}
+    private = {folder for root in (home / ".cache", cache_dir())
+               for folder in (root / "mesh-worker-homes").glob(f"*/*/*/{program}")}
     for base in (home, *sorted(private)):
         log = base / LOGIN[program] / f"{program}-calls-{_INSTALLED.get(program, '')}.jsonl"
         if log.exists():

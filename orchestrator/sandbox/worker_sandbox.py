@@ -3,8 +3,8 @@
 A worker is driven by model output, so it is given what it needs to answer and nothing it
 could misuse: it only returns artifacts; mesh applies them.
 
-- **HOME** is private by default: a folder of its own per repository, task and program
-  (``worker_homes``: ``<cache>/mesh-worker-homes/<repository>/<task>/<program>``, kept for
+- **HOME** is private by default: a folder of its own per repository, task, role and program
+  (``worker_homes``: ``<cache>/mesh-worker-homes/<repository>/<task>/<role>/<program>``, kept for
   the task's later calls, owned by no other worker), carried onto a tmpfs of bounded size
   mounted where the real HOME was. A preset additionally sees its CLI's login file
   (``AGENT_LOGIN_FILES``) read-only, bound afresh on each call, and nothing else of the real
@@ -380,7 +380,8 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
         elif usable:
             logins = [name for name in AGENT_LOGIN_FILES.get(program, ())
                       if os.path.isfile(os.path.join(real_home, name))]
-            folder = worker_homes.home_folder(root, common, run_env.get("MESH_TASK_ID"), program)
+            folder = worker_homes.home_folder(root, common, run_env.get("MESH_TASK_ID"), run_env.get("MESH_ROLE"),
+                                              program)
             worker_homes.repair(folder, logins)
             growth = limits.home_growth_mb << 20
             tmpfs.append((real_home, worker_homes.fit(folder, growth) + growth))
