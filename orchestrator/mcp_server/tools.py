@@ -157,6 +157,8 @@ class Transcript(BaseModel):
 
     task: dict[str, Any]
     runs: list[dict[str, Any]]
+    untrusted: int = Field(0, description="Checkpoints unsigned or wrongly signed while MESH_SIGNING_KEY is set"
+                                          " (each step's trust says which).")
     text: str
 
 
@@ -284,9 +286,11 @@ def register(server: FastMCP, service: MeshService) -> None:
     @server.tool(annotations=READ_ONLY)
     async def transcript(task: TaskId) -> Transcript:
         """A task's runs round by round (proposal, critiques, synthesis, votes, validation, review,
-        landing, outcome), as `mesh show` gives them."""
+        landing, outcome), as `mesh show` gives them; with MESH_SIGNING_KEY set, a step whose
+        signature does not verify is marked untrusted (its `trust`)."""
         found = await _call(service.transcript, task)
-        return Transcript(task=found["history"]["task"], runs=found["history"]["runs"], text=found["text"])
+        return Transcript(task=found["history"]["task"], runs=found["history"]["runs"],
+                          untrusted=found["history"]["untrusted"], text=found["text"])
 
     @server.tool()
     async def report(task: TaskId) -> ReportWritten:

@@ -42,6 +42,7 @@ __all__ = [
     "dedupe_key",
     "signing_key",
     "checkpoint_problem",
+    "trust_of",
     "checkpoint_comments",
     "load_checkpoints",
     "load_checkpoints_of",
@@ -180,6 +181,16 @@ def checkpoint_problem(cp: Checkpoint, key: bytes | None, *, task_id: str | None
         if not verify_payload(cp.payload, key):
             return f"{where}: {cp.kind} checkpoint has a wrong signature"
     return None
+
+
+def trust_of(cp: Checkpoint, key: bytes | None, *, task_id: str | None = None) -> tuple[str, str]:
+    """``(state, detail)`` of ``cp`` as every view shows it: with a ``key``, ``verified`` or
+    ``untrusted`` (the detail says why: unsigned, a wrong signature, another task's or kind's);
+    without one ``signed`` or ``unsigned``, not checked."""
+    if key is None:
+        return ("signed" if "sig" in cp.payload else "unsigned"), "not checked: MESH_SIGNING_KEY is not set"
+    problem = checkpoint_problem(cp, key, task_id=task_id)
+    return ("untrusted", problem) if problem else ("verified", "signature checked with MESH_SIGNING_KEY")
 
 
 def checkpoint_comments(tracker: Tracker, task_id: str) -> list[tuple[Checkpoint, str]]:

@@ -39,7 +39,7 @@ from tracker.store import Tracker
 from redact import scrub
 
 from orchestrator.ledger.calls import calls_for
-from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_problem, signing_key
+from orchestrator.protocol.checkpoint import Checkpoint, signing_key, trust_of
 from orchestrator.config import KNOWN_ROLES, PriceTable, user_price_table
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.proof import output_tail, tests_line
@@ -231,17 +231,15 @@ def _body(kind: str, art: Any) -> dict[str, Any]:
             else ([{"name": "artifact", "value": _text(art)}] if art is not None else [])}
 
 
+_TRUST_CSS = {"untrusted": "bad", "verified": "good", "signed": "muted", "unsigned": "muted"}
+
+
 def _trust_of(checkpoints: list, key: bytes | None, task_id: str) -> dict[str, dict[str, str]]:
     trust: dict[str, dict[str, str]] = {}
     for cp in checkpoints:
-        if key is not None:
-            problem = checkpoint_problem(cp, key, task_id=task_id)
-            state = {"state": "untrusted", "detail": problem, "css": "bad"} if problem else \
-                {"state": "verified", "detail": "signature checked with MESH_SIGNING_KEY", "css": "good"}
-        else:
-            state = {"state": "signed" if "sig" in cp.payload else "unsigned",
-                     "detail": "not checked: MESH_SIGNING_KEY is not set", "css": "muted"}
-        trust.setdefault(_step_key(cp.run_id, cp.seq, cp.kind, cp.created_at), state)
+        state, detail = trust_of(cp, key, task_id=task_id)
+        trust.setdefault(_step_key(cp.run_id, cp.seq, cp.kind, cp.created_at),
+                         {"state": state, "detail": detail, "css": _TRUST_CSS[state]})
     return trust
 
 

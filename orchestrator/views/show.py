@@ -1,4 +1,10 @@
-"""``mesh show TASK``: a task's run history rebuilt from its ``[orch:*]`` comments alone."""
+"""``mesh show TASK``: a task's run history rebuilt from its ``[orch:*]`` comments alone.
+
+Anyone with tracker write access can write such a comment: with ``MESH_SIGNING_KEY`` set,
+every step says whether its signature verifies (``trust``, as ``mesh serve`` and the HTML
+report do), an unsigned or wrongly signed one is printed as ``UNTRUSTED`` with the reason,
+and a run's outcome is taken only from a verified ``[orch:outcome]``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ from typing import Any
 
 from tracker.store import Tracker
 
-from orchestrator.protocol.checkpoint import load_checkpoints
+from orchestrator.protocol.checkpoint import load_checkpoints, signing_key, trust_of
 from orchestrator.protocol.proof import output_tail, state
 from orchestrator.safe_text import printable
 
@@ -16,6 +22,7 @@ __all__ = ["task_history", "render_history"]
 def task_history(tracker: Tracker, task_id: str) -> dict[str, Any]:
     """The task and its runs: every checkpoint's kind, role, cycles and artifact, by run."""
     task = tracker.get(task_id)
+    key = signing_key()
     runs: dict[str, dict[str, Any]] = {}
     for cp in load_checkpoints(tracker, task_id):
         # Any comment can carry a checkpoint: a run id that is not a string must not break the page.
@@ -34,11 +41,14 @@ def task_history(tracker: Tracker, task_id: str) -> dict[str, Any]:
             "reviewer": p.get("reviewer"),
             "created_at": cp.created_at,
         }
+        step["trust"], step["trust_detail"] = trust_of(cp, key, task_id=task_id)
         run["steps"].append(step)
-        if cp.kind == "outcome":
+        if cp.kind == "outcome" and step["trust"] != "untrusted":
             run["outcome"] = p.get("artifact")
     return {
         "task": {k: task.get(k) for k in ("id", "title", "status", "priority", "assignee", "close_reason")},
+        "signing": key is not None,
+        "untrusted": sum(step["trust"] == "untrusted" for run in runs.values() for step in run["steps"]),
         "runs": list(runs.values()),
     }
 
@@ -56,6 +66,9 @@ def render_history(history: dict[str, Any]) -> str:
     task = history["task"]
     out = [f"{task['id']}  {_line(task['title'])}", f"  status: {task['status']}"
            + (f"  ({task['close_reason']})" if task.get("close_reason") else "")]
+    if history.get("untrusted"):
+        out.append(f"  UNTRUSTED: {history['untrusted']} checkpoint(s) unsigned or wrongly signed with MESH_SIGNING_KEY"
+                   " set: not written by mesh with this key, marked below")
     if not history["runs"]:
         out.append("  no mesh runs recorded")
     for run in history["runs"]:
@@ -68,7 +81,8 @@ def render_history(history: dict[str, Any]) -> str:
                 # A forged or damaged checkpoint (a null seq, a list where a mapping belongs) is
                 # shown as such; ``mesh show`` never fails on what the tracker holds.
                 out.append(f"  #{_line(str(step.get('seq')), 6):<3} {_line(str(step.get('kind')), 13):<13}"
-                           f" (artifact not readable: not in the shape mesh writes)")
+                           + (" UNTRUSTED" if step.get("trust") == "untrusted" else "")
+                           + " (artifact not readable: not in the shape mesh writes)")
     return "\n".join(printable(line, one_line=True) for line in out)
 
 
@@ -77,6 +91,9 @@ def _render_step(step: dict[str, Any]) -> list[str]:
     cyc = f"c{step['consensus_cycle']}/r{step['review_cycle']}"
     seq = step["seq"] if isinstance(step["seq"], int) else "-"  # a person's review has no seq of the run
     lines = [f"  #{seq:<3} {kind:<13} {cyc:<7} {_line(step['summary'], 100)}"]
+    if step.get("trust") == "untrusted":
+        lines[0] = f"  #{seq:<3} {kind:<13} {cyc:<7} UNTRUSTED {_line(step['summary'], 90)}"
+        lines.append(f"        untrusted: {_line(step.get('trust_detail') or '', 96)}")
     if kind == "proposal":
         lines += [f"        - {_line(p, 100)}" for p in art.get("plan", [])]
     elif kind == "critique":

@@ -4,7 +4,9 @@ For every task: its state, its open blockers, its branch ``mesh/<task>`` (when i
 the commit its work landed as on the scope's integration branch (``catch_up.scope_branch``,
 the branch ``mesh run`` and ``mesh drain`` use, from its ``[orch:land]`` checkpoints); a
 task closed without landing there, and the dependents that wait for it; for every open
-epic, what keeps it open. Read-only: nothing is written to the tracker or to git.
+epic, what keeps it open. Read-only: nothing is written to the tracker or to git. With
+``MESH_SIGNING_KEY`` set, a ``land`` or ``run-head`` checkpoint that does not verify counts
+for nothing and the task says how many it has (``untrusted``), as ``mesh show`` does.
 
 A scope can hold a thousand tasks: their ``land`` and ``run-head`` checkpoints, their blockers
 and the repository's ``mesh/*`` branches are each read once for all of them, not task by task.
@@ -17,7 +19,7 @@ from typing import Any
 
 from tracker.store import Tracker
 
-from orchestrator.protocol.checkpoint import Checkpoint, load_checkpoints_of
+from orchestrator.protocol.checkpoint import Checkpoint, load_checkpoints_of, signing_key, trust_of
 from orchestrator.worktree.gitops import GitError, _git, repo_root
 from orchestrator.landing.catch_up import closed_unlanded, epic_open_because, landed_on, scope_branch, waiting_on_landing
 from orchestrator.landing.records import land_checkpoints
@@ -37,7 +39,10 @@ def _branches(repo: Path | None) -> set[str]:
 
 def _task_entry(task: dict, checkpoints: list[Checkpoint], blockers: list[str], branches: set[str], branch: str,
                 unlanded: set[str], waiting: dict[str, list[str]]) -> dict[str, Any]:
-    lands = [cp.payload.get("artifact") or {} for cp in land_checkpoints(checkpoints)]
+    key = signing_key()
+    untrusted = [trust_of(cp, key, task_id=task["id"])[0] == "untrusted" for cp in checkpoints]
+    trusted = [cp for cp, bad in zip(checkpoints, untrusted) if not bad]
+    lands = [cp.payload.get("artifact") or {} for cp in land_checkpoints(trusted)]
     last_land = lands[-1].get("result") if lands else None
     task_branch = f"mesh/{task['id']}"
     return {
@@ -51,6 +56,7 @@ def _task_entry(task: dict, checkpoints: list[Checkpoint], blockers: list[str], 
         "last_land": last_land,
         "unlanded": task["id"] in unlanded,
         "waits_for_landing": waiting.get(task["id"], []),
+        "untrusted": sum(untrusted),
     }
 
 
@@ -120,6 +126,8 @@ def render_status(status: dict[str, Any]) -> str:
                 bits.append(f"not landed on {status['branch']}: mesh run or mesh drain lands it before its dependents")
             elif task["last_land"]:
                 bits.append(f"land {task['last_land']}")
+            if task.get("untrusted"):
+                bits.append(f"UNTRUSTED: {task['untrusted']} checkpoint(s) unsigned or wrongly signed, ignored")
             if task["waits_for_landing"]:
                 bits.append("waits for " + ",".join(task["waits_for_landing"]) + " to land")
             out.append(f"  {corner} {task['id']}  {clip(task['title'], 50)}  ({'; '.join(bits)})")
