@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -37,13 +38,12 @@ from orchestrator.web.board import board, drain_view, parse_scope, scope_choices
 from orchestrator.web.changes import ChangeFeed
 from orchestrator.web.events import TaskCards, change_stream, last_event_id, task_stream
 from orchestrator.web.ledger_pages import call_page, logs_page, usage_page
-from orchestrator.web.security import COOKIE, SECURITY_HEADERS, Guard
+from orchestrator.web.security import COOKIE, SECURITY_HEADERS, Guard, body_limit
 from orchestrator.web.task import review_from_form, review_page, task_page, task_status
 
 __all__ = ["Settings", "create_app"]
 
 HERE = Path(__file__).resolve().parent
-MAX_FORM_BYTES = 1 << 20
 
 
 @dataclass
@@ -75,6 +75,17 @@ class _Guarded:
         verdict = self.guard.check(request.method, request.url.path, dict(request.query_params),
                                    {k.lower(): v for k, v in request.headers.items()}, request.cookies)
 
+        limit, taken = body_limit(request.url.path), [0]
+
+        async def limited_receive() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                taken[0] += len(message.get("body") or b"")
+                if taken[0] > limit:
+                    # Starlette answers it (413); what was read so far is dropped with the request.
+                    raise HTTPException(413, f"refused: a request body here is {limit} bytes at most")
+            return message
+
         async def send_with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers") or [])
@@ -89,7 +100,7 @@ class _Guarded:
         elif verdict.status:
             await PlainTextResponse(verdict.reason + "\n", status_code=verdict.status)(scope, receive, send_with_headers)
         else:
-            await self.app(scope, receive, send_with_headers)
+            await self.app(scope, limited_receive, send_with_headers)
 
 
 def create_app(settings: Settings) -> Any:
@@ -115,9 +126,8 @@ def create_app(settings: Settings) -> Any:
         return await run_in_threadpool(fn, *args, **kwargs)
 
     async def form_of(request: Request) -> dict[str, str]:
+        # At most MAX_BODY_BYTES: the guard's layer refuses a larger body before it is read whole.
         body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            return {}
         return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
     # ------------------------------------------------------------------ the board and the drain view

@@ -9,7 +9,11 @@
   to the same page without it, so the token does not stay in the address bar or the history.
 - Every state-changing request (POST) must also come from a page of this server: the browser's
   ``Sec-Fetch-Site: same-origin``, else an ``Origin`` equal to this server's. A form of another
-  site, even one the person's browser submits with the cookie, is refused.
+  site, even one the person's browser submits with the cookie, is refused. So is a CSP report
+  of another site's page (the browser sends its own reports ``same-origin``).
+- No request body is read beyond its limit (``body_limit``: 16 KiB for a CSP report, 1 MiB for
+  a form): a ``Content-Length`` above it is refused (413) before anything is read, and a body
+  sent without one (chunked) is counted while it streams in and refused when it passes it.
 - Every answer carries a Content-Security-Policy without inline script or style (scripts and
   styles only from this server, no frame, no plugin, no base change, forms only to this server,
   connections only to this server) and ``nosniff``, ``no-referrer`` and ``DENY`` for framing.
@@ -23,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
-__all__ = ["CSP", "COOKIE", "Guard", "SECURITY_HEADERS", "Verdict", "needs_token", "new_token"]
+__all__ = ["CSP", "COOKIE", "CSP_REPORT_BYTES", "Guard", "MAX_BODY_BYTES", "SECURITY_HEADERS", "Verdict", "body_limit",
+           "needs_token", "new_token"]
 
 LOOPBACK = "127.0.0.1"
 COOKIE = "mesh_token"
@@ -37,6 +42,15 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
+
+
+MAX_BODY_BYTES = 1 << 20
+CSP_REPORT_BYTES = 16 << 10
+
+
+def body_limit(path: str) -> int:
+    """The most of a request body the server reads for ``path``."""
+    return CSP_REPORT_BYTES if path == "/csp-report" else MAX_BODY_BYTES
 
 
 def needs_token(host: str) -> bool:
@@ -87,9 +101,15 @@ class Guard:
                     rest = urlencode({k: v for k, v in query.items() if k != "token"})
                     return Verdict(set_cookie=self.token, location=path + (f"?{rest}" if rest else ""))
                 return Verdict(401, "a token is needed: open the address mesh serve printed")
+        length = headers.get("content-length")
+        if length is not None and (not length.strip().isdigit() or int(length) > body_limit(path)):
+            return Verdict(413, f"refused: a request body here is {body_limit(path)} bytes at most")
         if method not in ("GET", "HEAD"):
             if path == "/csp-report":
-                return Verdict()  # the browser's own report of a blocked resource: nothing changes
+                # The browser's own report of what a page of this server blocked: nothing changes.
+                if self.same_origin(headers):
+                    return Verdict()
+                return Verdict(403, "refused: not a report of this server's page")
             if self.read_only:
                 return Verdict(403, "this server is read-only (mesh serve --read-only)")
             if not self.same_origin(headers):
