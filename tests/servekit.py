@@ -4,6 +4,7 @@ processes of their own (as a person would start them), and a browser (``tests/cd
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import signal
@@ -87,6 +88,25 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=30)
+
+
+def other_site(page: str) -> http.server.HTTPServer:
+    """A site of another origin on 127.0.0.1 (another port), serving ``page`` (HTML) for every
+    GET, in a thread of its own; ``shutdown()`` stops it."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page.encode())
+
+        def log_message(self, *args) -> None:
+            pass
+
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    return site
 
 
 def start_run(ws, script: dict, *extra: str, name: str = "script.json") -> subprocess.Popen:

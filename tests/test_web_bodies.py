@@ -6,13 +6,11 @@ sent by a real Chromium page of another origin."""
 from __future__ import annotations
 
 import http.client
-import http.server
 import socket
-import threading
 from pathlib import Path
 
 from tests.runkit import TASK, make_workspace
-from tests.servekit import Server, needs_chromium, open_browser
+from tests.servekit import Server, needs_chromium, open_browser, other_site
 
 MB = 1 << 20
 
@@ -95,35 +93,22 @@ def test_a_report_from_another_origin_is_refused(tmp_path):
     assert not any("forged" in line for line in server.lines)
 
 
-class _Flooder(http.server.BaseHTTPRequestHandler):
+def _flood_page(target: str) -> str:
     """A page of another site whose script posts 200 MB to the server's report endpoint, then a
     small forged report."""
-
-    target = ""
-
-    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
-        script = (f"const big = new Blob([new Uint8Array({200 * MB})]);"
-                  f"fetch('{self.target}', {{method: 'POST', mode: 'no-cors', body: big}})"
-                  ".catch(() => null).then(() => fetch("
-                  f"'{self.target}', {{method: 'POST', mode: 'no-cors', body: '{{\"csp-report\": \"forged\"}}'}}))"
-                  ".catch(() => null).then(() => {document.title = 'done';});")
-        body = f"<!DOCTYPE html><title>flood</title><script>{script}</script>".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+    script = (f"const big = new Blob([new Uint8Array({200 * MB})]);"
+              f"fetch('{target}', {{method: 'POST', mode: 'no-cors', body: big}})"
+              ".catch(() => null).then(() => fetch("
+              f"'{target}', {{method: 'POST', mode: 'no-cors', body: '{{\"csp-report\": \"forged\"}}'}}))"
+              ".catch(() => null).then(() => {document.title = 'done';});")
+    return f"<!DOCTYPE html><title>flood</title><script>{script}</script>"
 
 
 @needs_chromium
 def test_a_page_of_another_origin_cannot_flood_the_report_endpoint(tmp_path):
     ws = make_workspace(tmp_path)
     server = Server(ws)
-    _Flooder.target = f"{server.base}/csp-report"
-    evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flooder)
-    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    evil = other_site(_flood_page(f"{server.base}/csp-report"))
     browser = open_browser(tmp_path)
     try:
         before = _peak_mb(server)

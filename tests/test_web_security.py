@@ -9,12 +9,10 @@ cookie; the outcome checked is the task's state in the tracker.
 from __future__ import annotations
 
 import http.client
-import http.server
-import threading
 from urllib.parse import urlsplit
 
 from tests.runkit import TASK, make_workspace
-from tests.servekit import Server, needs_chromium, open_browser
+from tests.servekit import Server, needs_chromium, open_browser, other_site
 
 TOKEN = "t0ken-for-the-test-0123456789abcdef"
 
@@ -114,29 +112,13 @@ def test_read_only_serves_no_write_action(tmp_path):
         server.stop()
 
 
-class _EvilSite(http.server.BaseHTTPRequestHandler):
-    target = ""
-
-    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
-        body = (f'<!DOCTYPE html><form id="f" method="post" action="{self.target}"><button id="go">win</button></form>'
-                ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 @needs_chromium
 def test_a_page_of_another_origin_cannot_retry_a_task_through_the_persons_browser(tmp_path):
     ws = make_workspace(tmp_path)
     _block(ws)
     server = Server(ws)
-    _EvilSite.target = f"{server.base}/task/{TASK}/retry"
-    evil = http.server.HTTPServer(("127.0.0.1", 0), _EvilSite)
-    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    target = f"{server.base}/task/{TASK}/retry"
+    evil = other_site(f'<!DOCTYPE html><form id="f" method="post" action="{target}"><button id="go">win</button></form>')
     browser = open_browser(tmp_path)
     try:
         browser.goto(f"{server.base}/task/{TASK}")  # the person has the server open: same browser
