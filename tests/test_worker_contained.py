@@ -194,6 +194,17 @@ def test_a_workers_transcripts_and_memory_never_cross_repositories(tmp_path, bwr
     assert not any(p.name == ".credentials.json" for p in calls.root.rglob("*"))
 
 
+def test_what_the_sandbox_binds_inside_home_is_never_carried_into_it(tmp_path, bwrap):
+    """The worktree (under ~/.cache, mesh's default) and the program (under ~/.local/bin) are
+    bound inside the HOME's tmpfs: they belong to no HOME and are not copied out of it."""
+    calls = Calls(tmp_path, bwrap)
+    repo = _repo(calls.home / ".cache" / "mesh" / "worktrees" / "repo")
+    answer, detail = calls.ask(repo, "t-1", remember="kept")
+    assert answer is not None, detail
+    carried = {p.name for p in calls.root.rglob("*")}
+    assert "session.jsonl" in carried and "code.py" not in carried and ".credentials.json" not in carried
+
+
 def test_a_swapped_login_folder_never_breaks_later_calls(tmp_path, bwrap):
     repo = _repo(tmp_path / "repo")
     calls = Calls(tmp_path, bwrap, program="codex")

@@ -23,7 +23,9 @@ then copies the HOME back when the worker is done, or, when the worker filled th
 empties the folder and leaves a mark that fails the call as ``home_limit``. So a call grows
 the HOME by ``home_growth_mb`` at most, a folder larger than that at the start of a call
 is emptied first (the bound in all), and nothing a worker writes reaches the host's disk
-beyond it. Only regular files, folders and symlinks are carried (a FIFO would hang the copy).
+beyond it. Only regular files, folders and symlinks of the HOME's own file system are carried (a FIFO
+would hang the copy; what the sandbox binds inside HOME, a program, the worktree, a cache
+folder under ``~/.cache``, belongs to no HOME).
 
 **The login file** (``AGENT_LOGIN_FILES``) is bound read-only over the tmpfs afresh on each
 call, and never carried into the folder. What a worker left where it is bound (a symlink,
@@ -62,12 +64,14 @@ CARRY = r'''
 import json, os, shutil, stat, subprocess, sys
 home, keep, skip = sys.argv[1], sys.argv[2], set(json.loads(sys.argv[3])) | {".mesh-home-full"}
 def copy(src, dst):
+    device = os.stat(src).st_dev
     def ignore(folder, names):
         rel = os.path.relpath(folder, src)
         out = []
         for name in names:
             try:
-                mode = os.lstat(os.path.join(folder, name)).st_mode
+                info = os.lstat(os.path.join(folder, name))
+                mode = info.st_mode if info.st_dev == device else 0
             except OSError:
                 mode = 0
             kept = stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
