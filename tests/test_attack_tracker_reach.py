@@ -75,7 +75,7 @@ def test_a_worker_cannot_reach_the_tracker_named_in_mesh_toml(tmp_path, spelling
         env=mesh_env(home), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     # The run found its tracker through tracker.url (sqlite://// included) and blocked on the junk answers.
     assert json.loads(done.stdout)["outcome"] == "blocked", done.stderr
-    loot = [json.loads(line) for path in (home / ".cache" / "mesh-worker-homes").glob("*/tracker-loot.json")
+    loot = [json.loads(line) for path in (home / ".cache" / "mesh-worker-homes").glob("*/*/*/*/tracker-loot.json")
             for line in path.read_text().splitlines()]
     assert loot, done.stderr  # the worker ran and tried
     assert all(value.startswith("refused") for entry in loot for value in entry.values()), loot
