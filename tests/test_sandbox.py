@@ -270,7 +270,8 @@ def test_a_sandboxed_worker_reads_no_secret_and_writes_only_home(tmp_path, monke
     seen = json.loads(done.stdout)
     # HOME is its private one; the worktree is read-only and the checkout is not there at all.
     assert (seen["home"], seen["worktree"], seen["repo"]) == ("written", "refused", "refused")
-    assert not (home / "w.txt").exists() and (tmp_path / "homes" / "no-repository" / "no-task" / "no-role" / Path(sys.executable).name / "w.txt").exists()
+    private = tmp_path / "homes" / "no-repository" / "no-task" / "no-role" / Path(sys.executable).name
+    assert not (home / "w.txt").exists() and (private / "w.txt").exists()
     assert seen["cwd"] == str(worktree)
     assert "canary-signing-key-0002" not in done.stdout and "MESH_SIGNING_KEY" not in run_env
 

@@ -118,7 +118,8 @@ def test_a_page_of_another_origin_cannot_retry_a_task_through_the_persons_browse
     _block(ws)
     server = Server(ws)
     target = f"{server.base}/task/{TASK}/retry"
-    evil = other_site(f'<!DOCTYPE html><form id="f" method="post" action="{target}"><button id="go">win</button></form>')
+    evil = other_site(f'<!DOCTYPE html><form id="f" method="post" action="{target}">'
+                      '<button id="go">win</button></form>')
     browser = open_browser(tmp_path)
     try:
         browser.goto(f"{server.base}/task/{TASK}")  # the person has the server open: same browser

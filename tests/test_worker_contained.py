@@ -319,7 +319,8 @@ def test_mesh_clean_prunes_the_homes_of_tasks_not_in_progress(tmp_path):
     ws = make_workspace(tmp_path)
     root = cache_dir() / "mesh-worker-homes"
     common = os.path.realpath(ws.repo / ".git")
-    idle, busy = home_folder(root, common, "demo-7kq.1", "proposer", "claude"), home_folder(root, common, "demo-7kq.4", "skeptic", "codex")
+    idle = home_folder(root, common, "demo-7kq.1", "proposer", "claude")
+    busy = home_folder(root, common, "demo-7kq.4", "skeptic", "codex")
     other = home_folder(root, str(tmp_path / "elsewhere" / ".git"), "demo-7kq.1", "proposer", "claude")
     shared = root / "claude"  # the HOME an older mesh kept per program, for every repository
     for folder in (idle, busy, other, shared):

@@ -2,7 +2,9 @@
 
 Holds the bubblewrap command line and the identity a sandbox runs as (``bwrap``), control
 groups that cap a whole command tree (``cgroups``), the command workers' sandbox (``worker_sandbox``:
-private HOME, the reduced git view, the hidden tracker) and its network (``netjoin``: pasta, run
+the reduced git view, the hidden tracker, each call's limits), their private HOMEs (``worker_homes``:
+one per repository, task, role and program, on a size-bound tmpfs per call) and its network
+(``netjoin``: pasta, run
 as ``python -I -m orchestrator.sandbox.netjoin``), the project's environment (``project_env``),
 validation commands (``validation``) and the test counts read from their runners' own reports
 (``testcounts``).

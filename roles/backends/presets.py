@@ -37,7 +37,8 @@ from typing import Any
 from redact import scrub
 
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
-from .command import DEFAULT_MAX_OUTPUT_BYTES, CommandBackend, Finished, Launcher, call_env, resolve_program, run_process
+from .command import (DEFAULT_MAX_OUTPUT_BYTES, CommandBackend, Finished, Launcher, call_env, resolve_program,
+                      run_process)
 
 __all__ = [
     "PRESET_NAMES",
