@@ -342,3 +342,46 @@ def test_mesh_clean_prunes_the_homes_of_tasks_not_in_progress(tmp_path):
     assert done[str(idle.parents[1])]["action"] == "removed" and done[str(shared)]["action"] == "removed"
     assert not idle.parents[1].exists() and not shared.exists()
     assert busy.is_dir() and other.is_dir()  # a task in progress, and another repository's, stay
+
+
+# ---------------------------------------------------------------- a real mesh run with a flooding worker
+
+
+def test_a_run_whose_worker_floods_its_answer_stores_nothing_of_it_and_does_not_close(tmp_path):
+    """The issue's run: a worker writes 50 MB before its JSON answer. mesh stops reading at
+    ``worker_limits.max_output_mb``, the calls are ``no_response: output_limit`` and nothing of the
+    flood reaches the tracker (its file, calls log and full-text index stay small); preflight
+    names the worker limits in force."""
+    import shlex
+    import sqlite3
+
+    from tests.test_attack_sandbox import MESH, mesh_env
+    from tests.runkit import make_workspace
+
+    ws = make_workspace(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = tmp_path / "flood.py"
+    worker.write_text("import sys\nsys.stdin.read()\nchunk = b'A' * (1 << 20)\nfor _ in range(50):\n"
+                      "    sys.stdout.buffer.write(chunk)\nprint('{\"plan\": [\"x\"], \"assumptions\": [], \"risk\": \"low\"}')\n")
+    config = tmp_path / "mesh.toml"
+    config.write_text('consensus_retries = 0\n[worker_limits]\nmax_output_mb = 1\n[validation]\n'
+                      'allow = ["python3 -m unittest discover -s tests -t ."]\n')
+    before = ws.db.stat().st_size
+    done = subprocess.run(
+        [MESH, "--db", str(ws.db), "--actor", "t", "run", "--label", "plan:demo", "--backend", "command",
+         "--worker-cmd", f"{shlex.quote(sys.executable)} {shlex.quote(str(worker))}", "--repo", str(ws.repo),
+         "--config", str(config), "--json"],
+        env=mesh_env(home), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert report["outcome"] == "blocked", done.stderr
+    assert "worker limits: memory 2048 MB" in done.stderr
+    con = sqlite3.connect(ws.db)
+    try:
+        errors = [row[0] for row in con.execute("SELECT error FROM mesh_calls")]
+        longest = con.execute("SELECT max(length(coalesce(response, ''))) FROM mesh_calls").fetchone()[0]
+    finally:
+        con.close()
+    assert errors and all("output_limit" in (error or "") for error in errors), errors
+    assert longest < 1 << 20
+    assert ws.db.stat().st_size - before < 4 << 20
