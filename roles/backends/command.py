@@ -31,9 +31,9 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-import threading
 from dataclasses import dataclass
 
 from .base import Backend, BackendError, WorkerRequest, WorkerResponse
