@@ -23,9 +23,9 @@ then copies the HOME back when the worker is done, or, when the worker filled th
 empties the folder and leaves a mark that fails the call as ``home_limit``. So a call grows
 the HOME by ``home_growth_mb`` at most, a folder larger than that at the start of a call
 is emptied first (the bound in all), and nothing a worker writes reaches the host's disk
-beyond it. Only regular files, folders and symlinks of the HOME's own file system are carried (a FIFO
-would hang the copy; what the sandbox binds inside HOME, a program, the worktree, a cache
-folder under ``~/.cache``, belongs to no HOME).
+beyond it. Only regular files, folders and symlinks of the HOME's own file system are
+carried (a FIFO would hang the copy; what the sandbox binds inside HOME, a program, the
+worktree, a cache folder under ``~/.cache``, belongs to no HOME).
 
 **The login file** (``AGENT_LOGIN_FILES``) is bound read-only over the tmpfs afresh on each
 call, and never carried into the folder. What a worker left where it is bound (a symlink,
@@ -37,6 +37,7 @@ refused as ``login_file``, naming the path.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -190,8 +191,6 @@ def fit(folder: Path, growth_bytes: int) -> int:
 
 def carried(argv: Sequence[str], home: str, logins: Sequence[str]) -> list[str]:
     """``argv`` run by ``CARRY`` with the sandbox's Python (the running one, shown in every sandbox)."""
-    import json
-
     return [sys.executable, "-I", "-S", "-c", CARRY, home, KEEP_TARGET, json.dumps(list(logins)), "--", *argv]
 
 
