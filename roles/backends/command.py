@@ -27,6 +27,7 @@ The agent CLI presets (``roles.backends.presets``) are command workers too: they
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -87,6 +88,8 @@ WORKER_MARKER = "MESH_WORKER"
 _NEVER_PASSED = "MESH_SIGNING_KEY"
 
 _STDERR_TAIL_CHARS = 2000
+# What bwrap (or setpriv, dropping root) says when the program itself cannot be executed.
+_CANNOT_START = re.compile(r"(bwrap: execvp |setpriv: failed to execute |bwrap: Can't find source path )")
 # After a kill, how long to wait for the pipes to close; a grandchild that left the
 # process group could otherwise hold them open forever.
 _REAP_TIMEOUT_S = 5.0
@@ -204,9 +207,16 @@ def run_process(argv: Sequence[str], env: Mapping[str, str], request: WorkerRequ
                                 f" (worker_limits.max_output_mb) and was killed; nothing of it was kept")
     if hit is not None:
         return _failed(started, hit)
+    stderr_tail = errors.text()[-_STDERR_TAIL_CHARS:].strip()
+    if process.returncode != 0 and _CANNOT_START.match(stderr_tail):
+        # Not the model's answer failing: the program never started (it, or its interpreter, is
+        # not where the sandbox shows files). Every later call would fail the same way.
+        raise BackendError(f"the worker command {program} cannot start in its sandbox: {stderr_tail.splitlines()[0]}"
+                           "; a file it needs may lie where the worker sandbox shows nothing (name the folder in"
+                           " worker_read_only in mesh.toml; docs/workers.md says what a worker sees)")
     return Finished(
         stdout=bytes(answer.data).decode("utf-8", errors="replace"),
-        stderr_tail=errors.text()[-_STDERR_TAIL_CHARS:].strip(),
+        stderr_tail=stderr_tail,
         returncode=process.returncode,
         duration_s=time.monotonic() - started,
     )
