@@ -7,6 +7,7 @@ project whose dependencies are not installed is refused with the command that in
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,7 @@ test('writes', () => {
     assert not (repo / "node_modules" / ".cache" / "tool").exists()
     cached = list(project_cache_root(repo).rglob("entry"))
     assert [p.read_text() for p in cached] == ["cached"]
-    assert "node_modules" not in json.dumps(__import__("subprocess").run(
+    assert "node_modules" not in json.dumps(subprocess.run(
         ["git", "-C", str(repo), "ls-files"], capture_output=True, text=True).stdout)
 
 
@@ -244,3 +245,37 @@ def test_a_python_service_with_a_typescript_front_end_is_both(tmp_path):
     [mount] = [m for m in inspection.view.mounts if m.target == "web/node_modules"]
     assert mount.in_tree and not mount.writable
     assert any(note.startswith("toolchain node (npm) in web/") for note in inspection.notes)
+
+
+def test_a_crate_whose_dependencies_are_not_fetched_is_refused_with_cargo_fetch(tmp_path):
+    repo = rust_project(tmp_path)
+    manifest = repo / "Cargo.toml"
+    manifest.write_text(manifest.read_text() + 'not-in-any-registry-here = "1"\n')
+    commit_all(repo, "a dependency nobody fetched")
+    with pytest.raises(DependenciesMissing, match="cargo fetch"):
+        inspect(repo, None, tool_env())
+
+
+def test_the_cargo_registry_is_read_only_and_the_target_folder_never_lands(tmp_path):
+    repo = rust_project(tmp_path)
+    cargo_home = tmp_path / "cargo-home"
+    (cargo_home / "registry" / "src").mkdir(parents=True)
+    (cargo_home / "registry" / "src" / "kept.txt").write_text("the user's")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "plant.rs").write_text("""#[test]
+fn plant() {
+    let home = std::env::var("CARGO_HOME").unwrap();
+    assert!(std::fs::write(format!("{home}/registry/src/kept.txt"), "planted").is_err());
+    assert!(std::fs::write(format!("{home}/registry/planted.txt"), "planted").is_err());
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap();
+    std::fs::write(format!("{target}/from-a-test.txt"), "cache").unwrap();
+}
+""")
+    commit_all(repo, "a test that plants")
+    env = tool_env(CARGO_HOME=str(cargo_home), RUSTUP_HOME=str(Path.home() / ".rustup"))
+    [result] = validate(repo, ["cargo test"], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    assert (cargo_home / "registry" / "src" / "kept.txt").read_text() == "the user's"
+    assert not (cargo_home / "registry" / "planted.txt").exists()
+    assert "from-a-test.txt" not in subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True,
+                                                   text=True).stdout
