@@ -204,6 +204,12 @@ def base_check(config: MeshConfig, repo: Path, environment: ProjectView | None, 
                                hidden=tracker_paths(tracker) if tracker is not None else ())
     except (SandboxUnavailable, ValueError) as exc:
         raise RunError(f"the base check could not run: {exc}", 2) from None
+    unrunnable = [r for r in check.results if r.get("rejected") or r.get("reason") == "not_found"]
+    if unrunnable:
+        # A check that cannot start is the configuration's mistake (a toolchain missing), not the base's.
+        raise RunError("the base check cannot run: " + "; ".join(
+            f"`{r['command']}`: {' '.join((r.get('stderr_tail') or r.get('reason') or '').split())[:200]}"
+            for r in unrunnable), 2)
     if not check.passed and not cfg.allow_failing_base:
         raise RunError(check.failure_text(), BASE_FAILING_EXIT)
     return check
@@ -377,14 +383,14 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 if not candidates:
                     return _idle(tracker, scope, options.ids)
         notes = sandbox_notes(config, environment)
-        if config.integrate:
-            start = lander.cut_base() if lander is not None else _head(repo)
-            checked = base_check(config, repo, environment, start, tracker)
-            if checked is not None:
-                notes.append(checked.line())
-                options.checked_base = checked
         backend = make_backend(config, options, tracker)
         try:
+            if config.integrate:
+                start = lander.cut_base() if lander is not None else _head(repo)
+                checked = base_check(config, repo, environment, start, tracker)
+                if checked is not None:
+                    notes.append(checked.line())
+                    options.checked_base = checked
             report = _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
                                      lander, notes=notes, environment=environment)
             if lander is not None:

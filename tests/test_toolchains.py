@@ -17,7 +17,7 @@ from orchestrator.toolchains.base import DependenciesMissing
 from orchestrator.toolchains.caches import project_cache_root, prune
 from orchestrator.toolchains.view import inspect
 from tests.toolchainkit import (commit_all, go_project, hatch_project, node_project, rust_project, tool_env,
-                                ts_project)
+                                ts_project, vitest_project)
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +100,14 @@ def test_typescript_checks_with_tsc(templates, tmp_path):
     commit_all(repo, "a type error")
     [failing] = validate(repo, ["npm test"])
     assert not failing.passed and "TS2322" in failing.stdout_tail + failing.stderr_tail
+
+
+def test_vitest_runs_with_its_vite_cache_outside_the_tree(templates, tmp_path):
+    repo = vitest_project(templates, tmp_path)
+    [result] = validate(repo, ["npm test"])
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    assert list(project_cache_root(repo).glob("node/*.vite/vitest/*/results.json"))
+    assert not list((repo / "node_modules" / ".vite").rglob("results.json"))
 
 
 def test_a_go_module_tests_offline_from_its_module_cache(tmp_path):
