@@ -190,13 +190,11 @@ def base_check(config: MeshConfig, repo: Path, environment: ProjectView | None, 
     any worker call (``orchestrator.toolchains.base_check``); None when there is nothing to check.
     Raises RunError (exit 5, the task left open) when the base fails and failures are not allowed."""
     from orchestrator.toolchains.base_check import check_commands, run_base_check
-    from orchestrator.toolchains.view import inspect
 
     cfg = config.validation
     if not (config.integrate and cfg.base_check):
         return None
-    detected = inspect(repo, cfg).check_commands() if not cfg.check else []
-    commands = check_commands(cfg, detected)
+    commands = check_commands(cfg, list(environment.checks) if environment else [])
     if not commands:
         return None
     try:

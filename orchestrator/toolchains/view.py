@@ -104,5 +104,6 @@ def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None 
     notes += [f"setup before each validation command: {'; '.join(setup)}"] if setup else []
     notes += pruned
     view = ProjectView(project_root=str(project.root), python=python, mounts=tuple(mounts), path=tuple(path),
-                       env=tuple(sorted(env.items())), carried=tuple(carried), setup=setup, notes=tuple(notes))
+                       env=tuple(sorted(env.items())), carried=tuple(carried), setup=setup,
+                       checks=tuple(f.check for f in found if f.check), notes=tuple(notes))
     return Inspection(found=found, view=view, notes=notes)
