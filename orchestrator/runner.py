@@ -35,7 +35,8 @@ from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 from orchestrator.workspace import TrackerUnavailable, open_found_tracker
 
-__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
+__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "NestedRunRefused", "refuse_nested_run", "run",
+           "run_task", "make_lander",
            "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
 
