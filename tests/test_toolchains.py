@@ -16,8 +16,8 @@ from orchestrator.sandbox.validation import run_validation
 from orchestrator.toolchains.base import DependenciesMissing
 from orchestrator.toolchains.caches import project_cache_root, prune
 from orchestrator.toolchains.view import inspect
-from tests.toolchainkit import (commit_all, go_project, hatch_project, node_project, rust_project, tool_env,
-                                ts_project, vitest_project)
+from tests.toolchainkit import (commit_all, go_project, hatch_project, node_project, pnp_project, rust_project,
+                                tool_env, ts_project, vitest_project)
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +48,21 @@ def test_a_node_project_imports_its_installed_dependency(templates, tmp_path, ma
     assert inspection.check_commands() == [f"{manager} test"]
     [result] = validate(repo, [f"{manager} test"])
     assert result.passed, result.stdout_tail + result.stderr_tail
+
+
+def test_a_yarn_plug_n_play_project_resolves_through_its_pnp_files(templates, tmp_path):
+    repo, env = pnp_project(templates, tmp_path)
+    assert not (repo / "node_modules").exists()
+    inspection = inspect(repo, None, env)
+    assert {m.target for m in inspection.view.mounts} >= {".pnp.cjs", ".yarn/cache"}
+    [result] = validate(repo, ["yarn test"], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    import shutil
+
+    shutil.rmtree(repo / ".yarn" / "cache")
+    (repo / ".pnp.cjs").unlink()
+    with pytest.raises(DependenciesMissing, match="yarn install --immutable"):
+        inspect(repo, None, env)
 
 
 def test_a_failing_node_test_fails_and_names_its_error(templates, tmp_path):

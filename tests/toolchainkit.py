@@ -30,6 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_TOOLS = ROOT / ".venv" / "node-tools" / "node_modules" / ".bin"
+YARN_BERRY = ROOT / ".venv" / "yarn-berry" / "node_modules" / ".bin"
 GO_CMP = Path("/usr/share/gocode/src/github.com/google/go-cmp")
 CARGO_REGISTRY = Path("/usr/share/cargo/registry")
 REQUIRED = os.environ.get("MESH_REQUIRE_TOOLCHAINS") == "1"
@@ -165,6 +166,30 @@ def vitest_project(template_root: Path, tmp_path: Path) -> Path:
     repo = tmp_path / "vt"
     shutil.copytree(template, repo, symlinks=True)
     return repo
+
+
+def pnp_project(template_root: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A Yarn Plug'n'Play project (Yarn 4 from the npm registry): no node_modules, a ``.pnp.cjs``
+    and ``.yarn/cache`` ignored. Returns it and the environment with that Yarn first on PATH."""
+    yarn = YARN_BERRY / "yarn"
+    if not yarn.exists():
+        need("a program that is not there", "Yarn 4 (@yarnpkg/cli-dist)")
+    env = tool_env(COREPACK_ENABLE_STRICT="0")
+    env["PATH"] = f"{YARN_BERRY}{os.pathsep}{env['PATH']}"
+    template = template_root / "pnp"
+    if not template.exists():
+        build = template_root / "pnp.build"
+        shutil.rmtree(build, ignore_errors=True)
+        init_repo(build)
+        write_node_package(build)
+        (build / ".yarnrc.yml").write_text("nodeLinker: pnp\nenableGlobalCache: false\nenableTelemetry: false\n")
+        (build / ".gitignore").write_text(".yarn/cache\n.yarn/install-state.gz\n.pnp.*\n")
+        _run([str(yarn), "install"], build, env)
+        commit_all(build)
+        build.rename(template)
+    repo = tmp_path / "pnp"
+    shutil.copytree(template, repo, symlinks=True)
+    return repo, env
 
 
 def go_proxy(folder: Path) -> Path:
