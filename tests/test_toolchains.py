@@ -7,6 +7,7 @@ project whose dependencies are not installed is refused with the command that in
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -302,3 +303,39 @@ fn plant() {
     assert not (cargo_home / "registry" / "planted.txt").exists()
     assert "from-a-test.txt" not in subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True,
                                                    text=True).stdout
+
+
+def test_the_projects_own_node_from_a_version_manager_runs_the_tests(templates, tmp_path):
+    import shutil
+
+    repo = node_project(templates, tmp_path)
+    # A version manager's Node (nvm's layout), under a HOME of its own: not the system's.
+    prefix = tmp_path / "home" / ".nvm" / "versions" / "node" / "v20.0.0"
+    (prefix / "bin").mkdir(parents=True)
+    shutil.copy2(shutil.which("node"), prefix / "bin" / "node")
+    (prefix / "bin" / "marker-only-here").write_text("")
+    env = tool_env()
+    env["PATH"] = f"{prefix / 'bin'}{os.pathsep}{env['PATH']}"
+    inspection = inspect(repo, None, env)
+    assert f"Node {prefix / 'bin' / 'node'}" in " ".join(inspection.notes)
+    assert str(prefix / "bin") == inspection.view.path[0]
+    (repo / "test" / "which.test.js").write_text(
+        "const test = require('node:test');\nconst assert = require('node:assert');\n"
+        f"test('node', () => {{ assert.strictEqual(process.execPath, {json.dumps(str(prefix / 'bin' / 'node'))}); }});\n")
+    commit_all(repo, "which node")
+    [result] = validate(repo, ["node --test"], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail
+
+
+def test_a_vendoring_go_module_validates_from_its_vendor_folder(tmp_path):
+    import subprocess as sp
+
+    repo, env = go_project(tmp_path)
+    sp.run(["go", "mod", "vendor"], cwd=repo, env={**env, "GOFLAGS": "-mod=mod", "GOPROXY": "off"}, check=True,
+           capture_output=True)
+    commit_all(repo, "vendored")
+    env = {**env, "GOMODCACHE": str(tmp_path / "no-cache-at-all")}
+    inspection = inspect(repo, None, env)
+    assert "GOFLAGS" not in dict(inspection.view.env)
+    [result] = validate(repo, ["go test ./..."], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail
