@@ -319,9 +319,10 @@ def test_the_projects_own_node_from_a_version_manager_runs_the_tests(templates, 
     inspection = inspect(repo, None, env)
     assert f"Node {prefix / 'bin' / 'node'}" in " ".join(inspection.notes)
     assert str(prefix / "bin") == inspection.view.path[0]
+    expected = json.dumps(str(prefix / "bin" / "node"))
     (repo / "test" / "which.test.js").write_text(
         "const test = require('node:test');\nconst assert = require('node:assert');\n"
-        f"test('node', () => {{ assert.strictEqual(process.execPath, {json.dumps(str(prefix / 'bin' / 'node'))}); }});\n")
+        f"test('node', () => {{ assert.strictEqual(process.execPath, {expected}); }});\n")
     commit_all(repo, "which node")
     [result] = validate(repo, ["node --test"], env)
     assert result.passed, result.stdout_tail + result.stderr_tail
