@@ -82,6 +82,7 @@ toolchains:
 	$(call need,ls -d /usr/share/cargo/registry/itoa-1.* /usr/share/cargo/registry/memchr-2.*,librust-itoa-dev librust-memchr-dev,the Rust toolchain tests)
 	$(call npm_tool,$(NODE_TOOLS),pnpm@>=9 <13,node_modules/.bin/pnpm,tests/test_toolchains.py (pnpm))
 	$(call npm_tool,$(NODE_TOOLS),yarn@>=1.22 <2,node_modules/.bin/yarn,tests/test_toolchains.py (yarn))
+	$(call npm_tool,$(VENV)/yarn-berry,@yarnpkg/cli-dist@>=4 <5,node_modules/.bin/yarn,tests/test_toolchains.py (Yarn Plug'n'Play))
 
 install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
 

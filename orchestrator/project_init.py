@@ -103,6 +103,7 @@ def _ignore(repo: Path, wanted: list[str]) -> list[str]:
 def init_project(repo: Path, *, prefix: str | None = None, force: bool = False, actor: str | None = None) -> InitReport:
     """Set ``repo`` (a git checkout, or a folder inside one) up for ``mesh run``; see the module
     docstring. Raises InitError for a folder outside git or a toolchain that is not installed."""
+    from tracker.jsonl import import_jsonl
     from tracker.store import Tracker
     from orchestrator.workspace import TrackerUnavailable, open_found_tracker
 
@@ -133,10 +134,17 @@ def init_project(repo: Path, *, prefix: str | None = None, force: bool = False, 
         report.tracker = f"found: {tracker.path}"
         tracker.close()
     except TrackerUnavailable:
-        # bd's own default: the project's folder name.
-        prefix = prefix or re.sub(r"[^a-z0-9]", "", root.name.lower())[:12] or None
+        beads = root / ".beads"
+        if prefix is None and not (beads / "config.yaml").is_file():
+            # bd's own default: the project's folder name (a bd workspace's config.yaml names its own).
+            prefix = re.sub(r"[^a-z0-9]", "", root.name.lower())[:12] or None
         with Tracker.init(root, prefix=prefix, actor=actor) as tracker:
             report.tracker = f"created: {tracker.path} (prefix {tracker.get_config('issue_prefix')})"
+            export = beads / "issues.jsonl"
+            if export.is_file():
+                # A bd workspace shares its issues through git as this export: they become the tracker's.
+                imported = import_jsonl(tracker, export)
+                report.tracker += f"; imported {imported.created} issue(s) from {export}"
     report.ignored = _ignore(root, [*(line for f in inspection.found for line in f.gitignore), _TRACKER_IGNORE])
     install = [line.rsplit("with: ", 1)[-1] for line in report.missing]
     report.next = [*install, "git add mesh.toml .gitignore && git commit -m 'mesh configuration'",

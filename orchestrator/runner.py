@@ -35,7 +35,8 @@ from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 from orchestrator.workspace import TrackerUnavailable, open_found_tracker
 
-__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
+__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "NestedRunRefused", "refuse_nested_run", "run",
+           "run_task", "make_lander",
            "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
 
@@ -191,13 +192,11 @@ def base_check(config: MeshConfig, repo: Path, environment: ProjectView | None, 
     any worker call (``orchestrator.toolchains.base_check``); None when there is nothing to check.
     Raises RunError (exit 5, the task left open) when the base fails and failures are not allowed."""
     from orchestrator.toolchains.base_check import check_commands, run_base_check
-    from orchestrator.toolchains.view import inspect
 
     cfg = config.validation
     if not (config.integrate and cfg.base_check):
         return None
-    detected = inspect(repo, cfg).check_commands() if not cfg.check else []
-    commands = check_commands(cfg, detected)
+    commands = check_commands(cfg, list(environment.checks) if environment else [])
     if not commands:
         return None
     try:
@@ -205,6 +204,12 @@ def base_check(config: MeshConfig, repo: Path, environment: ProjectView | None, 
                                hidden=tracker_paths(tracker) if tracker is not None else ())
     except (SandboxUnavailable, ValueError) as exc:
         raise RunError(f"the base check could not run: {exc}", 2) from None
+    unrunnable = [r for r in check.results if r.get("rejected") or r.get("reason") == "not_found"]
+    if unrunnable:
+        # A check that cannot start is the configuration's mistake (a toolchain missing), not the base's.
+        raise RunError("the base check cannot run: " + "; ".join(
+            f"`{r['command']}`: {' '.join((r.get('stderr_tail') or r.get('reason') or '').split())[:200]}"
+            for r in unrunnable), 2)
     if not check.passed and not cfg.allow_failing_base:
         raise RunError(check.failure_text(), BASE_FAILING_EXIT)
     return check
@@ -379,14 +384,14 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 if not candidates:
                     return _idle(tracker, scope, options.ids)
         notes = sandbox_notes(config, environment)
-        if config.integrate:
-            start = lander.cut_base() if lander is not None else _head(repo)
-            checked = base_check(config, repo, environment, start, tracker)
-            if checked is not None:
-                notes.append(checked.line())
-                options.checked_base = checked
         backend = make_backend(config, options, tracker)
         try:
+            if config.integrate:
+                start = lander.cut_base() if lander is not None else _head(repo)
+                checked = base_check(config, repo, environment, start, tracker)
+                if checked is not None:
+                    notes.append(checked.line())
+                    options.checked_base = checked
             report = _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
                                      lander, notes=notes, environment=environment)
             if lander is not None:

@@ -147,7 +147,9 @@ def test_compare_base_off_lets_a_smaller_suite_pass_and_counts_no_base(ws, monke
     _four_test_files(ws)
     materialized = spy_materialize(monkeypatch)
     patch = PATCH_FEATURE + deleted_file("tests/test_more_c.py", TWO_TESTS)
-    code, report, res = run_patch(ws, patch, None, "--config", _with_validation_key(ws, "compare_base = false"))
+    # The base check (a feature of its own) is off too: nothing at all runs on the base.
+    code, report, res = run_patch(ws, patch, None, "--config",
+                                  _with_validation_key(ws, "compare_base = false\nbase_check = false"))
     assert code == 0, res.output
     [proof] = proofs(ws)
     assert proof["base_tests"] is None and proof["results"][0]["tests"]["ran"] == 9

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli.main import cli
+from tests.conftest import BEADS_REAL
 from tests.runkit import happy_script, r, synthesis
 from tests.toolchainkit import commit_all, git, go_project, hatch_project, node_project, rust_project, tool_env
 from tracker.store import Tracker
@@ -99,3 +100,24 @@ def test_mesh_init_names_the_install_of_dependencies_not_installed_and_keeps_a_c
 def test_mesh_init_outside_git_is_a_usage_error(tmp_path):
     result = mesh(tool_env(), "init", "--repo", str(tmp_path))
     assert result.exit_code == 2 and "git init" in result.output
+
+
+def test_mesh_init_in_a_bd_workspace_imports_its_export_under_its_own_prefix(tmp_path):
+    from tests.toolchainkit import init_repo
+
+    repo = tmp_path / "bdproject"
+    init_repo(repo)
+    (repo / ".beads").mkdir()
+    (repo / ".beads" / "config.yaml").write_text("issue-prefix: web\n")
+    export = BEADS_REAL / "dolt-era-704.jsonl"
+    if not export.exists():
+        pytest.skip("../shared/data/beads-real/ is not beside the project")
+    shutil.copy(export, repo / ".beads" / "issues.jsonl")
+    (repo / "app.py").write_text("X = 1\n")
+    commit_all(repo)
+    result = mesh(tool_env(XDG_CACHE_HOME=str(tmp_path / "cache")), "init", "--repo", str(repo))
+    assert result.exit_code == 0, result.output
+    assert "(prefix web); imported 704 issue(s)" in result.output
+    with Tracker(repo / ".beads" / "mesh.db", actor="tester") as tracker:
+        assert tracker.get_config("issue_prefix") == "web" and len(tracker.list(status=["open", "closed"],
+                                                                                 limit=0)) > 0

@@ -47,8 +47,8 @@ def test_without_a_terminal_run_prints_plain_progress_lines(tmp_path):
     assert lines[0].startswith("orch_preflight orch_run_id=")
     # Preflight's lines about the sandboxes follow it, then the checkpoints' lines.
     notes = [line for line in lines[1:] if not line.startswith("[orch:")]
-    assert lines[1:1 + len(notes)] == notes and [n.split(":")[0] for n in notes] == [
-        "configuration", "validation environment", "validation limits"], lines
+    assert lines[1:1 + len(notes)] == notes and [n.split(":")[0].split(" on ")[0] for n in notes] == [
+        "configuration", "validation environment", "validation limits", "base check"], lines
     assert lines[-1] == "[orch:outcome] outcome: closed"
     assert "\x1b" not in done.stderr and "mesh run" not in done.stderr  # no live view, no escapes
     assert "critic_b: fine \\u001b[2J really" in done.stderr

@@ -40,7 +40,8 @@ class Project:
         self.db.parent.mkdir()
         with Tracker.init(self.db.parent, prefix="tc", actor="tester", db_path=self.db) as tracker:
             self.task = tracker.create(TASK_TITLE, labels=["plan:t"], description="Add it.",
-                                       acceptance_criteria="the tests pass", design="a small change", notes="none")["id"]
+                                       acceptance_criteria="the tests pass", design="a small change",
+                                       notes="none")["id"]
 
     def patch(self, files: dict[str, str], on: dict[str, str] | None = None) -> str:
         """The unified diff that turns the committed tree (with ``on`` written: an earlier patch's
@@ -96,7 +97,8 @@ def with_revision(script: dict, fix: str, commands: list[str]) -> dict:
     return script
 
 
-MINUTES = "const ms = require('ms');\nexports.seconds = (text) => ms(text) / 1000;\nexports.minutes = (text) => ms(text) / 60000;\n"
+MINUTES = ("const ms = require('ms');\nexports.seconds = (text) => ms(text) / 1000;\n"
+           "exports.minutes = (text) => ms(text) / 60000;\n")
 MINUTES_BROKEN = MINUTES.replace("60000", "6000")
 MINUTES_TEST = """const test = require('node:test');
 const assert = require('node:assert');
@@ -167,7 +169,8 @@ def test_a_patch_writing_into_node_modules_never_lands(node):
 def test_a_go_task_closes_offline(tmp_path):
     repo, env = go_project(tmp_path)
     project = Project(tmp_path, repo, ["go test ./..."], env)
-    source = (repo / "gop.go").read_text() + "\n// Differ tells whether two slices differ.\nfunc Differ(a, b []int) bool { return !Same(a, b) }\n"
+    source = (repo / "gop.go").read_text() + ("\n// Differ tells whether two slices differ.\n"
+                                              "func Differ(a, b []int) bool { return !Same(a, b) }\n")
     patch = project.patch({"gop.go": source})
     code, report, result = project.run(script_for(patch, ["go test ./..."]))
     assert code == 0 and report["outcome"] == "closed", result.output

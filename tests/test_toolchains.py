@@ -7,6 +7,8 @@ project whose dependencies are not installed is refused with the command that in
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,8 @@ from orchestrator.sandbox.validation import run_validation
 from orchestrator.toolchains.base import DependenciesMissing
 from orchestrator.toolchains.caches import project_cache_root, prune
 from orchestrator.toolchains.view import inspect
-from tests.toolchainkit import (commit_all, go_project, hatch_project, node_project, rust_project, tool_env,
-                                ts_project)
+from tests.toolchainkit import (commit_all, go_project, hatch_project, node_project, pnp_project, rust_project,
+                                tool_env, ts_project, vitest_project)
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +51,21 @@ def test_a_node_project_imports_its_installed_dependency(templates, tmp_path, ma
     assert result.passed, result.stdout_tail + result.stderr_tail
 
 
+def test_a_yarn_plug_n_play_project_resolves_through_its_pnp_files(templates, tmp_path):
+    repo, env = pnp_project(templates, tmp_path)
+    assert not (repo / "node_modules").exists()
+    inspection = inspect(repo, None, env)
+    assert {m.target for m in inspection.view.mounts} >= {".pnp.cjs", ".yarn/cache"}
+    [result] = validate(repo, ["yarn test"], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    import shutil
+
+    shutil.rmtree(repo / ".yarn" / "cache")
+    (repo / ".pnp.cjs").unlink()
+    with pytest.raises(DependenciesMissing, match="yarn install --immutable"):
+        inspect(repo, None, env)
+
+
 def test_a_failing_node_test_fails_and_names_its_error(templates, tmp_path):
     repo = node_project(templates, tmp_path)
     (repo / "index.js").write_text("const ms = require('ms');\nexports.seconds = (text) => ms(text);\n")
@@ -78,7 +95,7 @@ test('writes', () => {
     assert not (repo / "node_modules" / ".cache" / "tool").exists()
     cached = list(project_cache_root(repo).rglob("entry"))
     assert [p.read_text() for p in cached] == ["cached"]
-    assert "node_modules" not in json.dumps(__import__("subprocess").run(
+    assert "node_modules" not in json.dumps(subprocess.run(
         ["git", "-C", str(repo), "ls-files"], capture_output=True, text=True).stdout)
 
 
@@ -99,6 +116,14 @@ def test_typescript_checks_with_tsc(templates, tmp_path):
     commit_all(repo, "a type error")
     [failing] = validate(repo, ["npm test"])
     assert not failing.passed and "TS2322" in failing.stdout_tail + failing.stderr_tail
+
+
+def test_vitest_runs_with_its_vite_cache_outside_the_tree(templates, tmp_path):
+    repo = vitest_project(templates, tmp_path)
+    [result] = validate(repo, ["npm test"])
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    assert list(project_cache_root(repo).glob("node/*.vite/vitest/*/results.json"))
+    assert not list((repo / "node_modules" / ".vite").rglob("results.json"))
 
 
 def test_a_go_module_tests_offline_from_its_module_cache(tmp_path):
@@ -244,3 +269,74 @@ def test_a_python_service_with_a_typescript_front_end_is_both(tmp_path):
     [mount] = [m for m in inspection.view.mounts if m.target == "web/node_modules"]
     assert mount.in_tree and not mount.writable
     assert any(note.startswith("toolchain node (npm) in web/") for note in inspection.notes)
+
+
+def test_a_crate_whose_dependencies_are_not_fetched_is_refused_with_cargo_fetch(tmp_path):
+    repo = rust_project(tmp_path)
+    manifest = repo / "Cargo.toml"
+    manifest.write_text(manifest.read_text() + 'not-in-any-registry-here = "1"\n')
+    commit_all(repo, "a dependency nobody fetched")
+    with pytest.raises(DependenciesMissing, match="cargo fetch"):
+        inspect(repo, None, tool_env())
+
+
+def test_the_cargo_registry_is_read_only_and_the_target_folder_never_lands(tmp_path):
+    repo = rust_project(tmp_path)
+    cargo_home = tmp_path / "cargo-home"
+    (cargo_home / "registry" / "src").mkdir(parents=True)
+    (cargo_home / "registry" / "src" / "kept.txt").write_text("the user's")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "plant.rs").write_text("""#[test]
+fn plant() {
+    let home = std::env::var("CARGO_HOME").unwrap();
+    assert!(std::fs::write(format!("{home}/registry/src/kept.txt"), "planted").is_err());
+    assert!(std::fs::write(format!("{home}/registry/planted.txt"), "planted").is_err());
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap();
+    std::fs::write(format!("{target}/from-a-test.txt"), "cache").unwrap();
+}
+""")
+    commit_all(repo, "a test that plants")
+    env = tool_env(CARGO_HOME=str(cargo_home), RUSTUP_HOME=str(Path.home() / ".rustup"))
+    [result] = validate(repo, ["cargo test"], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail
+    assert (cargo_home / "registry" / "src" / "kept.txt").read_text() == "the user's"
+    assert not (cargo_home / "registry" / "planted.txt").exists()
+    assert "from-a-test.txt" not in subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True,
+                                                   text=True).stdout
+
+
+def test_the_projects_own_node_from_a_version_manager_runs_the_tests(templates, tmp_path):
+    import shutil
+
+    repo = node_project(templates, tmp_path)
+    # A version manager's Node (nvm's layout), under a HOME of its own: not the system's.
+    prefix = tmp_path / "home" / ".nvm" / "versions" / "node" / "v20.0.0"
+    (prefix / "bin").mkdir(parents=True)
+    shutil.copy2(shutil.which("node"), prefix / "bin" / "node")
+    (prefix / "bin" / "marker-only-here").write_text("")
+    env = tool_env()
+    env["PATH"] = f"{prefix / 'bin'}{os.pathsep}{env['PATH']}"
+    inspection = inspect(repo, None, env)
+    assert f"Node {prefix / 'bin' / 'node'}" in " ".join(inspection.notes)
+    assert str(prefix / "bin") == inspection.view.path[0]
+    expected = json.dumps(str(prefix / "bin" / "node"))
+    (repo / "test" / "which.test.js").write_text(
+        "const test = require('node:test');\nconst assert = require('node:assert');\n"
+        f"test('node', () => {{ assert.strictEqual(process.execPath, {expected}); }});\n")
+    commit_all(repo, "which node")
+    [result] = validate(repo, ["node --test"], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail
+
+
+def test_a_vendoring_go_module_validates_from_its_vendor_folder(tmp_path):
+    import subprocess as sp
+
+    repo, env = go_project(tmp_path)
+    sp.run(["go", "mod", "vendor"], cwd=repo, env={**env, "GOFLAGS": "-mod=mod", "GOPROXY": "off"}, check=True,
+           capture_output=True)
+    commit_all(repo, "vendored")
+    env = {**env, "GOMODCACHE": str(tmp_path / "no-cache-at-all")}
+    inspection = inspect(repo, None, env)
+    assert "GOFLAGS" not in dict(inspection.view.env)
+    [result] = validate(repo, ["go test ./..."], env)
+    assert result.passed, result.stdout_tail + result.stderr_tail

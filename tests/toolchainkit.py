@@ -2,7 +2,7 @@
 
 - Node: a package depending on ``ms`` from the npm registry, installed with npm, pnpm or Yarn
   (``make test`` installs pnpm and Yarn beside the venv), tested by ``node --test``; a
-  TypeScript package checked by ``tsc --noEmit``.
+  TypeScript package checked by ``tsc --noEmit``; a Vitest package.
 - Go: a module requiring ``github.com/google/go-cmp``, whose source comes from Debian's
   ``golang-github-google-go-cmp-dev``: served as a file-system module proxy made here, then
   downloaded into a module cache of the test's own with ``go mod download``, as a user's is.
@@ -30,6 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_TOOLS = ROOT / ".venv" / "node-tools" / "node_modules" / ".bin"
+YARN_BERRY = ROOT / ".venv" / "yarn-berry" / "node_modules" / ".bin"
 GO_CMP = Path("/usr/share/gocode/src/github.com/google/go-cmp")
 CARGO_REGISTRY = Path("/usr/share/cargo/registry")
 REQUIRED = os.environ.get("MESH_REQUIRE_TOOLCHAINS") == "1"
@@ -139,6 +140,56 @@ def ts_project(template_root: Path, tmp_path: Path) -> Path:
     repo = tmp_path / "tsp"
     shutil.copytree(template, repo, symlinks=True)
     return repo
+
+
+def vitest_project(template_root: Path, tmp_path: Path) -> Path:
+    """A Vitest project (``vitest@3`` from the npm registry, which Node 20 runs): Vite writes its
+    cache into ``node_modules/.vite`` and parses with WebAssembly."""
+    npm = need("npm", "the Vitest project")
+    template = template_root / "vitest"
+    if not template.exists():
+        build = template_root / "vitest.build"
+        shutil.rmtree(build, ignore_errors=True)
+        init_repo(build)
+        (build / "package.json").write_text(json.dumps({
+            "name": "vt", "version": "1.0.0", "private": True, "type": "module",
+            "scripts": {"test": "vitest run"}, "devDependencies": {"vitest": "^3"}}, indent=2) + "\n")
+        (build / "src").mkdir()
+        (build / "src" / "add.js").write_text("export const add = (a, b) => a + b;\n")
+        (build / "src" / "add.test.js").write_text(
+            "import { test, expect } from 'vitest';\nimport { add } from './add.js';\n"
+            "test('add', () => { expect(add(1, 2)).toBe(3); });\n")
+        (build / ".gitignore").write_text("node_modules/\n")
+        _run([npm, *_INSTALL["npm"]], build, tool_env())
+        commit_all(build)
+        build.rename(template)
+    repo = tmp_path / "vt"
+    shutil.copytree(template, repo, symlinks=True)
+    return repo
+
+
+def pnp_project(template_root: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A Yarn Plug'n'Play project (Yarn 4 from the npm registry): no node_modules, a ``.pnp.cjs``
+    and ``.yarn/cache`` ignored. Returns it and the environment with that Yarn first on PATH."""
+    yarn = YARN_BERRY / "yarn"
+    if not yarn.exists():
+        need("a program that is not there", "Yarn 4 (@yarnpkg/cli-dist)")
+    env = tool_env(COREPACK_ENABLE_STRICT="0")
+    env["PATH"] = f"{YARN_BERRY}{os.pathsep}{env['PATH']}"
+    template = template_root / "pnp"
+    if not template.exists():
+        build = template_root / "pnp.build"
+        shutil.rmtree(build, ignore_errors=True)
+        init_repo(build)
+        write_node_package(build)
+        (build / ".yarnrc.yml").write_text("nodeLinker: pnp\nenableGlobalCache: false\nenableTelemetry: false\n")
+        (build / ".gitignore").write_text(".yarn/cache\n.yarn/install-state.gz\n.pnp.*\n")
+        _run([str(yarn), "install"], build, env)
+        commit_all(build)
+        build.rename(template)
+    repo = tmp_path / "pnp"
+    shutil.copytree(template, repo, symlinks=True)
+    return repo, env
 
 
 def go_proxy(folder: Path) -> Path:

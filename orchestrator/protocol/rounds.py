@@ -241,6 +241,11 @@ class Rounds:
             if self.base_tests is None:
                 stored = [cp.payload.get("artifact") for step, cp in self.memo.items() if step[0] == "proof"]
                 self.base_tests = BaseTests.resumed(stored, self.worktree.base)
+                if self.base_check is not None and self.base_check.commit == self.base_tests.commit:
+                    # The base check ran these commands on this very tree: its counts serve.
+                    for result in self.base_check.results:
+                        if result.get("passed") and result.get("tests"):
+                            self.base_tests.counts.setdefault(result["command"], result["tests"])
             base = self.base_tests
             results = base.judge(results, lambda wanted: run(wanted, base.commit))
         if self.base_check is not None and cfg.allow_failing_base:

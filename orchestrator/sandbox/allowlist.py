@@ -146,7 +146,7 @@ def explain(command: str, allow: Sequence[str]) -> str:
         return "it cannot be split into arguments"
     if not allow:
         return "validation.allow is empty"
-    best: tuple[int, str] | None = None
+    best: tuple[int, str, bool] | None = None
     for entry in allow:
         try:
             template = parse_allow_entry(entry)
@@ -172,6 +172,8 @@ def explain(command: str, allow: Sequence[str]) -> str:
                 problem = (f"{argv[len(template)]!r} and what follows are more arguments than {entry!r} takes"
                            " (end the entry with {args...} to admit plain arguments)")
         line = f"closest entry {entry!r}: {problem}"
-        if best is None or matched > best[0]:
-            best = (matched, line)
+        # On a tie the entry with a placeholder explains more (why a token did not fit it).
+        templated = PATH_PLACEHOLDER in template or ARGS_PLACEHOLDER in template
+        if best is None or matched > best[0] or (matched == best[0] and templated and not best[2]):
+            best = (matched, line, templated)
     return best[1] if best else "no entry of validation.allow can be parsed"

@@ -12,7 +12,7 @@ bwrap is started with the already cleaned environment: inside the sandbox
 the parent's whole environment readable there. Values are never put on bwrap's command
 line either (``--setenv``), because every local user can read a command line with ``ps``.
 
-Limits (CPU time, address space, file size) are set with ``setrlimit`` in the child before
+Limits (CPU time, memory written, file size) are set with ``setrlimit`` in the child before
 bwrap is executed, so they hold for bwrap and everything it starts; the whole tree's memory
 and process count are capped by a control group where the machine allows one
 (``orchestrator.sandbox.cgroups``), and every tmpfs a sandbox writes to has a size.
@@ -97,7 +97,7 @@ class Limits:
     ``cpu_s`` is CPU seconds per process (SIGXCPU, then SIGKILL a second later),
     ``file_size_mb`` the largest file a process may write. ``memory_mb`` caps the memory of
     the whole process tree, its ``/tmp`` and HOME included, where a control group can be
-    made (else it is each process's address space, RLIMIT_AS, which holds anyway) and is the
+    made (else each process's written memory, RLIMIT_DATA) and is the
     size of the sandbox's ``/tmp``. ``max_processes`` caps the tree's processes (a control
     group; without one, RLIMIT_NPROC where the sandbox has a user of its own).
     ``tree_growth_mb`` is how much the copy of the tree under test may grow.
@@ -109,14 +109,20 @@ class Limits:
     max_processes: int | None = 512
     tree_growth_mb: int | None = 1024
 
-    def apply(self) -> None:
-        """Set the limits on the calling process (meant to run in a child before exec)."""
+    def apply(self, *, per_process_memory: bool = True) -> None:
+        """Set the limits on the calling process (meant to run in a child before exec).
+
+        Memory per process is ``RLIMIT_DATA`` (what a process writes: heap and private
+        mappings), not ``RLIMIT_AS``: V8's WebAssembly, Go and the JVM reserve address space
+        far beyond what they use, and an address-space cap breaks them (Vitest's parser runs in
+        WebAssembly). Without ``per_process_memory`` (a control group caps the whole tree's
+        memory) none is set."""
         if self.cpu_s:
             seconds = max(1, int(self.cpu_s + 0.999))
             resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
-        if self.memory_mb:
+        if self.memory_mb and per_process_memory:
             size = int(self.memory_mb) << 20
-            resource.setrlimit(resource.RLIMIT_AS, (size, size))
+            resource.setrlimit(resource.RLIMIT_DATA, (size, size))
         if self.file_size_mb:
             size = int(self.file_size_mb) << 20
             resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))

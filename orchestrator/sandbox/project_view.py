@@ -59,6 +59,8 @@ class ProjectView:
     env: tuple[tuple[str, str], ...] = ()
     carried: tuple[str, ...] = ()
     setup: tuple[str, ...] = ()
+    # The detected toolchains' check commands (the base check's, unless configured).
+    checks: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property

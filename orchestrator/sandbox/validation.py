@@ -182,7 +182,7 @@ def _run_one(
     def prepare() -> None:
         if group is not None:
             group.join()
-        limits.apply()
+        limits.apply(per_process_memory=group is None)
         if nproc:
             # The sandbox's user has no other process on the host: RLIMIT_NPROC counts its tree.
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))

@@ -65,8 +65,8 @@ class Go:
         if not vendored:
             found.env["GOFLAGS"] = "-mod=mod"
         where = ", ".join(f"{m}/" if m else "the root" for m in modules)
-        found.sees += [f"modules in {where}",
-                       f"module cache {modcache} read-only" + (f"; vendored: {', '.join(vendored)}" if vendored else ""),
+        vendor_note = f"; vendored: {', '.join(vendored)}" if vendored else ""
+        found.sees += [f"modules in {where}", f"module cache {modcache} read-only{vendor_note}",
                        "GOPROXY=off, GOTOOLCHAIN=local", "GOCACHE kept outside the tree"]
         if "" in modules:
             found.check = "go test ./..."

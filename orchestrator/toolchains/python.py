@@ -17,7 +17,6 @@ commit has no file of that path.
 from __future__ import annotations
 
 import configparser
-import importlib.util
 import tomllib
 from pathlib import Path
 
@@ -95,16 +94,28 @@ class Python:
                           else "mesh's own Python (the project declares no dependency)")
         if found.carried:
             found.sees.append("generated files carried from the checkout: " + ", ".join(found.carried))
-        has_pytest = _has_pytest(Path(environment.prefix)) if environment else importlib.util.find_spec("pytest")
-        runner = "pytest" if has_pytest else "unittest"
+        runner = "pytest" if _uses_pytest(project) else "unittest"
         found.check = f"python -m {runner}"
         found.allow = [found.check, f"python -m {runner} {{args...}}"]
         return [found]
 
 
-def _has_pytest(prefix: Path) -> bool:
-    return any(prefix.glob("lib/python3*/site-packages/pytest/__init__.py")) or any(
-        prefix.glob("lib/python3*/site-packages/_pytest"))
+def _uses_pytest(project: Project) -> bool:
+    """The project configures pytest (its own ini file, a ``conftest.py``, a ``[tool.pytest]``
+    table, or pytest among its test dependencies); else its tests are taken for unittest's."""
+    if any(project.tracked_named(name) for name in ("pytest.ini", "conftest.py")):
+        return True
+    tool = _pyproject(project.root).get("tool", {})
+    if "pytest" in tool:
+        return True
+    for name in ("setup.cfg", "tox.ini", "pyproject.toml"):
+        try:
+            text = (project.root / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "[tool:pytest]" in text or "[pytest]" in text or '"pytest' in text or "'pytest" in text:
+            return True
+    return False
 
 
 TOOLCHAIN = Python()

@@ -68,6 +68,14 @@ def _carried(project: Project, patterns: list[str]) -> list[str]:
     return out
 
 
+def _few(paths: list[str], shown: int = 3) -> str:
+    """``a, b, c and 40 more (.mo)``: a long list of files named by its first few and its kinds."""
+    if len(paths) <= shown + 1:
+        return ", ".join(paths)
+    kinds = sorted({os.path.splitext(path)[1] or os.path.basename(path) for path in paths[shown:]})
+    return f"{', '.join(paths[:shown])} and {len(paths) - shown} more ({', '.join(kinds)})"
+
+
 def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None = None, *,
             check_installed: bool = True) -> Inspection:
     """Detect the toolchains of ``repo`` and build the validation view; raises
@@ -92,9 +100,10 @@ def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None 
     notes = [python.describe() if python else
              "validation environment: mesh's own Python (the project declares no Python dependency)"]
     notes += [item.describe() for item in found if item.toolchain != "python"]
-    notes += [f"generated files carried from the checkout: {', '.join(carried)}"] if carried else []
+    notes += [f"generated files carried from the checkout: {_few(carried)}"] if carried else []
     notes += [f"setup before each validation command: {'; '.join(setup)}"] if setup else []
     notes += pruned
     view = ProjectView(project_root=str(project.root), python=python, mounts=tuple(mounts), path=tuple(path),
-                       env=tuple(sorted(env.items())), carried=tuple(carried), setup=setup, notes=tuple(notes))
+                       env=tuple(sorted(env.items())), carried=tuple(carried), setup=setup,
+                       checks=tuple(f.check for f in found if f.check), notes=tuple(notes))
     return Inspection(found=found, view=view, notes=notes)
