@@ -363,6 +363,9 @@ class MeshConfig(_Strict):
     worker_network: Literal["auto", "isolated", "host"] = "auto"
     worker_loopback_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
     worker_limits: WorkerLimitsConfig = Field(default_factory=WorkerLimitsConfig)
+    # Folders or files a command worker may read besides what it sees anyway (docs/workers.md):
+    # never HOME, nor one holding the repository or the tracker.
+    worker_read_only: list[str] = Field(default_factory=list)
     models: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODELS))
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     protected_branches: list[str] = Field(default_factory=lambda: list(ALWAYS_PROTECTED))

@@ -165,9 +165,14 @@ def _worker_launcher(config: MeshConfig, options: RunOptions, tracker: Tracker |
     hidden = tracker_paths(tracker) if tracker is not None else []
     if options.db and not is_url(options.db):
         hidden.append(str(options.db))
-    return worker_launcher(bwrap, home=config.worker_home, private_root=cache_dir() / "mesh-worker-homes",
-                           repo=repo, hidden=hidden, shielded=[repo, worktrees], network=config.worker_network,
-                           extra_ports=config.worker_loopback_ports, limits=config.worker_limits.limits)
+    try:
+        return worker_launcher(bwrap, home=config.worker_home, private_root=cache_dir() / "mesh-worker-homes",
+                               repo=repo, hidden=hidden, shielded=[repo, worktrees], network=config.worker_network,
+                               extra_ports=config.worker_loopback_ports, limits=config.worker_limits.limits,
+                               read_only=[str(repo / path) if not os.path.isabs(path) else path
+                                          for path in config.worker_read_only])
+    except ValueError as exc:
+        raise RunError(str(exc), 2) from None
 
 
 def project_environment(config: MeshConfig, repo: Path) -> ProjectView | None:

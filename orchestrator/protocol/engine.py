@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from roles.backends.base import Backend, Usage, WorkerRequest, WorkerResponse
+from roles.backends.base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
 from roles.definitions import CRITIC_ROLES, REVIEWER
 from roles.parsing import ParseError, ParsedResponse, parse_response
 from roles.prompts import build_prompt
@@ -165,6 +165,10 @@ class Engine(Rounds, ReviewCycles, Closing):
             return self._block(blocked)
         except ConfigMistake as mistake:
             return self._stop_for_config(mistake)
+        except BackendError as exc:
+            # A worker that cannot be called at all (a program that cannot start, a missing key)
+            # is the configuration's mistake: every later call would fail the same way.
+            return self._stop_for_config(ConfigMistake(str(exc)))
         except SendBack:
             return self._finish("sent_back")
 

@@ -94,7 +94,13 @@ def empty(folder):
             except OSError:
                 pass
 copy(keep, home)
-code = subprocess.call(sys.argv[5:])
+try:
+    code = subprocess.call(sys.argv[5:])
+except OSError as exc:
+    # The program cannot start here (its interpreter is nowhere the sandbox shows): say so in
+    # words mesh recognises, so the run ends as a configuration mistake, not as a worker's failure.
+    sys.stderr.write("mesh-carry: cannot execute %s: %s\n" % (sys.argv[5], exc.strerror or exc))
+    code = 127
 info = os.statvfs(home)
 empty(keep)
 if info.f_bavail * info.f_frsize < 262144:

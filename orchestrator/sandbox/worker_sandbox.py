@@ -245,6 +245,31 @@ def program_binds(program: str, _depth: int = 0) -> list[str]:
     return [path for path in dict.fromkeys(found) if os.path.lexists(path)]
 
 
+def _may_show(path: str, guarded: Sequence[str], home: str) -> bool:
+    """A folder a worker may see: not ``/``, not HOME, holding none of ``guarded``."""
+    real = os.path.realpath(path)
+    if real in ("/", os.path.realpath(home)) or path in ("/", home):
+        return False
+    return not any(covered(os.path.realpath(g), [real]) or covered(g, [path]) for g in guarded)
+
+
+def _script_folders(argv: Sequence[str], guarded: Sequence[str], home: str) -> list[str]:
+    """The folders of the worker's own script files (a loose program with a shebang line, a script
+    named by absolute path among its arguments), when a worker may see them (``_may_show``)."""
+    shown = visible_roots()
+    # A script (a shebang line), not a binary: an installed CLI's folder is not its to read.
+    loose = argv and os.path.abspath(argv[0]) in program_binds(argv[0]) and _shebang(os.path.realpath(argv[0]))
+    files = [argv[0]] if loose else []
+    files += [arg for arg in argv[1:] if os.path.isabs(arg) and os.path.isfile(arg)]
+    folders = []
+    for path in files:
+        # Where the script really is (Python puts that folder on sys.path), not a link farm's.
+        folder = os.path.dirname(os.path.realpath(path))
+        if not covered(folder, shown) and _may_show(folder, guarded, home) and folder not in folders:
+            folders.append(folder)
+    return folders
+
+
 def loopback_ports(env: Mapping[str, str]) -> list[int]:
     """The loopback ports named by URL values in ``env`` (a model endpoint on this machine)."""
     ports: set[int] = set()
@@ -331,7 +356,8 @@ class WorkerLimits:
 def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | None = None,
                     repo: str | Path | None = None, hidden: Sequence[str | Path] = (),
                     shielded: Sequence[str | Path] = (), network: str = "auto",
-                    extra_ports: Sequence[int] = (), limits: WorkerLimits = WorkerLimits()) -> Launcher:
+                    extra_ports: Sequence[int] = (), limits: WorkerLimits = WorkerLimits(),
+                    read_only: Sequence[str | Path] = ()) -> Launcher:
     """A launcher for the ``command`` backend that runs each worker call inside bwrap (see the
     module docstring for what a worker sees).
 
@@ -342,7 +368,13 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
     repository, mesh's worktrees); ``network`` is ``auto`` (an own namespace where pasta
     works), ``isolated`` (an own namespace or the call fails) or ``host``; ``extra_ports``
     are loopback ports forwarded besides those named in the worker's environment; ``limits``
-    cap each call (its tree's memory and processes, its private HOME's growth).
+    cap each call (its tree's memory and processes, its private HOME's growth); ``read_only``
+    are folders or files shown read-only besides (``worker_read_only``: a model's weights, a
+    tool's data), ValueError for one that is HOME or holds the repository or the tracker.
+
+    A worker script may read the folder it lives in (the program's own, when it is a loose file,
+    and that of a script named by absolute path among its arguments), read-only, unless that
+    folder is HOME, or holds the repository, mesh's worktrees or the tracker.
     """
     if home not in WORKER_HOMES:
         raise ValueError(f"worker home must be one of {', '.join(WORKER_HOMES)}, not {home!r}")
@@ -359,6 +391,12 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
     isolate = network == "isolated" or (network == "auto" and network_problem(bwrap) is None)
     fixed_hidden = [os.path.abspath(path) for path in hidden]
     fixed_shield = [os.path.abspath(path) for path in shielded]
+    guarded = [*fixed_hidden, *fixed_shield, str(root)]
+    extra = [os.path.abspath(path) for path in read_only]
+    for path in extra:
+        if not _may_show(path, guarded, os.path.expanduser("~")):
+            raise ValueError(f"worker_read_only {path} is HOME or holds the repository, mesh's worktrees or the"
+                             " tracker: a worker may not see it")
 
     def launch(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> Launch:
         run_env = {name: value for name, value in env.items() if name != SIGNING_KEY_ENV}
@@ -391,6 +429,9 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
         read_only += [(path, path) for path in program_binds(argv[0])]
         read_only += [(arg, arg) for arg in argv[1:] if os.path.isabs(arg) and os.path.exists(arg)
                       and not covered(arg, visible_roots())]
+        home_dir = real_home if usable else os.path.expanduser("~")
+        read_only += [(path, path) for path in _script_folders(argv, guarded, home_dir)]
+        read_only += [(path, path) for path in extra if os.path.exists(path)]
         if cwd is not None:
             work = os.path.abspath(cwd)
             read_only.append((work, work))

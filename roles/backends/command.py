@@ -88,8 +88,9 @@ WORKER_MARKER = "MESH_WORKER"
 _NEVER_PASSED = "MESH_SIGNING_KEY"
 
 _STDERR_TAIL_CHARS = 2000
-# What bwrap (or setpriv, dropping root) says when the program itself cannot be executed.
-_CANNOT_START = re.compile(r"(bwrap: execvp |setpriv: failed to execute |bwrap: Can't find source path )")
+# What bwrap, setpriv (dropping root) or mesh's HOME carrier say when the program itself cannot be executed.
+_CANNOT_START = re.compile(r"^(bwrap: execvp |setpriv: failed to execute |bwrap: Can't find source path"
+                           r" |mesh-carry: cannot execute )", re.M)
 # After a kill, how long to wait for the pipes to close; a grandchild that left the
 # process group could otherwise hold them open forever.
 _REAP_TIMEOUT_S = 5.0
@@ -208,10 +209,12 @@ def run_process(argv: Sequence[str], env: Mapping[str, str], request: WorkerRequ
     if hit is not None:
         return _failed(started, hit)
     stderr_tail = errors.text()[-_STDERR_TAIL_CHARS:].strip()
-    if process.returncode != 0 and _CANNOT_START.match(stderr_tail):
+    cannot_start = _CANNOT_START.search(stderr_tail) if process.returncode != 0 else None
+    if cannot_start:
         # Not the model's answer failing: the program never started (it, or its interpreter, is
         # not where the sandbox shows files). Every later call would fail the same way.
-        raise BackendError(f"the worker command {program} cannot start in its sandbox: {stderr_tail.splitlines()[0]}"
+        line = stderr_tail[cannot_start.start():].splitlines()[0]
+        raise BackendError(f"the worker command {program} cannot start in its sandbox: {line}"
                            "; a file it needs may lie where the worker sandbox shows nothing (name the folder in"
                            " worker_read_only in mesh.toml; docs/workers.md says what a worker sees)")
     return Finished(
