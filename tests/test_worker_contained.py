@@ -261,14 +261,19 @@ def test_a_flooded_answer_fails_typed_and_keeps_mesh_memory_bounded(tmp_path):
     flooder.write_text("import sys\nchunk = b'x' * (1 << 20)\nfor _ in range(300):\n"
                        "    sys.stdout.buffer.write(chunk)\nprint('{\"vote\": \"agree\"}')\n")
     probe = textwrap.dedent(f"""
-        import json, resource, sys
+        import json, sys
         from roles.backends import CommandBackend, WorkerRequest
         from roles.prompts import Prompt
+        def peak_mb():
+            # VmHWM belongs to this process's own memory since exec (ru_maxrss would start from
+            # the memory of the pytest process that forked it).
+            status = open("/proc/self/status").read().splitlines()
+            return int(next(line.split()[1] for line in status if line.startswith("VmHWM:"))) >> 10
         backend = CommandBackend({sys.executable!r} + " " + {str(flooder)!r}, 120, max_output_bytes=1 << 20)
         response = backend.call(WorkerRequest(role="proposer", round="vote", task_id="t", run_id="r", attempt=1,
                                               prompt=Prompt("x", "")))
         print(json.dumps({{"text": response.text, "error": response.error, "detail": response.detail,
-                          "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}}))
+                          "peak_mb": peak_mb()}}))
     """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1])
