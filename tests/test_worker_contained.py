@@ -299,6 +299,20 @@ def test_a_worker_tree_past_its_memory_or_process_cap_fails_naming_it(tmp_path, 
     assert answer is not None and answer["children"] == 4, detail
 
 
+def test_without_a_control_group_memory_is_capped_per_process(tmp_path, bwrap, monkeypatch):
+    """Where no control group can be made, each process of the call gets RLIMIT_DATA: the
+    allocation fails inside the worker (which cannot answer), and preflight says which caps
+    hold."""
+    monkeypatch.setattr(cgroups, "probe", lambda: "no control group in this test")
+    repo = _repo(tmp_path / "repo")
+    calls = Calls(tmp_path, bwrap, limits=WorkerLimits(memory_mb=256))
+    answer, detail = calls.ask(repo, "t-1", alloc_mb=600)
+    assert answer is None and "MemoryError" in detail, detail
+    answer, detail = calls.ask(repo, "t-1", alloc_mb=32)
+    assert answer is not None, detail
+    assert "per process only (RLIMIT_DATA), no process cap" in calls.limits.note()
+
+
 def test_a_worker_filling_its_home_fails_and_leaves_nothing_on_disk(tmp_path, bwrap):
     repo = _repo(tmp_path / "repo")
     calls = Calls(tmp_path, bwrap, limits=WorkerLimits(home_growth_mb=16))
