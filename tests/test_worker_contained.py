@@ -82,6 +82,17 @@ if order.get("children"):
         except OSError:
             break
     out["children"] = len(kids)
+if order.get("disk_mb"):
+    # Straight to where the HOME folder and its way back are shown, past the tmpfs.
+    out["disk"] = {}
+    for target in ("/mesh/home-keep/big.bin", "/mesh/home-back"):
+        try:
+            with open(target, "wb") as handle:
+                for _ in range(order["disk_mb"]):
+                    handle.write(b"z" * (1 << 20))
+            out["disk"][target] = "written"
+        except OSError as exc:
+            out["disk"][target] = exc.strerror
 if order.get("home_mb"):
     written = 0
     try:
@@ -311,6 +322,20 @@ def test_without_a_control_group_memory_is_capped_per_process(tmp_path, bwrap, m
     answer, detail = calls.ask(repo, "t-1", alloc_mb=32)
     assert answer is not None, detail
     assert "per process only (RLIMIT_DATA), no process cap" in calls.limits.note()
+
+
+def test_a_worker_writing_past_its_home_to_the_folder_or_the_way_back_puts_nothing_on_disk(tmp_path, bwrap):
+    repo = _repo(tmp_path / "repo")
+    calls = Calls(tmp_path, bwrap, limits=WorkerLimits(home_growth_mb=16))
+    calls.ask(repo, "t-1", remember="kept")
+    answer, detail = calls.ask(repo, "t-1", disk_mb=64)
+    # The folder is read-only; mesh reads no more of the way back than the bound, and the call
+    # that pushed past it fails as home_limit with its HOME emptied.
+    assert answer is None and detail.startswith("home_limit: "), detail
+    answer, detail = calls.ask(repo, "t-1", disk_mb=1)
+    assert answer["disk"]["/mesh/home-keep/big.bin"] == "Read-only file system", detail
+    stored = sum(p.stat().st_size for p in calls.root.rglob("*") if p.is_file() and not p.is_symlink())
+    assert stored < 1 << 20 and not any(p.name == "big.bin" for p in calls.root.rglob("*"))
 
 
 def test_a_worker_filling_its_home_fails_and_leaves_nothing_on_disk(tmp_path, bwrap):
