@@ -280,6 +280,8 @@ class Return:
         return False
 
     def _unpack(self) -> None:
+        if not hasattr(tarfile, "data_filter"):
+            return  # Python before 3.11.4: no safe way to unpack it, so the HOME is not kept
         try:
             with tarfile.open(fileobj=self.spool, mode="r|") as tar:
                 for member in tar:
