@@ -265,8 +265,14 @@ def test_a_sandboxed_worker_reads_no_secret_and_writes_only_home(tmp_path, monke
     launch = worker_launcher(require_bwrap(), repo=repo, private_root=tmp_path / "homes")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "DIRS_HOME": str(home), "DIRS_WORKTREE": str(worktree),
            "DIRS_REPO": str(repo), "MESH_SIGNING_KEY": "canary-signing-key-0002"}
-    argv, run_env = launch([sys.executable, "-c", code], env, str(worktree))
-    done = subprocess.run(argv, env=run_env, capture_output=True, text=True, timeout=60)
+    launched = launch([sys.executable, "-c", code], env, str(worktree))
+    run_env = launched.env
+    launched.begin()
+    try:
+        done = subprocess.run(launched.argv, env=run_env, preexec_fn=launched.prepare, capture_output=True, text=True,
+                              timeout=60)
+    finally:
+        launched.finish()
     seen = json.loads(done.stdout)
     # HOME is its private one; the worktree is read-only and the checkout is not there at all.
     assert (seen["home"], seen["worktree"], seen["repo"]) == ("written", "refused", "refused")

@@ -71,8 +71,11 @@ def test_mesh_status_ignores_a_forged_landing_and_says_so(forged, monkeypatch):
     assert "UNTRUSTED" not in forged.mesh("status", "--label", "plan:demo", "--repo", str(forged.repo)).stdout
 
 
-def test_mcp_transcript_marks_them_too(forged, monkeypatch):
+def test_mcp_transcript_and_report_mark_them_too(forged, monkeypatch):
     monkeypatch.setenv("MESH_SIGNING_KEY", KEY)
-    found = MeshService(forged.repo, db=str(forged.db), actor="tester").transcript(TASK)
+    service = MeshService(forged.repo, db=str(forged.db), actor="tester")
+    found = service.transcript(TASK)
     assert found["history"]["untrusted"] == 3
     assert "UNTRUSTED outcome: closed" in found["text"]
+    page = service.report(TASK).read_text()
+    assert page.count("untrusted") >= 3 and "outcome checkpoint is unsigned" in page

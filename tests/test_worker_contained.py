@@ -82,6 +82,17 @@ if order.get("children"):
         except OSError:
             break
     out["children"] = len(kids)
+if order.get("disk_mb"):
+    # Straight to where the HOME folder and its way back are shown, past the tmpfs.
+    out["disk"] = {}
+    for target in ("/mesh/home-keep/big.bin", "/mesh/home-back"):
+        try:
+            with open(target, "wb") as handle:
+                for _ in range(order["disk_mb"]):
+                    handle.write(b"z" * (1 << 20))
+            out["disk"][target] = "written"
+        except OSError as exc:
+            out["disk"][target] = exc.strerror
 if order.get("home_mb"):
     written = 0
     try:
@@ -261,14 +272,19 @@ def test_a_flooded_answer_fails_typed_and_keeps_mesh_memory_bounded(tmp_path):
     flooder.write_text("import sys\nchunk = b'x' * (1 << 20)\nfor _ in range(300):\n"
                        "    sys.stdout.buffer.write(chunk)\nprint('{\"vote\": \"agree\"}')\n")
     probe = textwrap.dedent(f"""
-        import json, resource, sys
+        import json, sys
         from roles.backends import CommandBackend, WorkerRequest
         from roles.prompts import Prompt
+        def peak_mb():
+            # VmHWM belongs to this process's own memory since exec (ru_maxrss would start from
+            # the memory of the pytest process that forked it).
+            status = open("/proc/self/status").read().splitlines()
+            return int(next(line.split()[1] for line in status if line.startswith("VmHWM:"))) >> 10
         backend = CommandBackend({sys.executable!r} + " " + {str(flooder)!r}, 120, max_output_bytes=1 << 20)
         response = backend.call(WorkerRequest(role="proposer", round="vote", task_id="t", run_id="r", attempt=1,
                                               prompt=Prompt("x", "")))
         print(json.dumps({{"text": response.text, "error": response.error, "detail": response.detail,
-                          "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}}))
+                          "peak_mb": peak_mb()}}))
     """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1])
@@ -292,6 +308,34 @@ def test_a_worker_tree_past_its_memory_or_process_cap_fails_naming_it(tmp_path, 
     # The same worker within its caps answers.
     answer, detail = calls.ask(repo, "t-1", alloc_mb=32, children=4)
     assert answer is not None and answer["children"] == 4, detail
+
+
+def test_without_a_control_group_memory_is_capped_per_process(tmp_path, bwrap, monkeypatch):
+    """Where no control group can be made, each process of the call gets RLIMIT_DATA: the
+    allocation fails inside the worker (which cannot answer), and preflight says which caps
+    hold."""
+    monkeypatch.setattr(cgroups, "probe", lambda: "no control group in this test")
+    repo = _repo(tmp_path / "repo")
+    calls = Calls(tmp_path, bwrap, limits=WorkerLimits(memory_mb=256))
+    answer, detail = calls.ask(repo, "t-1", alloc_mb=600)
+    assert answer is None and "MemoryError" in detail, detail
+    answer, detail = calls.ask(repo, "t-1", alloc_mb=32)
+    assert answer is not None, detail
+    assert "per process only (RLIMIT_DATA), no process cap" in calls.limits.note()
+
+
+def test_a_worker_writing_past_its_home_to_the_folder_or_the_way_back_puts_nothing_on_disk(tmp_path, bwrap):
+    repo = _repo(tmp_path / "repo")
+    calls = Calls(tmp_path, bwrap, limits=WorkerLimits(home_growth_mb=16))
+    calls.ask(repo, "t-1", remember="kept")
+    answer, detail = calls.ask(repo, "t-1", disk_mb=64)
+    # The folder is read-only; mesh reads no more of the way back than the bound, and the call
+    # that pushed past it fails as home_limit with its HOME emptied.
+    assert answer is None and detail.startswith("home_limit: "), detail
+    answer, detail = calls.ask(repo, "t-1", disk_mb=1)
+    assert answer["disk"]["/mesh/home-keep/big.bin"] == "Read-only file system", detail
+    stored = sum(p.stat().st_size for p in calls.root.rglob("*") if p.is_file() and not p.is_symlink())
+    assert stored < 1 << 20 and not any(p.name == "big.bin" for p in calls.root.rglob("*"))
 
 
 def test_a_worker_filling_its_home_fails_and_leaves_nothing_on_disk(tmp_path, bwrap):

@@ -16,11 +16,15 @@ The presets run without session persistence, so nothing a task needs is lost wit
 HOME per program that mesh kept before (``<cache>/mesh-worker-homes/<program>``, shared by
 every repository).
 
-**How a call sees it.** The worker never writes to that folder. Its HOME is a tmpfs as
-large as the folder's content plus ``home_growth_mb``; a small program of mesh's
-(``CARRY``, run inside the sandbox before the worker) copies the folder in, runs the worker,
-then copies the HOME back when the worker is done, or, when the worker filled the tmpfs,
-empties the folder and leaves a mark that fails the call as ``home_limit``. So a call grows
+**How a call sees it.** The worker never writes to that folder: the sandbox shows it
+read-only. Its HOME is a tmpfs as large as the folder's content plus ``home_growth_mb``; a
+small program of mesh's (``CARRY``, run inside the sandbox before the worker) copies the
+folder in, runs the worker, then sends the HOME back as a tar through a FIFO (``Return``),
+which mesh reads into a spool no larger than the tmpfs and unpacks into the folder with
+tarfile's ``data`` filter (no absolute path, no ``..``, no link leaving the folder, no
+device). When the worker filled the tmpfs it sends only that: the folder is emptied and the
+call fails as ``home_limit``. A worker that writes into the FIFO itself can only spoil its
+own HOME, within the same bound. So a call grows
 the HOME by ``home_growth_mb`` at most, a folder larger than that at the start of a call
 is emptied first (the bound in all), and nothing a worker writes reaches the host's disk
 beyond it. Only regular files, folders and symlinks of the HOME's own file system are
@@ -37,76 +41,98 @@ refused as ``login_file``, naming the path.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
 import shutil
 import stat
 import sys
+import tarfile
+import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from roles.backends.command import LaunchRefused
 
-__all__ = ["CARRY", "FULL_MARK", "HomeItem", "KEEP_TARGET", "carried", "clean", "fit", "home_folder", "plan",
-           "repair", "repository_key", "took_all"]
+__all__ = ["BACK_TARGET", "CARRY", "HomeItem", "KEEP_TARGET", "Return", "carried", "clean", "fit", "home_folder",
+           "plan", "repair", "repository_key"]
 
 # Where the sandbox shows the task's HOME folder, for CARRY to copy from and back to.
 KEEP_TARGET = "/mesh/home-keep"
-FULL_MARK = ".mesh-home-full"
+BACK_TARGET = "/mesh/home-back"
+_counter = itertools.count()
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
 _REPOSITORY_KEY = re.compile(r"^(.+-[0-9a-f]{12}|no-repository)$")
 
-# Run by the sandbox's Python (``-I -S``) before the worker: argv is HOME, the folder's place,
-# the login files (JSON, relative to HOME), "--", the worker's argv. The worker inherits stdin,
-# stdout and stderr; the exit status is the worker's.
+# Run by the sandbox's Python (``-I -S``) before the worker: argv is HOME, the folder's place
+# (read-only), the channel back (a FIFO), the login files (JSON, relative to HOME), "--", the
+# worker's argv. The worker inherits stdin, stdout and stderr; the exit status is the worker's.
+# Back through the channel: "F" when the HOME filled its tmpfs, else "K" and the HOME as a tar.
 CARRY = r'''
-import json, os, shutil, stat, subprocess, sys
-home, keep, skip = sys.argv[1], sys.argv[2], set(json.loads(sys.argv[3])) | {".mesh-home-full"}
-def copy(src, dst):
-    device = os.stat(src).st_dev
-    def ignore(folder, names):
-        rel = os.path.relpath(folder, src)
-        out = []
-        for name in names:
-            try:
-                info = os.lstat(os.path.join(folder, name))
-                mode = info.st_mode if info.st_dev == device else 0
-            except OSError:
-                mode = 0
-            kept = stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
-            if not kept or os.path.normpath(os.path.join(rel, name)) in skip:
-                out.append(name)
-        return out
+import fcntl, json, os, shutil, stat, subprocess, sys, tarfile, time
+home, keep, back, skip = sys.argv[1], sys.argv[2], sys.argv[3], set(json.loads(sys.argv[4]))
+def kept(path, device):
     try:
-        shutil.copytree(src, dst, symlinks=True, ignore=ignore, dirs_exist_ok=True)
+        info = os.lstat(path)
+    except OSError:
+        return False
+    mode = info.st_mode
+    return info.st_dev == device and (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+def copy_in():
+    device = os.stat(keep).st_dev
+    def ignore(folder, names):
+        rel = os.path.relpath(folder, keep)
+        return [n for n in names if not kept(os.path.join(folder, n), device)
+                or os.path.normpath(os.path.join(rel, n)) in skip]
+    try:
+        shutil.copytree(keep, home, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     except (shutil.Error, OSError):
         pass
-def empty(folder):
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-copy(keep, home)
+def send(stream):
+    device = os.stat(home).st_dev
+    with tarfile.open(fileobj=stream, mode="w|") as tar:
+        for base, dirs, files in os.walk(home):
+            rel = os.path.relpath(base, home)
+            for name in dirs + files:
+                path, arc = os.path.join(base, name), os.path.normpath(os.path.join(rel, name))
+                if arc not in skip and kept(path, device):
+                    try:
+                        tar.add(path, arcname=arc, recursive=False)
+                    except OSError:
+                        pass
+            dirs[:] = [d for d in dirs if os.path.normpath(os.path.join(rel, d)) not in skip
+                       and kept(os.path.join(base, d), device) and not os.path.islink(os.path.join(base, d))]
+copy_in()
 try:
-    code = subprocess.call(sys.argv[5:])
+    code = subprocess.call(sys.argv[6:])
 except OSError as exc:
     # The program cannot start here (its interpreter is nowhere the sandbox shows): say so in
     # words mesh recognises, so the run ends as a configuration mistake, not as a worker's failure.
-    sys.stderr.write("mesh-carry: cannot execute %s: %s\n" % (sys.argv[5], exc.strerror or exc))
+    sys.stderr.write("mesh-carry: cannot execute %s: %s\n" % (sys.argv[6], exc.strerror or exc))
     code = 127
 info = os.statvfs(home)
-empty(keep)
-if info.f_bavail * info.f_frsize < 262144:
-    open(os.path.join(keep, ".mesh-home-full"), "w").close()
+for _ in range(20):
+    try:
+        fd = os.open(back, os.O_WRONLY | os.O_NONBLOCK)
+        break
+    except OSError:
+        time.sleep(0.1)
 else:
-    copy(home, keep)
+    fd = None
+if fd is not None:
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    with os.fdopen(fd, "wb") as stream:
+        try:
+            if info.f_bavail * info.f_frsize < 262144:
+                stream.write(b"F")
+            else:
+                stream.write(b"K")
+                send(stream)
+        except OSError:
+            pass
 sys.exit(code if code >= 0 else 128 - code)
 '''
 
@@ -189,24 +215,88 @@ def fit(folder: Path, growth_bytes: int) -> int:
     ``growth_bytes`` over earlier calls is emptied first (its caches are rebuilt)."""
     size = _bytes(folder)
     if size > growth_bytes:
-        for entry in folder.iterdir():
-            _remove(entry)
+        _empty(folder)
         size = 0
     return size
 
 
 def carried(argv: Sequence[str], home: str, logins: Sequence[str]) -> list[str]:
     """``argv`` run by ``CARRY`` with the sandbox's Python (the running one, shown in every sandbox)."""
-    return [sys.executable, "-I", "-S", "-c", CARRY, home, KEEP_TARGET, json.dumps(list(logins)), "--", *argv]
+    return [sys.executable, "-I", "-S", "-c", CARRY, home, KEEP_TARGET, BACK_TARGET, json.dumps(list(logins)), "--",
+            *argv]
 
 
-def took_all(folder: Path) -> bool:
-    """True when the last call filled its HOME (``CARRY`` left its mark); the mark is removed."""
-    mark = folder / FULL_MARK
-    if not os.path.lexists(mark):
+def _empty(folder: Path) -> None:
+    for entry in folder.iterdir():
+        _remove(entry)
+
+
+class Return:
+    """The way a call's HOME comes back into its folder: a FIFO only the sandbox sees (at
+    ``BACK_TARGET``), read by a thread of mesh's into a spool of at most ``limit`` bytes, then
+    unpacked into the folder (``finish``) with tarfile's ``data`` filter, member by member."""
+
+    def __init__(self, scratch: Path, folder: Path, limit: int) -> None:
+        self.folder, self.limit = folder, limit
+        self.fifo = scratch / f"home-back-{os.getpid()}-{next(_counter)}"
+        os.mkfifo(self.fifo, 0o600)
+        self.spool = tempfile.SpooledTemporaryFile(max_size=1 << 20, dir=scratch)
+        self.size, self.over = 0, False
+        self.thread = threading.Thread(target=self._read, daemon=True)
+
+    def start(self) -> None:
+        """Wait for the HOME to come back (just before the call starts)."""
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            with open(self.fifo, "rb") as stream:
+                while chunk := stream.read(65536):
+                    if self.size + len(chunk) > self.limit:
+                        self.over = True
+                        return
+                    self.spool.write(chunk)
+                    self.size += len(chunk)
+        except OSError:
+            pass
+
+    def finish(self) -> bool:
+        """Put what came back into the folder; True when the HOME filled its tmpfs (the folder
+        is then emptied). A call killed before it ended leaves the folder as it was."""
+        if self.thread.is_alive():
+            try:  # nothing came: let the reader's open return
+                os.close(os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        if self.thread.ident is not None:
+            self.thread.join(5)
+        try:
+            self.fifo.unlink()
+        except OSError:
+            pass
+        with self.spool:
+            self.spool.seek(0)
+            head = self.spool.read(1)
+            if self.over or head == b"F":
+                _empty(self.folder)
+                return True
+            if head == b"K":
+                _empty(self.folder)
+                self._unpack()
         return False
-    _remove(mark)
-    return True
+
+    def _unpack(self) -> None:
+        if not hasattr(tarfile, "data_filter"):
+            return  # Python before 3.11.4: no safe way to unpack it, so the HOME is not kept
+        try:
+            with tarfile.open(fileobj=self.spool, mode="r|") as tar:
+                for member in tar:
+                    try:
+                        tar.extract(member, self.folder, filter="data")
+                    except (tarfile.TarError, OSError):
+                        continue
+        except (tarfile.TarError, OSError):
+            pass
 
 
 @dataclass

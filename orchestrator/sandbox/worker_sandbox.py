@@ -410,7 +410,7 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
         covers = [*fixed_hidden, str(root), str(scratch)]
         dirs = _git_dirs(os.path.abspath(cwd)) if cwd is not None else None
         common = dirs[1] if dirs else next(iter(views), None)
-        folder: Path | None = None
+        back: worker_homes.Return | None = None
         if usable and home == "real":
             writable.append((real_home, real_home))
             read_only += [(path, path) for path in fixed_shield]
@@ -422,8 +422,13 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
                                               program)
             worker_homes.repair(folder, logins)
             growth = limits.home_growth_mb << 20
-            tmpfs.append((real_home, worker_homes.fit(folder, growth) + growth))
-            writable.append((str(folder), worker_homes.KEEP_TARGET))
+            size = worker_homes.fit(folder, growth) + growth
+            tmpfs.append((real_home, size))
+            # The folder is read-only in the sandbox: the HOME comes back through ``back`` alone,
+            # at most as large as the tmpfs, so a worker writes nothing to the host's disk itself.
+            read_only.append((str(folder), worker_homes.KEEP_TARGET))
+            back = worker_homes.Return(scratch, folder, size + (1 << 20))
+            writable.append((str(back.fifo), worker_homes.BACK_TARGET))
             read_only += [(os.path.join(real_home, name), os.path.join(real_home, name)) for name in logins]
             command = worker_homes.carried(argv, real_home, logins)
         read_only += [(path, path) for path in program_binds(argv[0])]
@@ -451,12 +456,12 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
                                ro_binds=read_only, tmpfs=tmpfs, etc_dir=etc, hidden=covers)
         if isolate:
             sandboxed = _netns_argv(sandboxed, [*loopback_ports(run_env), *extra_ports])
-        return _capped(sandboxed, run_env, limits, folder)
+        return _capped(sandboxed, run_env, limits, back)
 
     return launch
 
 
-def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, folder: Path | None) -> Launch:
+def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: worker_homes.Return | None) -> Launch:
     """The call, capped by ``limits``: its tree joins a control group made just before it starts
     (or gets a per-process memory limit) before bwrap runs; afterwards the group is emptied
     and removed, and the detail of a cap it hit (or of a HOME it filled) is returned."""
@@ -465,6 +470,8 @@ def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, folder: 
 
     def begin() -> None:
         made.append(limits.group())
+        if back is not None:
+            back.start()
 
     def prepare() -> None:
         if made and made[0] is not None:
@@ -480,7 +487,7 @@ def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, folder: 
                 hit = limits.hit(group.usage())
             finally:
                 group.kill_and_remove()
-        if folder is not None and worker_homes.took_all(folder):
+        if back is not None and back.finish():
             hit = hit or (f"home_limit: the worker filled its private HOME (+{limits.home_growth_mb} MB,"
                           " worker_limits.home_growth_mb); its HOME was emptied")
         return hit
