@@ -11,6 +11,9 @@ Subpackages (each ``__init__`` says what it holds):
 - ``toolchains`` (what validation needs of each ecosystem: dependencies, caches, generated
   files, the base check): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
   ``orchestrator.worktree``.
+- ``evals`` (``mesh eval``: suites from a repository's history, and the statistics of a report):
+  may import ``tracker``, ``redact``, ``roles``, ``orchestrator.workspace``, ``orchestrator.config``,
+  ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.toolchains``.
 - ``ledger``: may import ``tracker``, ``redact``, ``orchestrator.safe_text``, ``orchestrator.price_rows``,
   ``orchestrator.config``.
 - ``protocol``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,

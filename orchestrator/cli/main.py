@@ -16,6 +16,7 @@ from orchestrator.cli.bd_cli import bd_command
 from tracker.cli_io import echo as _say
 
 from orchestrator.cli.common import _calls_context, _fail, _ledger_context, _result
+from orchestrator.cli.eval_cli import eval_group
 from orchestrator.cli.mcp_cli import mcp_command
 from orchestrator.cli.review_cli import review_command
 from orchestrator.cli.schema_cli import schema_command
@@ -110,6 +111,7 @@ cli.add_command(schema_command)
 cli.add_command(review_command)
 cli.add_command(mcp_command)
 cli.add_command(serve_command)
+cli.add_command(eval_group)
 
 
 def _run_options(f):

@@ -1,0 +1,239 @@
+"""Evaluation suites: cases from the repository's own history, or written by hand.
+
+A case is a task on a base commit with hidden tests: ``base`` (the commit a run starts from),
+``task`` (what the run is asked to do), ``hidden_tests`` (test files, whose content is taken from
+``tests_from``, or given inline in ``hidden_files``), ``hidden_command`` (the command that runs
+them), and for a case from history its ``reference`` (the commit that did it). A suite is a JSONL
+file, one case a line (``Case``'s fields; docs/eval.md).
+
+``from_git`` builds one from the first-parent history: each commit that is not a merge, is
+bounded in size and changes both source and test files becomes a case (base = its parent, task
+= its message, or the title and description of the tracker issue it names, hidden tests = the
+test files it added or changed, reference = the commit). ``verify`` keeps a case only when, in
+the validation sandbox, its hidden tests fail on the base (with the tests added) and pass on the
+reference; each dropped case says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Case", "Dropped", "build_tree", "from_git", "is_test_path", "read_suite", "sandbox_run", "verify",
+           "write_suite"]
+
+_TEST_PATH = re.compile(
+    r"(^|/)(tests?|__tests__|specs?|testing)/"          # a test folder
+    r"|(^|/)test_[^/]*\.py$|_test\.py$|(^|/)conftest\.py$"  # pytest and unittest files
+    r"|_test\.go$"                                        # go test
+    r"|\.(test|spec)\.[cm]?[jt]sx?$"                      # jest, vitest, mocha, node --test
+    r"|_spec\.rb$|(^|/)test_[^/]*\.rb$",
+    re.I)
+
+
+def is_test_path(path: str) -> bool:
+    """A file that holds tests, by the conventions of the mainstream runners."""
+    return bool(_TEST_PATH.search(path))
+
+
+class Case(BaseModel):
+    """One evaluation case (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    base: str = Field(min_length=4)
+    title: str = ""
+    task: str = Field(min_length=1)
+    hidden_tests: list[str] = Field(default_factory=list)
+    tests_from: str | None = None
+    hidden_files: dict[str, str] = Field(default_factory=dict)
+    hidden_command: str | None = None
+    reference: str | None = None
+    source: Literal["git", "hand"] = "hand"
+
+    def hidden_paths(self) -> list[str]:
+        """Every hidden test file's path."""
+        return list(dict.fromkeys([*self.hidden_tests, *self.hidden_files]))
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A commit that did not become a case, and why."""
+
+    commit: str
+    subject: str
+    why: str
+
+
+def _git(repo: Path, *args: str, env: Mapping[str, str] | None = None, data: bytes | None = None) -> bytes:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    clean.update(env or {})
+    done = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-C", str(repo), *args], capture_output=True,
+                          env=clean, input=data, stdin=None if data is not None else subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise ValueError(f"git {args[0]}: {done.stderr.decode('utf-8', 'replace').strip()[-300:]}")
+    return done.stdout
+
+
+def _changes(repo: Path, parent: str, commit: str) -> list[tuple[str, str, int | None]]:
+    """(status letter, path, lines added + removed; None for a binary file) of each changed file."""
+    statuses = {}
+    raw = _git(repo, "diff", "--name-status", "-z", "--no-renames", parent, commit).split(b"\0")
+    for status, path in zip(raw[0::2], raw[1::2]):
+        statuses[os.fsdecode(path)] = status.decode()[:1]
+    out = []
+    for line in _git(repo, "diff", "--numstat", "-z", "--no-renames", parent, commit).split(b"\0"):
+        if not line.strip():
+            continue
+        added, removed, path = line.decode("utf-8", "replace").split("\t", 2)
+        lines = None if added == "-" else int(added) + int(removed)
+        out.append((statuses.get(path, "M"), path, lines))
+    return out
+
+
+def _task_text(message: str, issue_of: Any) -> tuple[str, str]:
+    """(title, task) from a commit message, or from the tracker issue it names (``issue_of``:
+    a word -> issue dict or None)."""
+    if issue_of is not None:
+        for word in re.findall(r"\b[a-z][a-z0-9]*-[a-z0-9]+(?:\.[0-9]+)*\b", message):
+            issue = issue_of(word)
+            if issue:
+                body = "\n\n".join(part for part in (issue.get("description"), issue.get("acceptance_criteria"))
+                                   if part)
+                return issue["title"], f"{issue['title']}\n\n{body}".strip()
+    subject = message.strip().splitlines()[0] if message.strip() else "(no message)"
+    return subject, message.strip() or subject
+
+
+def from_git(repo: Path, *, max_files: int = 20, max_lines: int = 400, limit: int | None = None,
+             command: str | None = None, issue_of: Any = None) -> tuple[list[Case], list[Dropped]]:
+    """Candidate cases of ``repo``'s first-parent history (oldest first), before ``verify``;
+    ``command`` is the hidden command template (``{tests}`` stands for the hidden test files)."""
+    cases: list[Case] = []
+    dropped: list[Dropped] = []
+    log = _git(repo, "log", "--first-parent", "--reverse", "-z", "--format=%H%x00%P%x00%B", "HEAD")
+    fields = log.decode("utf-8", "replace").split("\0")
+    for commit, parents, message in zip(fields[0::3], fields[1::3], fields[2::3]):
+        commit, parents = commit.strip(), parents.split()
+        subject = message.strip().splitlines()[0] if message.strip() else ""
+        if not commit:
+            continue
+        if len(parents) != 1:
+            dropped.append(Dropped(commit, subject, "a merge" if parents else "the root commit (no base)"))
+            continue
+        changes = _changes(repo, parents[0], commit)
+        tests = [path for status, path, _ in changes if is_test_path(path) and status in ("A", "M")]
+        source = [path for status, path, _ in changes if not is_test_path(path)]
+        size = [lines for _, _, lines in changes]
+        if None in size:
+            why = "it changes a binary file"
+        elif len(changes) > max_files or sum(size) > max_lines:
+            why = f"too large ({len(changes)} files, {sum(size)} lines; bounds {max_files} and {max_lines})"
+        elif not tests:
+            why = "it adds or changes no test file"
+        elif not source:
+            why = "it changes tests only"
+        else:
+            why = ""
+        if why:
+            dropped.append(Dropped(commit, subject, why))
+            continue
+        title, task = _task_text(message, issue_of)
+        hidden = command.replace("{tests}", " ".join(tests)) if command else None
+        cases.append(Case(id=commit[:12], base=parents[0], title=title, task=task, hidden_tests=tests,
+                          tests_from=commit, hidden_command=hidden, reference=commit, source="git"))
+        if limit is not None and len(cases) >= limit:
+            break
+    return cases, dropped
+
+
+def build_tree(repo: Path, case: Case, onto: str) -> str:
+    """A commit (unreferenced) whose tree is ``onto``'s with the case's hidden tests written in:
+    from ``tests_from`` and ``hidden_files``. Made with plumbing in a private index: no worktree,
+    no ref, nothing the user sees."""
+    with tempfile.TemporaryDirectory(prefix="mesh-eval-index-") as folder:
+        env = {"GIT_INDEX_FILE": os.path.join(folder, "index")}
+        _git(repo, "read-tree", onto, env=env)
+        for path in case.hidden_tests:
+            entry = _git(repo, "ls-tree", "-z", case.tests_from or onto, "--", path).split(b"\0")[0]
+            if not entry:
+                raise ValueError(f"case {case.id}: {path} is not in {case.tests_from or onto}")
+            meta, _ = entry.split(b"\t", 1)
+            mode, _kind, blob = meta.decode().split(" ")
+            _git(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
+        for path, text in case.hidden_files.items():
+            blob = _git(repo, "hash-object", "-w", "--stdin", data=text.encode()).decode().strip()
+            _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
+        tree = _git(repo, "write-tree", env=env).decode().strip()
+    return _git(repo, "commit-tree", tree, "-p", onto, "-m", f"mesh eval: {case.id} with its hidden tests",
+                env={"GIT_AUTHOR_NAME": "mesh", "GIT_AUTHOR_EMAIL": "mesh@localhost",
+                     "GIT_COMMITTER_NAME": "mesh", "GIT_COMMITTER_EMAIL": "mesh@localhost"}).decode().strip()
+
+
+def verify(repo: Path, cases: Sequence[Case], run: Any) -> tuple[list[Case], list[Dropped]]:
+    """Keep the cases whose hidden command fails on the base with the hidden tests added and
+    passes on the reference. ``run(commit, command) -> (passed, detail)`` runs one command on one
+    commit in the validation sandbox."""
+    kept, dropped = [], []
+    for case in cases:
+        if not case.hidden_command:
+            dropped.append(Dropped(case.reference or case.base, case.title, "no hidden command"))
+            continue
+        passed, detail = run(build_tree(repo, case, case.base), case.hidden_command)
+        if passed:
+            dropped.append(Dropped(case.reference or case.base, case.title, "its hidden tests pass on the base already"))
+            continue
+        if case.reference:
+            passed, detail = run(case.reference, case.hidden_command)
+            if not passed:
+                dropped.append(Dropped(case.reference, case.title,
+                                       f"its hidden tests fail with the reference ({detail})"))
+                continue
+        kept.append(case)
+    return kept, dropped
+
+
+def write_suite(path: Path, cases: Iterable[Case]) -> None:
+    """Write ``cases`` as JSONL (one case a line)."""
+    path.write_text("".join(case.model_dump_json(exclude_defaults=True) + "\n" for case in cases), encoding="utf-8")
+
+
+def read_suite(path: Path) -> list[Case]:
+    """The cases of a JSONL suite; ValueError naming the line of a bad one."""
+    cases = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            cases.append(Case.model_validate(json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: {' '.join(str(exc).split())[:300]}") from None
+    ids = [case.id for case in cases]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"{path}: case ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
+    return cases
+
+
+def sandbox_run(repo: Path, settings: Any, view: Any) -> Any:
+    """``run`` for ``verify``: one command on one commit of ``repo`` in the validation sandbox,
+    with the ``[validation]`` table's limits and the project's view (its toolchains). The command
+    is the suite's own, so it is admitted as it is."""
+    from orchestrator.sandbox.validation import run_validation
+
+    def run(commit: str, command: str) -> tuple[bool, str]:
+        [result] = run_validation([command], cwd=repo, allow=[command], timeout_s=settings.timeout_s,
+                                  max_output_bytes=settings.max_output_bytes, commit=commit,
+                                  env_names=settings.env, limits=settings.limits, environment=view)
+        why = result.reason or (f"exit {result.exit_code}" if result.exit_code is not None else "did not run")
+        return result.passed, why
+
+    return run
