@@ -59,7 +59,8 @@ from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.faults import crash_point
 from orchestrator.worktree.gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary, _worktree,
                      _worktree_entries, is_protected, repo_root)
-from orchestrator.landing.records import LandResult, land_checkpoints, landed_commits
+from orchestrator.landing.records import (LandResult, fixed_findings, land_checkpoints, landed_commits,
+                                          task_commit_message)
 
 if TYPE_CHECKING:  # the model only types the lander: read-only views import this module without pydantic
     from orchestrator.config import MeshConfig
@@ -281,8 +282,11 @@ class Lander:
                     if self.remote:
                         self._push(engine.worktree.head(), engine.worktree.branch, expect=None)
                         crash_point("land-push-task")
+                    message = task_commit_message(engine.task, engine.run_id, review_cycles=engine.bus.review_cycle,
+                                                  findings=fixed_findings(engine.bus.reviews))
                     outcome = self.land_commits(task_id=task_id, run_id=engine.run_id, fork=engine.worktree.base,
-                                                head=engine.worktree.branch, commands=commands, validated=validated)
+                                                head=engine.worktree.branch, commands=commands, validated=validated,
+                                                message=message)
                     # Recorded under the lock: the next landing finds the branch and its record agreeing.
                     stored = self._record(engine, outcome)
                     crash_point("land-checkpoint")
@@ -319,21 +323,24 @@ class Lander:
     # ------------------------------------------------------------------ git side
 
     def land_commits(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
-                     validated: str | None = None) -> LandResult:
+                     validated: str | None = None, message: str | None = None) -> LandResult:
         """Land as ``_land_once`` does; when another process moved the branch during the landing
         (its compare-and-set failed), land again on the new tip."""
         for _ in range(_MOVED_RETRIES):
             try:
                 return self._land_once(task_id=task_id, run_id=run_id, fork=fork, head=head, commands=commands,
-                                       validated=validated)
+                                       validated=validated, message=message)
             except _BranchMoved:
                 continue
         raise GitError("git_failed", f"{self.branch} kept moving during the landing of {task_id}")
 
     def _land_once(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
-                   validated: str | None = None) -> LandResult:
-        """Rebase (or squash-merge) ``fork..head`` onto the tip, validate, fast-forward.
+                   validated: str | None = None, message: str | None = None) -> LandResult:
+        """Land ``fork..head`` on the tip as one commit, validate it, fast-forward the branch.
 
+        The commit's tree is the task's final tree when nothing landed since the task started,
+        else its commits replayed onto the tip (or, when that conflicts, ``head`` merged into
+        it); its message is ``message`` (``records.task_commit_message``) with the trailers.
         ``validated`` is a commit whose tree already passed these commands (the task's last
         proof): a result with exactly that tree (nothing landed since the task started) is not
         validated again. Idempotent: commits of ``run_id`` already on the branch are reported
@@ -351,17 +358,25 @@ class Lander:
                               duration_s=time.monotonic() - started)
         identity = None if _has_user(self.repo) else _MESH_IDENTITY
         if onto == _git(self.repo, "rev-parse", "--verify", f"{fork}^{{commit}}").stdout.strip():
-            # Nothing landed since the task started: its commits go on as they are, so the branch
-            # holds the very commits that were validated and reviewed (what a signed run head names).
-            method, new = "fast-forward", commits[-1]
+            # Nothing landed since the task started: the task's own final tree, the very tree
+            # that was validated and reviewed (what a signed run head names).
+            method, merged = "squash", commits[-1]
         else:
-            method, new = "rebase", self._replay(commits, onto, identity)
-        if new is None:
+            method, merged = "rebase", self._replay(commits, onto, identity)
+        if merged is None:
             method = "merge"
-            new, conflict = self._squash(task_id, run_id, onto, head, identity)
-            if new is None:
+            merged, conflict = self._squash(onto, head, identity)
+            if merged is None:
                 return LandResult("conflict", self.branch, onto=onto, method=method, detail=conflict,
                                   duration_s=time.monotonic() - started)
+        # One commit per task: its tree is the merged tree, its message the task's (the
+        # intermediate commits stay on the task branch, named by its Mesh-Source trailer).
+        text = (message or f"mesh: {task_id}").rstrip() + (
+            f"\n\nMesh-Task: {task_id}\nMesh-Run: {run_id}\nMesh-Land: {method}\nMesh-Source: {commits[-1]}\n")
+        name, email, date = _git(self.repo, "log", "-1", "--format=%an%x00%ae%x00%aI", commits[-1]).stdout.strip().split("\x00")
+        author = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
+        new = _git(self.repo, "commit-tree", _tree(self.repo, merged), "-p", onto, "-F", "-", input=text,
+                   env={**(identity or {}), **author}).stdout.strip()
         crash_point("land-commit")
         checked = time.monotonic()
         revalidated = not (validated and _tree(self.repo, new) == _tree(self.repo, validated))
@@ -413,19 +428,16 @@ class Lander:
                                env={**(identity or {}), **author}).stdout.strip()
             return current
 
-    def _squash(self, task_id: str, run_id: str, onto: str, head: str,
-                identity: Mapping[str, str] | None) -> tuple[str | None, str]:
-        """Squash-merge ``head`` onto ``onto`` as one commit: (its sha, "") or (None, the conflict)."""
+    def _squash(self, onto: str, head: str, identity: Mapping[str, str] | None) -> tuple[str | None, str]:
+        """Merge ``head`` into ``onto`` without a checkout (``git merge-tree``): (a commit holding
+        the merged tree, "") or (None, the conflict naming its files)."""
         merged = _git(self.repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", onto, head,
                       check=False)
         lines = merged.stdout.split()
         if merged.returncode != 0 or not lines:
             what = ", ".join(dict.fromkeys(lines[1:])) or _summary(merged.stderr)
             return None, f"the task's change conflicts with {self.branch} in: {what}"
-        title = _git(self.repo, "log", "-1", "--format=%s", head).stdout.strip() or f"mesh: {task_id}"
-        body = (f"{title}\n\nSquash-merged onto {self.branch}: its commits did not rebase cleanly.\n\n"
-                f"Mesh-Task: {task_id}\nMesh-Run: {run_id}\nMesh-Land: merge\n")
-        sha = _git(self.repo, "commit-tree", lines[0], "-p", onto, "-F", "-", input=body, env=identity).stdout.strip()
+        sha = _git(self.repo, "commit-tree", lines[0], "-p", onto, "-m", "merged tree", env=identity).stdout.strip()
         return sha, ""
 
     def _validate(self, commit: str, commands: list[str]) -> tuple[list[dict], bool]:
