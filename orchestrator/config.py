@@ -204,6 +204,9 @@ class DrainConfig(_Strict):
 
     jobs: int = Field(default=1, ge=1, le=64)
     onto: str | None = None
+    # The branch the integration branch follows (merged in before a task starts); None: the one
+    # checked out when the scope's branch was first used, recorded in the tracker.
+    base: str | None = None
     # A git remote shared by several runners: task branches are cut from and landed on its
     # integration branch (``--remote``); None pushes nothing.
     remote: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -42,12 +42,13 @@ from orchestrator.protocol.outcomes import RunReport, new_run_id
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.worktree.gitops import GitError, _git, repo_root
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch
+from orchestrator.landing.follow import BaseProblem, FollowResult, follow_scope
 from orchestrator.landing.lander import Lander
 from orchestrator.landing.records import land_checkpoints
 from orchestrator.protocol.lease import Lease, claim_next_leased, ensure_lease_table, held_by_person, lease_is_live
 from orchestrator.protocol.idle import check_scope, last_block
 from orchestrator.views.live import line_kind
-from orchestrator.runner import (RunError, RunOptions, base_check, interrupted_runs, lease_ttl, load_run_config,
+from orchestrator.runner import (BASE_FAILING_EXIT, RunError, RunOptions, base_check, interrupted_runs, lease_ttl, load_run_config,
                                  make_backend, make_lander, open_tracker, project_environment, refuse_nested_run,
                                  require_sandbox, run_task, sandbox_notes)
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
@@ -144,14 +145,18 @@ class DrainReport:
     blocked_before: dict[str, str] = field(default_factory=dict)  # scope tasks already blocked: id -> reason
     errors: list[str] = field(default_factory=list)  # a task's backend or git failure, one line each
     remote: str | None = None
+    base: dict[str, Any] | None = None  # the integration branch's last follow of its base (follow.FollowResult)
 
     @property
     def exit_code(self) -> int:
         """0 when every task of the scope ended closed (or awaiting CI), 2 when a task failed on a
-        backend or git error, else 3 when any ended blocked (in this drain or an earlier one: the
-        same command run again says the same)."""
+        backend or git error, 5 when the integration branch could not follow its base (a conflict,
+        a failing merge: no task started after it), else 3 when any ended blocked (in this drain or
+        an earlier one: the same command run again says the same)."""
         if self.errors:
             return 2
+        if self.base and self.base.get("result") in ("conflict", "validation_failed"):
+            return BASE_FAILING_EXIT
         return 3 if self.blocked_before or any(row.state in ("blocked", "error") for row in self.tasks) else 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -175,6 +180,7 @@ class DrainReport:
             "skipped": self.skipped,
             "errors": self.errors,
             "remote": self.remote,
+            "base": self.base,
             "tasks": rows,
             "exit_code": self.exit_code,
         }
@@ -237,6 +243,7 @@ class _Drain:
         self.landings = 0
         self.conflicts = 0
         self.environment = None  # the project's Python environment (orchestrator.sandbox.project_env)
+        self.followed: FollowResult | None = None  # the integration branch's last follow of its base
 
     def emit(self, event: str, **fields: Any) -> None:
         self.emit_raw({"event": event, "t": round(time.monotonic() - self.t0, 3), **fields})
@@ -250,6 +257,19 @@ class _Drain:
                 elif fields.get("result") == "conflict":
                     self.conflicts += 1
         self.emit(event, **fields)
+
+    def follow(self, tracker: Tracker) -> bool:
+        """Bring the integration branch up to date with its base (``landing.follow``); said when
+        something changed. False when it cannot follow: no task may start."""
+        try:
+            result = follow_scope(tracker, self.lander, scope_tasks(tracker, self.scope), self.config.drain.base)
+        except BaseProblem as exc:
+            result = exc.result
+        last = self.followed
+        if last is None or (result.result, result.base_sha, result.tip) != (last.result, last.base_sha, last.tip):
+            self.emit("base_followed", line=result.line(), **result.to_dict())
+        self.followed = result
+        return result.ok
 
     # ------------------------------------------------------------------ one task (a worker thread)
 
@@ -333,6 +353,8 @@ class _Drain:
             self.backend = self.options.backend or make_backend(self.config, options, tracker)
             for note in sandbox_notes(self.config, self.environment):
                 print(note, file=sys.stderr)
+            if not self.follow(tracker):
+                raise RunError(self.followed.line(), BASE_FAILING_EXIT)
             # The tree the first task starts from must pass the project's own check first.
             checked = base_check(self.config, self.repo, self.environment, self.lander.cut_base(), tracker)
             if checked is not None:
@@ -357,7 +379,8 @@ class _Drain:
                              landings=self.landings, conflicts=self.conflicts, wall_s=time.monotonic() - self.t0,
                              stop_reason=stop_reason, skipped=skipped, verified=verified,
                              blocked_before=blocked_before, errors=errors,
-                             remote=options.remote or self.config.drain.remote)
+                             remote=options.remote or self.config.drain.remote,
+                             base=self.followed.to_dict() if self.followed else None)
         return report
 
     def others_hold(self, tracker: Tracker) -> bool:
@@ -406,9 +429,14 @@ class _Drain:
                     if not announced:
                         announced = True
                         self.emit("interrupt", mode="finish", running=sorted(in_flight.values()))
-                elif not errors and len(in_flight) < jobs:
+                elif not errors and self.followed.ok and len(in_flight) < jobs:
                     busy = set(in_flight.values())
-                    for task, reason in interrupted + select_candidates(tracker, self.scope, self.options.run.ids):
+                    candidates = interrupted + select_candidates(tracker, self.scope, self.options.run.ids)
+                    # Before a task is cut, the branch follows its base (it may have moved during the drain).
+                    if any(task["id"] not in busy | left_alone | set(self.rows) for task, _ in candidates) \
+                            and not self.follow(tracker):
+                        stop_reason, candidates = f"base_{self.followed.result}", []
+                    for task, reason in candidates:
                         if len(in_flight) >= jobs:
                             break
                         lease = None
@@ -442,7 +470,9 @@ class _Drain:
                             break
                         started.add(task_id)
                         self.rows[task_id] = TaskRow(id=task_id, title=task["title"], started=time.monotonic())
-                        self.emit("task_started", task=task_id, title=task["title"], reason=reason)
+                        self.emit("task_started", task=task_id, title=task["title"], reason=reason,
+                                  branch=self.lander.branch, onto_sha=self.lander.tip(), base=self.followed.base,
+                                  base_sha=self.followed.base_sha)
                         in_flight[pool.submit(self.work, task, reason, lease)] = task_id
                         busy.add(task_id)
                 if not in_flight:

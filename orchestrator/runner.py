@@ -35,11 +35,12 @@ from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 from orchestrator.workspace import TrackerUnavailable, open_found_tracker
 
-__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
+__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "follow_base", "NestedRunRefused", "refuse_nested_run", "run", "run_task", "make_lander",
            "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
 
 if TYPE_CHECKING:
+    from orchestrator.landing.follow import FollowResult
     from orchestrator.landing.lander import Lander
     from orchestrator.toolchains.base_check import BaseCheck
 
@@ -207,6 +208,20 @@ def base_check(config: MeshConfig, repo: Path, environment: ProjectView | None, 
     if not check.passed and not cfg.allow_failing_base:
         raise RunError(check.failure_text(), BASE_FAILING_EXIT)
     return check
+
+
+def follow_base(tracker: Tracker, lander: "Lander", tasks: Sequence[dict], config: MeshConfig) -> "FollowResult":
+    """Bring the integration branch up to date with its base before a task is cut from it
+    (``orchestrator.landing.follow``); RunError (exit 5, as a failing base) when it cannot."""
+    from orchestrator.landing.follow import BaseProblem, follow_scope
+    from orchestrator.worktree.gitops import GitError
+
+    try:
+        return follow_scope(tracker, lander, tasks, config.drain.base)
+    except BaseProblem as exc:
+        raise RunError(str(exc), BASE_FAILING_EXIT) from None
+    except GitError as exc:
+        raise RunError(f"{lander.branch} could not follow its base: {exc}", 2) from None
 
 
 def sandbox_notes(config: MeshConfig, environment: ProjectView | None = None) -> list[str]:
@@ -377,6 +392,8 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 if not candidates:
                     return _idle(tracker, scope, options.ids)
         notes = sandbox_notes(config, environment)
+        if lander is not None:
+            notes.append(follow_base(tracker, lander, scope_tasks(tracker, scope), config).line())
         if config.integrate:
             start = lander.cut_base() if lander is not None else _head(repo)
             checked = base_check(config, repo, environment, start, tracker)

@@ -219,6 +219,21 @@ class Lander:
             return False
         raise GitError("remote_unavailable", f"git push {self.remote} {branch}: {_summary(pushed.stderr)}")
 
+    def move(self, new: str, old: str, *, pushed: str = "follow-push") -> bool:
+        """Move the branch from ``old`` to ``new`` (the remote's first, with ``old`` as the lease,
+        then the local one, a compare-and-set); False when another landing moved it meanwhile.
+        ``pushed`` names the crash point between the two moves."""
+        if self.remote:
+            if not self._push(new, self.branch, expect=old):
+                return False
+            crash_point(pushed)
+        moved = _git(self.repo, "update-ref", self.ref, new, old, check=False)
+        if moved.returncode != 0:
+            if self.tip() != old:
+                return False
+            raise GitError("git_failed", f"git update-ref {self.branch}: {_summary(moved.stderr)}")
+        return True
+
     def tip(self) -> str:
         """The sha the integration branch points at now."""
         return _git(self.repo, "rev-parse", "--verify", f"{self.ref}^{{commit}}").stdout.strip()
@@ -380,7 +395,7 @@ class Lander:
         crash_point("land-commit")
         checked = time.monotonic()
         revalidated = not (validated and _tree(self.repo, new) == _tree(self.repo, validated))
-        results, passed = self._validate(new, commands) if revalidated else ([], True)
+        results, passed = self.validate(new, commands) if revalidated else ([], True)
         validation_s = time.monotonic() - checked
         if not passed:
             failed = [r for r in results if not r["passed"]]
@@ -390,15 +405,8 @@ class Lander:
             return LandResult("validation_failed", self.branch, onto=onto, sha=new, method=method,
                               detail=detail, validation=_brief(results), revalidated=True,
                               duration_s=time.monotonic() - started, validation_s=validation_s)
-        if self.remote:
-            if not self._push(new, self.branch, expect=onto):
-                raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
-            crash_point("land-push")
-        moved = _git(self.repo, "update-ref", self.ref, new, onto, check=False)
-        if moved.returncode != 0:
-            if self.tip() != onto:
-                raise _BranchMoved()
-            raise GitError("git_failed", f"git update-ref {self.branch}: {_summary(moved.stderr)}")
+        if not self.move(new, onto, pushed="land-push"):
+            raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
         crash_point("land-ref")
         return LandResult("landed", self.branch, onto=onto, sha=new, method=method,
                           validation=_brief(results), revalidated=revalidated,
@@ -440,7 +448,7 @@ class Lander:
         sha = _git(self.repo, "commit-tree", lines[0], "-p", onto, "-m", "merged tree", env=identity).stdout.strip()
         return sha, ""
 
-    def _validate(self, commit: str, commands: list[str]) -> tuple[list[dict], bool]:
+    def validate(self, commit: str, commands: list[str]) -> tuple[list[dict], bool]:
         """Run ``commands`` on ``commit``'s tree: bwrap materialises it from git objects; without
         a sandbox it is checked out in a scratch worktree first."""
         from orchestrator.sandbox.validation import run_configured

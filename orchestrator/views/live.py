@@ -66,6 +66,14 @@ class NdjsonSink:
         """Nothing to tear down."""
 
 
+def _starts_from(event: dict[str, Any]) -> str:
+    """" from <branch> at <sha>, base <base> at <sha>" of a ``task_started`` event that says."""
+    if not event.get("onto_sha"):
+        return ""
+    base = f", base {event['base']} at {event['base_sha'][:12]}" if event.get("base_sha") else ", no base branch"
+    return f" from {event.get('branch')} at {event['onto_sha'][:12]}{base}"
+
+
 def _plain(event: dict[str, Any]) -> str | None:
     kind, task = event["event"], event.get("task", "")
     stamp = f"[{event['t']:8.2f}s]"
@@ -75,7 +83,9 @@ def _plain(event: dict[str, Any]) -> str | None:
         return f"{stamp} drain of {event['scope'].get('plan_label') or event['scope'].get('parent_epic')} onto" \
                f" {event['branch']} with {event['jobs']} job(s)"
     if kind == "task_started":
-        return f"{stamp} {task}: started ({event.get('title', '')})"
+        return f"{stamp} {task}: started ({event.get('title', '')})" + _starts_from(event)
+    if kind == "base_followed":
+        return f"{stamp} {event['line']}"
     if kind == "task_run":
         return f"{stamp} {task}: run {event['run_id']}" + (" (resumed)" if event.get("resumed") else "")
     if kind == "task_finished":
@@ -155,10 +165,13 @@ class LiveSink:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind, task = event["event"], event.get("task")
-        if (kind == "checkpoint" and self.show_lines) or kind == "note":
+        if (kind == "checkpoint" and self.show_lines) or kind in ("note", "base_followed") \
+                or (kind == "task_started" and event.get("onto_sha")):
             from rich.text import Text
 
-            line = event["line"] if self.show_lines else f"{task}: {event['line']}"
+            line = (event["line"] if kind == "base_followed" or self.show_lines and kind == "checkpoint"
+                    else f"{task}: started{_starts_from(event)}" if kind == "task_started"
+                    else f"{task}: {event['line']}")
             # Outside self.lock: the refresh thread holds the console while it asks for a frame.
             self.live.console.print(Text(scrub(clip(line, 400))), soft_wrap=True)
         with self.lock:
