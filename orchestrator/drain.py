@@ -266,7 +266,8 @@ class _Drain:
         except BaseProblem as exc:
             result = exc.result
         last = self.followed
-        if last is None or (result.result, result.base_sha, result.tip) != (last.result, last.base_sha, last.tip):
+        if last is None or result.result != "current" and (result.result, result.base_sha, result.tip) != (
+                last.result, last.base_sha, last.tip):
             self.emit("base_followed", line=result.line(), **result.to_dict())
         self.followed = result
         return result.ok
