@@ -33,6 +33,18 @@ def _started(events: list[dict]) -> dict[str, dict]:
     return {e["task"]: e for e in events if e["event"] == "task_started"}
 
 
+def _landed_a_then_main(tmp_path, files: dict[str, str]) -> tuple[DrainWorkspace, str]:
+    """A drained task A (a.txt), then a maintainer's commit of ``files`` on main and a task B after
+    A; the integration branch's tip before the next drain."""
+    ws = make_drain_workspace(tmp_path)
+    ws.task("A", files={"a.txt": "a\n"})
+    assert ws.drain()[0] == 0
+    before = _tip(ws)
+    _commit_on_main(ws, files)
+    ws.task("B", after=("A",), files={"b.txt": "b\n"})
+    return ws, before
+
+
 def _tip(ws: DrainWorkspace, ref: str = BRANCH) -> str:
     return git(ws.repo, "rev-parse", ref).strip()
 
@@ -81,12 +93,7 @@ def test_a_base_that_holds_the_landed_work_is_fast_forwarded_to(tmp_path):
 
 
 def test_a_conflict_with_the_base_names_the_files_and_starts_nothing(tmp_path):
-    ws = make_drain_workspace(tmp_path)
-    ws.task("A", files={"a.txt": "a\n"})
-    assert ws.drain()[0] == 0
-    before = _tip(ws)
-    _commit_on_main(ws, {"a.txt": "not a\n"})
-    ws.task("B", after=("A",), files={"b.txt": "b\n"})
+    ws, before = _landed_a_then_main(tmp_path, {"a.txt": "not a\n"})
     code, events, res = ws.drain()
     assert code == 5
     assert "cannot follow base main" in res.output and "conflicts in: a.txt" in res.output
@@ -108,13 +115,8 @@ def test_a_conflict_with_the_base_names_the_files_and_starts_nothing(tmp_path):
 
 
 def test_a_merge_that_fails_validation_moves_nothing(tmp_path):
-    ws = make_drain_workspace(tmp_path)
-    ws.task("A", files={"a.txt": "a\n"})
-    assert ws.drain()[0] == 0
-    before = _tip(ws)
     # Fine on main alone, broken once merged with A's a.txt.
-    _commit_on_main(ws, {"checks/no_a.py": "import os\nassert not os.path.exists('a.txt')\n"})
-    ws.task("B", after=("A",), files={"b.txt": "b\n"})
+    ws, before = _landed_a_then_main(tmp_path, {"checks/no_a.py": "import os\nassert not os.path.exists('a.txt')\n"})
     code, events, res = ws.drain()
     assert code == 5
     assert "the merge fails validation: `python3 check.py` exit 1" in res.output

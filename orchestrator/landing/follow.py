@@ -201,10 +201,9 @@ def _merge(lander: Lander, found: FollowResult, commands: Sequence[str]) -> str 
         results, passed = lander.validate(sha, list(commands))
         found.validation_s = time.monotonic() - started
         if not passed:
-            failed = [r for r in results if not r["passed"]]
-            found.result = "validation_failed"
-            found.detail = "; ".join(f"`{r['command']}` " + ("rejected" if r["rejected"] else f"exit {r['exit_code']}")
-                                     for r in failed) or "no validation command ran"
+            from orchestrator.landing.lander import failure_detail
+
+            found.result, found.detail = "validation_failed", failure_detail(results)
             return None
     return sha
 

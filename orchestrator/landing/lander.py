@@ -65,7 +65,7 @@ from orchestrator.landing.records import (LandResult, fixed_findings, land_check
 if TYPE_CHECKING:  # the model only types the lander: read-only views import this module without pydantic
     from orchestrator.config import MeshConfig
 
-__all__ = ["Lander", "SCRATCH_PREFIX"]
+__all__ = ["Lander", "SCRATCH_PREFIX", "failure_detail"]
 
 SCRATCH_PREFIX = "mesh-land-"
 
@@ -398,10 +398,7 @@ class Lander:
         results, passed = self.validate(new, commands) if revalidated else ([], True)
         validation_s = time.monotonic() - checked
         if not passed:
-            failed = [r for r in results if not r["passed"]]
-            detail = "; ".join(f"`{r['command']}` " + ("rejected" if r["rejected"] else f"exit {r['exit_code']}")
-                               + (f": {r['stderr_tail'][-300:]}" if r.get("stderr_tail") else "")
-                               for r in failed) or "no validation command ran"
+            detail = failure_detail(results)
             return LandResult("validation_failed", self.branch, onto=onto, sha=new, method=method,
                               detail=detail, validation=_brief(results), revalidated=True,
                               duration_s=time.monotonic() - started, validation_s=validation_s)
@@ -472,6 +469,13 @@ class Lander:
         ran = [r for r in dicts if not r["rejected"]]
         passed = bool(ran) and all(r["passed"] for r in ran) if (commands or cfg.required) else True
         return dicts, passed
+
+
+def failure_detail(results: list[dict]) -> str:
+    """What failed of a validation's ``results``: each failing command, its exit and stderr's tail."""
+    return "; ".join(f"`{r['command']}` " + ("rejected" if r["rejected"] else f"exit {r['exit_code']}")
+                     + (f": {r['stderr_tail'][-300:]}" if r.get("stderr_tail") else "")
+                     for r in results if not r["passed"]) or "no validation command ran"
 
 
 def _git_bytes(cwd: Path, *args: str, input: bytes | None = None,
