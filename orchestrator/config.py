@@ -321,6 +321,10 @@ class MeshConfig(_Strict):
     consensus_retries: int = Field(default=2, ge=0)
     review_max_cycles: int = Field(default=3, ge=1)
     review_required_for_close: bool = True
+    # The issue types a run or drain takes from its scope (the profile's "task"; add "bug" to run
+    # bugs too). Epics group tasks: they never run.
+    runnable_types: list[Literal["task", "bug", "feature", "chore"]] = Field(default_factory=lambda: ["task"],
+                                                                             min_length=1)
     # Who gives round E's review: a reviewer worker, or a person (orchestrator.protocol.human_review:
     # the run waits at the review gate for ``mesh review``); a task or epic labelled review:human
     # always waits for a person. ``human_review_poll_s``: how often a waiting run looks.

@@ -46,7 +46,7 @@ from orchestrator.landing.follow import BaseProblem, FollowResult, follow_scope
 from orchestrator.landing.lander import Lander
 from orchestrator.landing.records import land_checkpoints
 from orchestrator.protocol.lease import Lease, claim_next_leased, ensure_lease_table, held_by_person, lease_is_live
-from orchestrator.protocol.idle import check_scope, last_block
+from orchestrator.protocol.idle import check_scope, last_block, other_types
 from orchestrator.views.live import line_kind
 from orchestrator.runner import (BASE_FAILING_EXIT, RunError, RunOptions, base_check, interrupted_runs, lease_ttl, load_run_config,
                                  make_backend, make_lander, open_tracker, project_environment, refuse_nested_run,
@@ -146,6 +146,8 @@ class DrainReport:
     errors: list[str] = field(default_factory=list)  # a task's backend or git failure, one line each
     remote: str | None = None
     base: dict[str, Any] | None = None  # the integration branch's last follow of its base (follow.FollowResult)
+    types: list[str] = field(default_factory=lambda: ["task"])  # the issue types the scope runs
+    others: list[dict[str, Any]] = field(default_factory=list)  # open issues of other types (idle.other_types)
 
     @property
     def exit_code(self) -> int:
@@ -181,6 +183,8 @@ class DrainReport:
             "errors": self.errors,
             "remote": self.remote,
             "base": self.base,
+            "types": self.types,
+            "others": self.others,
             "tasks": rows,
             "exit_code": self.exit_code,
         }
@@ -321,7 +325,7 @@ class _Drain:
             raise RunError("mesh drain lands work: --no-integrate and --no-land do not apply", 2)
         require_sandbox(self.config)
         try:
-            self.scope = resolve_scope(options.label, options.parent)
+            self.scope = resolve_scope(options.label, options.parent, types=self.config.runnable_types)
         except ScopeError as exc:
             raise RunError(str(exc), 2) from None
         try:
@@ -341,6 +345,7 @@ class _Drain:
             tasks = scope_tasks(tracker, self.scope)
             if not tasks:  # a scope with no task: nothing to land, so no branch either
                 return DrainReport(branch="", scope=self.scope.to_dict(), tasks=[], stop_reason="empty_scope",
+                                   types=list(self.scope.types), others=other_types(tracker, self.scope),
                                    wall_s=time.monotonic() - self.t0)
             branch = scope_branch(tracker, self.scope, tasks, options.onto or self.config.drain.onto)
             self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land,
@@ -394,7 +399,8 @@ class _Drain:
         """The next ready task of the scope outside ``skip``, claimed with its lease; None when none."""
         return claim_next_leased(tracker, labels=[self.scope.plan_label] if self.scope.plan_label else [],
                                  parent=self.scope.parent_epic, skip=skip, run_id=new_run_id(),
-                                 ttl_s=lease_ttl(self.config), lease=self.config.integrate)
+                                 ttl_s=lease_ttl(self.config), lease=self.config.integrate,
+                                 types=self.scope.types)
 
     def limit_reached(self, started: set[str], task_id: str | None = None) -> str | None:
         """``max_tasks`` or ``budget`` when no new task may start (``task_id``, one that already

@@ -345,7 +345,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
     repo = Path(options.repo).resolve() if options.repo else Path.cwd()
     scope: Scope | None = None
     try:
-        scope = resolve_scope(options.label, options.parent)
+        scope = resolve_scope(options.label, options.parent, types=config.runnable_types)
     except ScopeError as exc:
         if not options.task:
             raise RunError(str(exc), 2) from None
@@ -356,7 +356,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 candidates = [(tracker.get(options.task), "resume_named_task")]
             except NotFoundError as exc:
                 raise RunError(str(exc), 2) from None
-            scope = scope or _scope_of(candidates[0][0])
+            scope = scope or _scope_of(candidates[0][0], config.runnable_types)
         else:
             # Runs killed after deciding (landed, closed) are finished first, as mesh drain does.
             try:
@@ -574,9 +574,9 @@ def lease_ttl(config: MeshConfig | None = None) -> float:
         return default
 
 
-def _scope_of(task: dict) -> Scope:
+def _scope_of(task: dict, types: Sequence[str]) -> Scope:
     labels = task.get("labels") or []
     plan = next((label for label in labels if label.startswith("plan:")), labels[0] if labels else None)
     if plan:
-        return Scope("label", plan_label=plan)
-    return Scope("parent", parent_epic=task.get("parent"))
+        return Scope("label", plan_label=plan, types=tuple(types))
+    return Scope("parent", parent_epic=task.get("parent"), types=tuple(types))

@@ -326,7 +326,11 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         out.append(f"  error {error}")
     remote = summary.get("remote")
     if not branch:
-        out.append("no task of type task in scope: nothing was run and no branch was made")
+        from orchestrator.protocol.idle import other_types_lines
+
+        types = summary.get("types") or ["task"]
+        out.append(f"no issue of type {' or '.join(types)} in scope: nothing was run and no branch was made")
+        out += other_types_lines(summary.get("others") or [], types)
     elif remote:
         out.append(f"integration branch {branch} on {remote} (landings push it; your checkout is untouched)."
                    " To look and merge:")
