@@ -45,7 +45,8 @@ from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_br
 from orchestrator.landing.follow import BaseProblem, FollowResult, follow_scope
 from orchestrator.landing.lander import Lander
 from orchestrator.landing.records import land_checkpoints
-from orchestrator.protocol.lease import Lease, claim_next_leased, ensure_lease_table, held_by_person, lease_is_live
+from orchestrator.protocol.lease import (Lease, claim_next_leased, ensure_lease_table, held_by_person, holder_is_dead,
+                                         lease_is_live)
 from orchestrator.protocol.idle import check_scope, last_block, other_types
 from orchestrator.views.live import line_kind
 from orchestrator.runner import (BASE_FAILING_EXIT, RunError, RunOptions, base_check, interrupted_runs, lease_ttl, load_run_config,
@@ -61,6 +62,8 @@ Emit = Callable[[dict[str, Any]], None]
 
 # How often a drain with nothing to run looks again at tasks other runners hold.
 _OTHERS_POLL_S = 1.0
+# Threads beyond --jobs for tasks waiting for a person's review: they hold no slot.
+_PERSON_SLOTS = 32
 
 @dataclass
 class DrainOptions:
@@ -248,6 +251,8 @@ class _Drain:
         self.conflicts = 0
         self.environment = None  # the project's Python environment (orchestrator.sandbox.project_env)
         self.followed: FollowResult | None = None  # the integration branch's last follow of its base
+        self.waiting_person: set[str] = set()  # tasks of ours waiting for a person's review: no slot
+        self.held_elsewhere: set[str] = set()  # scope tasks another run holds (said once, and once released)
 
     def emit(self, event: str, **fields: Any) -> None:
         self.emit_raw({"event": event, "t": round(time.monotonic() - self.t0, 3), **fields})
@@ -294,6 +299,11 @@ class _Drain:
             engine = self.engines.get(task_id)
             row = self.rows[task_id]
             kind = line_kind(line)
+            # Waiting for a person's review holds no slot: other ready tasks start meanwhile.
+            if kind == "review-request" or line.startswith("waiting for a person's review"):
+                self.waiting_person.add(task_id)
+            elif kind is not None:
+                self.waiting_person.discard(task_id)
             if kind is None:  # a note between checkpoints: a failed call, failing output
                 self.emit("note", task=task_id, line=line)
                 return
@@ -389,6 +399,27 @@ class _Drain:
                              base=self.followed.to_dict() if self.followed else None)
         return report
 
+    def is_held_elsewhere(self, tracker: Tracker, task: dict, reason: str) -> bool:
+        """True for an in-progress task of the scope another live run holds (its lease; a dead
+        holder's is taken over): said once (``task_held``), not started every time it is looked at."""
+        task_id = task["id"]
+        if reason == "first_ready" or task_id in self.rows:
+            return False
+        if not lease_is_live(tracker, task_id) or holder_is_dead(tracker, task_id):
+            return False
+        if task_id not in self.held_elsewhere:
+            self.held_elsewhere.add(task_id)
+            self.emit("task_held", task=task_id, title=task.get("title") or "", holder=task.get("assignee") or "")
+        return True
+
+    def note_released(self, tracker: Tracker) -> None:
+        """Say once that a task another run held is released (closed, blocked, or its lease gone)."""
+        for task_id in sorted(self.held_elsewhere):
+            if lease_is_live(tracker, task_id) and not holder_is_dead(tracker, task_id):
+                continue
+            self.held_elsewhere.discard(task_id)
+            self.emit("task_released", task=task_id, status=tracker.get(task_id)["status"])
+
     def others_hold(self, tracker: Tracker) -> bool:
         """True while a task of the scope is in progress under a live lease of another run
         (asked with nothing of ours in flight: every live lease is another run's)."""
@@ -426,8 +457,13 @@ class _Drain:
         ensure_lease_table(tracker)  # once: claim_ready takes leases without the writers' lock
         # Runs killed after deciding but before their end are finished first.
         interrupted = interrupted_runs(tracker, self.scope, self.options.run.ids)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mesh-drain") as pool:
+        def active() -> int:  # tasks in flight that hold a slot
+            return len(set(in_flight.values()) - self.waiting_person)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs + _PERSON_SLOTS,
+                                                   thread_name_prefix="mesh-drain") as pool:
             while True:
+                self.note_released(tracker)
                 if not self.control.stopping.is_set() and (asked := stop_token(tracker, self.scope)) != stop_seen:
                     self.emit("stop_requested", by=(asked or "").partition(" ")[2] or "someone")
                     self.control.stop_new()
@@ -436,15 +472,16 @@ class _Drain:
                     if not announced:
                         announced = True
                         self.emit("interrupt", mode="finish", running=sorted(in_flight.values()))
-                elif not errors and self.followed.ok and len(in_flight) < jobs:
+                elif not errors and self.followed.ok and active() < jobs:
                     busy = set(in_flight.values())
-                    candidates = interrupted + select_candidates(tracker, self.scope, self.options.run.ids)
+                    candidates = [(task, reason) for task, reason in interrupted + select_candidates(
+                        tracker, self.scope, self.options.run.ids) if not self.is_held_elsewhere(tracker, task, reason)]
                     # Before a task is cut, the branch follows its base (it may have moved during the drain).
                     if any(task["id"] not in busy | left_alone | set(self.rows) for task, _ in candidates) \
                             and not self.follow(tracker):
                         stop_reason, candidates = f"base_{self.followed.result}", []
                     for task, reason in candidates:
-                        if len(in_flight) >= jobs:
+                        if active() >= jobs:
                             break
                         lease = None
                         if reason == "first_ready" and not self.options.run.ids:

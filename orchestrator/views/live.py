@@ -94,6 +94,11 @@ def _plain(event: dict[str, Any]) -> str | None:
         return f"{stamp} {task}: {what} after {event['elapsed_s']:.1f}s, ${event['cost_usd']:.4f}"
     if kind == "task_skipped":
         return f"{stamp} {task}: left alone: {event['why']}"
+    if kind == "task_held":
+        who = f" by {event['holder']}" if event.get("holder") else ""
+        return f"{stamp} {task}: held by another run{who}; this drain waits for it and starts other ready tasks"
+    if kind == "task_released":
+        return f"{stamp} {task}: released by the other run ({event.get('status')})"
     if kind == "land_queued":
         return f"{stamp} {task}: queued for landing"
     if kind == "land_started":
@@ -165,13 +170,15 @@ class LiveSink:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind, task = event["event"], event.get("task")
-        if (kind == "checkpoint" and self.show_lines) or kind in ("note", "base_followed") \
+        if (kind == "checkpoint" and self.show_lines) or kind in ("note", "base_followed", "task_held",
+                                                                   "task_released") \
                 or (kind == "task_started" and event.get("onto_sha")):
             from rich.text import Text
 
             line = (event["line"] if kind == "base_followed" or self.show_lines and kind == "checkpoint"
                     else f"{task}: started{_starts_from(event)}" if kind == "task_started"
-                    else f"{task}: {event['line']}")
+                    else f"{task}: {event['line']}" if kind == "note"
+                    else (_plain(event) or "").partition("] ")[2])
             # Outside self.lock: the refresh thread holds the console while it asks for a frame.
             self.live.console.print(Text(scrub(clip(line, 400))), soft_wrap=True)
         with self.lock:
