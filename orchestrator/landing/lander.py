@@ -2,18 +2,21 @@
 
 Under ``mesh run`` (unless ``--no-land``) and ``mesh drain`` each task's worktree is cut from
 the tip of the scope's integration branch (``--onto``, else ``catch_up.scope_branch``) when
-the task starts, and after approval the task's commits land:
+the task starts (after the branch followed its base: ``follow``), and after approval the task
+lands as one commit (``records.task_commit_message``: the task's title, its run, review cycles
+and findings fixed, with the ``Mesh-Task``/``Mesh-Run``/``Mesh-Land``/``Mesh-Source`` trailers):
 
-1. when nothing landed since the task started they go on as they are (a fast-forward);
-   otherwise they are re-created one by one on top of the integration tip (a rebase, done in
-   a private index with three-way ``git apply``: no checkout is touched), keeping their
-   messages and trailers; when that conflicts, the task's whole change is squash-merged instead
-   (``git merge-tree``: one commit carrying the ``Mesh-Task``/``Mesh-Run`` trailers), and
-   when that conflicts too the landing fails with ``conflict``;
+1. its tree is the task's final tree when nothing landed since the task started (``squash``);
+   otherwise the task's commits are re-created one by one on top of the integration tip (a
+   rebase, done in a private index with three-way ``git apply``: no checkout is touched) and
+   the result's tree is taken (``rebase``); when that conflicts, the task's head is merged
+   into the tip instead (``git merge-tree``, ``merge``), and when that conflicts too the
+   landing fails with ``conflict``. The intermediate commits stay on the task's branch;
 2. the task's validation commands run on the resulting commit, in the sandbox every
    validation uses (``validation.sandbox``);
 3. only when they pass is the integration branch fast-forwarded to it, with a
-   compare-and-set on its old tip (``git update-ref``), so its history stays linear.
+   compare-and-set on its old tip (``git update-ref``): it only ever moves forward (merges
+   of its base aside, one commit per task).
 
 One landing runs at a time, in the order tasks reached the queue (their approval order),
 and across processes and machines too: each landing holds the tracker's named lock

@@ -44,8 +44,8 @@ def integration_branch_for(scope: Scope, tasks: Sequence[Mapping[str, Any]] = ()
 @dataclass
 class LandResult:
     """What one landing did. ``result`` is ``landed``, ``conflict`` or ``validation_failed``;
-    ``method`` is ``fast-forward`` (nothing landed since the task started: its own commits),
-    ``rebase``, ``merge``, ``already`` (found on the branch) or ``empty``."""
+    ``method`` is ``squash`` (nothing landed since the task started: its final tree as one
+    commit), ``rebase``, ``merge``, ``already`` (found on the branch) or ``empty``."""
 
     result: str
     branch: str
