@@ -1,0 +1,46 @@
+"""Counts that mean what they say: pytest's collection and import errors are errors, not tests
+that ran, and validation commands are never read as tests (``1 of 2 command(s) failed`` beside
+``N test(s) ran: ...``). Real pytest runs through ``run_validation`` in bwrap and without a
+sandbox."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from orchestrator.protocol.proof import Proof
+from orchestrator.sandbox.testcounts import TestCounts, commands_phrase, runner_counts_phrase
+from tests.test_testcounts import project
+from tests.test_validation import mode, run  # noqa: F401  (mode is a fixture)
+
+PY = shlex.quote(sys.executable)
+BROKEN = {"tests/test_imports.py": "import no_such_module_here\n", "tests/test_syntax.py": "def broken(:\n"}
+
+
+def test_collection_and_import_errors_are_errors_not_tests_that_ran(tmp_path, mode):
+    cmd = f"{PY} -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests"
+    [result] = run([cmd], project(tmp_path, BROKEN), sandbox=mode)
+    assert not result.passed
+    assert result.tests == TestCounts(runner="pytest", ran=2, passed=2, failed=0, errors=0, skipped=1,
+                                      collection_errors=2)
+    assert result.tests.line() == "2 ran: 2 passed, 0 failed, 0 errors; 1 skipped; 2 collection error(s)"
+
+
+def test_an_interrupted_collection_ran_no_test(tmp_path, mode):
+    """pytest stops at a collection error by default: no test ran, and the report says so."""
+    [result] = run([f"{PY} -m pytest -q -p no:cacheprovider tests"], project(tmp_path, BROKEN), sandbox=mode)
+    assert not result.passed and result.tests.ran == 0 and result.tests.collection_errors == 2
+    proof = Proof.of([result], commit="c0ffee")
+    assert proof.summary() == ("fail: 0/1 command(s) passed; 0 test(s) ran: 0 passed, 0 failed, 0 errors;"
+                               " 2 collection error(s) (a test module could not be imported)")
+
+
+def test_commands_and_tests_are_worded_apart():
+    assert commands_phrase(1, 1) == "1 of 2 command(s) failed"
+    assert commands_phrase(2, 0, 1) == "2 of 2 command(s) passed, 1 rejected"
+    counts = [TestCounts("pytest", 5, 4, 1, 0, 0), TestCounts("unittest", 2, 2, 0, 0, 1)]
+    assert runner_counts_phrase(counts) == "7 test(s) ran: 6 passed, 1 failed, 0 errors, 1 skipped"
+    assert runner_counts_phrase([]) == ""
+    # A checkpoint written before collection errors were counted still reads.
+    assert TestCounts.from_dict({"runner": "pytest", "ran": 1, "passed": 1, "failed": 0, "errors": 0,
+                                 "skipped": 0}).collection_errors == 0
