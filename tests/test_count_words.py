@@ -44,3 +44,13 @@ def test_commands_and_tests_are_worded_apart():
     # A checkpoint written before collection errors were counted still reads.
     assert TestCounts.from_dict({"runner": "pytest", "ran": 1, "passed": 1, "failed": 0, "errors": 0,
                                  "skipped": 0}).collection_errors == 0
+
+
+def test_the_step_a_run_is_in_is_named_from_its_latest_checkpoint():
+    from orchestrator.views.live import current_step
+
+    assert current_step("vote", "agree 5/5 (cycle 0) skeptic: fine") == "validation"  # the tests run now
+    assert current_step("review-cycle", "cycle 1: approved") == "landing"
+    assert current_step("review-cycle", "cycle 1: changes requested") == "revision plan"
+    assert current_step("review-request", "waiting for a person's review (review cycle 1)") == "waiting for a person"
+    assert current_step(None) == "starting" and current_step("outcome", "closed") == "done"

@@ -49,6 +49,24 @@ def line_kind(line: str) -> str | None:
     return "preflight" if line.startswith("orch_preflight ") else None
 
 
+# What a run does after its latest checkpoint of each kind: the step it is in now.
+_NEXT_STEP = {"preflight": "proposal", "proposal": "critique", "critique": "synthesis", "synthesis": "vote",
+              "vote": "validation", "revision": "validation", "proof": "review",
+              "review-request": "waiting for a person", "human-review": "review", "review": "review cycle",
+              "revision-plan": "revision", "land": "closing", "run-head": "closing", "outcome": "done"}
+
+
+def current_step(kind: str | None, summary: str = "") -> str:
+    """The step a run is in, from its latest checkpoint's ``kind`` and summary line: ``validation``
+    while the tests run after a vote, ``landing`` once the review approved, ``waiting for a
+    person`` at a review request."""
+    if kind is None:
+        return "starting"
+    if kind == "review-cycle":
+        return "landing" if "approved" in summary else "revision plan"
+    return _NEXT_STEP.get(kind, kind)
+
+
 class NdjsonSink:
     """One JSON object per line; thread-safe."""
 
