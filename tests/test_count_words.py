@@ -5,6 +5,7 @@ sandbox."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 
@@ -54,3 +55,25 @@ def test_the_step_a_run_is_in_is_named_from_its_latest_checkpoint():
     assert current_step("review-cycle", "cycle 1: changes requested") == "revision plan"
     assert current_step("review-request", "waiting for a person's review (review cycle 1)") == "waiting for a person"
     assert current_step(None) == "starting" and current_step("outcome", "closed") == "done"
+
+
+def test_usage_counts_every_failed_call_by_its_typed_reason(tmp_path):
+    """A run whose proposer first answers a vote of the wrong shape: that call is an error of
+    reason invalid_shape in mesh usage (it was answered, and refused)."""
+    from orchestrator.ledger.usage import render_usage, usage_summary
+    from tests.runkit import make_workspace, happy_script, r, TASK
+
+    ws = make_workspace(tmp_path)
+    script = happy_script()
+    script["proposer"].insert(1, r("vote", {"vote": "maybe", "reason": "unsure"}))
+    code, report, res = ws.run(script, "--ids", TASK)
+    assert code == 0 and report["outcome"] == "closed", res.output
+    with ws.tracker() as t:
+        summary = usage_summary(t)
+    assert summary["total"]["errors"] == 1
+    assert summary["total"]["errors_by_reason"] == {"invalid_shape": 1}
+    proposer = next(row for row in summary["by_role"] if row["role"] == "proposer")
+    assert proposer["errors"] == 1 and proposer["errors_by_reason"] == {"invalid_shape": 1}
+    assert "1 failed call(s) by reason: invalid_shape 1" in render_usage(summary)
+    res = ws.mesh("usage", "--json")
+    assert json.loads(res.stdout)["total"]["errors_by_reason"] == {"invalid_shape": 1}
