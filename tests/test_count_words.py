@@ -77,3 +77,28 @@ def test_usage_counts_every_failed_call_by_its_typed_reason(tmp_path):
     assert "1 failed call(s) by reason: invalid_shape 1" in render_usage(summary)
     res = ws.mesh("usage", "--json")
     assert json.loads(res.stdout)["total"]["errors_by_reason"] == {"invalid_shape": 1}
+
+
+def test_the_preflight_line_reads_as_a_sentence_everywhere_but_its_own_print(tmp_path):
+    from orchestrator.views.preflight import preflight_text
+    from tests.runkit import make_workspace, happy_script, TASK
+
+    line = ("orch_preflight orch_run_id=run-1 scope_mode=label plan_label=plan:demo parent_epic= selected_adapter=local"
+            " selection_reason=fixed_local_profile requested_workers=5 local_cap=1 ids= overrides=max_tasks=1,"
+            "parallel_tasks=1,adapter=local sandbox=bwrap")
+    assert preflight_text(line) == ("preflight: run run-1 on label plan:demo: 5 worker role(s), validation sandbox"
+                                    " bwrap, the scope's next task")
+    ws = make_workspace(tmp_path)
+    path = ws.write_script(happy_script())
+    res = ws.mesh("run", "--label", "plan:demo", "--ids", TASK, "--backend", "replay", "--script", str(path),
+                  "--repo", str(ws.repo))
+    assert res.exit_code == 0, res.output
+    assert res.stderr.startswith("orch_preflight orch_run_id=")  # the profile's line, as the run starts
+    assert "orch_preflight" not in res.stdout and "  preflight: run run-" in res.stdout  # the summary
+    shown = ws.mesh("show", TASK).stdout
+    assert "orch_preflight" not in shown and "preflight: run run-" in shown
+    with ws.tracker() as t:
+        from orchestrator.protocol.checkpoint import load_checkpoints
+
+        (pre,) = [cp for cp in load_checkpoints(t, TASK) if cp.kind == "preflight"]
+    assert pre.payload["artifact"]["line"].startswith("orch_preflight orch_run_id=")  # the payload unchanged

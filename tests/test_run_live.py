@@ -47,8 +47,11 @@ def test_without_a_terminal_run_prints_plain_progress_lines(tmp_path):
     assert lines[0].startswith("orch_preflight orch_run_id=")
     # Preflight's lines about the sandboxes follow it, then the checkpoints' lines.
     notes = [line for line in lines[1:] if not line.startswith("[orch:")]
-    assert lines[1:1 + len(notes)] == notes and [n.split(":")[0] for n in notes] == [
+    assert lines[1:1 + len(notes)] == notes and [n.split(":")[0] for n in notes[:3]] == [
         "configuration", "validation environment", "validation limits"], lines
+    # ... and which base and integration commits the task starts from.
+    assert len(notes) == 4 and notes[3].startswith("tasks start from mesh/land/plan-demo at ")
+    assert notes[3].endswith(": already holds it)")
     assert lines[-1] == "[orch:outcome] outcome: closed"
     assert "\x1b" not in done.stderr and "mesh run" not in done.stderr  # no live view, no escapes
     assert "critic_b: fine \\u001b[2J really" in done.stderr

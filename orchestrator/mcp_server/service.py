@@ -28,6 +28,7 @@ from orchestrator.protocol.idle import UnknownScope, check_scope, last_block
 from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker, refuse_nested_run
 from orchestrator.protocol.scope import Scope, scope_tasks
 from orchestrator.views.live import current_step
+from orchestrator.views.preflight import readable_summary
 from orchestrator.views.status import scope_status
 from orchestrator.ledger.usage import UsageError, parse_since, usage_summary
 from orchestrator.mcp_server.jobs import Job, JobStore
@@ -271,7 +272,7 @@ class MeshService:
                 "step": current_step(last.kind if last else None, last.summary if last else ""),
                 "cycle": (f"c{last.payload.get('consensus_cycle')}/r{last.payload.get('review_cycle')}"
                           if last else None),
-                "last_line": f"[orch:{last.kind}] {last.summary}" if last else None}
+                "last_line": f"[orch:{last.kind}] {readable_summary(last.kind, last.summary)}" if last else None}
 
     def _spent(self, tracker: Tracker, config: MeshConfig, job: Job, tasks: list[str]) -> dict[str, Any]:
         """Tokens and dollars of the job's tasks' calls since it started (``mesh usage``'s sums)."""

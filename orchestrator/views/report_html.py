@@ -45,6 +45,7 @@ from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.proof import output_tail, tests_line
 from orchestrator.safe_text import printable
 from orchestrator.views.show import task_history
+from orchestrator.views.preflight import preflight_text
 from orchestrator.sandbox.testcounts import TestCounts, commands_phrase, runner_counts_phrase
 from orchestrator.ledger.usage import UsageError, call_cost, usage_summary
 
@@ -225,7 +226,7 @@ def _body(kind: str, art: Any) -> dict[str, Any]:
         return {"outcome": _text(a.get("outcome")), "block_reason": _text(a.get("block_reason")),
                 "block_detail": _text(a.get("block_detail"))}
     if kind == "preflight":
-        return {"line": _text(a.get("line"))}
+        return {"line": _text(preflight_text(str(a.get("line") or "")))}
     # hydration, review-cycle, land, run-head and kinds this version does not know: their fields.
     return {"fields": [{"name": _text(k), "value": _text(v)} for k, v in a.items()] if a
             else ([{"name": "artifact", "value": _text(art)}] if art is not None else [])}
