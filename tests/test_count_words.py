@@ -102,3 +102,17 @@ def test_the_preflight_line_reads_as_a_sentence_everywhere_but_its_own_print(tmp
 
         (pre,) = [cp for cp in load_checkpoints(t, TASK) if cp.kind == "preflight"]
     assert pre.payload["artifact"]["line"].startswith("orch_preflight orch_run_id=")  # the payload unchanged
+
+
+def test_mcp_scope_leaves_a_deleted_task_out(tmp_path):
+    from orchestrator.mcp_server.service import MeshService
+    from tests.drainkit import LABEL, make_drain_workspace
+
+    ws = make_drain_workspace(tmp_path)
+    kept = ws.task("kept", files={"k.txt": "k\n"})
+    gone = ws.task("gone", after=("kept",), files={"g.txt": "g\n"})
+    with ws.tracker() as t:
+        t.delete(gone, force=True)
+    view = MeshService(ws.repo, db=str(ws.db), actor="tester", config_file=ws.config).scope(LABEL, None)
+    listed = [t["id"] for bucket in ("ready", "running", "waiting", "blocked", "closed") for t in view[bucket]]
+    assert listed == [kept]

@@ -157,6 +157,8 @@ class MeshService:
             buckets: dict[str, list[dict[str, Any]]] = {k: [] for k in ("ready", "running", "waiting", "blocked",
                                                                           "closed")}
             for task in scope_tasks(tracker, scope):
+                if task["status"] == "tombstone":
+                    continue  # deleted: neither waiting nor anything else
                 entry = {"id": task["id"], "title": task["title"], "priority": task.get("priority")}
                 if task["status"] == "closed":
                     buckets["closed"].append(entry)
