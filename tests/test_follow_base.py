@@ -6,13 +6,16 @@ the integration branch, each of which passes validation (bisected commit by comm
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli.main import cli
-from tests.drainkit import BRANCH, LABEL, DrainWorkspace, git, make_drain_workspace
+from tests.drainkit import BRANCH, LABEL, ROOT, DrainWorkspace, git, make_drain_workspace
 
 
 def _commit_on_main(ws: DrainWorkspace, files: dict[str, str], message: str = "maintainer fix") -> str:
@@ -211,3 +214,34 @@ def test_a_drained_epic_lands_one_commit_per_task_and_each_passes_validation(tmp
         git(out, "checkout", "--quiet", commit)
         assert subprocess.run([sys.executable, "check.py"], cwd=out, capture_output=True).returncode == 0, commit
     assert events[-1]["landings"] == 3
+
+
+def _killed_drain(ws: DrainWorkspace, crash_at: str, *extra: str) -> None:
+    env = {**{k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}, "MESH_CRASH_AT": crash_at}
+    done = subprocess.run([sys.executable, "-c", "from orchestrator.cli.main import main; main()",
+                           *ws.drain_args(*extra)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr  # the kill point was reached
+
+
+@pytest.mark.parametrize("crash_at", ["follow-commit", "follow-push"])
+def test_a_follow_killed_half_way_is_done_once_by_the_same_command(tmp_path, crash_at):
+    ws = make_drain_workspace(tmp_path)
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(origin))
+    git(ws.repo, "remote", "add", "origin", str(origin))
+    ws.task("A", files={"a.txt": "a\n"})
+    assert ws.drain("--remote", "origin")[0] == 0
+    landed = _tip(ws)
+    fix = _commit_on_main(ws, {"fix.txt": "fixed\n"})
+    git(ws.repo, "push", "--quiet", "origin", "main")
+    ws.task("B", after=("A",), files={"b.txt": "b\n"})
+    _killed_drain(ws, crash_at, "--remote", "origin")
+    assert ws.checkpoints("B") == []  # killed before the task started
+    code, events, res = ws.drain("--remote", "origin")
+    assert code == 0, res.output
+    tip = _tip(ws)
+    assert git(origin, "rev-parse", BRANCH).strip() == tip
+    merges = git(ws.repo, "rev-list", "--merges", f"{landed}..{BRANCH}").split()
+    assert len(merges) == 1  # the base merged in once
+    assert git(ws.repo, "rev-parse", f"{merges[0]}^2").strip() == fix
+    assert ws.status("B") == "closed" and ws.tree()["fix.txt"] == "fixed\n"
