@@ -48,6 +48,17 @@ def _landed_a_then_main(tmp_path, files: dict[str, str]) -> tuple[DrainWorkspace
     return ws, before
 
 
+def _landed_a_on_a_remote(tmp_path) -> tuple[DrainWorkspace, object]:
+    """A workspace sharing a bare remote ``origin``, with task A drained through it."""
+    ws = make_drain_workspace(tmp_path)
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(origin))
+    git(ws.repo, "remote", "add", "origin", str(origin))
+    ws.task("A", files={"a.txt": "a\n"})
+    assert ws.drain("--remote", "origin")[0] == 0
+    return ws, origin
+
+
 def _tip(ws: DrainWorkspace, ref: str = BRANCH) -> str:
     return git(ws.repo, "rev-parse", ref).strip()
 
@@ -144,12 +155,7 @@ def test_the_base_moving_during_a_drain_reaches_the_next_task(tmp_path):
 
 
 def test_with_a_shared_remote_the_remote_s_base_is_followed(tmp_path):
-    ws = make_drain_workspace(tmp_path)
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(origin))
-    git(ws.repo, "remote", "add", "origin", str(origin))
-    ws.task("A", files={"a.txt": "a\n"})
-    assert ws.drain("--remote", "origin")[0] == 0
+    ws, origin = _landed_a_on_a_remote(tmp_path)
     # A maintainer pushes a fix to the shared main from another clone; this clone's main is stale.
     other = tmp_path / "other"
     git(tmp_path, "clone", "--quiet", str(origin), str(other))
@@ -225,12 +231,7 @@ def _killed_drain(ws: DrainWorkspace, crash_at: str, *extra: str) -> None:
 
 @pytest.mark.parametrize("crash_at", ["follow-commit", "follow-push"])
 def test_a_follow_killed_half_way_is_done_once_by_the_same_command(tmp_path, crash_at):
-    ws = make_drain_workspace(tmp_path)
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "clone", "--quiet", "--bare", str(ws.repo), str(origin))
-    git(ws.repo, "remote", "add", "origin", str(origin))
-    ws.task("A", files={"a.txt": "a\n"})
-    assert ws.drain("--remote", "origin")[0] == 0
+    ws, origin = _landed_a_on_a_remote(tmp_path)
     landed = _tip(ws)
     fix = _commit_on_main(ws, {"fix.txt": "fixed\n"})
     git(ws.repo, "push", "--quiet", "origin", "main")
