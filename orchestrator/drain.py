@@ -49,9 +49,9 @@ from orchestrator.protocol.lease import (Lease, claim_next_leased, ensure_lease_
                                          lease_is_live)
 from orchestrator.protocol.idle import check_scope, last_block, other_types
 from orchestrator.views.live import line_kind
-from orchestrator.runner import (BASE_FAILING_EXIT, RunError, RunOptions, base_check, interrupted_runs, lease_ttl, load_run_config,
-                                 make_backend, make_lander, open_tracker, project_environment, refuse_nested_run,
-                                 require_sandbox, run_task, sandbox_notes)
+from orchestrator.runner import (BASE_FAILING_EXIT, RunError, RunOptions, base_check, interrupted_runs, lease_ttl,
+                                 load_run_config, make_backend, make_lander, open_tracker, project_environment,
+                                 refuse_nested_run, require_sandbox, run_task, sandbox_notes)
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
@@ -274,6 +274,8 @@ class _Drain:
             result = follow_scope(tracker, self.lander, scope_tasks(tracker, self.scope), self.config.drain.base)
         except BaseProblem as exc:
             result = exc.result
+        except GitError as exc:
+            raise RunError(f"{self.lander.branch} could not follow its base: {exc}", 2) from None
         last = self.followed
         if last is None or result.result != "current" and (result.result, result.base_sha, result.tip) != (
                 last.result, last.base_sha, last.tip):
@@ -366,11 +368,11 @@ class _Drain:
                 self.emit("land_verified" if v["on_branch"] else "land_missing", **v)
             self.environment = project_environment(self.config, self.repo)
             self.lander.environment = self.environment
+            if not self.follow(tracker):
+                raise RunError(self.followed.line(), BASE_FAILING_EXIT)
             self.backend = self.options.backend or make_backend(self.config, options, tracker)
             for note in sandbox_notes(self.config, self.environment):
                 print(note, file=sys.stderr)
-            if not self.follow(tracker):
-                raise RunError(self.followed.line(), BASE_FAILING_EXIT)
             # The tree the first task starts from must pass the project's own check first.
             checked = base_check(self.config, self.repo, self.environment, self.lander.cut_base(), tracker)
             if checked is not None:
