@@ -13,7 +13,6 @@ beads' field names, plus ``labels``, ``dependencies``, ``dependency_count``,
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -256,6 +255,8 @@ def write_workspace_files(beads: Path, where: dict) -> list[str]:
     (``issue-prefix``, the file to commit) and ``metadata.json`` (which database, which backend),
     each only where it is missing; the paths written. Nothing for a database elsewhere (``--db``):
     a ``.beads/`` without its database would pass for the workspace."""
+    import json  # here: the hot bd reads import this module and never need json
+
     if where.get("engine") or Path(where["database_path"]).resolve() != (beads / DB_NAME).resolve():
         return []
     written = []
