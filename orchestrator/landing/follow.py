@@ -190,8 +190,9 @@ def _merge(lander: Lander, found: FollowResult, commands: Sequence[str]) -> str 
         found.result, found.files = "conflict", list(dict.fromkeys(lines[1:]))
         found.detail = _summary(merged.stderr) if not found.files else ""
         return None
-    identity = None if all(_git(lander.repo, "config", "--get", k, check=False).stdout.strip()
-                           for k in ("user.name", "user.email")) else _MESH_IDENTITY
+    from orchestrator.landing.lander import _has_user, failure_detail
+
+    identity = None if _has_user(lander.repo) else _MESH_IDENTITY
     message = (f"Merge {found.base} into {lander.branch}\n\nThe integration branch follows its base.\n\n"
                f"Mesh-Base: {found.base_sha}\n")
     sha = _git(lander.repo, "commit-tree", lines[0], "-p", found.tip, "-p", found.base_sha, "-F", "-",
@@ -201,8 +202,6 @@ def _merge(lander: Lander, found: FollowResult, commands: Sequence[str]) -> str 
         results, passed = lander.validate(sha, list(commands))
         found.validation_s = time.monotonic() - started
         if not passed:
-            from orchestrator.landing.lander import failure_detail
-
             found.result, found.detail = "validation_failed", failure_detail(results)
             return None
     return sha

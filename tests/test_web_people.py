@@ -1,0 +1,44 @@
+"""What the web view says of people and empty numbers: the review form's reviewer is the person
+(their git user.name, else the actor), and the usage page says "no cost yet" instead of drawing
+an empty grid. A real run waiting for a person's review, the real app through Starlette's client."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.testclient import TestClient
+
+from orchestrator.web import app as web
+from tests.drainkit import git
+from tests.runkit import TASK, happy_script, make_workspace, without_reviewer
+from tests.servekit import start_run
+
+
+def _client(ws, **extra):
+    settings = web.Settings(target=ws.db, actor="mesh", **extra)
+    return TestClient(web.create_app(settings), base_url=f"http://127.0.0.1:{settings.port}")
+
+
+def test_the_review_form_names_the_person_and_an_empty_usage_says_no_cost_yet(tmp_path):
+    ws = make_workspace(tmp_path)
+    with _client(ws) as client:
+        usage = client.get("/usage").text
+    assert "No cost yet" in usage and '<svg class="chart"' not in usage
+    git(ws.repo, "config", "user.name", "Ada Lovelace")
+    assert web.git_user_name(ws.repo) == "Ada Lovelace"
+    proc = start_run(ws, without_reviewer(happy_script()), "--label", "plan:demo", "--ids", TASK,
+                     "--reviewer", "human")
+    try:
+        deadline = time.monotonic() + 180
+        while not any(cp.kind == "review-request" for cp in ws.checkpoints(TASK)):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no review request"
+            time.sleep(0.2)
+        with _client(ws, reviewer=web.git_user_name(ws.repo)) as client:
+            form = client.get(f"/task/{TASK}/review").text
+        assert 'name="reviewer" value="Ada Lovelace"' in form
+        with _client(ws) as client:  # git has no name for the person: the actor
+            assert 'name="reviewer" value="mesh"' in client.get(f"/task/{TASK}/review").text
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
