@@ -42,3 +42,28 @@ def test_the_review_form_names_the_person_and_an_empty_usage_says_no_cost_yet(tm
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def test_times_read_as_how_long_ago_with_the_exact_time_on_hover():
+    from datetime import datetime, timedelta, timezone
+
+    from orchestrator.web.times import ago, when
+
+    now = datetime(2026, 11, 28, 15, 0, 0, tzinfo=timezone.utc)
+    assert [ago(now - timedelta(seconds=s), now) for s in (2, 42, 300, 3 * 3600, 86400, 3 * 86400)] == [
+        "just now", "42 s ago", "5 min ago", "3 h ago", "1 day ago", "3 days ago"]
+    assert ago(now + timedelta(minutes=5), now) == "in 5 min"
+    html = str(when("2026-11-28T14:54:30.123456+00:00", now))  # stored with microseconds
+    assert html == ('<time datetime="2026-11-28T14:54:30.123456+00:00" title="2026-11-28 14:54:30 UTC">5 min ago'
+                    '</time>')
+    assert str(when("<not a time>", now)) == "&lt;not a time&gt;"
+
+
+def test_the_task_page_shows_relative_times(tmp_path):
+    ws = make_workspace(tmp_path)
+    path = ws.write_script(happy_script())
+    assert ws.mesh("run", "--label", "plan:demo", "--ids", TASK, "--backend", "replay", "--script", str(path),
+                   "--repo", str(ws.repo)).exit_code == 0
+    with _client(ws) as client:
+        page = client.get(f"/task/{TASK}").text
+    assert '<span class="when"><time datetime="' in page and (" ago</time>" in page or "just now</time>" in page)

@@ -36,6 +36,7 @@ from orchestrator.safe_text import printable
 from orchestrator.web.board import board, drain_view, parse_scope, scope_choices
 from orchestrator.web.changes import ChangeFeed
 from orchestrator.web.events import TaskCards, change_stream, last_event_id, task_stream
+from orchestrator.web.times import when
 from orchestrator.web.ledger_pages import call_page, logs_page, usage_page
 from orchestrator.web.security import COOKIE, SECURITY_HEADERS, Guard
 from orchestrator.web.task import review_from_form, review_page, task_page, task_status
@@ -108,6 +109,7 @@ def create_app(settings: Settings) -> Any:
     """The ASGI application of ``mesh serve``."""
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
+    env.filters["when"] = when  # relative times, the exact one on hover
     state: dict[str, Any] = {}
 
     def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
