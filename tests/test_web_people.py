@@ -67,3 +67,22 @@ def test_the_task_page_shows_relative_times(tmp_path):
     with _client(ws) as client:
         page = client.get(f"/task/{TASK}").text
     assert '<span class="when"><time datetime="' in page and (" ago</time>" in page or "just now</time>" in page)
+
+
+def test_without_a_signing_key_no_step_carries_an_unsigned_badge(tmp_path, monkeypatch):
+    from orchestrator.views.report_html import report_data
+
+    monkeypatch.delenv("MESH_SIGNING_KEY", raising=False)
+    ws = make_workspace(tmp_path)
+    path = ws.write_script(happy_script())
+    assert ws.mesh("run", "--label", "plan:demo", "--ids", TASK, "--backend", "replay", "--script", str(path),
+                   "--repo", str(ws.repo)).exit_code == 0
+    with ws.tracker() as tracker:
+        data = report_data(tracker, TASK)
+    assert {s["trust"]["state"] for rnd in data["runs"][0]["rounds"] for s in rnd["steps"]} == {""}
+    with _client(ws) as client:
+        page = client.get(f"/task/{TASK}").text
+    assert "<span class=\"kind\">proposal</span>" in page and ">unsigned<" not in page
+    report = tmp_path / "report.html"
+    assert ws.mesh("report", TASK, "-o", str(report)).exit_code == 0
+    assert ">unsigned<" not in report.read_text()

@@ -239,9 +239,12 @@ def _trust_of(checkpoints: list, key: bytes | None, task_id: str) -> dict[str, d
             problem = checkpoint_problem(cp, key, task_id=task_id)
             state = {"state": "untrusted", "detail": problem, "css": "bad"} if problem else \
                 {"state": "verified", "detail": "signature checked with MESH_SIGNING_KEY", "css": "good"}
+        elif "sig" in cp.payload:
+            state = {"state": "signed", "detail": "carries a signature, not checked here: MESH_SIGNING_KEY is not set",
+                     "css": "muted"}
         else:
-            state = {"state": "signed" if "sig" in cp.payload else "unsigned",
-                     "detail": "not checked: MESH_SIGNING_KEY is not set", "css": "muted"}
+            # Without a key an unsigned checkpoint is the normal case: no badge says so on every step.
+            state = {"state": "", "detail": "", "css": "muted"}
         trust.setdefault(_step_key(cp.run_id, cp.seq, cp.kind, cp.created_at), state)
     return trust
 
