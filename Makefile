@@ -45,9 +45,11 @@ postgres:
 	$(call need,ls /usr/lib/postgresql/*/bin/initdb,postgresql,the PostgreSQL tracker tests)
 
 # The HTML report's browser tests (tests/test_report_html.py) render it in headless chromium
-# (they skip, saying so, without it).
+# (they skip, saying so, without it); mesh serve's pages are checked there with axe-core (npm,
+# beside the venv; tests/test_web_phone.py skips that check without it).
 chromium:
 	$(call need,command -v chromium,chromium,the HTML report tests)
+	$(call npm_tool,$(VENV)/axe-core,axe-core@>=4.10 <5,node_modules/axe-core/axe.min.js,tests/test_web_phone.py (axe-core))
 
 # tests/test_bd_clients.py runs beads-ui (npm) against the bd shim; tests/test_presets_claude.py
 # drives the real Claude Code CLI (its npm package ships the native binary) against the fake

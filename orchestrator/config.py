@@ -225,6 +225,9 @@ class DrainConfig(_Strict):
 
     jobs: int = Field(default=1, ge=1, le=64)
     onto: str | None = None
+    # The branch the integration branch follows (merged in before a task starts); None: the one
+    # checked out when the scope's branch was first used, recorded in the tracker.
+    base: str | None = None
     # A git remote shared by several runners: task branches are cut from and landed on its
     # integration branch (``--remote``); None pushes nothing.
     remote: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -339,6 +342,10 @@ class MeshConfig(_Strict):
     consensus_retries: int = Field(default=2, ge=0)
     review_max_cycles: int = Field(default=3, ge=1)
     review_required_for_close: bool = True
+    # The issue types a run or drain takes from its scope (the profile's "task"; add "bug" to run
+    # bugs too). Epics group tasks: they never run.
+    runnable_types: list[Literal["task", "bug", "feature", "chore"]] = Field(default_factory=lambda: ["task"],
+                                                                             min_length=1)
     # Who gives round E's review: a reviewer worker, or a person (orchestrator.protocol.human_review:
     # the run waits at the review gate for ``mesh review``); a task or epic labelled review:human
     # always waits for a person. ``human_review_poll_s``: how often a waiting run looks.

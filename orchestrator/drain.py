@@ -42,14 +42,16 @@ from orchestrator.protocol.outcomes import RunReport, new_run_id
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.worktree.gitops import GitError, _git, repo_root
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch
+from orchestrator.landing.follow import BaseProblem, FollowResult, follow_scope
 from orchestrator.landing.lander import Lander
 from orchestrator.landing.records import land_checkpoints
-from orchestrator.protocol.lease import Lease, claim_next_leased, ensure_lease_table, held_by_person, lease_is_live
-from orchestrator.protocol.idle import check_scope, last_block
+from orchestrator.protocol.lease import (Lease, claim_next_leased, ensure_lease_table, held_by_person, holder_is_dead,
+                                         lease_is_live)
+from orchestrator.protocol.idle import check_scope, last_block, other_types
 from orchestrator.views.live import line_kind
-from orchestrator.runner import (RunError, RunOptions, base_check, interrupted_runs, lease_ttl, load_run_config,
-                                 make_backend, make_lander, open_tracker, project_environment, refuse_nested_run,
-                                 require_sandbox, run_task, sandbox_notes)
+from orchestrator.runner import (BASE_FAILING_EXIT, RunError, RunOptions, base_check, interrupted_runs, lease_ttl,
+                                 load_run_config, make_backend, make_lander, open_tracker, project_environment,
+                                 refuse_nested_run, require_sandbox, run_task, sandbox_notes)
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, scoped_candidates, select_candidates
 
 __all__ = ["DrainOptions", "DrainControl", "DrainReport", "TaskRow", "blocked_in_scope", "budget_allows", "drain",
@@ -60,6 +62,8 @@ Emit = Callable[[dict[str, Any]], None]
 
 # How often a drain with nothing to run looks again at tasks other runners hold.
 _OTHERS_POLL_S = 1.0
+# Threads beyond --jobs for tasks waiting for a person's review: they hold no slot.
+_PERSON_SLOTS = 32
 
 @dataclass
 class DrainOptions:
@@ -144,14 +148,20 @@ class DrainReport:
     blocked_before: dict[str, str] = field(default_factory=dict)  # scope tasks already blocked: id -> reason
     errors: list[str] = field(default_factory=list)  # a task's backend or git failure, one line each
     remote: str | None = None
+    base: dict[str, Any] | None = None  # the integration branch's last follow of its base (follow.FollowResult)
+    types: list[str] = field(default_factory=lambda: ["task"])  # the issue types the scope runs
+    others: list[dict[str, Any]] = field(default_factory=list)  # open issues of other types (idle.other_types)
 
     @property
     def exit_code(self) -> int:
         """0 when every task of the scope ended closed (or awaiting CI), 2 when a task failed on a
-        backend or git error, else 3 when any ended blocked (in this drain or an earlier one: the
-        same command run again says the same)."""
+        backend or git error, 5 when the integration branch could not follow its base (a conflict,
+        a failing merge: no task started after it), else 3 when any ended blocked (in this drain or
+        an earlier one: the same command run again says the same)."""
         if self.errors:
             return 2
+        if self.base and self.base.get("result") in ("conflict", "validation_failed"):
+            return BASE_FAILING_EXIT
         return 3 if self.blocked_before or any(row.state in ("blocked", "error") for row in self.tasks) else 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -175,6 +185,9 @@ class DrainReport:
             "skipped": self.skipped,
             "errors": self.errors,
             "remote": self.remote,
+            "base": self.base,
+            "types": self.types,
+            "others": self.others,
             "tasks": rows,
             "exit_code": self.exit_code,
         }
@@ -237,6 +250,9 @@ class _Drain:
         self.landings = 0
         self.conflicts = 0
         self.environment = None  # the project's Python environment (orchestrator.sandbox.project_env)
+        self.followed: FollowResult | None = None  # the integration branch's last follow of its base
+        self.waiting_person: set[str] = set()  # tasks of ours waiting for a person's review: no slot
+        self.held_elsewhere: set[str] = set()  # scope tasks another run holds (said once, and once released)
 
     def emit(self, event: str, **fields: Any) -> None:
         self.emit_raw({"event": event, "t": round(time.monotonic() - self.t0, 3), **fields})
@@ -250,6 +266,22 @@ class _Drain:
                 elif fields.get("result") == "conflict":
                     self.conflicts += 1
         self.emit(event, **fields)
+
+    def follow(self, tracker: Tracker) -> bool:
+        """Bring the integration branch up to date with its base (``landing.follow``); said when
+        something changed. False when it cannot follow: no task may start."""
+        try:
+            result = follow_scope(tracker, self.lander, scope_tasks(tracker, self.scope), self.config.drain.base)
+        except BaseProblem as exc:
+            result = exc.result
+        except GitError as exc:
+            raise RunError(f"{self.lander.branch} could not follow its base: {exc}", 2) from None
+        last = self.followed
+        if last is None or result.result != "current" and (result.result, result.base_sha, result.tip) != (
+                last.result, last.base_sha, last.tip):
+            self.emit("base_followed", line=result.line(), **result.to_dict())
+        self.followed = result
+        return result.ok
 
     # ------------------------------------------------------------------ one task (a worker thread)
 
@@ -269,6 +301,11 @@ class _Drain:
             engine = self.engines.get(task_id)
             row = self.rows[task_id]
             kind = line_kind(line)
+            # Waiting for a person's review holds no slot: other ready tasks start meanwhile.
+            if kind == "review-request" or line.startswith("waiting for a person's review"):
+                self.waiting_person.add(task_id)
+            elif kind is not None:
+                self.waiting_person.discard(task_id)
             if kind is None:  # a note between checkpoints: a failed call, failing output
                 self.emit("note", task=task_id, line=line)
                 return
@@ -300,7 +337,7 @@ class _Drain:
             raise RunError("mesh drain lands work: --no-integrate and --no-land do not apply", 2)
         require_sandbox(self.config)
         try:
-            self.scope = resolve_scope(options.label, options.parent)
+            self.scope = resolve_scope(options.label, options.parent, types=self.config.runnable_types)
         except ScopeError as exc:
             raise RunError(str(exc), 2) from None
         try:
@@ -320,6 +357,7 @@ class _Drain:
             tasks = scope_tasks(tracker, self.scope)
             if not tasks:  # a scope with no task: nothing to land, so no branch either
                 return DrainReport(branch="", scope=self.scope.to_dict(), tasks=[], stop_reason="empty_scope",
+                                   types=list(self.scope.types), others=other_types(tracker, self.scope),
                                    wall_s=time.monotonic() - self.t0)
             branch = scope_branch(tracker, self.scope, tasks, options.onto or self.config.drain.onto)
             self.lander = make_lander(self.repo, branch, self.config, emit=self.on_land,
@@ -330,6 +368,8 @@ class _Drain:
                 self.emit("land_verified" if v["on_branch"] else "land_missing", **v)
             self.environment = project_environment(self.config, self.repo)
             self.lander.environment = self.environment
+            if not self.follow(tracker):
+                raise RunError(self.followed.line(), BASE_FAILING_EXIT)
             self.backend = self.options.backend or make_backend(self.config, options, tracker)
             for note in sandbox_notes(self.config, self.environment):
                 print(note, file=sys.stderr)
@@ -357,8 +397,30 @@ class _Drain:
                              landings=self.landings, conflicts=self.conflicts, wall_s=time.monotonic() - self.t0,
                              stop_reason=stop_reason, skipped=skipped, verified=verified,
                              blocked_before=blocked_before, errors=errors,
-                             remote=options.remote or self.config.drain.remote)
+                             remote=options.remote or self.config.drain.remote,
+                             base=self.followed.to_dict() if self.followed else None)
         return report
+
+    def is_held_elsewhere(self, tracker: Tracker, task: dict, reason: str) -> bool:
+        """True for an in-progress task of the scope another live run holds (its lease; a dead
+        holder's is taken over): said once (``task_held``), not started every time it is looked at."""
+        task_id = task["id"]
+        if reason == "first_ready" or task_id in self.rows:
+            return False
+        if not lease_is_live(tracker, task_id) or holder_is_dead(tracker, task_id):
+            return False
+        if task_id not in self.held_elsewhere:
+            self.held_elsewhere.add(task_id)
+            self.emit("task_held", task=task_id, title=task.get("title") or "", holder=task.get("assignee") or "")
+        return True
+
+    def note_released(self, tracker: Tracker) -> None:
+        """Say once that a task another run held is released (closed, blocked, or its lease gone)."""
+        for task_id in sorted(self.held_elsewhere):
+            if lease_is_live(tracker, task_id) and not holder_is_dead(tracker, task_id):
+                continue
+            self.held_elsewhere.discard(task_id)
+            self.emit("task_released", task=task_id, status=tracker.get(task_id)["status"])
 
     def others_hold(self, tracker: Tracker) -> bool:
         """True while a task of the scope is in progress under a live lease of another run
@@ -370,7 +432,8 @@ class _Drain:
         """The next ready task of the scope outside ``skip``, claimed with its lease; None when none."""
         return claim_next_leased(tracker, labels=[self.scope.plan_label] if self.scope.plan_label else [],
                                  parent=self.scope.parent_epic, skip=skip, run_id=new_run_id(),
-                                 ttl_s=lease_ttl(self.config), lease=self.config.integrate)
+                                 ttl_s=lease_ttl(self.config), lease=self.config.integrate,
+                                 types=self.scope.types)
 
     def limit_reached(self, started: set[str], task_id: str | None = None) -> str | None:
         """``max_tasks`` or ``budget`` when no new task may start (``task_id``, one that already
@@ -396,8 +459,13 @@ class _Drain:
         ensure_lease_table(tracker)  # once: claim_ready takes leases without the writers' lock
         # Runs killed after deciding but before their end are finished first.
         interrupted = interrupted_runs(tracker, self.scope, self.options.run.ids)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mesh-drain") as pool:
+        def active() -> int:  # tasks in flight that hold a slot
+            return len(set(in_flight.values()) - self.waiting_person)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs + _PERSON_SLOTS,
+                                                   thread_name_prefix="mesh-drain") as pool:
             while True:
+                self.note_released(tracker)
                 if not self.control.stopping.is_set() and (asked := stop_token(tracker, self.scope)) != stop_seen:
                     self.emit("stop_requested", by=(asked or "").partition(" ")[2] or "someone")
                     self.control.stop_new()
@@ -406,10 +474,16 @@ class _Drain:
                     if not announced:
                         announced = True
                         self.emit("interrupt", mode="finish", running=sorted(in_flight.values()))
-                elif not errors and len(in_flight) < jobs:
+                elif not errors and self.followed.ok and active() < jobs:
                     busy = set(in_flight.values())
-                    for task, reason in interrupted + select_candidates(tracker, self.scope, self.options.run.ids):
-                        if len(in_flight) >= jobs:
+                    candidates = [(task, reason) for task, reason in interrupted + select_candidates(
+                        tracker, self.scope, self.options.run.ids) if not self.is_held_elsewhere(tracker, task, reason)]
+                    # Before a task is cut, the branch follows its base (it may have moved during the drain).
+                    if any(task["id"] not in busy | left_alone | set(self.rows) for task, _ in candidates) \
+                            and not self.follow(tracker):
+                        stop_reason, candidates = f"base_{self.followed.result}", []
+                    for task, reason in candidates:
+                        if active() >= jobs:
                             break
                         lease = None
                         if reason == "first_ready" and not self.options.run.ids:
@@ -442,7 +516,9 @@ class _Drain:
                             break
                         started.add(task_id)
                         self.rows[task_id] = TaskRow(id=task_id, title=task["title"], started=time.monotonic())
-                        self.emit("task_started", task=task_id, title=task["title"], reason=reason)
+                        self.emit("task_started", task=task_id, title=task["title"], reason=reason,
+                                  branch=self.lander.branch, onto_sha=self.lander.tip(), base=self.followed.base,
+                                  base_sha=self.followed.base_sha)
                         in_flight[pool.submit(self.work, task, reason, lease)] = task_id
                         busy.add(task_id)
                 if not in_flight:

@@ -21,6 +21,7 @@ from tracker.store import Tracker
 from orchestrator.protocol.checkpoint import signing_key
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.idle import last_block
+from orchestrator.protocol.supersede import close_superseded
 from orchestrator.runner import unfinished_run
 
 __all__ = ["RetryRefused", "retry_task"]
@@ -41,7 +42,7 @@ def _scope_flag(task: dict[str, Any]) -> str:
 def retry_task(tracker: Tracker, task_id: str) -> dict[str, Any]:
     """Re-open the blocked task ``task_id`` for a new run; returns what was done: ``id``,
     ``was`` (the block reason and detail of its last run), ``runs`` (the earlier runs'
-    ids) and ``next`` (the command that runs it). ``NotFoundError`` for an unknown task,
+    ids), ``superseded`` (their review and finding issues, closed) and ``next`` (the command that runs it). ``NotFoundError`` for an unknown task,
     ``RetryRefused`` for one that is not blocked or whose last run did not finish."""
     task = tracker.get(task_id)
     task_id = task["id"]  # a short id resolved to the full one
@@ -60,10 +61,14 @@ def retry_task(tracker: Tracker, task_id: str) -> dict[str, Any]:
     except ConflictError as exc:
         raise RetryRefused(str(exc)) from None
     runs = list(dict.fromkeys(cp.run_id for cp in checkpoints if isinstance(cp.run_id, str) and cp.run_id))
+    # The blocked attempts' review and finding issues describe work nobody continues: the next
+    # attempt reviews afresh (and files its own).
+    superseded = close_superseded(tracker, task_id, f"superseded: {task_id} was retried (mesh retry); the findings"
+                                  f" of run {runs[-1] if runs else 'the earlier run'} go to the next attempt's review")
     was = f"{reason}: {detail}" if detail else reason
     tracker.add_comment(task_id, scrub(f"mesh retry: re-opened for a new run; it was blocked ({was}). The"
                                        f" {len(runs)} earlier run(s) keep their checkpoints here."),
                         author="mesh")
     flag = _scope_flag(task)
-    return {"id": task_id, "status": "open", "was": scrub(was), "runs": runs,
+    return {"id": task_id, "status": "open", "was": scrub(was), "runs": runs, "superseded": superseded,
             "next": f"mesh run {flag + ' ' if flag else ''}--ids {task_id}"}

@@ -35,12 +35,13 @@ from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 from orchestrator.workspace import TrackerUnavailable, open_found_tracker
 
-__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "NestedRunRefused", "refuse_nested_run", "run",
-           "run_task", "make_lander",
+__all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "follow_base", "NestedRunRefused",
+           "refuse_nested_run", "run", "run_task", "make_lander",
            "unfinished_run", "interrupted_runs",
            "open_tracker", "make_backend", "require_sandbox"]
 
 if TYPE_CHECKING:
+    from orchestrator.landing.follow import FollowResult
     from orchestrator.landing.lander import Lander
     from orchestrator.toolchains.base_check import BaseCheck
 
@@ -220,6 +221,20 @@ def base_check(config: MeshConfig, repo: Path, environment: ProjectView | None, 
     return check
 
 
+def follow_base(tracker: Tracker, lander: "Lander", tasks: Sequence[dict], config: MeshConfig) -> "FollowResult":
+    """Bring the integration branch up to date with its base before a task is cut from it
+    (``orchestrator.landing.follow``); RunError (exit 5, as a failing base) when it cannot."""
+    from orchestrator.landing.follow import BaseProblem, follow_scope
+    from orchestrator.worktree.gitops import GitError
+
+    try:
+        return follow_scope(tracker, lander, tasks, config.drain.base)
+    except BaseProblem as exc:
+        raise RunError(str(exc), BASE_FAILING_EXIT) from None
+    except GitError as exc:
+        raise RunError(f"{lander.branch} could not follow its base: {exc}", 2) from None
+
+
 def sandbox_notes(config: MeshConfig, environment: ProjectView | None = None) -> list[str]:
     """What preflight prints of the configuration in use (the file, found from a subfolder too)
     and the sandboxes a run will use: the project's toolchains and what validation sees of them,
@@ -342,7 +357,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
     repo = Path(options.repo).resolve() if options.repo else Path.cwd()
     scope: Scope | None = None
     try:
-        scope = resolve_scope(options.label, options.parent)
+        scope = resolve_scope(options.label, options.parent, types=config.runnable_types)
     except ScopeError as exc:
         if not options.task:
             raise RunError(str(exc), 2) from None
@@ -353,7 +368,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                 candidates = [(tracker.get(options.task), "resume_named_task")]
             except NotFoundError as exc:
                 raise RunError(str(exc), 2) from None
-            scope = scope or _scope_of(candidates[0][0])
+            scope = scope or _scope_of(candidates[0][0], config.runnable_types)
         else:
             # Runs killed after deciding (landed, closed) are finished first, as mesh drain does.
             try:
@@ -391,6 +406,9 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         notes = sandbox_notes(config, environment)
         backend = make_backend(config, options, tracker)
         try:
+            if lander is not None:
+                # The integration branch follows its base before the base check checks it.
+                notes.append(follow_base(tracker, lander, scope_tasks(tracker, scope), config).line())
             if config.integrate:
                 start = lander.cut_base() if lander is not None else _head(repo)
                 checked = base_check(config, repo, environment, start, tracker)
@@ -569,9 +587,9 @@ def lease_ttl(config: MeshConfig | None = None) -> float:
         return default
 
 
-def _scope_of(task: dict) -> Scope:
+def _scope_of(task: dict, types: Sequence[str]) -> Scope:
     labels = task.get("labels") or []
     plan = next((label for label in labels if label.startswith("plan:")), labels[0] if labels else None)
     if plan:
-        return Scope("label", plan_label=plan)
-    return Scope("parent", parent_epic=task.get("parent"))
+        return Scope("label", plan_label=plan, types=tuple(types))
+    return Scope("parent", parent_epic=task.get("parent"), types=tuple(types))

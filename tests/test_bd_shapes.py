@@ -230,10 +230,14 @@ def test_maintenance_reports_for_beads_mcp_admin(ws):
     bd(db, "create", "test-1 leftover")
     polluted = bd_json(db, "doctor", "--check=pollution", "--json")  # doctor_pollution.go:60
     assert polluted["polluted_count"] == 1 and polluted["issues"][0]["title"] == "test-1 leftover"
-    assert bd(db, "doctor", "--check=validate", "--json", ok=False).exit_code == 1
+    # A heuristic's warning leaves the workspace usable: exit 0, as bd; the check names the issue.
+    warned = bd_json(db, "doctor", "--check=validate", "--json")
+    assert warned["overall_ok"] is True
+    [check] = [c for c in warned["checks"] if c["name"] == "Test Pollution"]
+    assert check["status"] == "warning" and polluted["issues"][0]["id"] in check["message"]
     # The names beads-mcp 0.50 calls for the same two reports.
     assert bd_json(db, "detect-pollution", "--json") == polluted
-    assert json.loads(bd(db, "validate", "--checks", "orphans", "--json", ok=False).stdout)["overall_ok"] is False
+    assert bd_json(db, "validate", "--checks", "orphans", "--json")["overall_ok"] is True
     clean = bd(db, "doctor", "--check=pollution", "--clean", "--yes", "--json", ok=False)
     assert json.loads(clean.stderr)["code"] == "unsupported"
     assert bd_json(db, "repair-deps", "--json") == {"orphans_found": 0, "orphans": [], "fixed": 0}

@@ -11,7 +11,7 @@ def test_the_demo_tells_the_story_and_the_next_commands_not_json(tmp_path, monke
     assert run_demo(echo=lines.append) == 0
     text = "\n".join(lines)
     assert not any(line.startswith("{") for line in lines)  # no JSON report
-    assert text.count("orch_preflight") == 2  # as it happens, and as the first checkpoint of the history
+    assert text.count("orch_preflight") == 1 and "preflight: run " in text  # as it happens; then read as text
     assert "consensus cycle" in text and "review cycle" in text
     assert "mesh show demo-7kq.1" in text and "mesh report demo-7kq.1" in text and "mesh demo --keep" in text
 

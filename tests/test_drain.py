@@ -204,9 +204,10 @@ def test_close_mode_ci_lands_then_waits_for_ci_and_its_dependents_wait_too(tmp_p
     assert events[-1]["closed"] == [ws.ids["A"]] and events[-1]["tasks"][0]["state"] == "awaiting_ci"
     assert (ws.status("A"), ws.status("B")) == ("in_progress", "open")
     assert ws.tree()["a.txt"] == "a\n" and ws.checkpoints("B") == []
-    # Nothing landed before A: the branch holds the very commit its run head names.
+    # Nothing landed before A: the branch holds the very tree its run head names, as one commit.
     head = next(cp for cp in ws.checkpoints("A") if cp.kind == "run-head").payload["artifact"]
-    git(ws.repo, "merge-base", "--is-ancestor", head["commit"], BRANCH)  # raises when it is not
+    assert git(ws.repo, "rev-parse", f"{BRANCH}^{{tree}}").strip() == head["tree"]
+    assert head["conditions"]["on_integration_branch"] == git(ws.repo, "rev-parse", BRANCH).strip()
 
 
 def test_ci_close_accepts_a_task_that_landed_rebased(tmp_path):
@@ -219,14 +220,14 @@ def test_ci_close_accepts_a_task_that_landed_rebased(tmp_path):
     code, events, res = ws.drain(jobs=2)
     assert code == 0, res.output
     methods = sorted(land["method"] for name in "AB" for land in ws.lands(name))
-    assert methods == ["fast-forward", "rebase"]
+    assert methods == ["rebase", "squash"]
     checkout = tmp_path / "ci-checkout"
     git(tmp_path, "clone", "--quiet", "-b", BRANCH, str(ws.repo), str(checkout))
     res = CliRunner().invoke(cli, ["--db", str(ws.db), "--actor", "ci", "ci-close", "--label", LABEL,
                                    "--repo", str(checkout), "--config", str(ws.config), "--json"])
     assert res.exit_code == 0, res.output
     checks = {c["task_id"]: c for c in json.loads(res.stdout)}
-    assert {checks[ws.ids[n]]["checks"]["commit_binding"] for n in "AB"} == {"contains", "landed"}
+    assert {checks[ws.ids[n]]["checks"]["commit_binding"] for n in "AB"} == {"landed"}
     assert (ws.status("A"), ws.status("B")) == ("closed", "closed")
 
 
@@ -284,9 +285,11 @@ def test_drain_with_the_replay_backend_and_the_bwrap_sandbox(tmp_path):
     # B started from the tip holding A: the tree it validated is the tree that lands.
     land = ws.lands("B")[0]
     assert (land["result"], land["revalidated"], land["validation"]) == ("landed", False, [])
-    # ... and the commits that land are the very ones that were validated and reviewed.
-    assert land["method"] == "fast-forward"
-    assert land["sha"] == git(ws.repo, "rev-parse", f"mesh/{ws.ids['B']}").strip()
+    # ... as one commit holding the very tree that was validated and reviewed.
+    assert land["method"] == "squash"
+    task_head = git(ws.repo, "rev-parse", f"mesh/{ws.ids['B']}").strip()
+    assert git(ws.repo, "rev-parse", f"{land['sha']}^{{tree}}") == git(ws.repo, "rev-parse", f"{task_head}^{{tree}}")
+    assert f"Mesh-Source: {task_head}" in git(ws.repo, "log", "-1", "--format=%B", land["sha"])
 
 
 def _task_branch_with_commits(repo, steps: list[dict[str, str]], *, base: str = "main") -> tuple[str, str]:
@@ -448,7 +451,7 @@ def test_lander_lands_again_when_another_process_moves_the_branch_mid_landing(tm
     result = lander.land_commits(task_id="t", run_id="run-1", fork=fork, head=head, commands=["python3 check.py"])
     assert result.result == "landed" and marker.exists()
     subjects = git(ws.repo, "log", "--format=%s", "land").split("\n")
-    assert subjects[:3] == ["step 0", "another landing", "base"]
+    assert subjects[:3] == ["mesh: t", "another landing", "base"]
 
 
 def test_remote_landing_refused_by_the_lease_fetches_rebases_and_lands_on_the_new_tip(tmp_path):
@@ -477,7 +480,7 @@ def test_remote_landing_refused_by_the_lease_fetches_rebases_and_lands_on_the_ne
     result = lander.land_commits(task_id="t", run_id="run-1", fork=fork, head=head, commands=["python3 check.py"])
     assert result.result == "landed" and marker.exists() and result.method == "rebase"
     on_remote = git(remote, "log", "--format=%s", "land").split("\n")
-    assert on_remote[:3] == ["step 0", "another landing", "base"]
+    assert on_remote[:3] == ["mesh: t", "another landing", "base"]
     assert git(ws.repo, "rev-parse", "land").strip() == git(remote, "rev-parse", "land").strip()
     assert git(remote, "for-each-ref", "--format=%(refname)").split() == ["refs/heads/land", "refs/heads/main"]
 

@@ -14,7 +14,7 @@ branch holding exactly what landed, one ``[orch:land]`` per landing, nothing blo
 dependent run, no lock or lease left behind. Without a remote, the kill after the branch moved
 is the one that matters (the others redo what had not happened, as with a remote).
 
-The first task to land takes two review cycles, so its landing carries two commits: a resumed run
+The first task to land takes two review cycles, so its task branch carries two commits: a resumed run
 that took the landed commits for someone else's applied its first patch again and ended blocked
 with ``patch_does_not_apply: ... already exists in index``, its dependent never run (what the
 attack review observed).
@@ -97,7 +97,7 @@ def _assert_landed_once(ws: DrainWorkspace, remote: Path | None) -> None:
     if remote is not None:
         assert git(remote, "rev-parse", BRANCH).strip() == tip  # the remote holds what landed
     landed = _commits_by_task(ws.repo, BRANCH)
-    assert landed == [ids["A"], ids["A"], ids["B"]], landed
+    assert landed == [ids["A"], ids["B"]], landed  # one commit per task
     tree = ws.tree()
     assert (tree["pkg/t_a.py"], tree["pkg/t_b.py"]) == (A_FINAL, "from pkg.t_a import A\nB = A + 1\n")
     with ws.tracker() as t:
@@ -109,8 +109,11 @@ def _assert_landed_once(ws: DrainWorkspace, remote: Path | None) -> None:
             assert (kinds.count("land"), kinds.count("run-head"), kinds.count("outcome")) == (1, 1, 1), (name, kinds)
             (land,) = ws.lands(name)
             assert land["result"] == "landed"
-            # The task branch holds exactly the commits that landed: nothing applied or committed twice.
-            assert git(ws.repo, "rev-parse", f"mesh/{task_id}").strip() == land["sha"], name
+            # The landed commit holds the task branch's tree and names its head: nothing applied or
+            # committed twice.
+            task_head = git(ws.repo, "rev-parse", f"mesh/{task_id}").strip()
+            assert git(ws.repo, "rev-parse", f"{task_head}^{{tree}}") == git(ws.repo, "rev-parse", f"{land['sha']}^{{tree}}")
+            assert f"Mesh-Source: {task_head}" in git(ws.repo, "log", "-1", "--format=%B", land["sha"]), name
             assert subprocess.run(["git", "merge-base", "--is-ancestor", land["sha"], tip], cwd=ws.repo).returncode == 0
         assert t.db.read("SELECT name FROM mesh_locks") == []
         assert t.db.read("SELECT task_id FROM mesh_leases") == []

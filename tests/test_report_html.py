@@ -111,7 +111,7 @@ def test_report_of_a_real_run_renders_every_section_without_console_messages(dem
     for section in SECTIONS:
         assert f'<section id="{section}">' in dom, section
     summary = dom[dom.index('id="summary"'):dom.index('id="timeline"')]
-    for fact in ("5 agree / 0 disagree", "1 passed", "approve after 2 cycle(s), 2 finding(s)",
+    for fact in ("5 agree / 0 disagree", "1 of 1 command(s) passed", "approve after 2 cycle(s), 2 finding(s)",
                  "landed on mesh/land/demo at "):
         assert fact in summary, fact
     timeline = dom[dom.index('id="timeline"'):dom.index('id="votes"')]

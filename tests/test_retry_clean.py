@@ -74,7 +74,8 @@ def test_an_empty_scope_and_tasks_waiting_on_blockers_are_explained(tmp_path):
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines() == [
         "no runnable task in scope (label plan:later): the scope holds no task",
-        "  mesh runs issues of type task; none has label plan:later: mesh tracker create TITLE --type task"
+        "  mesh runs issues of type task (config runnable_types); none has label plan:later: mesh tracker create"
+        " TITLE --type task"
         " --label plan:later"]
     res = _run_text(ws, "--label", "plan:demo", "--ids", "demo-7kq.2,demo-7kq.3,demo-nope")
     assert res.exit_code == 0, res.output
@@ -128,7 +129,9 @@ def test_clean_removes_landed_work_only_and_says_why_it_keeps_the_rest(tmp_path)
     assert f"mesh/{TASK}" in _branches(ws) and (home / TASK).is_dir()  # a dry run changes nothing
     done = clean("--yes")
     assert done[f"mesh/{TASK}"]["action"] == "removed" and done["stale-task"]["action"] == "removed"
-    assert sorted(_branches(ws)) == sorted([attempt, "mesh/demo-7kq.4"])
+    # The blocked attempt of the closed task whose work landed goes too.
+    assert done[attempt]["action"] == "removed" and "an earlier attempt of task" in done[attempt]["why"]
+    assert sorted(_branches(ws)) == ["mesh/demo-7kq.4"]
     assert not (home / TASK).exists() and not (home / "stale-task").exists()
     assert TASK not in ws.git("worktree", "list")
     assert os.path.isfile(ws.repo / "temperature.py")  # the user's checkout is untouched by the clean

@@ -47,8 +47,12 @@ def test_without_a_terminal_run_prints_plain_progress_lines(tmp_path):
     assert lines[0].startswith("orch_preflight orch_run_id=")
     # Preflight's lines about the sandboxes follow it, then the checkpoints' lines.
     notes = [line for line in lines[1:] if not line.startswith("[orch:")]
-    assert lines[1:1 + len(notes)] == notes and [n.split(":")[0].split(" on ")[0] for n in notes] == [
-        "configuration", "validation environment", "validation limits", "base check"], lines
+    assert lines[1:1 + len(notes)] == notes and [n.split(":")[0] for n in notes[:3]] == [
+        "configuration", "validation environment", "validation limits"], lines
+    # ... then which base and integration commits the task starts from, and the base check of it.
+    assert len(notes) == 5 and notes[3].startswith("tasks start from mesh/land/plan-demo at ")
+    assert notes[3].endswith(": already holds it)")
+    assert notes[4].startswith("base check on ") and notes[4].endswith(" passes")
     assert lines[-1] == "[orch:outcome] outcome: closed"
     assert "\x1b" not in done.stderr and "mesh run" not in done.stderr  # no live view, no escapes
     assert "critic_b: fine \\u001b[2J really" in done.stderr

@@ -139,30 +139,6 @@ def tracker_group() -> None:
     """
 
 
-@tracker_group.command("init")
-@click.option("--prefix", help="Issue id prefix (default: issue-prefix of .beads/config.yaml, else 'bd').")
-@click.option("--force", is_flag=True, help="Open a database that holds a workspace already and set its prefix.")
-@json_option
-def init_cmd(prefix: str | None, force: bool, as_json: bool) -> None:
-    """Create the tracker database (.beads/mesh.db here, or mesh --db PATH); refused, as bd
-    refuses, where one holds a workspace already, unless --force."""
-    given = settings()
-
-    def work() -> dict:
-        db_path = given.get("db") or os.environ.get("MESH_DB")
-        tracker = Tracker.init(Path.cwd(), prefix=prefix, actor=given.get("actor"), db_path=db_path, force=force)
-        try:
-            return tracker.where()
-        finally:
-            tracker.close()
-
-    result = guard(as_json, work)
-    if as_json:
-        print_json(result)
-    else:
-        echo(f"Initialized tracker at {result['database_path']} (prefix: {result['prefix']})")
-
-
 @writes
 @tracker_group.command("create")
 @click.argument("title")

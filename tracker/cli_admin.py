@@ -1,15 +1,19 @@
-"""``mesh tracker`` commands that look after the workspace rather than its issues: ``doctor``
-(and bd's ``validate`` and ``detect-pollution`` names of its checks), ``repair-deps``,
+"""``mesh tracker`` commands that look after the workspace rather than its issues: ``init``,
+``doctor`` (and bd's ``validate`` and ``detect-pollution`` names of its checks), ``repair-deps``,
 ``info`` and ``migrate``. ``tracker.cli`` adds them to its group (``COMMANDS``)."""
 
 from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
 
 import click
 
 from . import bd_compat as bd
 from .cli_io import EXIT_USER_ERROR, echo, fail, guard, json_option, print_json, run_action, say, settings
 from .errors import TrackerError
-from .store import Tracker
+from .store import Tracker, write_workspace_files
 
 __all__ = ["COMMANDS"]
 
@@ -45,8 +49,61 @@ def _doctor(check: str | None, fix: bool, clean: bool, as_json: bool) -> None:
             echo(f"fixed: {fixed}")
 
     result = run_action(as_json, action, human)
-    if not result.get("ok", result.get("overall_ok", True)):
+    failed = _failures(result)
+    if failed:
+        # On stderr whatever the output mode: a client (beads-mcp's admin validate) shows stderr
+        # as the reason the command failed.
+        click.echo("doctor: " + "; ".join(failed), err=True)
         raise click.exceptions.Exit(EXIT_USER_ERROR)
+
+
+def _failures(result: dict) -> list[str]:
+    """Why a doctor run fails, one entry per failed check: an ``error`` of bd's validate, a
+    check of the tracker's own doctor that is not ok. Warnings (bd's test-pollution heuristic)
+    fail nothing, as in bd."""
+    if "overall_ok" in result:
+        return [f"{c['name']}: {c['message']}" for c in result["checks"] if c["status"] == "error"]
+    if "ok" in result and not result["ok"]:
+        return [f"{c['name']}: {c['detail']}" for c in result.get("checks") or [] if not c["ok"]] or ["a check failed"]
+    return []
+
+
+@click.command("init")
+@click.option("--prefix", "-p", help="Issue id prefix (default: issue-prefix of .beads/config.yaml, else 'bd').")
+@click.option("--force", is_flag=True, help="Open a database that holds a workspace already and set its prefix.")
+@click.option("--non-interactive", is_flag=True, expose_value=False, help="Ask nothing (nothing here asks).")
+@click.option("--skip-agents", is_flag=True, expose_value=False,
+              help="Write no agent instructions (mesh writes none).")
+@click.option("--skip-hooks", is_flag=True, expose_value=False, help="Install no git hooks (mesh installs none).")
+@json_option
+def init_cmd(prefix: str | None, force: bool, as_json: bool) -> None:
+    """Create the tracker database (.beads/mesh.db here, or mesh --db PATH); refused, as bd
+    refuses, where one holds a workspace already, unless --force. With the database in
+    .beads/ here, also .beads/config.yaml (its issue-prefix) and .beads/metadata.json, as bd
+    writes them, where they are missing."""
+    given = settings()
+
+    def work() -> dict:
+        db_path = given.get("db") or os.environ.get("MESH_DB")
+        tracker = Tracker.init(Path.cwd(), prefix=prefix, actor=given.get("actor"), db_path=db_path, force=force)
+        try:
+            where = tracker.where()
+        finally:
+            tracker.close()
+        where["written"] = write_workspace_files(Path.cwd() / ".beads", where)
+        return where
+
+    result = guard(as_json, work)
+    if as_json:
+        print_json(result)
+    elif not given.get("quiet"):
+        # bd's own success lines: clients (beads-mcp's context init) look for them.
+        name = result["prefix"]
+        echo(f"\n\u2713 bd initialized successfully!\n\n  Backend: {result.get('engine') or 'sqlite'}\n"
+             f"  Database: {result['database_path']}\n  Issue prefix: {name}\n"
+             f"  Issues will be named: {name}-<hash> (e.g., {name}-a3f)\n\n"
+             f"Run {'mesh tracker create' if os.path.basename(sys.argv[0]).startswith('mesh') else 'bd create'}"
+             " TITLE to file the first issue.\n")
 
 
 @click.command("doctor")
@@ -148,5 +205,5 @@ def _migrate_between(source: str | None, target: str | None, *, force: bool, ins
                    f" event(s) and {len(report['tables'])} table(s) from {report['from']} to {report['to']}")
 
 
-COMMANDS: tuple[click.Command, ...] = (doctor_cmd, detect_pollution_cmd, validate_cmd, repair_deps_cmd, info_cmd,
+COMMANDS: tuple[click.Command, ...] = (init_cmd, doctor_cmd, detect_pollution_cmd, validate_cmd, repair_deps_cmd, info_cmd,
                                        migrate_cmd)

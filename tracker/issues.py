@@ -123,7 +123,7 @@ class Issues:
         *,
         status: str | Sequence[str] | None = None,
         labels: Sequence[str] = (),
-        issue_type: str | None = None,
+        issue_type: str | Sequence[str] | None = None,
         parent: str | None = None,
         descendants: bool = False,
         assignee: str | None = None,
@@ -134,6 +134,7 @@ class Issues:
     ) -> list[dict]:
         """Issues matching every given filter, ordered by (priority, created_at, id).
 
+        ``issue_type``: one type, or several (any of them).
         Without ``status``, closed and tombstoned issues are left out unless
         ``include_closed``. ``parent`` selects direct children, or every
         descendant with ``descendants=True`` (an unknown ``parent`` is a
@@ -150,8 +151,9 @@ class Issues:
         elif not include_closed:
             where.append("i.status NOT IN ('closed','tombstone')")
         if issue_type:
-            where.append("i.issue_type = ?")
-            params.append(issue_type)
+            types = [issue_type] if isinstance(issue_type, str) else list(issue_type)
+            where.append(f"i.issue_type IN ({','.join('?' * len(types))})")
+            params += types
         if assignee:
             where.append("i.assignee = ?")
             params.append(assignee)

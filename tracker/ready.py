@@ -33,7 +33,7 @@ class ReadyWork:
         self,
         *,
         labels: Sequence[str] = (),
-        issue_type: str | None = None,
+        issue_type: str | Sequence[str] | None = None,
         parent: str | None = None,
         limit: int | None = None,
         now: str | None = None,
@@ -45,7 +45,7 @@ class ReadyWork:
         in_progress, blocked, deferred or hooked, or an ancestor (through
         ``parent-child``) that is blocked; deferral is inherited from ancestors
         the same way. Non-work types (gate, agent, role, molecule, message,
-        merge-request, rig) are left out unless ``issue_type`` names one.
+        merge-request, rig) are left out unless ``issue_type`` (one type or several) names one.
         Ordered by (priority, created_at, id). ``parent`` keeps descendants of it
         (an unknown ``parent`` is a ``NotFoundError``, not an empty answer).
         """
@@ -75,8 +75,9 @@ class ReadyWork:
         where += extra_where
         params: list[Any] = [normalize_ts(now or now_iso()), *extra_params]
         if issue_type:
-            where.append("i.issue_type = ?")
-            params.append(issue_type)
+            types = [issue_type] if isinstance(issue_type, str) else list(issue_type)
+            where.append(f"i.issue_type IN ({','.join('?' * len(types))})")
+            params += types
         else:
             where.append(f"i.issue_type NOT IN {_SQL_NON_WORK}")
         for label in labels[1:]:
@@ -148,7 +149,8 @@ class ReadyWork:
                 raise _unclaimable(issue_id, self._row(c, issue_id))
         return self.get(issue_id)
 
-    def claim_next(self, actor: str | None = None, *, labels: Sequence[str] = (), issue_type: str | None = None,
+    def claim_next(self, actor: str | None = None, *, labels: Sequence[str] = (),
+                   issue_type: str | Sequence[str] | None = None,
                    parent: str | None = None, skip: Iterable[str] = ()) -> dict | None:
         """Claim the first ready issue (ready order) that no one else is claiming, or None.
 
@@ -169,7 +171,8 @@ class ReadyWork:
                 return None
         return self.get(issue_id)
 
-    def _claim_next_in_one(self, who: str, *, labels: Sequence[str], issue_type: str | None, parent: str | None,
+    def _claim_next_in_one(self, who: str, *, labels: Sequence[str], issue_type: str | Sequence[str] | None,
+                           parent: str | None,
                            avoid: set[str]) -> dict | None:
         """``claim_next`` on PostgreSQL: one statement, one round trip.
 

@@ -250,6 +250,28 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
 
 # --------------------------------------------------------------------- helpers
 
+def write_workspace_files(beads: Path, where: dict) -> list[str]:
+    """bd's workspace files beside a ``.beads/mesh.db`` that ``init`` made there: ``config.yaml``
+    (``issue-prefix``, the file to commit) and ``metadata.json`` (which database, which backend),
+    each only where it is missing; the paths written. Nothing for a database elsewhere (``--db``):
+    a ``.beads/`` without its database would pass for the workspace."""
+    import json  # here: the hot bd reads import this module and never need json
+
+    if where.get("engine") or Path(where["database_path"]).resolve() != (beads / DB_NAME).resolve():
+        return []
+    written = []
+    config = beads / "config.yaml"
+    if not config.exists():
+        config.write_text("# beads workspace settings, read by mesh tracker and bd clients: commit this file.\n"
+                          f"issue-prefix: {json.dumps(where['prefix'])}\n", encoding="utf-8")
+        written.append(str(config))
+    metadata = beads / "metadata.json"
+    if not metadata.exists():
+        metadata.write_text(json.dumps({"database": DB_NAME, "backend": "sqlite"}, indent=2) + "\n", encoding="utf-8")
+        written.append(str(metadata))
+    return written
+
+
 def _prefix_from_yaml(path: Path) -> str | None:
     """``issue-prefix`` from a beads ``config.yaml`` (a flat key: value file)."""
     if not path.exists():

@@ -71,10 +71,10 @@ def serve_command(ctx: click.Context, host: str, port: int, token: str | None, r
         _fail(ctx, f"cannot listen on {host}:{port}: {exc.strerror or exc}", 2, False)
         return
     port = sock.getsockname()[1]
-    from orchestrator.web.app import Settings, create_app
+    from orchestrator.web.app import Settings, create_app, git_user_name
 
     settings = Settings(target=target, actor=actor, host=host, port=port, token=token, read_only=read_only,
-                        prices=config.prices, key=signing_key())
+                        prices=config.prices, key=signing_key(), reviewer=git_user_name(Path(repo or ".")))
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     click.echo(f"mesh serve: {url}" + ("  (read-only)" if read_only else ""), err=True)

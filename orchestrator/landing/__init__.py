@@ -3,8 +3,9 @@
 Holds the lander (``lander``: the one-at-a-time landing queue), what a landing leaves behind
 (``records``: the integration branch's name, a landing's result, ``[orch:land]`` checkpoints,
 ``Mesh-Run`` commits; read by views without the lander),
-named locks shared by every runner of a tracker (``locks``), closed work landing before its
-dependents start (``catch_up``), and the CI gate: ``mesh ci-close`` (``ci_close``), the
+named locks shared by every runner of a tracker (``locks``), the integration branch following
+its base before a task is cut (``follow``), closed work landing before its dependents start
+(``catch_up``), and the CI gate: ``mesh ci-close`` (``ci_close``), the
 configuration it reads from the protected branch (``ci_config``) and whether a checkout holds the
 approved tree (``binding``).
 

@@ -26,7 +26,7 @@ from orchestrator.protocol.checkpoint import (Checkpoint, checkpoint_problem, lo
                                               write_checkpoint)
 from orchestrator.protocol.faults import crash_point
 from orchestrator.worktree.gitops import _git, run_base
-from orchestrator.landing.records import LandResult, integration_branch_for, land_checkpoints
+from orchestrator.landing.records import LandResult, integration_branch_for, land_checkpoints, task_commit_message
 from orchestrator.protocol.runhead import run_order, trusted_run_heads
 from orchestrator.protocol.scope import Scope
 
@@ -130,8 +130,11 @@ def land_closed(tracker: Tracker, lander: Lander, task: dict, head: Checkpoint) 
                                  " from the repository")
         else:
             fork = run_base(lander.repo, commit, run_id) or commit
+            findings = [f"{f.get('finding_id')} [{f.get('label') or '?'}] ({f.get('issue')})"
+                        for f in artifact.get("findings") or []]
             outcome = lander.land_commits(task_id=task["id"], run_id=run_id, fork=fork, head=commit,
-                                          commands=commands, validated=commit)
+                                          commands=commands, validated=commit,
+                                          message=task_commit_message(task, run_id, findings=findings))
         _record(tracker, task["id"], run_id, outcome)
         crash_point("land-checkpoint")
     crash_point("land-unlocked")

@@ -41,6 +41,7 @@ from typing import Any
 from tracker.errors import ConflictError
 from tracker.store import Tracker
 
+from orchestrator.protocol.supersede import close_superseded
 from orchestrator.protocol.checkpoint import checkpoint_problem, signing_key
 from orchestrator.config import MeshConfig
 from orchestrator.protocol.outcomes import CLOSE_REASON
@@ -261,6 +262,7 @@ def ci_close(tracker: Tracker, config: MeshConfig, scope: Scope, *, repo: Path, 
         if evidence and revalidate:
             evidence = _revalidate(check, config, root, trust_config_sandbox)
         if evidence:
+            close_superseded(tracker, task["id"], f"superseded: run {check.run_id} closed {task['id']} (ci-close)")
             try:
                 with tracker.transaction():
                     for gate in check.gates:

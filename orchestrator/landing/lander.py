@@ -2,18 +2,21 @@
 
 Under ``mesh run`` (unless ``--no-land``) and ``mesh drain`` each task's worktree is cut from
 the tip of the scope's integration branch (``--onto``, else ``catch_up.scope_branch``) when
-the task starts, and after approval the task's commits land:
+the task starts (after the branch followed its base: ``follow``), and after approval the task
+lands as one commit (``records.task_commit_message``: the task's title, its run, review cycles
+and findings fixed, with the ``Mesh-Task``/``Mesh-Run``/``Mesh-Land``/``Mesh-Source`` trailers):
 
-1. when nothing landed since the task started they go on as they are (a fast-forward);
-   otherwise they are re-created one by one on top of the integration tip (a rebase, done in
-   a private index with three-way ``git apply``: no checkout is touched), keeping their
-   messages and trailers; when that conflicts, the task's whole change is squash-merged instead
-   (``git merge-tree``: one commit carrying the ``Mesh-Task``/``Mesh-Run`` trailers), and
-   when that conflicts too the landing fails with ``conflict``;
+1. its tree is the task's final tree when nothing landed since the task started (``squash``);
+   otherwise the task's commits are re-created one by one on top of the integration tip (a
+   rebase, done in a private index with three-way ``git apply``: no checkout is touched) and
+   the result's tree is taken (``rebase``); when that conflicts, the task's head is merged
+   into the tip instead (``git merge-tree``, ``merge``), and when that conflicts too the
+   landing fails with ``conflict``. The intermediate commits stay on the task's branch;
 2. the task's validation commands run on the resulting commit, in the sandbox every
    validation uses (``validation.sandbox``);
 3. only when they pass is the integration branch fast-forwarded to it, with a
-   compare-and-set on its old tip (``git update-ref``), so its history stays linear.
+   compare-and-set on its old tip (``git update-ref``): it only ever moves forward (merges
+   of its base aside, one commit per task).
 
 One landing runs at a time, in the order tasks reached the queue (their approval order),
 and across processes and machines too: each landing holds the tracker's named lock
@@ -59,12 +62,13 @@ from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.faults import crash_point
 from orchestrator.worktree.gitops import (_GIT_TIMEOUT_S, _MESH_IDENTITY, _SAFETY_CONFIG, GitError, _env, _git, _summary, _worktree,
                      _worktree_entries, is_protected, repo_root)
-from orchestrator.landing.records import LandResult, land_checkpoints, landed_commits
+from orchestrator.landing.records import (LandResult, fixed_findings, land_checkpoints, landed_commits,
+                                          task_commit_message)
 
 if TYPE_CHECKING:  # the model only types the lander: read-only views import this module without pydantic
     from orchestrator.config import MeshConfig
 
-__all__ = ["Lander", "SCRATCH_PREFIX"]
+__all__ = ["Lander", "SCRATCH_PREFIX", "failure_detail"]
 
 SCRATCH_PREFIX = "mesh-land-"
 
@@ -218,6 +222,21 @@ class Lander:
             return False
         raise GitError("remote_unavailable", f"git push {self.remote} {branch}: {_summary(pushed.stderr)}")
 
+    def move(self, new: str, old: str, *, pushed: str = "follow-push") -> bool:
+        """Move the branch from ``old`` to ``new`` (the remote's first, with ``old`` as the lease,
+        then the local one, a compare-and-set); False when another landing moved it meanwhile.
+        ``pushed`` names the crash point between the two moves."""
+        if self.remote:
+            if not self._push(new, self.branch, expect=old):
+                return False
+            crash_point(pushed)
+        moved = _git(self.repo, "update-ref", self.ref, new, old, check=False)
+        if moved.returncode != 0:
+            if self.tip() != old:
+                return False
+            raise GitError("git_failed", f"git update-ref {self.branch}: {_summary(moved.stderr)}")
+        return True
+
     def tip(self) -> str:
         """The sha the integration branch points at now."""
         return _git(self.repo, "rev-parse", "--verify", f"{self.ref}^{{commit}}").stdout.strip()
@@ -281,8 +300,11 @@ class Lander:
                     if self.remote:
                         self._push(engine.worktree.head(), engine.worktree.branch, expect=None)
                         crash_point("land-push-task")
+                    message = task_commit_message(engine.task, engine.run_id, review_cycles=engine.bus.review_cycle,
+                                                  findings=fixed_findings(engine.bus.reviews))
                     outcome = self.land_commits(task_id=task_id, run_id=engine.run_id, fork=engine.worktree.base,
-                                                head=engine.worktree.branch, commands=commands, validated=validated)
+                                                head=engine.worktree.branch, commands=commands, validated=validated,
+                                                message=message)
                     # Recorded under the lock: the next landing finds the branch and its record agreeing.
                     stored = self._record(engine, outcome)
                     crash_point("land-checkpoint")
@@ -319,21 +341,24 @@ class Lander:
     # ------------------------------------------------------------------ git side
 
     def land_commits(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
-                     validated: str | None = None) -> LandResult:
+                     validated: str | None = None, message: str | None = None) -> LandResult:
         """Land as ``_land_once`` does; when another process moved the branch during the landing
         (its compare-and-set failed), land again on the new tip."""
         for _ in range(_MOVED_RETRIES):
             try:
                 return self._land_once(task_id=task_id, run_id=run_id, fork=fork, head=head, commands=commands,
-                                       validated=validated)
+                                       validated=validated, message=message)
             except _BranchMoved:
                 continue
         raise GitError("git_failed", f"{self.branch} kept moving during the landing of {task_id}")
 
     def _land_once(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
-                   validated: str | None = None) -> LandResult:
-        """Rebase (or squash-merge) ``fork..head`` onto the tip, validate, fast-forward.
+                   validated: str | None = None, message: str | None = None) -> LandResult:
+        """Land ``fork..head`` on the tip as one commit, validate it, fast-forward the branch.
 
+        The commit's tree is the task's final tree when nothing landed since the task started,
+        else its commits replayed onto the tip (or, when that conflicts, ``head`` merged into
+        it); its message is ``message`` (``records.task_commit_message``) with the trailers.
         ``validated`` is a commit whose tree already passed these commands (the task's last
         proof): a result with exactly that tree (nothing landed since the task started) is not
         validated again. Idempotent: commits of ``run_id`` already on the branch are reported
@@ -351,39 +376,37 @@ class Lander:
                               duration_s=time.monotonic() - started)
         identity = None if _has_user(self.repo) else _MESH_IDENTITY
         if onto == _git(self.repo, "rev-parse", "--verify", f"{fork}^{{commit}}").stdout.strip():
-            # Nothing landed since the task started: its commits go on as they are, so the branch
-            # holds the very commits that were validated and reviewed (what a signed run head names).
-            method, new = "fast-forward", commits[-1]
+            # Nothing landed since the task started: the task's own final tree, the very tree
+            # that was validated and reviewed (what a signed run head names).
+            method, merged = "squash", commits[-1]
         else:
-            method, new = "rebase", self._replay(commits, onto, identity)
-        if new is None:
+            method, merged = "rebase", self._replay(commits, onto, identity)
+        if merged is None:
             method = "merge"
-            new, conflict = self._squash(task_id, run_id, onto, head, identity)
-            if new is None:
+            merged, conflict = self._squash(onto, head, identity)
+            if merged is None:
                 return LandResult("conflict", self.branch, onto=onto, method=method, detail=conflict,
                                   duration_s=time.monotonic() - started)
+        # One commit per task: its tree is the merged tree, its message the task's (the
+        # intermediate commits stay on the task branch, named by its Mesh-Source trailer).
+        text = (message or f"mesh: {task_id}").rstrip() + (
+            f"\n\nMesh-Task: {task_id}\nMesh-Run: {run_id}\nMesh-Land: {method}\nMesh-Source: {commits[-1]}\n")
+        name, email, date = _git(self.repo, "log", "-1", "--format=%an%x00%ae%x00%aI", commits[-1]).stdout.strip().split("\x00")
+        author = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
+        new = _git(self.repo, "commit-tree", _tree(self.repo, merged), "-p", onto, "-F", "-", input=text,
+                   env={**(identity or {}), **author}).stdout.strip()
         crash_point("land-commit")
         checked = time.monotonic()
         revalidated = not (validated and _tree(self.repo, new) == _tree(self.repo, validated))
-        results, passed = self._validate(new, commands) if revalidated else ([], True)
+        results, passed = self.validate(new, commands) if revalidated else ([], True)
         validation_s = time.monotonic() - checked
         if not passed:
-            failed = [r for r in results if not r["passed"]]
-            detail = "; ".join(f"`{r['command']}` " + ("rejected" if r["rejected"] else f"exit {r['exit_code']}")
-                               + (f": {r['stderr_tail'][-300:]}" if r.get("stderr_tail") else "")
-                               for r in failed) or "no validation command ran"
+            detail = failure_detail(results)
             return LandResult("validation_failed", self.branch, onto=onto, sha=new, method=method,
                               detail=detail, validation=_brief(results), revalidated=True,
                               duration_s=time.monotonic() - started, validation_s=validation_s)
-        if self.remote:
-            if not self._push(new, self.branch, expect=onto):
-                raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
-            crash_point("land-push")
-        moved = _git(self.repo, "update-ref", self.ref, new, onto, check=False)
-        if moved.returncode != 0:
-            if self.tip() != onto:
-                raise _BranchMoved()
-            raise GitError("git_failed", f"git update-ref {self.branch}: {_summary(moved.stderr)}")
+        if not self.move(new, onto, pushed="land-push"):
+            raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
         crash_point("land-ref")
         return LandResult("landed", self.branch, onto=onto, sha=new, method=method,
                           validation=_brief(results), revalidated=revalidated,
@@ -413,22 +436,19 @@ class Lander:
                                env={**(identity or {}), **author}).stdout.strip()
             return current
 
-    def _squash(self, task_id: str, run_id: str, onto: str, head: str,
-                identity: Mapping[str, str] | None) -> tuple[str | None, str]:
-        """Squash-merge ``head`` onto ``onto`` as one commit: (its sha, "") or (None, the conflict)."""
+    def _squash(self, onto: str, head: str, identity: Mapping[str, str] | None) -> tuple[str | None, str]:
+        """Merge ``head`` into ``onto`` without a checkout (``git merge-tree``): (a commit holding
+        the merged tree, "") or (None, the conflict naming its files)."""
         merged = _git(self.repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", onto, head,
                       check=False)
         lines = merged.stdout.split()
         if merged.returncode != 0 or not lines:
             what = ", ".join(dict.fromkeys(lines[1:])) or _summary(merged.stderr)
             return None, f"the task's change conflicts with {self.branch} in: {what}"
-        title = _git(self.repo, "log", "-1", "--format=%s", head).stdout.strip() or f"mesh: {task_id}"
-        body = (f"{title}\n\nSquash-merged onto {self.branch}: its commits did not rebase cleanly.\n\n"
-                f"Mesh-Task: {task_id}\nMesh-Run: {run_id}\nMesh-Land: merge\n")
-        sha = _git(self.repo, "commit-tree", lines[0], "-p", onto, "-F", "-", input=body, env=identity).stdout.strip()
+        sha = _git(self.repo, "commit-tree", lines[0], "-p", onto, "-m", "merged tree", env=identity).stdout.strip()
         return sha, ""
 
-    def _validate(self, commit: str, commands: list[str]) -> tuple[list[dict], bool]:
+    def validate(self, commit: str, commands: list[str]) -> tuple[list[dict], bool]:
         """Run ``commands`` on ``commit``'s tree: bwrap materialises it from git objects; without
         a sandbox it is checked out in a scratch worktree first."""
         from orchestrator.sandbox.validation import run_configured
@@ -452,6 +472,13 @@ class Lander:
         ran = [r for r in dicts if not r["rejected"]]
         passed = bool(ran) and all(r["passed"] for r in ran) if (commands or cfg.required) else True
         return dicts, passed
+
+
+def failure_detail(results: list[dict]) -> str:
+    """What failed of a validation's ``results``: each failing command, its exit and stderr's tail."""
+    return "; ".join(f"`{r['command']}` " + ("rejected" if r["rejected"] else f"exit {r['exit_code']}")
+                     + (f": {r['stderr_tail'][-300:]}" if r.get("stderr_tail") else "")
+                     for r in results if not r["passed"]) or "no validation command ran"
 
 
 def _git_bytes(cwd: Path, *args: str, input: bytes | None = None,

@@ -14,9 +14,10 @@ from typing import Any
 
 from orchestrator.protocol.checkpoint import Checkpoint
 from orchestrator.protocol.scope import Scope
-from orchestrator.worktree.gitops import _git
+from orchestrator.worktree.gitops import _FAKE_TRAILER_RE, _git
 
-__all__ = ["LandResult", "integration_branch_for", "land_checkpoints", "landed_commits"]
+__all__ = ["LandResult", "fixed_findings", "integration_branch_for", "land_checkpoints", "landed_commits",
+           "task_commit_message"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -43,8 +44,8 @@ def integration_branch_for(scope: Scope, tasks: Sequence[Mapping[str, Any]] = ()
 @dataclass
 class LandResult:
     """What one landing did. ``result`` is ``landed``, ``conflict`` or ``validation_failed``;
-    ``method`` is ``fast-forward`` (nothing landed since the task started: its own commits),
-    ``rebase``, ``merge``, ``already`` (found on the branch) or ``empty``."""
+    ``method`` is ``squash`` (nothing landed since the task started: its final tree as one
+    commit), ``rebase``, ``merge``, ``already`` (found on the branch) or ``empty``."""
 
     result: str
     branch: str
@@ -60,6 +61,36 @@ class LandResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
         return asdict(self)
+
+
+def fixed_findings(reviews: Mapping[Any, Mapping[str, Any]]) -> list[str]:
+    """One line per finding a review that requested changes raised (``bus.reviews``: cycle ->
+    review), in cycle order: what the approved change fixed on its way."""
+    out = []
+    for cycle in sorted(reviews, key=int):
+        review = reviews[cycle]
+        if review.get("decision") == "approve":
+            continue
+        for found in review.get("findings") or []:
+            out.append(f"cycle {cycle}: {found.get('finding_id') or '?'} [{found.get('severity') or '?'}/"
+                       f"{found.get('label') or '?'}] {found.get('issue') or ''}".strip())
+    return out
+
+
+def task_commit_message(task: Mapping[str, Any], run_id: str, *, review_cycles: int | None = None,
+                        findings: Sequence[str] = ()) -> str:
+    """The message of a task's one commit on an integration branch, trailers aside: the task's
+    title, then its id, run, review cycles and the findings fixed. A line of the title that
+    would pose as a ``Mesh-`` trailer is dropped (only mesh writes them)."""
+    title = " ".join(line for line in str(task.get("title") or "").splitlines()
+                     if not _FAKE_TRAILER_RE.match(line))
+    title = "".join(ch for ch in title if ord(ch) >= 32).strip() or f"mesh: {task['id']}"
+    body = [f"Task {task['id']}, run {run_id}"
+            + (f", {review_cycles} review cycle(s)" if review_cycles is not None else "") + "."]
+    if findings:
+        body += ["", "Findings fixed:"] + ["- " + "".join(ch for ch in f if ord(ch) >= 32)[:300]
+                                           for f in findings if not _FAKE_TRAILER_RE.match(f)]
+    return title + "\n\n" + "\n".join(body)
 
 
 def land_checkpoints(checkpoints: list[Checkpoint]) -> list[Checkpoint]:

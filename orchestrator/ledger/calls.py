@@ -92,6 +92,30 @@ def log_call(tracker: Tracker, *, run_id: str, task_id: str, role: str, round: s
         )
 
 
+REJECTED = "rejected: "
+
+
+def mark_rejected(tracker: Tracker, *, run_id: str, role: str, round: str, attempt: int, reason: str) -> None:
+    """Record on a logged answered call that mesh refused its answer (``reason``: a parse error's
+    ``kind: message``, e.g. ``invalid_shape: ...``): the call counts as failed, by that reason.
+    Idempotent: only a call with no error yet is marked."""
+    from redact import scrub
+
+    with tracker.transaction() as c:
+        c.execute("UPDATE mesh_calls SET error = ? WHERE id = (SELECT MAX(id) FROM mesh_calls WHERE run_id = ?"
+                  " AND role = ? AND round = ? AND attempt = ?) AND error IS NULL",
+                  (scrub(REJECTED + reason)[:2000], run_id, role, round, attempt))
+
+
+def failure_reason(error: str | None) -> str | None:
+    """The typed reason of a logged call's error (``invalid_shape``, ``no_response``, ``timeout``...);
+    None for a call that did not fail (no error, or a note)."""
+    if not error or error.startswith("note: "):
+        return None
+    code = error.removeprefix(REJECTED).split(":", 1)[0].strip()
+    return code if code and " " not in code else "error"
+
+
 def calls_for(tracker: Tracker, *, run_id: str | None = None, task_id: str | None = None) -> list[dict]:
     """Logged calls of a run or a task, oldest first."""
     where, params = [], []
@@ -118,10 +142,11 @@ def calls_for(tracker: Tracker, *, run_id: str | None = None, task_id: str | Non
 
 def logged_response(tracker: Tracker, *, run_id: str, role: str, round: str, attempt: int,
                     prompt: str) -> dict | None:
-    """The latest answered call of a run with exactly this role, round, attempt and prompt."""
+    """The latest answered call of a run with exactly this role, round, attempt and prompt (an
+    answer mesh refused included: asked again, it is refused again, not paid twice)."""
     rows = tracker.db.read(
         "SELECT * FROM mesh_calls WHERE run_id = ? AND role = ? AND round = ? AND attempt = ? AND prompt = ?"
-        " AND response IS NOT NULL AND error IS NULL ORDER BY id DESC LIMIT 1",
+        " AND response IS NOT NULL AND (error IS NULL OR error LIKE 'rejected: %') ORDER BY id DESC LIMIT 1",
         (run_id, role, round, attempt, prompt),
     )
     if not rows:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from tracker.jsontext import loads
 from tracker.store import Tracker
 
-from orchestrator.ledger.calls import ensure_calls_table
+from orchestrator.ledger.calls import ensure_calls_table, failure_reason
 from orchestrator.price_rows import Prices, plain_prices
 from orchestrator.safe_text import clip, render
 
@@ -153,15 +153,18 @@ class _Totals:
     def __init__(self) -> None:
         self.calls = 0
         self.errors = 0
+        self.reasons: dict[str, int] = {}
         self.tokens = dict.fromkeys(TOKEN_FIELDS, 0)
         self.cost_usd = 0.0
         self.reported_usd = 0.0
         self.unpriced_calls = 0
         self.duration_s = 0.0
 
-    def add(self, usage: Mapping[str, Any], cost: Cost, failed: bool, duration_s: Any) -> None:
+    def add(self, usage: Mapping[str, Any], cost: Cost, reason: str | None, duration_s: Any) -> None:
         self.calls += 1
-        self.errors += int(failed)
+        if reason is not None:
+            self.errors += 1
+            self.reasons[reason] = self.reasons.get(reason, 0) + 1
         for name in TOKEN_FIELDS:
             self.tokens[name] += _count(usage.get(name))
         if cost.usd is None:
@@ -177,6 +180,7 @@ class _Totals:
         return {
             "calls": self.calls,
             "errors": self.errors,
+            "errors_by_reason": dict(sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
             **self.tokens,
             "cache_share": round(self.tokens["cache_read_tokens"] / sent, 4) if sent else None,
             "cost_usd": round(self.cost_usd, 6),
@@ -187,8 +191,9 @@ class _Totals:
 
 
 def is_failure(error: str | None) -> bool:
-    """Whether a logged call failed (a note on an answered call is not a failure)."""
-    return bool(error) and not error.startswith("note: ")
+    """Whether a logged call failed (a note on an answered call is not a failure; an answer mesh
+    refused, ``invalid_shape`` and the like, is)."""
+    return failure_reason(error) is not None
 
 
 def usage_summary(tracker: Tracker, *, prices: PriceTable | Prices | None = None, task_id: str | None = None,
@@ -199,7 +204,8 @@ def usage_summary(tracker: Tracker, *, prices: PriceTable | Prices | None = None
     ``prices``: the table in use (``config.prices``; default: the built-in rows with the
     user's stored table over them). ``task_id`` keeps one task's calls; ``since`` (a
     ``parse_since`` timestamp) the calls logged from then on. Each group is a dict with its
-    key (``task``, ``role``, ``model`` or ``day``), ``calls``, ``errors``, the four token
+    key (``task``, ``role``, ``model`` or ``day``), ``calls``, ``errors`` (failed calls, an answer
+    mesh refused among them) and ``errors_by_reason`` (typed reason -> count), the four token
     counts, ``cache_share`` (None without input), ``cost_usd`` (priced calls only),
     ``reported_usd`` (the part of it backends reported), ``unpriced_calls`` and
     ``duration_s``. Groups are sorted by cost (roles in the profile's order, days by date).
@@ -222,7 +228,7 @@ def usage_summary(tracker: Tracker, *, prices: PriceTable | Prices | None = None
     for row in rows:
         usage = load_usage(row["usage"])
         cost = call_cost(usage, row["model"], table)
-        failed = is_failure(row["error"])
+        failed = failure_reason(row["error"])
         if cost.usd is None:
             unpriced.add(row["model"] or "(none)")
         keys = {"task": row["task_id"], "role": row["role"], "model": row["model"],
@@ -273,6 +279,9 @@ def render_usage(summary: Mapping[str, Any], *, width: int = 100, color: bool = 
     total = summary["total"]
     lines = [f"{total['calls']} call(s){' (' + filters + ')' if filters else ''}: "
              f"{money(total['cost_usd'])} ({dated})"]
+    if total["errors"]:
+        lines.append(f"{total['errors']} failed call(s) by reason: "
+                     + ", ".join(f"{reason} {n}" for reason, n in total["errors_by_reason"].items()))
     if not total["calls"]:
         return lines[0]
     tables = []

@@ -27,6 +27,8 @@ from orchestrator.worktree.gitops import GitError, _git, repo_root
 from orchestrator.protocol.idle import UnknownScope, check_scope, last_block
 from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker, refuse_nested_run
 from orchestrator.protocol.scope import Scope, scope_tasks
+from orchestrator.views.live import current_step
+from orchestrator.views.preflight import readable_summary
 from orchestrator.views.status import scope_status
 from orchestrator.ledger.usage import UsageError, parse_since, usage_summary
 from orchestrator.mcp_server.jobs import Job, JobStore
@@ -155,6 +157,8 @@ class MeshService:
             buckets: dict[str, list[dict[str, Any]]] = {k: [] for k in ("ready", "running", "waiting", "blocked",
                                                                           "closed")}
             for task in scope_tasks(tracker, scope):
+                if task["status"] == "tombstone":
+                    continue  # deleted: neither waiting nor anything else
                 entry = {"id": task["id"], "title": task["title"], "priority": task.get("priority")}
                 if task["status"] == "closed":
                     buckets["closed"].append(entry)
@@ -237,7 +241,8 @@ class MeshService:
             raise ServiceError(str(exc)) from None
 
     def status(self, job_id: str) -> dict[str, Any]:
-        """Where a job is: state, round, cycle, elapsed, tokens, cost, outcome and its reason code."""
+        """Where a job is: state, round (its latest checkpoint), step (what it does now: validation,
+        landing, waiting for a person), cycle, elapsed, tokens, cost, outcome and its reason code."""
         job = self.jobs.get(job_id)
         alive = self.jobs.alive(job)
         objects = self.jobs.output(job)
@@ -266,9 +271,10 @@ class MeshService:
         last = mine[-1] if mine else None
         return {"run_id": last.run_id if last else None, "checkpoints": len(mine),
                 "round": last.kind if last else None,
+                "step": current_step(last.kind if last else None, last.summary if last else ""),
                 "cycle": (f"c{last.payload.get('consensus_cycle')}/r{last.payload.get('review_cycle')}"
                           if last else None),
-                "last_line": f"[orch:{last.kind}] {last.summary}" if last else None}
+                "last_line": f"[orch:{last.kind}] {readable_summary(last.kind, last.summary)}" if last else None}
 
     def _spent(self, tracker: Tracker, config: MeshConfig, job: Job, tasks: list[str]) -> dict[str, Any]:
         """Tokens and dollars of the job's tasks' calls since it started (``mesh usage``'s sums)."""
@@ -403,13 +409,15 @@ def _drain_progress(events: list[dict[str, Any]]) -> dict[str, Any]:
     for event in events:
         kind, task = event.get("event"), event.get("task")
         if kind == "task_started":
-            rows[task] = {"id": task, "title": event.get("title"), "state": "running", "round": None, "cycle": None}
+            rows[task] = {"id": task, "title": event.get("title"), "state": "running", "round": None, "cycle": None,
+                          "step": current_step(None)}
         elif kind == "checkpoint" and task in rows:
-            rows[task].update(round=event.get("kind"), cycle=event.get("cycle"))
+            rows[task].update(round=event.get("kind"), cycle=event.get("cycle"),
+                              step=current_step(event.get("kind"), event.get("line") or ""))
             last_line = f"{task}: {event.get('line')}"
         elif kind == "task_finished" and task in rows:
             rows[task].update({k: event.get(k) for k in ("state", "round", "cycle", "elapsed_s", "cost_usd", "tokens",
-                                                          "block_reason", "landed")})
+                                                          "block_reason", "landed")}, step="done")
     finished = [r for r in rows.values() if r["state"] != "running"]
     return {"tasks": list(rows.values()), "checkpoints": sum(e.get("event") == "checkpoint" for e in events),
             "round": None, "cycle": None,

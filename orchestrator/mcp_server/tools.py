@@ -95,6 +95,8 @@ class JobStatus(BaseModel):
     pid: int
     run_id: str | None = None
     round: str | None = Field(description="The kind of the run's latest checkpoint (proposal, vote, review...).")
+    step: str | None = Field(default=None, description="What the run does now: proposal, validation, review,"
+                             " waiting for a person, landing, closing, done (a drain: each task's, in tasks).")
     cycle: str | None = Field(description="c<consensus cycle>/r<review cycle>.")
     checkpoints: int
     last_line: str | None

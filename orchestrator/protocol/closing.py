@@ -14,6 +14,7 @@ from tracker.errors import ConflictError
 from orchestrator.protocol.faults import crash_point
 from orchestrator.protocol.proof import brief, state
 from orchestrator.protocol.runhead import RUN_HEAD, run_head_artifact, validated_commit
+from orchestrator.protocol.supersede import close_superseded
 from orchestrator.protocol.outcomes import CLOSE_REASON, Blocked, ConfigMistake, RunReport
 
 
@@ -42,7 +43,7 @@ class Closing:
             conditions["on_integration_branch"] = self.lander.land(self)
         # The signed run head comes before the close (or the CI gate): a CI closer racing this
         # close, or a resume after a kill here, finds the approval bound to its commit and tree.
-        self._write_close_head("awaiting_ci" if self.config.close_mode == "ci" else "closed", conditions)
+        head = self._write_close_head("awaiting_ci" if self.config.close_mode == "ci" else "closed", conditions)
         task_id = self.task["id"]
         if self.config.close_mode == "ci":
             self._check_lease()
@@ -50,6 +51,13 @@ class Closing:
                                             await_id=self.run_id, idempotency_key=f"{self.run_id}:ci-gate")
             self.mutations.append(f"gate {gate['id']} (await ci) blocks {task_id}")
             return self._finish("awaiting_ci", conditions=conditions)
+        # Earlier attempts' review and finding issues: this attempt fixed what they asked. Closed
+        # before the task (a resume after a kill in between closes what is left).
+        attempt = (head.get("artifact") or {}).get("attempt")
+        for issue in close_superseded(self.tracker, task_id, f"superseded: run {self.run_id}"
+                                      + (f" (attempt {attempt})" if attempt else "") + f" closed {task_id}",
+                                      keep={self.bus.review_issue}, before_write=self._check_lease):
+            self.mutations.append(f"closed {issue} (superseded by run {self.run_id})")
         crash_point("close")
         self._check_lease()
         try:

@@ -31,7 +31,7 @@ from tracker.store import Tracker
 
 from orchestrator.protocol.agents import hook_role_agent
 from orchestrator.protocol.bus import ArtifactBus
-from orchestrator.ledger.calls import ensure_calls_table, log_call
+from orchestrator.ledger.calls import ensure_calls_table, log_call, mark_rejected
 from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_problem, write_checkpoint, signing_key
 from orchestrator.config import MeshConfig
 from orchestrator.protocol.faults import crash_point
@@ -433,6 +433,9 @@ class Engine(Rounds, ReviewCycles, Closing):
             except ParseError as exc:
                 self.watch.failed(role, round_name, attempt, f"{exc.kind}: {exc.message}",
                                   then="one strict follow-up" if follow_up_left else "no follow-up left")
+                # The call answered, but mesh refused the answer: it counts as a failed call, by reason.
+                mark_rejected(self.tracker, run_id=self.run_id, role=role, round=round_name, attempt=attempt,
+                              reason=f"{exc.kind}: {exc.message}")
                 if follow_up_left:
                     follow_up_left -= 1
                     result.parse_retries += 1

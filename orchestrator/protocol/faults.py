@@ -13,7 +13,9 @@ integration branch moved to the remote's), ``land-commit`` (a landing's commits 
 the integration branch not yet moved), ``land-push`` (the remote's integration branch moved,
 the local one not yet), ``land-ref`` (the local one moved, its ``[orch:land]`` checkpoint not
 yet written), ``land-checkpoint`` (written, the lock still held) and ``land-unlocked`` (the
-lock released, the run head not yet written). Unset, it costs one dict lookup.
+lock released, the run head not yet written); and of the integration branch following its base
+(``FOLLOW_POINTS``): ``follow-commit`` (the merge commit made, the branch not moved) and
+``follow-push`` (the remote's branch moved, the local one not yet). Unset, it costs one dict lookup.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import os
 import signal
 import threading
 
-__all__ = ["crash_point", "POINTS", "LAND_POINTS"]
+__all__ = ["crash_point", "POINTS", "LAND_POINTS", "FOLLOW_POINTS"]
 
 LAND_POINTS = ("land-locked", "land-push-task", "land-sync", "land-commit", "land-push", "land-ref",
                "land-checkpoint", "land-unlocked")
+FOLLOW_POINTS = ("follow-commit", "follow-push")
 POINTS = ("checkpoint", "apply", "commit", "validation", "close", "closed", "block", "review-issue",
-          "finding-issue", *LAND_POINTS)
+          "finding-issue", *LAND_POINTS, *FOLLOW_POINTS)
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
 

@@ -13,6 +13,7 @@ misspelt, the scope held no task, or every task had ended blocked: a dead end. N
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,8 @@ class IdleReport(RunReport):
     why: str = "nothing_ready"
     tasks: list[dict[str, Any]] = field(default_factory=list)
     closed: int = 0
+    types: list[str] = field(default_factory=lambda: ["task"])  # the types the scope runs
+    others: list[dict[str, Any]] = field(default_factory=list)  # open issues of other types (other_types)
 
     @property
     def exit_code(self) -> int:
@@ -50,7 +53,8 @@ class IdleReport(RunReport):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        out["idle"] = {"why": self.why, "closed": self.closed, "tasks": self.tasks}
+        out["idle"] = {"why": self.why, "closed": self.closed, "tasks": self.tasks, "types": self.types,
+                       "others": self.others}
         return out
 
 
@@ -101,6 +105,22 @@ def last_block(tracker: Tracker, task_id: str) -> tuple[str, str]:
             detail if isinstance(detail, str) else "")
 
 
+_NOT_RUN = ("epic", "gate", "agent", "role")
+_MESH_FILED = ("mesh:review", "mesh:finding")
+
+
+def other_types(tracker: Tracker, scope: Scope) -> list[dict[str, Any]]:
+    """Open issues of the scope whose type it does not run (``id``, ``title``, ``type``): a bug
+    under a scope that runs tasks only. Epics, coordination issues and the review and finding
+    issues mesh files are not work of the scope."""
+    labels = [scope.plan_label] if scope.plan_label else []
+    found = tracker.list(labels=labels, parent=scope.parent_epic, descendants=True) \
+        if scope.plan_label or scope.parent_epic else []
+    return [{"id": i["id"], "title": i.get("title") or "", "type": i["issue_type"]} for i in found
+            if i["issue_type"] not in scope.types and i["issue_type"] not in _NOT_RUN
+            and not set(i.get("labels") or []) & set(_MESH_FILED)]
+
+
 def explain_idle(tracker: Tracker, scope: Scope, ids: Sequence[str] = (), held: Sequence[str] = ()) -> IdleReport:
     """Why no task of ``scope`` (restricted to ``ids``) is runnable; ``held`` are the runner's
     reasons for the candidates it could not take (another run's lease, a person's work).
@@ -137,11 +157,25 @@ def explain_idle(tracker: Tracker, scope: Scope, ids: Sequence[str] = (), held: 
     else:
         why = "nothing_ready"
     return IdleReport(orch_run_id="", preflight="", scope=scope.to_dict(), task=None, outcome="no_runnable_task",
-                      mutations=[f"skipped: {h}" for h in held], why=why, tasks=entries, closed=closed)
+                      mutations=[f"skipped: {h}" for h in held], why=why, tasks=entries, closed=closed,
+                      types=list(scope.types), others=other_types(tracker, scope))
 
 
 _WHY = {"empty_scope": "the scope holds no task", "all_closed": "every task of the scope is closed",
         "all_blocked": "every task of the scope is blocked", "nothing_ready": "no task of the scope is ready"}
+
+
+def other_types_lines(others: Sequence[dict[str, Any]], types: Sequence[str]) -> list[str]:
+    """Lines naming the scope's issues of types it does not run, and the key that would run them."""
+    if not others:
+        return []
+    wanted = list(dict.fromkeys([*types, *(o["type"] for o in others)]))
+    lines = [f"  not run: {len(others)} issue(s) of another type in scope; runnable_types is"
+             f" {json.dumps(list(types))}. To run them too, set in mesh.toml: runnable_types = {json.dumps(wanted)}"]
+    lines += [f"  {o['id']}  {o['type']}: {clip(o['title'], 120)}" for o in others[:10]]
+    if len(others) > 10:
+        lines.append(f"  ... and {len(others) - 10} more")
+    return lines
 
 
 def idle_lines(report: IdleReport) -> list[str]:
@@ -149,9 +183,12 @@ def idle_lines(report: IdleReport) -> list[str]:
     scope = report.scope
     where = f"label {scope['plan_label']}" if scope.get("plan_label") else f"epic {scope.get('parent_epic')}"
     lines = [f"no runnable task in scope ({where}): {_WHY.get(report.why, report.why)}"]
+    kinds = " or ".join(report.types)
     if report.why == "empty_scope":
         flag = f"--label {scope['plan_label']}" if scope.get("plan_label") else f"--parent {scope.get('parent_epic')}"
-        lines.append(f"  mesh runs issues of type task; none has {where}: mesh tracker create TITLE --type task {flag}")
+        lines.append(f"  mesh runs issues of type {kinds} (config runnable_types); none has {where}:"
+                     f" mesh tracker create TITLE --type {report.types[0]} {flag}")
+    lines += other_types_lines(report.others, report.types)
     for t in report.tasks:
         lines.append(f"  {t['id']}  {t['status']}: {clip(t['reason'], 200)}" + (f"  ->  {t['next']}" if t["next"] else ""))
     if report.closed:

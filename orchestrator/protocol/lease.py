@@ -14,7 +14,7 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,20 +195,21 @@ class Lease:
 
 
 def claim_next_leased(tracker: Tracker, *, labels: list[str], parent: str | None, skip: set[str], run_id: str,
-                      ttl_s: float, lease: bool = True) -> tuple[dict, Lease | None] | None:
+                      ttl_s: float, lease: bool = True, types: Sequence[str] = ("task",)
+                      ) -> tuple[dict, Lease | None] | None:
     """Claim the next ready task of a scope (``Tracker.claim_next``: on PostgreSQL one statement,
     ``FOR UPDATE SKIP LOCKED``) and take its lease, in one transaction: a task is never claimed
     without its lease (which ``held_by_person`` tells a run's task by), and a lease is never taken
     on a task another runner claimed. A task whose lease another run holds is passed over (its
     claim undone); None when nothing is left to claim. ``lease=False`` (runs that do not
     integrate) claims only. The lease table must exist (``ensure_lease_table``, once: it takes
-    the writers' lock)."""
+    the writers' lock). ``types``: the issue types the scope runs."""
     avoid = set(skip)
     while True:
         task = None
         try:
             with tracker.transaction(exclusive=False):
-                task = tracker.claim_next(labels=labels, issue_type="task", parent=parent, skip=avoid)
+                task = tracker.claim_next(labels=labels, issue_type=list(types), parent=parent, skip=avoid)
                 if task is None:
                     return None
                 held = Lease._take(tracker, task["id"], run_id, holder=tracker.actor, ttl_s=ttl_s) if lease else None

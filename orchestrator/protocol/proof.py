@@ -19,7 +19,7 @@ from redact import scrub
 from redact.controls import strip_terminal
 
 from orchestrator.safe_text import clip
-from orchestrator.sandbox.testcounts import TestCounts
+from orchestrator.sandbox.testcounts import TestCounts, runner_counts_phrase
 
 if TYPE_CHECKING:
     from orchestrator.sandbox.validation import ValidationResult
@@ -147,12 +147,14 @@ class Proof:
                 "base_tests": self.base_tests.to_dict() if self.base_tests else None}
 
     def summary(self) -> str:
-        """``pass: 2/2 passed, 14 tests ran`` (the checkpoint's header line)."""
+        """``pass: 2/2 command(s) passed; 14 test(s) ran: ...`` (the checkpoint's header line): commands, then what
+        their test runners report (``testcounts.runner_counts_phrase``), so one failed command never
+        reads as one failed test."""
         rejected = sum(1 for r in self.results if r["rejected"])
         counted = [c for c in (TestCounts.from_dict(r.get("tests")) for r in self.results) if c]
-        return (f"{'pass' if self.passed else 'fail'}: {sum(r['passed'] for r in self.results)}/{self.ran} passed"
+        return (f"{'pass' if self.passed else 'fail'}: {sum(r['passed'] for r in self.results)}/{self.ran} command(s) passed"
                 + (f", {rejected} rejected" if rejected else "")
-                + (f", {sum(c.ran for c in counted)} test(s) ran" if counted else ""))
+                + (f"; {runner_counts_phrase(counted)}" if counted else ""))
 
     def details(self) -> str:
         """One line per command."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tracker.store import Tracker
 
@@ -21,20 +21,24 @@ class Scope:
     mode: str  # "label" or "parent"
     plan_label: str | None = None
     parent_epic: str | None = None
+    # The issue types a run takes (config ``runnable_types``); not part of the scope's name.
+    types: tuple[str, ...] = field(default=("task",), compare=False)
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "plan_label": self.plan_label, "parent_epic": self.parent_epic}
 
 
-def resolve_scope(label: str | None = None, parent: str | None = None, *, env: dict | None = None) -> Scope:
-    """``--label``, then ``BD_PLAN_LABEL``, then ``--parent``; otherwise ``ScopeError``."""
+def resolve_scope(label: str | None = None, parent: str | None = None, *, env: dict | None = None,
+                  types: Sequence[str] = ("task",)) -> Scope:
+    """``--label``, then ``BD_PLAN_LABEL``, then ``--parent``; otherwise ``ScopeError``.
+    ``types``: the issue types the scope runs (config ``runnable_types``)."""
     environ = os.environ if env is None else env
     if label:
-        return Scope("label", plan_label=label)
+        return Scope("label", plan_label=label, types=tuple(types))
     if environ.get("BD_PLAN_LABEL"):
-        return Scope("label", plan_label=environ["BD_PLAN_LABEL"])
+        return Scope("label", plan_label=environ["BD_PLAN_LABEL"], types=tuple(types))
     if parent:
-        return Scope("parent", parent_epic=parent)
+        return Scope("parent", parent_epic=parent, types=tuple(types))
     raise ScopeError("no scope: pass --label <plan_label> (or set BD_PLAN_LABEL) or --parent <epic-id>")
 
 
@@ -45,9 +49,9 @@ def _sort_key(issue: dict) -> tuple:
 
 
 def scope_tasks(tracker: Tracker, scope: Scope) -> list[dict]:
-    """Every task of the scope, closed ones included."""
+    """Every task of the scope (every issue of its runnable types), closed ones included."""
     labels = [scope.plan_label] if scope.plan_label else []
-    return tracker.list(labels=labels, issue_type="task", parent=scope.parent_epic, descendants=True,
+    return tracker.list(labels=labels, issue_type=list(scope.types), parent=scope.parent_epic, descendants=True,
                         include_closed=True)
 
 
@@ -55,9 +59,9 @@ def scoped_candidates(tracker: Tracker, scope: Scope, *, status: str) -> list[di
     """Scoped tasks with ``status`` (``in_progress``) or ready ones (``ready``), in tie-break order."""
     labels = [scope.plan_label] if scope.plan_label else []
     if status == "ready":
-        found = tracker.ready(labels=labels, issue_type="task", parent=scope.parent_epic)
+        found = tracker.ready(labels=labels, issue_type=list(scope.types), parent=scope.parent_epic)
     else:
-        found = tracker.list(status=status, labels=labels, issue_type="task", parent=scope.parent_epic,
+        found = tracker.list(status=status, labels=labels, issue_type=list(scope.types), parent=scope.parent_epic,
                              descendants=True)
         # An in-progress task behind an open blocker (a CI gate, a human gate) is waiting, not runnable.
         found = [issue for issue in found if not tracker.blockers(issue["id"])]

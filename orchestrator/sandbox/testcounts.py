@@ -52,6 +52,8 @@ __all__ = [
     "parse_unittest",
     "prepare",
     "read_report",
+    "commands_phrase",
+    "runner_counts_phrase",
     "verdict",
 ]
 
@@ -89,7 +91,9 @@ class ReportError(ValueError):
 @dataclass(frozen=True)
 class TestCounts:
     """What one command's test runner reports: tests that ran (skipped ones excluded), and of
-    those how many passed, failed (an assertion) or errored; plus the skipped ones."""
+    those how many passed, failed (an assertion) or errored; plus the skipped ones, and the
+    collection errors (a test module that could not be imported or collected: an error, not a
+    test that ran)."""
 
     __test__ = False  # not a pytest test class, whatever its name
 
@@ -99,10 +103,15 @@ class TestCounts:
     failed: int
     errors: int
     skipped: int
+    collection_errors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return asdict(self)
+        """A JSON-ready dict of every field (``collection_errors`` only when there were some, so
+        what a clean run stores is what it always stored)."""
+        out = asdict(self)
+        if not self.collection_errors:
+            del out["collection_errors"]
+        return out
 
     @classmethod
     def from_dict(cls, raw: Any) -> TestCounts | None:
@@ -111,14 +120,16 @@ class TestCounts:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("runner"), str):
             return None
         numbers = {name: raw.get(name) for name in ("ran", "passed", "failed", "errors", "skipped")}
+        numbers["collection_errors"] = raw.get("collection_errors", 0)  # absent from older checkpoints
         if not all(type(value) is int and value >= 0 for value in numbers.values()):
             return None
         return cls(runner=raw["runner"], **numbers)
 
     def line(self) -> str:
-        """``12 ran: 11 passed, 1 failed, 0 errors; 2 skipped``."""
+        """``12 ran: 11 passed, 1 failed, 0 errors; 2 skipped`` (and ``; 3 collection errors``)."""
         return (f"{self.ran} ran: {self.passed} passed, {self.failed} failed, {self.errors} errors;"
-                f" {self.skipped} skipped")
+                f" {self.skipped} skipped"
+                + (f"; {self.collection_errors} collection error(s)" if self.collection_errors else ""))
 
 
 @dataclass(frozen=True)
@@ -216,7 +227,7 @@ def parse_junit(data: bytes) -> TestCounts:
     """
     parser = xml.parsers.expat.ParserCreate()
     parser.SetParamEntityParsing(xml.parsers.expat.XML_PARAM_ENTITY_PARSING_NEVER)
-    tally = {"ran": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    tally = {"ran": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0, "collection_errors": 0}
     case: list[set[str]] = []  # the outcome children of the open testcase (a stack of one)
     depth = [0]
 
@@ -229,6 +240,8 @@ def parse_junit(data: bytes) -> TestCounts:
             raise ReportError("the report nests deeper than any JUnit report")
         if name == "testcase":
             case.append(set())
+        elif case and name == "error" and str((_attrs or {}).get("message", "")).startswith("collection failure"):
+            case[-1].add("collection")  # pytest's entry for a module it could not import or collect
         elif case and name in ("failure", "error", "skipped"):
             case[-1].add(name)
 
@@ -237,6 +250,9 @@ def parse_junit(data: bytes) -> TestCounts:
         if name != "testcase" or not case:
             return
         outcome = case.pop()
+        if "collection" in outcome:
+            tally["collection_errors"] += 1
+            return
         if "failure" in outcome:
             key = "failed"
         elif "error" in outcome:
@@ -312,8 +328,28 @@ def verdict(probe: Probe, exit_passed: bool) -> tuple[TestCounts | None, str | N
                                         " before the runner finished (os._exit, a crash, or a plugin disabled it)")
     if not exit_passed:
         return counts, None, ""
-    if counts.failed or counts.errors:
+    if counts.failed or counts.errors or counts.collection_errors:
         return counts, "tests_failed", f"mesh: exit status 0, but the {probe.runner} report says {counts.line()}"
     if counts.ran == 0:
         return counts, "no_tests_ran", f"mesh: exit status 0, but no test ran ({counts.line()})"
     return counts, None, ""
+
+
+def runner_counts_phrase(counts: Sequence[TestCounts]) -> str:
+    """What the test runners of several commands report together, never to be read as commands:
+    ``7 test(s) ran: 6 passed, 1 failed, 0 errors; 2 collection error(s)``; '' without counts."""
+    if not counts:
+        return ""
+    total = {name: sum(getattr(c, name) for c in counts)
+             for name in ("ran", "passed", "failed", "errors", "skipped", "collection_errors")}
+    return (f"{total['ran']} test(s) ran: {total['passed']} passed, {total['failed']} failed, {total['errors']} errors"
+            + (f", {total['skipped']} skipped" if total["skipped"] else "")
+            + (f"; {total['collection_errors']} collection error(s) (a test module could not be imported)"
+               if total["collection_errors"] else ""))
+
+
+def commands_phrase(passed: int, failed: int, rejected: int = 0) -> str:
+    """``1 of 2 command(s) failed`` / ``2 of 2 command(s) passed``: validation commands, never tests."""
+    total = passed + failed
+    head = f"{failed} of {total} command(s) failed" if failed else f"{passed} of {total} command(s) passed"
+    return head + (f", {rejected} rejected" if rejected else "")

@@ -100,8 +100,8 @@ class ValidationResult:
     tests: testcounts.TestCounts | None = None
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field."""
-        return asdict(self)
+        """A JSON-ready dict of every field (the test counts as ``TestCounts.to_dict`` has them)."""
+        return {**asdict(self), "tests": self.tests.to_dict() if self.tests else None}
 
 
 def _resolve_program(program: str, root: Path, search_path: str) -> str | None:

@@ -49,6 +49,24 @@ def line_kind(line: str) -> str | None:
     return "preflight" if line.startswith("orch_preflight ") else None
 
 
+# What a run does after its latest checkpoint of each kind: the step it is in now.
+_NEXT_STEP = {"preflight": "proposal", "proposal": "critique", "critique": "synthesis", "synthesis": "vote",
+              "vote": "validation", "revision": "validation", "proof": "review",
+              "review-request": "waiting for a person", "human-review": "review", "review": "review cycle",
+              "revision-plan": "revision", "land": "closing", "run-head": "closing", "outcome": "done"}
+
+
+def current_step(kind: str | None, summary: str = "") -> str:
+    """The step a run is in, from its latest checkpoint's ``kind`` and summary line: ``validation``
+    while the tests run after a vote, ``landing`` once the review approved, ``waiting for a
+    person`` at a review request."""
+    if kind is None:
+        return "starting"
+    if kind == "review-cycle":
+        return "landing" if "approved" in summary else "revision plan"
+    return _NEXT_STEP.get(kind, kind)
+
+
 class NdjsonSink:
     """One JSON object per line; thread-safe."""
 
@@ -66,6 +84,14 @@ class NdjsonSink:
         """Nothing to tear down."""
 
 
+def _starts_from(event: dict[str, Any]) -> str:
+    """" from <branch> at <sha>, base <base> at <sha>" of a ``task_started`` event that says."""
+    if not event.get("onto_sha"):
+        return ""
+    base = f", base {event['base']} at {event['base_sha'][:12]}" if event.get("base_sha") else ", no base branch"
+    return f" from {event.get('branch')} at {event['onto_sha'][:12]}{base}"
+
+
 def _plain(event: dict[str, Any]) -> str | None:
     kind, task = event["event"], event.get("task", "")
     stamp = f"[{event['t']:8.2f}s]"
@@ -75,7 +101,9 @@ def _plain(event: dict[str, Any]) -> str | None:
         return f"{stamp} drain of {event['scope'].get('plan_label') or event['scope'].get('parent_epic')} onto" \
                f" {event['branch']} with {event['jobs']} job(s)"
     if kind == "task_started":
-        return f"{stamp} {task}: started ({event.get('title', '')})"
+        return f"{stamp} {task}: started ({event.get('title', '')})" + _starts_from(event)
+    if kind == "base_followed":
+        return f"{stamp} {event['line']}"
     if kind == "task_run":
         return f"{stamp} {task}: run {event['run_id']}" + (" (resumed)" if event.get("resumed") else "")
     if kind == "task_finished":
@@ -84,6 +112,11 @@ def _plain(event: dict[str, Any]) -> str | None:
         return f"{stamp} {task}: {what} after {event['elapsed_s']:.1f}s, ${event['cost_usd']:.4f}"
     if kind == "task_skipped":
         return f"{stamp} {task}: left alone: {event['why']}"
+    if kind == "task_held":
+        who = f" by {event['holder']}" if event.get("holder") else ""
+        return f"{stamp} {task}: held by another run{who}; this drain waits for it and starts other ready tasks"
+    if kind == "task_released":
+        return f"{stamp} {task}: released by the other run ({event.get('status')})"
     if kind == "land_queued":
         return f"{stamp} {task}: queued for landing"
     if kind == "land_started":
@@ -155,10 +188,15 @@ class LiveSink:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind, task = event["event"], event.get("task")
-        if (kind == "checkpoint" and self.show_lines) or kind == "note":
+        if (kind == "checkpoint" and self.show_lines) or kind in ("note", "base_followed", "task_held",
+                                                                   "task_released") \
+                or (kind == "task_started" and event.get("onto_sha")):
             from rich.text import Text
 
-            line = event["line"] if self.show_lines else f"{task}: {event['line']}"
+            line = (event["line"] if kind == "base_followed" or self.show_lines and kind == "checkpoint"
+                    else f"{task}: started{_starts_from(event)}" if kind == "task_started"
+                    else f"{task}: {event['line']}" if kind == "note"
+                    else (_plain(event) or "").partition("] ")[2])
             # Outside self.lock: the refresh thread holds the console while it asks for a frame.
             self.live.console.print(Text(scrub(clip(line, 400))), soft_wrap=True)
         with self.lock:
@@ -313,7 +351,11 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         out.append(f"  error {error}")
     remote = summary.get("remote")
     if not branch:
-        out.append("no task of type task in scope: nothing was run and no branch was made")
+        from orchestrator.protocol.idle import other_types_lines
+
+        types = summary.get("types") or ["task"]
+        out.append(f"no issue of type {' or '.join(types)} in scope: nothing was run and no branch was made")
+        out += other_types_lines(summary.get("others") or [], types)
     elif remote:
         out.append(f"integration branch {branch} on {remote} (landings push it; your checkout is untouched)."
                    " To look and merge:")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from redact import scrub
 
 from orchestrator.protocol.outcomes import RunReport
+from orchestrator.views.preflight import preflight_text
 from orchestrator.protocol.idle import IdleReport, idle_lines
 from orchestrator.protocol.proof import state
 from orchestrator.safe_text import printable
@@ -48,8 +49,8 @@ def render_report(report: RunReport, *, preflight: bool = True) -> str:
     if u:
         lines.append(f"  usage:      {u['calls']} call(s), {u['input_tokens']} in / {u['output_tokens']} out tokens,"
                      f" ${u['cost_usd']:.4f}")
-    if preflight:
-        lines.append(f"  {report.preflight}")
+    if preflight and report.preflight:
+        lines.append(f"  {preflight_text(report.preflight)}")
     # The title, the detail, finding ids, mutations and commands are tracker or model text:
     # every line is printable, on its line (no terminal escapes, no forged lines).
     return scrub("\n".join(printable(line, one_line=True) for line in lines))

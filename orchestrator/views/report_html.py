@@ -45,7 +45,8 @@ from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.proof import output_tail, tests_line
 from orchestrator.safe_text import printable
 from orchestrator.views.show import task_history
-from orchestrator.sandbox.testcounts import TestCounts
+from orchestrator.views.preflight import preflight_text
+from orchestrator.sandbox.testcounts import TestCounts, commands_phrase, runner_counts_phrase
 from orchestrator.ledger.usage import UsageError, call_cost, usage_summary
 
 __all__ = ["DEFAULT_NAME", "default_report_path", "report_data", "render_report_html", "write_report",
@@ -139,7 +140,7 @@ def _result(raw: Any, base_counts: Any = None) -> dict[str, Any]:
     tail = output_tail(r) if css == "bad" and not r.get("rejected") else []
     return {"command": _text(r.get("command")), "state": state, "css": css, "reason": _text(r.get("reason")),
             "duration": "" if duration is None else f"{duration:.2f}s", "tests": tests_line(r, base_counts),
-            "ran": counts.ran if counts else None, "tail": "\n".join(tail), "tail_lines": len(tail),
+            "ran": counts.ran if counts else None, "counts": counts, "tail": "\n".join(tail), "tail_lines": len(tail),
             "stdout": _text(r.get("stdout_tail")), "stderr": _text(r.get("stderr_tail"))}
 
 
@@ -225,7 +226,7 @@ def _body(kind: str, art: Any) -> dict[str, Any]:
         return {"outcome": _text(a.get("outcome")), "block_reason": _text(a.get("block_reason")),
                 "block_detail": _text(a.get("block_detail"))}
     if kind == "preflight":
-        return {"line": _text(a.get("line"))}
+        return {"line": _text(preflight_text(str(a.get("line") or "")))}
     # hydration, review-cycle, land, run-head and kinds this version does not know: their fields.
     return {"fields": [{"name": _text(k), "value": _text(v)} for k, v in a.items()] if a
             else ([{"name": "artifact", "value": _text(art)}] if art is not None else [])}
@@ -238,8 +239,11 @@ def _trust_of(checkpoints: list, key: bytes | None, task_id: str) -> dict[str, d
     trust: dict[str, dict[str, str]] = {}
     for cp in checkpoints:
         state, detail = trust_of(cp, key, task_id=task_id)
+        if state == "unsigned":
+            # Without a key an unsigned checkpoint is the normal case: no badge says so on every step.
+            state, detail = "", ""
         trust.setdefault(_step_key(cp.run_id, cp.seq, cp.kind, cp.created_at),
-                         {"state": state, "detail": detail, "css": _TRUST_CSS[state]})
+                         {"state": state, "detail": detail, "css": _TRUST_CSS.get(state, "muted")})
     return trust
 
 
@@ -341,10 +345,10 @@ def _glance(votes: list, validation: list, reviews: list, landings: list, steps:
     if validation:
         results = validation[-1]["results"]
         counts = {state: sum(1 for r in results if r["state"].startswith(state)) for state in ("pass", "fail", "rejected")}
-        words = {"pass": "passed", "fail": "failed", "rejected": "rejected"}
-        ran = [r["ran"] for r in results if r["ran"] is not None]
-        out.append({"name": "validation", "value": (", ".join(f"{n} {words[k]}" for k, n in counts.items() if n)
-                    or "no command") + (f"; {sum(ran)} test(s) ran" if ran else ""),
+        tests = runner_counts_phrase([r["counts"] for r in results if r.get("counts")])
+        # Commands and tests apart: "1 of 2 command(s) failed" never reads as one failed test.
+        out.append({"name": "validation", "value": (commands_phrase(counts["pass"], counts["fail"], counts["rejected"])
+                                                    if results else "no command") + (f"; {tests}" if tests else ""),
                     "css": "bad" if counts["fail"] or not counts["pass"] else "good"})
     if reviews:
         last = reviews[-1]

@@ -12,6 +12,7 @@ from typing import Any
 
 from tracker.store import Tracker
 
+from orchestrator.views.preflight import readable_summary
 from orchestrator.protocol.checkpoint import load_checkpoints, signing_key, trust_of
 from orchestrator.protocol.proof import output_tail, state
 from orchestrator.safe_text import printable
@@ -32,7 +33,7 @@ def task_history(tracker: Tracker, task_id: str) -> dict[str, Any]:
         step = {
             "seq": p.get("seq"),
             "kind": cp.kind,
-            "summary": cp.summary,
+            "summary": readable_summary(cp.kind, cp.summary),
             "role": p.get("role"),
             "consensus_cycle": p.get("consensus_cycle"),
             "review_cycle": p.get("review_cycle"),

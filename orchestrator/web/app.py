@@ -37,11 +37,12 @@ from orchestrator.safe_text import printable
 from orchestrator.web.board import board, drain_view, parse_scope, scope_choices
 from orchestrator.web.changes import ChangeFeed
 from orchestrator.web.events import TaskCards, change_stream, last_event_id, task_stream
+from orchestrator.web.times import when
 from orchestrator.web.ledger_pages import call_page, logs_page, usage_page
 from orchestrator.web.security import COOKIE, SECURITY_HEADERS, Guard, body_limit
 from orchestrator.web.task import review_from_form, review_page, task_page, task_status
 
-__all__ = ["Settings", "create_app"]
+__all__ = ["Settings", "create_app", "git_user_name"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,6 +59,9 @@ class Settings:
     read_only: bool = False
     prices: PriceTable | None = None
     key: bytes | None = None
+    # Whom a review given in the browser is from unless the form says: the person (their git
+    # user.name), else the actor.
+    reviewer: str | None = None
 
 
 class _Guarded:
@@ -103,10 +107,20 @@ class _Guarded:
             await self.app(scope, limited_receive, send_with_headers)
 
 
+def git_user_name(repo: Path) -> str | None:
+    """The person at this keyboard as git knows them (``git config user.name`` in ``repo``); None
+    when git has no name for them."""
+    from orchestrator.worktree.gitops import _git
+
+    name = _git(repo, "config", "--get", "user.name", check=False).stdout.strip()
+    return name or None
+
+
 def create_app(settings: Settings) -> Any:
     """The ASGI application of ``mesh serve``."""
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
+    env.filters["when"] = when  # relative times, the exact one on hover
     state: dict[str, Any] = {}
 
     def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -234,7 +248,7 @@ def create_app(settings: Settings) -> Any:
         wait = await read(_waiting, tracker(), task_id, settings.key)
         if wait is None:
             return problem(404, f"{task_id} has no run waiting for a person's review")
-        return page("review.html.j2", review=review_page(wait), error=None, actor=settings.actor)
+        return page("review.html.j2", review=review_page(wait), error=None, actor=settings.reviewer or settings.actor)
 
     async def review_post(request: Request) -> Response:
         task_id = request.path_params["task"]
@@ -245,10 +259,10 @@ def create_app(settings: Settings) -> Any:
         try:
             decision, summary, comments = review_from_form(form, wait)
             await read(lambda: submit_review(tracker(), task_id, decision=decision, summary=summary,
-                                             comments=comments, author=form.get("reviewer") or settings.actor,
+                                             comments=comments, author=form.get("reviewer") or settings.reviewer or settings.actor,
                                              key=settings.key))
         except ReviewRefused as exc:
-            return page("review.html.j2", 400, review=review_page(wait), actor=settings.actor,
+            return page("review.html.j2", 400, review=review_page(wait), actor=settings.reviewer or settings.actor,
                         error=printable(scrub(f"review refused ({exc.field}): {exc}")))
         return RedirectResponse(f"/task/{task_id}", status_code=303)
 

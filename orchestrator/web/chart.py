@@ -21,7 +21,8 @@ def _label(value: float, unit: str) -> str:
 
 def bar_chart(points: Sequence[tuple[str, float]], *, unit: str = "") -> dict[str, Any]:
     """Bars for ``(label, value)`` points in order: each bar's box, its label (every few bars
-    when there are many) and its value as a title; four grid lines with their values."""
+    when there are many) and its value as a title; four grid lines with their values. ``empty``:
+    nothing above zero to draw (the page says so instead of drawing an empty grid)."""
     plot_w, plot_h = WIDTH - _LEFT - 8, HEIGHT - _BOTTOM - _TOP
     top = max((v for _, v in points), default=0.0) or 1.0
     step = plot_w / max(len(points), 1)
@@ -35,4 +36,4 @@ def bar_chart(points: Sequence[tuple[str, float]], *, unit: str = "") -> dict[st
                      "label_x": round(_LEFT + index * step + step / 2, 1)})
     grid = [{"y": round(_TOP + plot_h - plot_h * i / 4, 1), "value": _label(top * i / 4, unit)} for i in range(5)]
     return {"width": WIDTH, "height": HEIGHT, "bars": bars, "grid": grid, "left": _LEFT, "right": WIDTH - 8,
-            "label_y": HEIGHT - _BOTTOM + 16}
+            "label_y": HEIGHT - _BOTTOM + 16, "empty": not any(v > 0 for _, v in points)}

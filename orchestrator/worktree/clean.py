@@ -10,6 +10,8 @@ it, and says why; it removes only with ``yes`` (``--yes``), and only:
 - branches whose work is all on the base branch (the checked-out one, main, master) or on an
   integration branch (``mesh/land/*``, ``drain.onto``): the branch is an ancestor of it, or
   merging it there would change nothing (work that landed rebased or squash-merged);
+- earlier attempts (``mesh/<task>-<run>``) of a closed task whose work landed: one of those
+  branches holds a commit carrying ``Mesh-Task: <task>``;
 - worktrees without uncommitted changes, and cache folders no git worktree uses.
 
 Unlanded work (commits found nowhere else), integration branches, protected branches and a
@@ -74,6 +76,17 @@ def _landed_on(repo: Path, branch: str, targets: Sequence[str]) -> str | None:
     return None
 
 
+def _task_landed_on(repo: Path, task: str, targets: Sequence[str]) -> str | None:
+    """The first target holding a commit that carries ``Mesh-Task: task`` (mesh lands one per
+    task), else None."""
+    for target in targets:
+        found = _git(repo, "log", "--fixed-strings", f"--grep=Mesh-Task: {task}",
+                     "--format=%(trailers:key=Mesh-Task,valueonly,unfold)", target, check=False).stdout.split()
+        if task in found:
+            return target
+    return None
+
+
 def _unlanded(repo: Path, branch: str, targets: Sequence[str]) -> int:
     """How many of ``branch``'s commits are on none of ``targets``."""
     return int(_git(repo, "rev-list", "--count", branch, *(f"^{t}" for t in targets)).stdout.strip() or 0)
@@ -124,6 +137,10 @@ def clean_plan(tracker: Tracker, repo: Path, *, protected: Sequence[str] = (), o
             item.why = f"its worktree {tree} has uncommitted changes"
         elif not targets:
             item.why = "no base branch to compare it with (no main, master or checked-out branch)"
+        elif _RUN_SUFFIX.match(branch.removeprefix("mesh/")) and status == "closed" \
+                and (holder := _task_landed_on(repo, task, targets)):
+            item.action = "remove"
+            item.why = f"an earlier attempt of task {task}, which is closed with its work landed on {holder}"
         elif (landed := _landed_on(repo, branch, targets)) is None:
             item.why = (f"{_unlanded(repo, branch, targets)} commit(s) on none of {where}: unlanded work"
                         f" (task {task} is {status or 'not in this tracker'})")
