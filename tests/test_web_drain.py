@@ -30,7 +30,11 @@ def _review(ws, task: str) -> None:
 def test_the_stop_button_stops_a_running_drain_from_starting_new_tasks(tmp_path):
     ws = make_workspace(tmp_path)
     path = ws.write_script(without_reviewer(happy_script()))
+    # The task after demo-7kq.1 depends on it: while .1 waits for a person no other task is ready
+    # (a task waiting for a person holds no --jobs slot), so the one started is known, and after
+    # the stop request .2, ready once .1 landed, must not start.
     drain = subprocess.Popen([*MESH, "--db", str(ws.db), "--actor", "runner", "drain", "--label", "plan:demo",
+                              "--ids", "demo-7kq.1,demo-7kq.2",
                               "--jobs", "1", "--backend", "replay", "--script", str(path), "--repo", str(ws.repo),
                               "--config", str(config(ws)), "--reviewer", "human", "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ws.repo)

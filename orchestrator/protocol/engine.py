@@ -91,6 +91,10 @@ class Engine(Rounds, ReviewCycles, Closing):
         self._budget_usd = 0.0
         self._held_tokens = 0
         self._held_usd = 0.0
+        # While a round's roles are asked at once: the spend settled when the round started. Each
+        # of its calls is admitted against that (plus the worst cases held), so how many calls a
+        # round makes never depends on which of them happens to finish first.
+        self._round_spent: tuple[int, float] | None = None
         self.calls = 0
         self._agents: dict[str, str] = {}
         self.mutations: list[str] = []
@@ -329,8 +333,9 @@ class Engine(Rounds, ReviewCycles, Closing):
         worst = self.backend.worst_case(request)
         worst_tokens = _tokens(worst)
         with self._budget_lock:
-            spent_tokens = self._budget_tokens + self._held_tokens
-            spent_usd = self._budget_usd + self._held_usd
+            settled_tokens, settled_usd = self._round_spent or (self._budget_tokens, self._budget_usd)
+            spent_tokens = settled_tokens + self._held_tokens
+            spent_usd = settled_usd + self._held_usd
             if budget.max_tokens is not None and spent_tokens + worst_tokens > budget.max_tokens:
                 raise Blocked("budget_exceeded", f"{spent_tokens} tokens spent, next call may take {worst_tokens}"
                               f" (budget {budget.max_tokens})")
@@ -495,11 +500,17 @@ class Engine(Rounds, ReviewCycles, Closing):
                 pending.append(role)
         mail = {role: self.bus.take_mail(role) for role in pending}
         if pending:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=len(pending)) as pool:
-                futures = {role: pool.submit(self._ask, role, round_name, inputs, outbox=mail[role])
-                           for role in pending}
-                for role in pending:
-                    results[role] = futures[role].result()
+            with self._budget_lock:
+                self._round_spent = (self._budget_tokens, self._budget_usd)
+            try:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=len(pending)) as pool:
+                    futures = {role: pool.submit(self._ask, role, round_name, inputs, outbox=mail[role])
+                               for role in pending}
+                    for role in pending:
+                        results[role] = futures[role].result()
+            finally:
+                with self._budget_lock:
+                    self._round_spent = None
             for role in pending:
                 self._account(results[role])
         return {role: results[role] for role in roles}
