@@ -99,73 +99,71 @@ _INSTALL = {"npm": ["install", "--no-audit", "--no-fund", "--loglevel=error"],
             "pnpm": ["install", "--reporter=silent"], "yarn": ["install", "--silent", "--no-progress"]}
 
 
+def _from_template(template_root: Path, name: str, tmp_path: Path, build) -> Path:
+    """A copy in ``tmp_path`` of the project ``build(folder)`` makes once per session (a git
+    repository with its base committed and its dependencies installed)."""
+    template = template_root / name
+    if not template.exists():
+        folder = template_root / f"{name}.build"
+        shutil.rmtree(folder, ignore_errors=True)
+        init_repo(folder)
+        build(folder)
+        commit_all(folder)
+        folder.rename(template)
+    repo = tmp_path / name
+    shutil.copytree(template, repo, symlinks=True)
+    return repo
+
+
 def node_project(template_root: Path, tmp_path: Path, manager: str = "npm") -> Path:
     """A Node project installed with ``manager`` (a template per session, copied here)."""
     program = need(manager, f"the {manager} project")
     need("node", "the Node projects")
-    template = template_root / f"node-{manager}"
-    if not template.exists():
-        build = template_root / f"node-{manager}.build"
-        shutil.rmtree(build, ignore_errors=True)
-        init_repo(build)
-        write_node_package(build)
-        _run([program, *_INSTALL[manager]], build, tool_env())
-        commit_all(build)
-        build.rename(template)
-    repo = tmp_path / "nodep"
-    shutil.copytree(template, repo, symlinks=True)
-    return repo
+
+    def build(folder: Path) -> None:
+        write_node_package(folder)
+        _run([program, *_INSTALL[manager]], folder, tool_env())
+
+    return _from_template(template_root, f"node-{manager}", tmp_path, build)
 
 
 def ts_project(template_root: Path, tmp_path: Path) -> Path:
     """A TypeScript project (``typescript`` from the npm registry) whose check is ``tsc --noEmit``."""
     npm = need("npm", "the TypeScript project")
-    template = template_root / "ts"
-    if not template.exists():
-        build = template_root / "ts.build"
-        shutil.rmtree(build, ignore_errors=True)
-        init_repo(build)
-        (build / "package.json").write_text(json.dumps({
+
+    def build(folder: Path) -> None:
+        (folder / "package.json").write_text(json.dumps({
             "name": "tsp", "version": "1.0.0", "private": True, "scripts": {"test": "tsc --noEmit"},
             "devDependencies": {"typescript": "^5"}}, indent=2) + "\n")
-        (build / "tsconfig.json").write_text(json.dumps({"compilerOptions": {"strict": True, "target": "es2020",
-                                                                             "incremental": True},
-                                                         "include": ["src"]}))
-        (build / "src").mkdir()
-        (build / "src" / "add.ts").write_text("export function add(a: number, b: number): number { return a + b; }\n")
-        (build / ".gitignore").write_text("node_modules/\n*.tsbuildinfo\n")
-        _run([npm, *_INSTALL["npm"]], build, tool_env())
-        commit_all(build)
-        build.rename(template)
-    repo = tmp_path / "tsp"
-    shutil.copytree(template, repo, symlinks=True)
-    return repo
+        (folder / "tsconfig.json").write_text(json.dumps({"compilerOptions": {"strict": True, "target": "es2020",
+                                                                              "incremental": True},
+                                                          "include": ["src"]}))
+        (folder / "src").mkdir()
+        (folder / "src" / "add.ts").write_text("export function add(a: number, b: number): number { return a + b; }\n")
+        (folder / ".gitignore").write_text("node_modules/\n*.tsbuildinfo\n")
+        _run([npm, *_INSTALL["npm"]], folder, tool_env())
+
+    return _from_template(template_root, "tsp", tmp_path, build)
 
 
 def vitest_project(template_root: Path, tmp_path: Path) -> Path:
     """A Vitest project (``vitest@3`` from the npm registry, which Node 20 runs): Vite writes its
     cache into ``node_modules/.vite`` and parses with WebAssembly."""
     npm = need("npm", "the Vitest project")
-    template = template_root / "vitest"
-    if not template.exists():
-        build = template_root / "vitest.build"
-        shutil.rmtree(build, ignore_errors=True)
-        init_repo(build)
-        (build / "package.json").write_text(json.dumps({
+
+    def build(folder: Path) -> None:
+        (folder / "package.json").write_text(json.dumps({
             "name": "vt", "version": "1.0.0", "private": True, "type": "module",
             "scripts": {"test": "vitest run"}, "devDependencies": {"vitest": "^3"}}, indent=2) + "\n")
-        (build / "src").mkdir()
-        (build / "src" / "add.js").write_text("export const add = (a, b) => a + b;\n")
-        (build / "src" / "add.test.js").write_text(
+        (folder / "src").mkdir()
+        (folder / "src" / "add.js").write_text("export const add = (a, b) => a + b;\n")
+        (folder / "src" / "add.test.js").write_text(
             "import { test, expect } from 'vitest';\nimport { add } from './add.js';\n"
             "test('add', () => { expect(add(1, 2)).toBe(3); });\n")
-        (build / ".gitignore").write_text("node_modules/\n")
-        _run([npm, *_INSTALL["npm"]], build, tool_env())
-        commit_all(build)
-        build.rename(template)
-    repo = tmp_path / "vt"
-    shutil.copytree(template, repo, symlinks=True)
-    return repo
+        (folder / ".gitignore").write_text("node_modules/\n")
+        _run([npm, *_INSTALL["npm"]], folder, tool_env())
+
+    return _from_template(template_root, "vt", tmp_path, build)
 
 
 def pnp_project(template_root: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -176,20 +174,14 @@ def pnp_project(template_root: Path, tmp_path: Path) -> tuple[Path, dict[str, st
         need("a program that is not there", "Yarn 4 (@yarnpkg/cli-dist)")
     env = tool_env(COREPACK_ENABLE_STRICT="0")
     env["PATH"] = f"{YARN_BERRY}{os.pathsep}{env['PATH']}"
-    template = template_root / "pnp"
-    if not template.exists():
-        build = template_root / "pnp.build"
-        shutil.rmtree(build, ignore_errors=True)
-        init_repo(build)
-        write_node_package(build)
-        (build / ".yarnrc.yml").write_text("nodeLinker: pnp\nenableGlobalCache: false\nenableTelemetry: false\n")
-        (build / ".gitignore").write_text(".yarn/cache\n.yarn/install-state.gz\n.pnp.*\n")
-        _run([str(yarn), "install"], build, env)
-        commit_all(build)
-        build.rename(template)
-    repo = tmp_path / "pnp"
-    shutil.copytree(template, repo, symlinks=True)
-    return repo, env
+
+    def build(folder: Path) -> None:
+        write_node_package(folder)
+        (folder / ".yarnrc.yml").write_text("nodeLinker: pnp\nenableGlobalCache: false\nenableTelemetry: false\n")
+        (folder / ".gitignore").write_text(".yarn/cache\n.yarn/install-state.gz\n.pnp.*\n")
+        _run([str(yarn), "install"], folder, env)
+
+    return _from_template(template_root, "pnp", tmp_path, build), env
 
 
 def go_proxy(folder: Path) -> Path:

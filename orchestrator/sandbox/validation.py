@@ -58,7 +58,7 @@ from orchestrator.sandbox.tree_copy import materialize_tree
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
 from redact.controls import strip_terminal
-from roles.backends.streams import Tail, drain
+from roles.backends.streams import Tail, drain, run_with
 
 __all__ = [
     "ARGS_PLACEHOLDER",
@@ -205,13 +205,7 @@ def _run_one(
             threading.Thread(target=drain, args=(proc.stdout, out_tail), daemon=True),
             threading.Thread(target=drain, args=(proc.stderr, err_tail), daemon=True),
         ]
-        for reader in readers:
-            reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = run_with(proc, readers, timeout_s, lambda: _kill_group(proc.pid))
         # Kill the whole group either way: on timeout to stop the run, and after a normal exit
         # to reap anything it left running in the background (which would also hold our pipes).
         # Under bwrap the group is bwrap itself; --die-with-parent then ends the sandbox's pid 1,
@@ -388,9 +382,10 @@ def run_validation(
     ``cwd`` is a git checkout. With ``sandbox="bwrap"`` the commands run under bubblewrap
     in a writable copy of the committed tree of ``commit`` (default: the checkout's HEAD),
     deleted afterwards; with ``sandbox="none"`` in ``cwd`` itself. Either way the
-    environment is PATH, LANG, a temporary HOME, ``PYTHONDONTWRITEBYTECODE=1`` and the variables of ``env`` (default: os.environ)
-    named in ``env_names``, and every process is held to ``limits``. ``hidden`` paths (the
-    tracker's files) are covered wherever a bind would show them. With an ``environment``
+    environment is PATH, LANG, a temporary HOME, ``PYTHONDONTWRITEBYTECODE=1`` and the
+    variables of ``env`` (default: os.environ) named in ``env_names``, and every process is
+    held to ``limits``. ``hidden`` paths (the tracker's files) are covered wherever a bind
+    would show them. With an ``environment``
     (a ``ProjectView``, or just the project's Python environment) its Python ``bin`` is first on
     PATH, then the view's program folders; the Python environment is shown read-only,
     ``VIRTUAL_ENV`` names it; the view's mounts,

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .base import Backend, BackendError, WorkerRequest, WorkerResponse
-from .streams import Capped, Tail, drain
+from .streams import Capped, Tail, drain, run_with
 
 __all__ = ["CommandBackend", "DEFAULT_MAX_OUTPUT_BYTES", "Finished", "LIMIT_KINDS", "Launch", "LaunchRefused",
            "Launcher", "WORKER_MARKER", "call_env", "resolve_program", "run_process", "split_command"]
@@ -185,17 +185,8 @@ def run_process(argv: Sequence[str], env: Mapping[str, str], request: WorkerRequ
                                     daemon=True),
                    threading.Thread(target=drain, args=(process.stdout, answer), daemon=True),
                    threading.Thread(target=drain, args=(process.stderr, errors), daemon=True)]
-        for thread in threads:
-            thread.start()
-        timed_out = False
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        except BaseException:
-            # An interrupt (Ctrl-C) must not leave the worker running behind us.
-            _kill_group(process)
-            raise
+        # An interrupt (Ctrl-C) must not leave the worker running behind us.
+        timed_out = run_with(process, threads, timeout_s, lambda: _kill_group(process))
         _kill_group(process)
         for thread in threads:
             thread.join(_REAP_TIMEOUT_S)

@@ -10,11 +10,12 @@ the other stream or the timeout.
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO
 
-__all__ = ["Capped", "Tail", "drain"]
+__all__ = ["Capped", "Tail", "drain", "run_with"]
 
 
 class Tail:
@@ -76,3 +77,20 @@ def drain(stream: IO[bytes], sink: Tail | Capped, chunk_bytes: int = 65536) -> N
         pass
     finally:
         stream.close()
+
+
+def run_with(process: subprocess.Popen, threads: Sequence[threading.Thread], timeout_s: float,
+             on_interrupt: Callable[[], None]) -> bool:
+    """Start ``threads`` (the process's pipe readers and feeders) and wait for ``process`` at most
+    ``timeout_s``; True when it ran past it. An interrupt (Ctrl-C) while waiting calls
+    ``on_interrupt`` (which kills the process's group) before it goes on."""
+    for thread in threads:
+        thread.start()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return True
+    except BaseException:
+        on_interrupt()
+        raise
+    return False
