@@ -62,3 +62,37 @@ def test_no_page_scrolls_sideways_on_a_phone_or_a_wide_screen(tmp_path, size):
     finally:
         browser.close()
         server.stop()
+
+
+@needs_chromium
+def test_the_review_page_fits_a_phone_and_a_wide_screen_with_no_axe_violation(tmp_path):
+    """The page where a person reviews a waiting run: no sideways scroll at either size (its diff
+    scrolls within itself), no axe-core violation."""
+    from tests.runkit import finish, happy_script, without_reviewer
+    from tests.servekit import start_run
+
+    ws = make_workspace(tmp_path)
+    proc = start_run(ws, without_reviewer(happy_script()), "--label", "plan:demo", "--ids", TASK, "--reviewer",
+                     "human")
+    server = Server(ws)
+    browser = open_browser(tmp_path)
+    try:
+        browser.goto(f"{server.base}/task/{TASK}")
+        browser.wait_for("!!document.querySelector('#status a.button')")  # "Review it": the run waits
+        for size, (width, height, mobile) in sorted(SIZES.items()):
+            browser.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                         mobile=mobile)
+            browser.goto(f"{server.base}/task/{TASK}/review")
+            browser.wait_for("document.readyState === 'complete' && !!document.getElementById('approve')")
+            assert browser.js(OVERFLOW) <= 0, size
+            browser.screenshot(ARTIFACTS / f"serve-review-{size}.png")
+            if AXE.is_file():
+                browser.js(AXE.read_text(encoding="utf-8"))
+                assert browser.js(AXE_RUN) == [], size
+        browser.js("document.getElementById('approve').click()")
+        browser.wait_for(f"location.pathname === '/task/{TASK}'")
+        assert finish(proc)["outcome"] == "closed"
+    finally:
+        proc.kill()
+        browser.close()
+        server.stop()
