@@ -171,3 +171,14 @@ def test_no_file_is_past_800_lines():
 
 def test_at_most_twelve_modules_stay_directly_in_orchestrator():
     assert len(list((ROOT / "orchestrator").glob("*.py"))) <= 12
+
+
+def test_every_package_is_in_the_distribution():
+    """A package left out of pyproject's list works in the editable dev install and is missing
+    from ``pip install .``, as users have mesh."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts) for package in PACKAGES
+             for path in (ROOT / package).rglob("__init__.py")}
+    assert found - listed == set()
