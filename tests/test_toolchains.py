@@ -95,8 +95,8 @@ test('writes', () => {
     assert not (repo / "node_modules" / ".cache" / "tool").exists()
     cached = list(project_cache_root(repo).rglob("entry"))
     assert [p.read_text() for p in cached] == ["cached"]
-    assert "node_modules" not in json.dumps(subprocess.run(
-        ["git", "-C", str(repo), "ls-files"], capture_output=True, text=True).stdout)
+    assert "node_modules" not in subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True,
+                                                text=True).stdout
 
 
 def test_a_node_project_without_node_modules_is_refused_with_npm_ci(templates, tmp_path):
@@ -174,7 +174,6 @@ def test_a_rust_crate_builds_offline_and_its_dependencies_once(tmp_path):
     [first] = validate(repo, ["cargo test"])
     assert first.passed, first.stdout_tail + first.stderr_tail
     assert "Compiling itoa" in first.stderr_tail
-    (repo / "src" / "lib.rs").write_text((repo / "src" / "lib.rs").read_text().replace("42", "4" "2"))
     (repo / "src" / "lib.rs").write_text((repo / "src" / "lib.rs").read_text() + "\npub fn one() -> u8 { 1 }\n")
     commit_all(repo, "a one-line patch")
     [second] = validate(repo, ["cargo test"])

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Mapping, Protocol
 
@@ -80,12 +81,9 @@ class Project:
         """True when ``relative`` is a tracked file."""
         return relative in self._tracked_set
 
-    @property
+    @cached_property
     def _tracked_set(self) -> set[str]:
-        cached = self.__dict__.get("_tracked_cache")
-        if cached is None:
-            cached = self.__dict__["_tracked_cache"] = set(self.tracked)
-        return cached
+        return set(self.tracked)
 
     def tracked_named(self, name: str) -> list[str]:
         """Tracked files called ``name`` (at any depth, never inside a ``node_modules``)."""

@@ -135,7 +135,7 @@ class Node:
             found.allow.append(found.check)
         found.allow.append(f"{runner}{flag} run {{args...}}")
         if any("typescript" in (_manifest(project, f).get(key) or {}) for f in folders for key in _DEPENDENCY_KEYS):
-            found.allow.append(f"npx{flag.replace(_FOLDER_FLAG[runner], '--prefix')} tsc --noEmit")
+            found.allow.append("npx tsc --noEmit" + (f" -p {folder}" if folder else ""))
         found.allow.append("node --test")
         return found
 

@@ -55,7 +55,7 @@ class Inspection:
 
     def check_commands(self) -> list[str]:
         """The check commands of the detected toolchains, in table order."""
-        return [f.check for f in self.found if f.check]
+        return list(self.view.checks)
 
 
 def _carried(project: Project, patterns: list[str]) -> list[str]:
