@@ -534,6 +534,7 @@ class _Drain:
                 for future in done:
                     task_id = in_flight.pop(future)
                     self.finish(task_id, future, skipped, errors, left_alone)
+        self.note_released(tracker)  # a task released between the last look and the end is said too
         return stop_reason, skipped, errors
 
     def finish(self, task_id: str, future: concurrent.futures.Future, skipped: list[str], errors: list[str],

@@ -172,7 +172,8 @@ def pnp_project(template_root: Path, tmp_path: Path) -> tuple[Path, dict[str, st
     yarn = YARN_BERRY / "yarn"
     if not yarn.exists():
         need("a program that is not there", "Yarn 4 (@yarnpkg/cli-dist)")
-    env = tool_env(COREPACK_ENABLE_STRICT="0")
+    # Yarn 2+ installs --immutable by default when it sees CI set (as CI does): the fixture is new.
+    env = tool_env(COREPACK_ENABLE_STRICT="0", YARN_ENABLE_IMMUTABLE_INSTALLS="false")
     env["PATH"] = f"{YARN_BERRY}{os.pathsep}{env['PATH']}"
 
     def build(folder: Path) -> None:
