@@ -50,6 +50,8 @@ __all__ = [
     "DEFAULT_PRICES_AS_OF",
     "DEFAULT_ROLES",
     "KNOWN_ROLES",
+    "PROFILE_NAMES",
+    "ProfilesConfig",
     "ALWAYS_PROTECTED",
     "AnthropicConfig",
     "LlmConfig",
@@ -220,6 +222,29 @@ class BudgetConfig(_Strict):
     max_tokens: int | None = Field(default=None, gt=0)
 
 
+PROFILE_NAMES: tuple[str, ...] = ("full", "lite", "single", "candidates")
+
+
+class ProfilesConfig(_Strict):
+    """`[profiles]`: the settings of the leaner profiles (docs/protocol.md, "Profiles")."""
+
+    # lite: the one critic who critiques the proposal.
+    lite_critic: Literal["critic_a", "critic_b", "skeptic"] = "skeptic"
+    # single: how many patches the one agent may write against failing validation before review.
+    single_attempts: int = Field(default=3, ge=1, le=10)
+    # candidates: the roles that each write a candidate (each with its own models.<role> or
+    # workers.<role>: different models or agent CLIs make different candidates).
+    candidates: list[Literal["proposer", "critic_a", "critic_b", "skeptic", "synthesizer"]] = Field(
+        default_factory=lambda: ["synthesizer", "proposer", "critic_a"], min_length=2, max_length=5)
+
+    @field_validator("candidates")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a role is listed twice")
+        return value
+
+
 class DrainConfig(_Strict):
     """`[drain]`: defaults of ``mesh drain``."""
 
@@ -338,6 +363,10 @@ class MeshConfig(_Strict):
 
     roles: list[str] = Field(default_factory=lambda: list(DEFAULT_ROLES))
     fallback_roles: list[str] = Field(default_factory=lambda: list(DEFAULT_FALLBACK_ROLES))
+    # The rounds a run goes through (orchestrator.protocol.profiles): "full" (the mesh profile),
+    # "lite", "single" or "candidates"; their settings in [profiles].
+    profile: Literal["full", "lite", "single", "candidates"] = "full"
+    profiles: ProfilesConfig = Field(default_factory=ProfilesConfig)
     consensus_threshold: str = "4/5"
     consensus_retries: int = Field(default=2, ge=0)
     review_max_cycles: int = Field(default=3, ge=1)

@@ -102,6 +102,7 @@ class RunOptions:
     remote: str | None = None  # a shared git remote (else config drain.remote): push and land there
     reviewer: str | None = None  # "worker" or "human" (--reviewer; else config reviewer)
     allow_failing_base: bool | None = None  # --allow-failing-base (else config validation.allow_failing_base)
+    profile: str | None = None  # --profile (else config profile): full, lite, single or candidates
     checked_base: object | None = None  # set by run and drain: the base check's outcome (BaseCheck)
 
 
@@ -294,6 +295,8 @@ def load_run_config(options: RunOptions) -> MeshConfig:
         overrides["reviewer"] = options.reviewer
     if options.allow_failing_base:
         overrides["validation__allow_failing_base"] = True
+    if options.profile:
+        overrides["profile"] = options.profile
     if options.worker:
         if options.worker_cmd:
             raise RunError("give --worker NAME or --worker-cmd CMD, not both", 2)

@@ -30,7 +30,7 @@ INTERRUPTED_EXIT = 130
 
 # The checkpoints after which a run may stop: every round before the run decides.
 STOPPABLE = frozenset({"hydration", "proposal", "critique", "synthesis", "vote", "proof", "review",
-                       "review-cycle", "revision-plan", "revision"})
+                       "review-cycle", "revision-plan", "revision", "choice"})
 
 
 # A background job (mesh mcp's) is told where to say that its stop handlers are installed: a

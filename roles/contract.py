@@ -113,17 +113,21 @@ _EXAMPLES: dict[str, dict[str, Any]] = {
                                    "reason": "reviewer MUST_FIX"}],
                  "patch": _REVISION_PATCH,
                  "validation_commands": ["python3 -m unittest discover -s tests -t ."]},
+    "choice": {"choice": "synthesizer", "reason": "Both pass; this one also tests the boundary at absolute zero."},
 }
 
 _WHEN: dict[str, str] = {
     "hydration": "first, only when the task lacks acceptance criteria, design or notes",
     "proposal": "once per consensus cycle",
     "critique": "after the proposal; after the review, on the revision plan (`subject` below)",
-    "synthesis": "after the critiques of the proposal",
+    "synthesis": "after the critiques of the proposal; first (`single`), or by several roles at once"
+                 " (`candidates`)",
     "vote": "on the synthesis, and on each revision plan",
     "review": "after the patch is applied and validated, once per review cycle",
     "revision-plan": "when the review requests changes",
-    "revision": "when the revision plan reached consensus",
+    "revision": "when the revision plan reached consensus (profile `full`), or on the review itself"
+                " (`lite`, `single`, `candidates`; `single` also on failed validation)",
+    "choice": "profile `candidates` only: when more than one candidate passes its validation",
 }
 """When each round is asked; rendering fails on a round missing here."""
 
@@ -147,6 +151,8 @@ def _requests(round_name: str) -> list[tuple[str, dict[str, Any]]]:
         "revision-plan": [("", {"review": review, "diff": _PATCH})],
         "revision": [("", {"review": review, "revision_plan": plan, "critiques": {"skeptic": critique},
                            "diff": _PATCH})],
+        "choice": [("", {"candidates": {"synthesizer": {"patch": _PATCH, "validation": _VALIDATION},
+                                        "proposer": {"patch": _PATCH, "validation": _VALIDATION}}})],
     }
     return table[round_name]
 

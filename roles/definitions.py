@@ -15,6 +15,7 @@ __all__ = [
     "REVIEWER",
     "CRITIC_ROLES",
     "ALL_ROLES",
+    "CANDIDATE_BRIEF",
     "ROLE_BRIEFS",
     "OUTBOX_ROUNDS",
     "critics_for",
@@ -31,6 +32,7 @@ ROUNDS: tuple[str, ...] = (
     "review",
     "revision-plan",
     "revision",
+    "choice",
 )
 
 FULL_ROLES: tuple[str, ...] = ("proposer", "critic_a", "critic_b", "skeptic", "synthesizer")
@@ -77,6 +79,15 @@ ROLE_BRIEFS: dict[str, str] = {
     ),
 }
 
+# A role other than the synthesizer writing a synthesis: one of the ``candidates`` profile's
+# authors (each role answers with its own model or agent CLI, so the candidates differ).
+CANDIDATE_BRIEF = (
+    "Candidate author: write one complete change that does the task, on your own. Other authors "
+    "write theirs at the same time; each is validated, and the one whose validation passes is "
+    "kept (the reviewer chooses between several that pass). Prefer the smallest change that "
+    "meets every acceptance criterion, with the tests that prove it."
+)
+
 # The profile gives an optional outbox (notes to other roles) to the planning rounds only.
 OUTBOX_ROUNDS: tuple[str, ...] = ("proposal", "critique", "synthesis", "revision-plan", "revision")
 
@@ -90,6 +101,7 @@ _ROUND_OWNERS: dict[str, str | None] = {
     "review": REVIEWER,
     "revision-plan": "synthesizer",
     "revision": "synthesizer",
+    "choice": REVIEWER,
 }
 
 
@@ -117,10 +129,14 @@ def round_owner(round: str) -> str | None:
 def round_roles(round: str) -> tuple[str, ...]:
     """Return every role that may answer ``round``, in the profile's order.
 
-    Critique goes to the critics, a vote to the five full roles (the fallback set asks a
+    Critique goes to the critics, a vote to the five full roles, a synthesis to the
+    synthesizer first and then to any other full role (the ``candidates`` profile's authors) (the fallback set asks a
     subset of both), any other round to its owner. Raises ValueError for an unknown round.
     """
     owner = round_owner(round)
+    if round == "synthesis":
+        # The candidates profile asks several roles for a synthesis each.
+        return (owner,) + tuple(role for role in FULL_ROLES if role != owner)
     if owner is not None:
         return (owner,)
     return CRITIC_ROLES if round == "critique" else FULL_ROLES

@@ -33,6 +33,7 @@ _FIELDS: dict[str, dict[str, str]] = {
     "review": {"decision": _CHOICE, "findings": _FINDINGS, "summary": _TEXT},
     "revision-plan": {"summary": _TEXT, "steps": _STEPS},
     "revision": _SYNTHESIS_FIELDS,
+    "choice": {"choice": _LINE, "reason": _TEXT},
 }
 _PATCH_ROUNDS = ("synthesis", "revision")
 
@@ -51,6 +52,7 @@ _ALIASES: dict[str, dict[str, str]] = {
     "review": {"verdict": "decision"},
     "revision-plan": {"plan": "steps"},
     "revision": _SYNTHESIS_ALIASES,
+    "choice": {"chosen": "choice", "candidate": "choice", "rationale": "reason"},
 }
 _FINDING_KEYS = (
     "finding_id",

@@ -23,15 +23,17 @@ validated against its schema, so a malformed one fails here, not mid-render):
 
 - ``subject``: what a critique or vote is about: ``"proposal"`` (critique's default),
   ``"synthesis"`` (vote's default) or ``"revision_plan"``.
-- ``proposal``: required by synthesis and by a critique of the proposal; shown in a vote
+- ``proposal``: shown in synthesis (a synthesis without one is a single author's), required by
+  a critique of the proposal; shown in a vote
   on the synthesis when given.
-- ``critiques``: ``{role: critique}``; required by synthesis; shown in vote, revision-plan
+- ``critiques``: ``{role: critique}``; shown in synthesis, vote, revision-plan
   (critiques of the previous plan) and revision (critiques of the agreed plan).
 - ``synthesis``: required by review and by a vote on the synthesis; in review it is the
   latest synthesis or revision.
 - ``review``: the review artifact that requested changes; required by revision-plan,
   revision, and a critique or vote on a revision plan.
-- ``revision_plan``: required by revision and by a critique or vote on a revision plan; in
+- ``revision_plan``: shown in revision (without one the revision answers the review directly),
+  required by a critique or vote on a revision plan; in
   revision-plan it is the previous plan that failed to reach consensus.
 - ``prior_votes``: ``{role: vote}`` of the previous consensus cycle (critique, synthesis,
   revision-plan).
@@ -44,6 +46,8 @@ validated against its schema, so a malformed one fails here, not mid-render):
 - ``review_cycle``: review: the current cycle number.
 - ``allowed_commands``: synthesis and revision: the project's ``validation.allow`` entries,
   the only forms of validation command that will run.
+- ``candidates``: choice: ``{name: {"patch", "validation"}}``, the candidate changes whose
+  validation passed, in the order they are shown.
 
 Missing optional keys default to empty values before rendering; an unknown key is a
 ValueError, so a misspelt input cannot silently vanish from the prompt.
@@ -63,7 +67,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 from pydantic import BaseModel
 
-from .definitions import ALL_ROLES, OUTBOX_ROUNDS, ROLE_BRIEFS, ROUNDS, round_roles
+from .definitions import ALL_ROLES, CANDIDATE_BRIEF, OUTBOX_ROUNDS, ROLE_BRIEFS, ROUNDS, round_owner, round_roles
 from .schemas import (
     CritiqueArtifact,
     ProposalArtifact,
@@ -88,6 +92,7 @@ INPUT_KEYS = (
     "prior_reviews",
     "review_cycle",
     "allowed_commands",
+    "candidates",
 )
 
 _TASK_KEYS = ("id", "title", "description", "design", "acceptance_criteria", "notes")
@@ -97,11 +102,12 @@ _SUBJECT_NEEDS = {
     "synthesis": ("synthesis",),
     "revision_plan": ("revision_plan", "review"),
 }
+# A synthesis without proposal and critiques is one agent's own (the single and candidates
+# profiles); a revision without a plan answers the review directly (lite, single, candidates).
 _REQUIRED = {
-    "synthesis": ("proposal", "critiques"),
     "review": ("synthesis",),
     "revision-plan": ("review",),
-    "revision": ("review", "revision_plan"),
+    "choice": ("candidates",),
 }
 _PATCH_ROUNDS = ("synthesis", "revision")
 _MAX_OUTPUT_CHARS = 2000
@@ -154,7 +160,7 @@ def build_prompt(
 
     role_values = {
         "role": role,
-        "role_brief": ROLE_BRIEFS[role],
+        "role_brief": CANDIDATE_BRIEF if round == "synthesis" and role != round_owner(round) else ROLE_BRIEFS[role],
         "task_id": task_values["id"],
         "strict": strict,
         "shape": _render_block(round_template, "shape", {}).strip(),
@@ -245,7 +251,15 @@ def _round_values(round: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         "prior_reviews": [_artifact(review, ReviewArtifact) for review in inputs.get("prior_reviews") or ()],
         "review_cycle": None if inputs.get("review_cycle") is None else int(inputs["review_cycle"]),
         "allowed_commands": [str(entry) for entry in inputs.get("allowed_commands") or ()],
+        "candidates": [(str(name), _candidate(candidate))
+                       for name, candidate in (inputs.get("candidates") or {}).items()],
     }
+
+
+def _candidate(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A candidate of the choice round: its patch and its validation (``{"patch", "validation"}``)."""
+    return {"patch": str(value.get("patch") or ""),
+            "validation": [_validation_values(result) for result in value.get("validation") or ()]}
 
 
 def _artifact(value: Any, schema: type[BaseModel]) -> dict[str, Any] | None:

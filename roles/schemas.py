@@ -318,6 +318,13 @@ class OutboxMessage(_Artifact):
     message: NonEmptyStr
 
 
+class ChoiceArtifact(_Artifact):
+    """The reviewer's choice between candidate patches that all pass their validation."""
+
+    choice: Annotated[NonEmptyStr, Field(description="the name of the chosen candidate, as listed")]
+    reason: NonEmptyStr
+
+
 ARTIFACT_SCHEMAS: dict[str, type[BaseModel]] = {
     "hydration": HydrationArtifact,
     "proposal": ProposalArtifact,
@@ -327,6 +334,7 @@ ARTIFACT_SCHEMAS: dict[str, type[BaseModel]] = {
     "review": ReviewArtifact,
     "revision-plan": RevisionPlanArtifact,
     "revision": SynthesisArtifact,
+    "choice": ChoiceArtifact,
 }
 
 

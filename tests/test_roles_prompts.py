@@ -54,6 +54,7 @@ MINIMAL = {
     "review": ("reviewer", {"synthesis": SYNTHESIS}),
     "revision-plan": ("synthesizer", {"review": REVIEW}),
     "revision": ("synthesizer", {"review": REVIEW, "revision_plan": REVISION_PLAN}),
+    "choice": ("reviewer", {"candidates": {"synthesizer": {"patch": SYNTHESIS["patch"], "validation": []}}}),
 }
 
 
@@ -222,8 +223,8 @@ def test_the_answer_format_example_of_the_strict_envelope_is_json_shaped():
         ("critique", "critic_a", {}, "needs input(s) proposal"),
         ("critique", "critic_a", {"subject": "revision_plan", "revision_plan": REVISION_PLAN}, "needs input(s) review"),
         ("vote", "critic_a", {"subject": "proposal", "proposal": PROPOSAL}, "subject must be one of"),
-        ("synthesis", "synthesizer", {"proposal": PROPOSAL}, "needs input(s) critiques"),
-        ("revision", "synthesizer", {"review": REVIEW}, "needs input(s) revision_plan"),
+        ("choice", "reviewer", {}, "needs input(s) candidates"),
+        ("choice", "synthesizer", {"candidates": {}}, "does not answer"),
         ("proposal", "proposer", {"findings": []}, "unknown prompt input(s) findings"),
     ],
 )

@@ -151,6 +151,8 @@ def _run_options(f):
         click.option("--allow-failing-base", "allow_failing_base", is_flag=True, default=None,
                      help="Run even when the base tree fails the project's check; only new failures count against"
                           " the patch (default: config validation.allow_failing_base)."),
+        click.option("--profile", type=click.Choice(["full", "lite", "single", "candidates"]),
+                     help="The rounds a task goes through (default: config profile, else full; docs/protocol.md)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -159,7 +161,7 @@ def _run_options(f):
 
 def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
             backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False, remote=None,
-            worker=None, no_land=False, reviewer=None, allow_failing_base=None) -> None:
+            worker=None, no_land=False, reviewer=None, allow_failing_base=None, profile=None) -> None:
     import json
     import sys
     from pathlib import Path
@@ -176,7 +178,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         script=Path(script) if script else None, worker_cmd=worker_cmd, worker=worker,
         repo=Path(repo) if repo else None, config_file=Path(config_file) if config_file else None, db=root.get("db"),
         actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over, remote=remote,
-        land=not no_land, reviewer=reviewer, allow_failing_base=allow_failing_base,
+        land=not no_land, reviewer=reviewer, allow_failing_base=allow_failing_base, profile=profile,
     )
     progress = None
     if not as_json and sys.stderr.isatty():

@@ -63,6 +63,7 @@ KINDS = (
     "review-cycle",
     "revision-plan",
     "revision",
+    "choice",
     "outcome",
     "land",
     "run-head",

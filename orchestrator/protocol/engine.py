@@ -44,6 +44,7 @@ from redact import scrub, scrub_obj
 from orchestrator.protocol.human_review import wants_human_review
 from orchestrator.protocol.outcomes import Attempt, Blocked, ConfigMistake, RunReport, SendBack, TaskTaken, new_run_id
 from orchestrator.protocol.closing import Closing
+from orchestrator.protocol.profiles.table import profile_for
 from orchestrator.protocol.review import ReviewCycles
 from orchestrator.protocol.rounds import Rounds
 
@@ -112,6 +113,8 @@ class Engine(Rounds, ReviewCycles, Closing):
         # The base check's outcome (orchestrator.toolchains.base_check.BaseCheck), set by the
         # caller when the base tree was checked: with allow_failing_base it judges validation.
         self.base_check = None
+        self.profile = profile_for(config.profile)  # the rounds up to the patch, and the answer to a review
+        self.candidates: dict[str, dict] = {}  # the candidates profile's patches, by author role
         self.tally: dict[str, int] = {"agree": 0, "disagree": 0}
         self.consensus_ok = False
         # Resume: checkpoints of this run by step key, and the next free seq.
@@ -154,11 +157,10 @@ class Engine(Rounds, ReviewCycles, Closing):
             if self.integrate:
                 self._prepare_worktree()
             self._hydrate()
-            self._consensus_on_synthesis()
+            self.profile.decide(self)
             if not self.integrate:
                 return self._finish("synthesis_only")
-            self._integrate(self.bus.synthesis, phase="c", step_name="synthesis")
-            self._validate(phase="r0")
+            self.profile.first_patch(self)
             if not self.config.review_required_for_close:
                 # No review gate configured: consensus and a passing validation close the task.
                 if not self.validation_pass:
@@ -186,7 +188,7 @@ class Engine(Rounds, ReviewCycles, Closing):
             f" selected_adapter=local selection_reason=fixed_local_profile requested_workers={len(roles)}"
             f" local_cap=1 ids={','.join(self.ids)}"
             f" overrides=max_tasks=1,parallel_tasks=1,adapter=local"
-            f" sandbox={self.config.validation.sandbox}"
+            f" sandbox={self.config.validation.sandbox} profile={self.config.profile}"
         )
 
     def _start(self) -> None:
@@ -231,10 +233,8 @@ class Engine(Rounds, ReviewCycles, Closing):
             self.tracker.agent_state(agent["id"], state)
 
     def _all_roles(self) -> list[str]:
-        roles = list(self.config.roles)
-        if REVIEWER not in roles:
-            roles.append(REVIEWER)
-        return roles
+        """The roles the profile asks, reviewer last (their agents are hooked to the task)."""
+        return self.profile.roles(self.config)
 
     def _voters(self) -> list[str]:
         roles = self.config.fallback_roles if self.bus.mode == "fallback" else self.config.roles
@@ -488,7 +488,7 @@ class Engine(Rounds, ReviewCycles, Closing):
         return attempt
 
     def _ask_many(self, roles: Sequence[str], round_name: str, inputs: Mapping[str, Any], *, kind: str,
-                  phase: str) -> dict[str, Attempt | dict]:
+                  phase: str, validate: Callable[[ParsedResponse], None] | None = None) -> dict[str, Attempt | dict]:
         """Ask several roles of one round at the same time; stored steps are not asked again."""
         results: dict[str, Attempt | dict] = {}
         pending = []
@@ -504,7 +504,8 @@ class Engine(Rounds, ReviewCycles, Closing):
                 self._round_spent = (self._budget_tokens, self._budget_usd)
             try:
                 with concurrent.futures.ThreadPoolExecutor(max_workers=len(pending)) as pool:
-                    futures = {role: pool.submit(self._ask, role, round_name, inputs, outbox=mail[role])
+                    futures = {role: pool.submit(self._ask, role, round_name, inputs, outbox=mail[role],
+                                                 validate=validate)
                                for role in pending}
                     for role in pending:
                         results[role] = futures[role].result()

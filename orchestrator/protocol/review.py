@@ -17,7 +17,7 @@ from tracker.errors import ConflictError
 
 from orchestrator.protocol.faults import crash_point
 from orchestrator.protocol.proof import brief, failed_detail
-from orchestrator.protocol.validation_findings import NOT_ALLOWED, allowed_commands_check, with_validation_finding
+from orchestrator.protocol.validation_findings import NOT_ALLOWED, with_validation_finding
 from redact import scrub_obj
 from orchestrator.protocol.human_review import REQUEST, wait_for_submission
 from orchestrator.protocol.outcomes import Attempt, Blocked, ConfigMistake, RunReport
@@ -118,7 +118,7 @@ class ReviewCycles:
             if cycle >= self.config.review_max_cycles:
                 raise Blocked("review_not_approved", f"{len(must_fix)} MUST_FIX finding(s) open after {cycle}"
                               " review cycle(s)")
-            self._revise(review)
+            self.profile.revise(self, review)
 
     def _revise(self, review: Mapping[str, Any]) -> None:
         """revision_plan -> critique + vote -> revision patch -> validation (the profile's steps 1-4)."""
@@ -148,15 +148,9 @@ class ReviewCycles:
                 break
         else:
             raise Blocked("no_consensus", f"no consensus on the revision plan of review cycle {cycle}")
-        cfg = self.config.validation
         inputs = {"review": review, "revision_plan": self.bus.revision_plan, "critiques": self.bus.critiques,
-                  "diff": diff, "allowed_commands": cfg.allow}
-        artifact, attempt = self._ask_one("synthesizer", "revision", inputs, kind="revision", phase=f"r{cycle}",
-                                          validate=allowed_commands_check(cfg.allow, cfg.required))
-        if artifact is None:
-            if attempt and attempt.failure == "unparsable":
-                self._unparsable_patch(attempt)
-            raise Blocked("no_response", "synthesizer gave no revision")
+                  "diff": diff}
+        artifact, attempt = self._ask_patch("synthesizer", "revision", inputs, kind="revision", phase=f"r{cycle}")
         if not artifact["validation_commands"]:
             artifact = {**artifact, "validation_commands": list(self.bus.synthesis["validation_commands"])}
         self.bus.set_synthesis(artifact, event="revision")

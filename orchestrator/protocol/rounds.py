@@ -88,21 +88,25 @@ class Rounds:
                              artifact, attempt=res,
                              extra={"subject": subject})
 
-    def _synthesis(self, phase: str) -> None:
+    def _ask_patch(self, role: str, round_name: str, inputs: Mapping[str, Any], *, kind: str,
+                   phase: str) -> tuple[dict, Attempt | None]:
+        """Ask ``role`` for a patch (a synthesis or a revision) with the allowed validation commands,
+        checked against the allowlist; none: Blocked ``no_response``, or the configuration's mistake
+        when the allowlist admitted none of its commands twice."""
         cfg = self.config.validation
-        inputs = {"proposal": self.bus.proposal, "critiques": self.bus.critiques, **self._previous_cycle(),
-                  "allowed_commands": cfg.allow}
-        artifact, attempt = self._ask_one("synthesizer", "synthesis", inputs, kind="synthesis", phase=phase,
-                                          validate=allowed_commands_check(cfg.allow, cfg.required))
+        artifact, attempt = self._ask_one(role, round_name, {**inputs, "allowed_commands": cfg.allow}, kind=kind,
+                                          phase=phase, validate=allowed_commands_check(cfg.allow, cfg.required))
         if artifact is None:
             if attempt and attempt.failure == "unparsable":
                 self._unparsable_patch(attempt)
-            raise Blocked("no_response", "synthesizer gave no response")
+            raise Blocked("no_response", f"{role} gave no {round_name}")
+        return artifact, attempt
+
+    def _synthesis(self, phase: str) -> None:
+        inputs = {"proposal": self.bus.proposal, "critiques": self.bus.critiques, **self._previous_cycle()}
+        artifact, attempt = self._ask_patch("synthesizer", "synthesis", inputs, kind="synthesis", phase=phase)
         self.bus.set_synthesis(artifact)
-        patch = artifact["patch"]
-        what = patch.split("\n", 1)[0] if patch.startswith("NO_DIFF:") else f"{patch.count(chr(10)) + 1}-line diff"
-        self._checkpoint("synthesis", "synthesizer", phase, f"{what}; {len(artifact['validation_commands'])}"
-                         " validation command(s)", artifact, attempt=attempt)
+        self._checkpoint("synthesis", "synthesizer", phase, synthesis_line(artifact), artifact, attempt=attempt)
 
     def _vote(self, inputs: Mapping[str, Any], *, phase: str) -> bool:
         """Round D: every voter at once; invalid shapes get one follow-up, then count as disagree."""
@@ -145,19 +149,12 @@ class Rounds:
 
     # ================================================================== integration & validation
 
-    def _integrate(self, artifact: Mapping[str, Any], *, phase: str, step_name: str) -> None:
-        """Check and apply a patch in the task worktree, then commit it (once, even on resume)."""
-        from orchestrator.worktree.gitops import GitError
+    def _checked_patch(self, patch: str):
+        """The project's patch policy, after ``patch`` passed it and the size caps; Blocked
+        (``patch_refused`` or ``policy_violation``) when it does not."""
         from orchestrator.worktree.patchcheck import PatchRefused, check_patch
         from orchestrator.worktree.policy import PatchPolicy, PolicyViolation
 
-        patch = artifact["patch"]
-        if patch.startswith("NO_DIFF:"):
-            self.bus.note("no_diff", {"reason": patch, "step": step_name})
-            return
-        marker = f"{step_name}:{phase}:{self.bus.review_cycle}"
-        if self.worktree.find_commit(run_id=self.run_id, trailer="Mesh-Step", value=marker):
-            return
         policy = PatchPolicy.from_config(self.config.patch)
         try:
             summary = check_patch(patch, max_bytes=self.config.patch.max_bytes, max_files=self.config.patch.max_files)
@@ -166,6 +163,20 @@ class Rounds:
             raise Blocked("patch_refused", f"{exc.reason}: {exc.detail}") from None
         except PolicyViolation as exc:
             raise Blocked("policy_violation", exc.detail) from None
+        return policy
+
+    def _integrate(self, artifact: Mapping[str, Any], *, phase: str, step_name: str) -> None:
+        """Check and apply a patch in the task worktree, then commit it (once, even on resume)."""
+        from orchestrator.worktree.gitops import GitError
+
+        patch = artifact["patch"]
+        if patch.startswith("NO_DIFF:"):
+            self.bus.note("no_diff", {"reason": patch, "step": step_name})
+            return
+        marker = f"{step_name}:{phase}:{self.bus.review_cycle}"
+        if self.worktree.find_commit(run_id=self.run_id, trailer="Mesh-Step", value=marker):
+            return
+        policy = self._checked_patch(patch)
         if not self.worktree.is_applied(patch):
             try:
                 self.worktree.apply(patch, policy=policy)
@@ -220,8 +231,9 @@ class Rounds:
                           "no validation command to run" if not commands
                           else f"none of {len(commands)} validation command(s) is allowed by validation.allow")
 
-    def _validate_head(self, commands: list[str]) -> Proof:
-        """Run ``commands`` on the head of the engine's task branch; with ``validation.compare_base``,
+    def _validate_head(self, commands: list[str], head: str | None = None) -> Proof:
+        """Run ``commands`` on the head of the engine's task branch (or on the commit ``head``);
+        with ``validation.compare_base``,
         hold each test runner's counts against the base tree's (counted once per run, and taken
         from the run's stored proofs when it was resumed)."""
         from orchestrator.sandbox.bwrap import tracker_paths
@@ -234,7 +246,7 @@ class Rounds:
             return run_configured(wanted, cfg, cwd=self.worktree.path, commit=commit,
                                   environment=self.environment, hidden=tracker_paths(self.tracker))
 
-        head = self.worktree.head()
+        head = head or self.worktree.head()
         results = run(commands, head)
         crash_point("validation")
         if cfg.compare_base:
@@ -252,3 +264,10 @@ class Rounds:
             # The base tree fails its check and the user allowed it: only new failures count.
             results = self.base_check.judge(results)
         return Proof.of(results, commit=head, base_tests=self.base_tests)
+
+
+def synthesis_line(artifact: Mapping[str, Any]) -> str:
+    """``12-line diff; 1 validation command(s)``: a synthesis checkpoint's header."""
+    patch = artifact["patch"]
+    what = patch.split("\n", 1)[0] if patch.startswith("NO_DIFF:") else f"{patch.count(chr(10)) + 1}-line diff"
+    return f"{what}; {len(artifact['validation_commands'])} validation command(s)"

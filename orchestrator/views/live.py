@@ -53,7 +53,7 @@ def line_kind(line: str) -> str | None:
 _NEXT_STEP = {"preflight": "proposal", "proposal": "critique", "critique": "synthesis", "synthesis": "vote",
               "vote": "validation", "revision": "validation", "proof": "review",
               "review-request": "waiting for a person", "human-review": "review", "review": "review cycle",
-              "revision-plan": "revision", "land": "closing", "run-head": "closing", "outcome": "done"}
+              "revision-plan": "revision", "choice": "validation", "land": "closing", "run-head": "closing", "outcome": "done"}
 
 
 def current_step(kind: str | None, summary: str = "") -> str:

@@ -29,6 +29,7 @@ import os
 import re
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -328,17 +329,8 @@ class Worktree:
         # git apply needs every line, the last one included, to end with a newline.
         return patch if patch.endswith("\n") else patch + "\n"
 
-    def apply(self, patch: str, *, policy: PatchPolicy | None = None) -> None:
-        """Apply ``patch`` to the worktree and its index.
-
-        The patch is checked (``check_patch``'s path and content rules, without size caps),
-        every path it touches is looked at in the worktree (``patch_refused`` with a detail
-        starting ``symlink:`` or ``special_file:`` when a component is a symlink or the target
-        a hard link, FIFO, socket or device), then judged by ``policy`` (the default
-        ``PatchPolicy()`` when None: GitError("policy_violation") naming the paths), and it
-        is dry-run with ``git apply --check``, so a patch that fails leaves the worktree
-        exactly as it was: GitError("patch_refused", "policy_violation" or "does_not_apply").
-        """
+    def _check(self, patch: str, policy: PatchPolicy | None) -> None:
+        """``check_patch``'s rules, the worktree's targets of every path, then ``policy``."""
         try:
             summary = check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30)
         except PatchRefused as exc:
@@ -351,6 +343,19 @@ class Worktree:
             (policy or PatchPolicy()).check(summary, root=self.path)
         except PolicyViolation as exc:
             raise GitError("policy_violation", exc.detail) from None
+
+    def apply(self, patch: str, *, policy: PatchPolicy | None = None) -> None:
+        """Apply ``patch`` to the worktree and its index.
+
+        The patch is checked (``check_patch``'s path and content rules, without size caps),
+        every path it touches is looked at in the worktree (``patch_refused`` with a detail
+        starting ``symlink:`` or ``special_file:`` when a component is a symlink or the target
+        a hard link, FIFO, socket or device), then judged by ``policy`` (the default
+        ``PatchPolicy()`` when None: GitError("policy_violation") naming the paths), and it
+        is dry-run with ``git apply --check``, so a patch that fails leaves the worktree
+        exactly as it was: GitError("patch_refused", "policy_violation" or "does_not_apply").
+        """
+        self._check(patch, policy)
         text = self._patch_text(patch)
         options = ("apply", "--index", "--whitespace=nowarn")
         dry_run = _git(self.path, *options, "--check", "-", input=text, check=False)
@@ -359,6 +364,26 @@ class Worktree:
         done = _git(self.path, *options, "-", input=text, check=False)
         if done.returncode != 0:
             raise GitError("does_not_apply", _summary(done.stderr) or "git apply failed")
+
+    def commit_aside(self, patch: str, message: str, *, policy: PatchPolicy | None = None) -> str:
+        """A commit of ``patch`` on top of HEAD that no branch points at, built in a private
+        index: the worktree, its index and its branch are left as they are (the candidates
+        profile validates each candidate this way). The same checks as ``apply`` come first;
+        GitError("patch_refused", "policy_violation" or "does_not_apply") as there."""
+        self._check(patch, policy)
+        head = self.head()
+        with tempfile.TemporaryDirectory(prefix="mesh-aside-") as scratch:
+            env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            _git(self.path, "read-tree", head, env=env)
+            done = _git(self.path, "apply", "--cached", "--whitespace=nowarn", "-", input=self._patch_text(patch),
+                        check=False, env=env)
+            if done.returncode != 0:
+                raise GitError("does_not_apply", _summary(done.stderr) or "git apply failed")
+            tree = _git(self.path, "write-tree", env=env).stdout.strip()
+        has_user = all(_git(self.path, "config", "--get", key, check=False).stdout.strip()
+                       for key in ("user.name", "user.email"))
+        return _git(self.path, "commit-tree", tree, "-p", head, "-F", "-", input=self._clean_message(message, "mesh")
+                    + "\n", env=None if has_user else _MESH_IDENTITY).stdout.strip()
 
     def is_applied(self, patch: str) -> bool:
         """True when ``patch`` is already in the worktree: its reverse applies cleanly."""
