@@ -128,7 +128,7 @@ def _profile_row(p: Mapping[str, Any]) -> dict[str, Any]:
     per = _dict(p.get("per_case"))
     rate, basis = _rate(p)
     return {"name": _text(p.get("profile")), "rate": rate, "basis": basis, "cases": _count(p.get("cases")),
-            "paired": _paired(p.get("paired")), "against": _text(_dict(p.get("paired")).get("against")),
+            "paired": _paired(p.get("paired")),
             "tokens_in": _count(per.get("tokens_in")), "tokens_out": _count(per.get("tokens_out")),
             "tokens_in_total": _count(p.get("tokens_in")), "tokens_out_total": _count(p.get("tokens_out")),
             "cost": _money(per.get("cost_usd")), "cost_total": _money(p.get("cost_usd")),
