@@ -21,6 +21,12 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = shutil.which("chromium")
+# axe-core, installed beside the venv by `make chromium` (npm); the axe checks skip without it. Evaluate
+# AXE's text in the page with ``Browser.js`` (the debugger is not held by the page's CSP), then AXE_RUN:
+# the violations, one line each.
+AXE = Path(__file__).resolve().parents[1] / ".venv" / "axe-core" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_RUN = ("axe.run(document, {resultTypes: ['violations']}).then(r => r.violations.map(v => v.id + ': '"
+           " + v.help + ' (' + v.nodes.map(n => n.target.join(' ')).slice(0, 3).join(', ') + ')'))")
 _FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
           "--disable-background-networking", "--disable-component-update", "--disable-sync",
           "--disable-extensions", "--remote-allow-origins=*")

@@ -1,7 +1,7 @@
 """``mesh serve`` on a phone and on a wide screen, in real headless Chromium: at 360x740 and at
 1440x900 no page scrolls sideways (the board's columns stack on the phone, the running and
-blocked ones first) and axe-core finds no violation on any page; what the screen shows of the board and the task page at both sizes is
-written to docs/, every whole page to tests/artifacts/."""
+blocked ones first) and axe-core finds no violation on any page; what the screen shows of the
+board and the task page at both sizes is written to docs/, every whole page to tests/artifacts/."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.runkit import TASK, demo_script, make_workspace
+from tests.cdp import AXE, AXE_RUN
 from tests.servekit import KEY, Server, needs_chromium, open_browser
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -19,10 +20,6 @@ SIZES = {"phone": (360, 740, True), "wide": (1440, 900, False)}
 PAGES = {"board": "/?scope=label:plan:demo", "task": f"/task/{TASK}", "usage": "/usage", "logs": "/logs",
          "drain": "/drain?scope=label:plan:demo", "call": "/logs/1"}
 OVERFLOW = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-# axe-core, installed beside the venv by `make chromium` (npm); the axe check skips without it.
-AXE = Path(__file__).resolve().parents[1] / ".venv" / "axe-core" / "node_modules" / "axe-core" / "axe.min.js"
-AXE_RUN = ("axe.run(document, {resultTypes: ['violations']}).then(r => r.violations.map(v => v.id + ': '"
-           " + v.help + ' (' + v.nodes.map(n => n.target.join(' ')).slice(0, 3).join(', ') + ')'))")
 
 
 @needs_chromium

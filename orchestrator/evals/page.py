@@ -1,0 +1,276 @@
+"""The offline HTML page of an eval report (``mesh eval report``'s page).
+
+``render_eval_page(report)`` takes the report as a plain dict (the eval's id, its profiles'
+figures, the cases and one cell a case and profile; the shape is in ``docs/eval.md``) and returns
+one self-contained HTML document: a summary table per profile (resolved rate with its Wilson
+interval, the paired comparison with the first profile, tokens, cost, wall time, calls and
+review cycles per case), a cost-versus-resolved chart drawn here as inline SVG, and a case by
+profile grid whose cells link to their runs' reports.
+
+Case ids, details, outcomes and profile names come from git history and from models, so none of
+it is trusted, as on the run report (``orchestrator.views.report_html``):
+
+- the view model is plain strings and numbers, whatever types the report holds; every string is
+  scrubbed of secrets and shows control and bidi characters as ``\\uXXXX``;
+- the template (``templates/eval_report.html.j2``) is rendered with autoescape on and uses no
+  ``|safe``; CSS classes come from fixed sets; a cell links only to a relative path (a link with a
+  scheme, ``//host`` or a backslash is shown as text);
+- the page carries a Content-Security-Policy that allows no script, no network and no form.
+
+May import: ``tracker`` (``tracker.safe_text``), ``redact``, the standard library and jinja2.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from redact import scrub
+from tracker.safe_text import printable
+
+__all__ = ["render_eval_page", "STATES"]
+
+# A cell's state: its text mark (the grid never says it by colour alone) and its CSS class.
+STATES = {"resolved": ("\u2713", "good"), "unresolved": ("\u2717", "bad"), "error": ("!", "bad"),
+          "pending": ("\u2026", "muted"), "skipped": ("\u2013", "muted")}
+# The chart's box (SVG user units; the SVG scales to the page's width).
+WIDTH, HEIGHT = 520, 340
+_LEFT, _RIGHT, _TOP, _BOTTOM = 60, 20, 16, 56
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+# ------------------------------------------------------------------ untrusted values, normalised
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return printable(scrub(value if isinstance(value, str) else str(value)))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, (list, tuple)) else []
+
+
+def _link(value: Any) -> str | None:
+    """A relative link to a run's report, percent-encoded; None for anything else."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    if _SCHEME.match(value) or value.startswith("//") or "\\" in value or scrub(value) != value:
+        return None
+    return quote(value, safe="/._-~#")
+
+
+# ------------------------------------------------------------------ figures as text
+
+
+def _count(value: Any) -> str:
+    n = _number(value)
+    return "-" if n is None else f"{n:,.0f}"
+
+
+def _fraction(value: Any) -> str:
+    n = _number(value)
+    return "-" if n is None else (f"{n:,.0f}" if n >= 100 or n == int(n) else f"{n:.2f}")
+
+
+def _money(value: Any) -> str:
+    n = _number(value)
+    if n is None:
+        return "-"
+    return f"${n:,.2f}" if n >= 10 else f"${n:.4f}"
+
+
+def _seconds(value: Any) -> str:
+    n = _number(value)
+    if n is None:
+        return "-"
+    return f"{n:.1f} s" if n < 600 else f"{n / 60:.1f} min"
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _rate(p: Mapping[str, Any]) -> tuple[str, str]:
+    """The rate with its interval, and the count it rests on."""
+    rate, ci = _number(p.get("rate")), [_number(v) for v in _list(p.get("ci"))]
+    resolved, finished = _count(p.get("resolved")), _count(p.get("finished"))
+    if rate is None or not _number(p.get("finished")):
+        return "no finished case", f"{resolved} of {finished} finished"
+    interval = f" ({_percent(ci[0])} \u2013 {_percent(ci[1])})" if len(ci) == 2 and None not in ci else ""
+    return _percent(rate) + interval, f"{resolved} of {finished} finished"
+
+
+def _paired(value: Any) -> str:
+    paired = _dict(value)
+    if not paired:
+        return "reference"
+    p = _number(paired.get("p_value"))
+    return (f"{_count(paired.get('only_this'))} vs {_count(paired.get('only_first'))}, "
+            f"p = {'-' if p is None else f'{p:.2f}'}")
+
+
+def _profile_row(p: Mapping[str, Any]) -> dict[str, Any]:
+    per = _dict(p.get("per_case"))
+    rate, basis = _rate(p)
+    return {"name": _text(p.get("profile")), "rate": rate, "basis": basis, "cases": _count(p.get("cases")),
+            "paired": _paired(p.get("paired")),
+            "tokens_in": _count(per.get("tokens_in")), "tokens_out": _count(per.get("tokens_out")),
+            "tokens_in_total": _count(p.get("tokens_in")), "tokens_out_total": _count(p.get("tokens_out")),
+            "cost": _money(per.get("cost_usd")), "cost_total": _money(p.get("cost_usd")),
+            "wall": _seconds(per.get("wall_s")), "wall_total": _seconds(p.get("wall_s")),
+            "calls": _fraction(per.get("calls")), "calls_total": _count(p.get("calls")),
+            "review_cycles": _fraction(per.get("review_cycles")), "review_cycles_total": _count(p.get("review_cycles"))}
+
+
+# ------------------------------------------------------------------ the chart
+
+
+def _ticks(top: float) -> tuple[float, list[float]]:
+    """Round ticks from 0 covering ``top``: (the axis's end, the ticks), 1-2-5 steps, 4 to 6 of them."""
+    if top <= 0:
+        return 1.0, [0.0, 0.25, 0.5, 0.75, 1.0]
+    raw = top / 5
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    count = math.ceil(top / step - 1e-9)
+    return step * count, [round(step * i, 12) for i in range(count + 1)]
+
+
+def _decimals(step: float) -> int:
+    """How many decimals show every multiple of ``step`` exactly (2.5 -> 1, 0.02 -> 2)."""
+    places = 0
+    while places < 9 and abs(step * 10 ** places - round(step * 10 ** places)) > 1e-6:
+        places += 1
+    return places
+
+
+def _tick_label(value: float, step: float, money: bool) -> str:
+    if money:
+        return f"${value:,.{max(_decimals(step), 2)}f}"
+    if step >= 1000:
+        return f"{value / 1000:,.{_decimals(step / 1000)}f}k"
+    return f"{value:,.{_decimals(step)}f}"
+
+
+def _chart(profiles: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The cost-versus-resolved chart as numbers for the template; ``points`` empty: nothing to plot."""
+    plotted, left_out = [], []
+    for p in profiles:
+        if _number(p.get("finished")) and _number(p.get("rate")) is not None:
+            plotted.append(p)
+        else:
+            left_out.append(_text(p.get("profile")))
+    costs = [_number(_dict(p.get("per_case")).get("cost_usd")) or 0.0 for p in plotted]
+    money = any(c > 0 for c in costs)
+    if money:
+        xs = costs
+        x_label = "cost per case (USD)"
+    else:
+        xs = [sum(_number(_dict(p.get("per_case")).get(f)) or 0.0 for f in ("tokens_in", "tokens_out"))
+              for p in plotted]
+        x_label = "tokens per case, in + out (every run cost $0)"
+    end, x_ticks = _ticks(max(xs, default=0.0))
+    plot_w, plot_h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
+
+    def px(value: float) -> float:
+        return round(_LEFT + plot_w * value / end, 2)
+
+    def py(rate: float) -> float:
+        return round(_TOP + plot_h * (1 - min(max(rate, 0.0), 1.0)), 2)
+
+    step = x_ticks[1] - x_ticks[0]
+    points = []
+    for p, x in zip(plotted, xs):
+        rate = _number(p.get("rate")) or 0.0
+        ci = [_number(v) for v in _list(p.get("ci"))]
+        low, high = (ci[0], ci[1]) if len(ci) == 2 and None not in ci else (rate, rate)
+        cx = px(x)
+        rate_text, _ = _rate(p)
+        x_text = _money(x) if money else f"{x:,.0f} tokens"
+        points.append({"name": _text(p.get("profile")), "cx": cx, "cy": py(rate), "low": py(low), "high": py(high),
+                       "label_x": cx - 8 if cx > _LEFT + plot_w * 0.7 else cx + 8,
+                       "anchor": "end" if cx > _LEFT + plot_w * 0.7 else "start",
+                       "title": f"{_text(p.get('profile'))}: {rate_text} resolved at {x_text} per case"})
+    # Labels of points close together are moved apart vertically, so no name hides another.
+    placed: list[tuple[float, float]] = []
+    for point in sorted(points, key=lambda q: (q["cy"], q["cx"])):
+        y = point["cy"] - 8
+        while any(abs(y - py_) < 14 and abs(point["label_x"] - px_) < 120 for px_, py_ in placed):
+            y += 14
+        placed.append((point["label_x"], y))
+        point["label_y"] = round(y, 2)
+    return {"width": WIDTH, "height": HEIGHT, "left": _LEFT, "right": WIDTH - _RIGHT, "top": _TOP,
+            "bottom": HEIGHT - _BOTTOM, "x_label": x_label, "money": money, "points": points,
+            "left_out": left_out, "x_label_x": _LEFT + plot_w / 2, "x_label_y": HEIGHT - 12,
+            "x_ticks": [{"x": px(v), "value": v, "label": _tick_label(v, step, money)} for v in x_ticks],
+            "y_ticks": [{"y": py(v / 100), "value": v / 100, "label": f"{v}%"} for v in range(0, 101, 20)]}
+
+
+# ------------------------------------------------------------------ the grid
+
+
+def _cell(raw: Any) -> dict[str, Any]:
+    cell = _dict(raw)
+    state = cell.get("state") if cell.get("state") in STATES else "pending"
+    mark, css = STATES[state]
+    outcome, detail = _text(cell.get("outcome")), _text(cell.get("detail"))
+    tip = [f"{state}" + (f" (outcome: {outcome})" if outcome else "")]
+    if detail:
+        tip.append(detail)
+    cost = _number(cell.get("cost_usd"))
+    if cost is not None:
+        tip.append(f"cost {_money(cost)}, {_count(cell.get('calls'))} call(s), {_seconds(cell.get('wall_s'))}")
+    if cell.get("run_id"):
+        tip.append(f"run {_text(cell.get('run_id'))}")
+    return {"state": state, "mark": mark, "css": css, "outcome": outcome, "title": "\n".join(tip),
+            "href": _link(cell.get("report"))}
+
+
+def _grid(cases: Sequence[Any], profiles: Sequence[str], cells: Sequence[Any]) -> list[dict[str, Any]]:
+    by_key = {(str(_dict(c).get("case")), str(_dict(c).get("profile"))): c for c in cells}
+    return [{"case": _text(case), "cells": [_cell(by_key.get((str(case), str(name)), {"state": "pending"}))
+                                            for name in profiles]} for case in cases]
+
+
+# ------------------------------------------------------------------ the page
+
+
+def eval_page_data(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The page's view model: plain strings, numbers and lists (every string made safe)."""
+    profiles = [_dict(p) for p in _list(report.get("profiles"))]
+    names = [p.get("profile") for p in profiles]
+    cells = _list(report.get("cells"))
+    counts = {state: sum(1 for c in cells if _dict(c).get("state") == state) for state in STATES}
+    return {"eval": _text(report.get("eval")), "suite": _text(report.get("suite")),
+            "created_at": _text(report.get("created_at")),
+            "profiles": [_profile_row(p) for p in profiles], "reference": _text(names[0]) if names else "",
+            "chart": _chart(profiles), "names": [_text(n) for n in names],
+            "grid": _grid(_list(report.get("cases")), names, cells),
+            "counts": [{"state": s, "mark": STATES[s][0], "css": STATES[s][1], "n": counts[s]} for s in STATES]}
+
+
+def render_eval_page(report: Mapping[str, Any]) -> str:
+    """The eval report ``report`` (a plain dict, see ``docs/eval.md``) as one self-contained HTML
+    page: nothing fetched, no script, every string from the report escaped."""
+    from importlib.resources import files
+
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    environment = Environment(loader=FileSystemLoader(str(files("templates"))), autoescape=True,
+                              undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return environment.get_template("eval_report.html.j2").render(data=eval_page_data(report))
