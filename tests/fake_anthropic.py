@@ -279,7 +279,7 @@ class FakeAnthropic:
         self.requests: list[Recorded] = []
         self.batches: list[FakeBatch] = []
         self.batch_polls = batch_polls
-        self._batch_create_errors = deque(batch_create_errors)
+        self.batch_create_errors = deque(batch_create_errors)
         self._lock = threading.Lock()
         self._seen_prefixes: set[str] = set()
         self._serial = 0
@@ -359,8 +359,8 @@ class FakeAnthropic:
         if record.path != "/v1/messages/batches":
             return api_error(404, "not_found_error", f"no endpoint {record.path}")
         with self._lock:
-            if self._batch_create_errors:
-                return self._batch_create_errors.popleft()
+            if self.batch_create_errors:
+                return self.batch_create_errors.popleft()
         requests = (record.body or {}).get("requests")
         if not isinstance(requests, list) or not requests:
             return api_error(400, "invalid_request_error", "requests: a non-empty list is required")

@@ -31,6 +31,9 @@ __all__ = ["BATCH_PRICE_FACTOR", "BatchCollector", "MessageBatches"]
 # cache's multipliers apply on top of the batch price).
 BATCH_PRICE_FACTOR = 0.5
 
+# How long close() waits for a batch being created, to cancel it once it has an id.
+_CLOSE_WAIT_S = 10.0
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -109,6 +112,8 @@ class MessageBatches:
         self._failed = failed
         self._closed = threading.Event()
         self._lock = threading.Lock()
+        self._created = threading.Condition(self._lock)
+        self._creating = 0  # batches sent for creation, not yet answered
         self._running: set[str] = set()
         self.collector: BatchCollector[dict[str, Any], Any] = BatchCollector(self.send, window_s, self._closed)
 
@@ -121,22 +126,30 @@ class MessageBatches:
         models = ", ".join(sorted({str(params.get("model")) for params in requests}))
         if self._closed.is_set():
             return self._all_failed(len(requests), "no_response", "the backend was closed before the batch was sent")
-        batch = self._guarded(lambda: self._client.messages.batches.create(requests=[
-            {"custom_id": f"r{index}", "params": params} for index, params in enumerate(requests)]), models)
+        with self._lock:
+            self._creating += 1
+        batch = None
+        try:
+            batch = self._guarded(lambda: self._client.messages.batches.create(requests=[
+                {"custom_id": f"r{index}", "params": params} for index, params in enumerate(requests)]), models)
+        finally:
+            # Until it ended, the batch is close()'s to cancel: interrupted while it runs
+            # (Ctrl-C in the thread that waits), it stays in the set.
+            with self._lock:
+                self._creating -= 1
+                if batch is not None and not isinstance(batch, WorkerResponse):
+                    self._running.add(batch.id)
+                self._created.notify_all()
         if isinstance(batch, WorkerResponse):
             return self._copies(batch, len(requests), "the batch was not created: ")
-        with self._lock:
-            self._running.add(batch.id)
-        try:
-            ended = self._wait(batch, models)
-            if isinstance(ended, WorkerResponse):
+        ended = self._wait(batch, models)
+        if isinstance(ended, WorkerResponse):
+            if self._take(batch.id):
                 self._cancel(batch.id)
-                return self._copies(ended, len(requests), f"batch {batch.id}: ")
-            results = self._guarded(lambda: {line.custom_id: line.result
-                                             for line in self._client.messages.batches.results(batch.id)}, models)
-        finally:
-            with self._lock:
-                self._running.discard(batch.id)
+            return self._copies(ended, len(requests), f"batch {batch.id}: ")
+        self._take(batch.id)
+        results = self._guarded(lambda: {line.custom_id: line.result
+                                         for line in self._client.messages.batches.results(batch.id)}, models)
         if isinstance(results, WorkerResponse):
             return self._copies(results, len(requests), f"batch {batch.id}, reading its results: ")
         return [self._outcome(results.get(f"r{index}"), batch.id) for index in range(len(requests))]
@@ -178,6 +191,13 @@ class MessageBatches:
     def _all_failed(self, count: int, kind: str, detail: str) -> list[WorkerResponse]:
         return [self._failed(kind, detail) for _ in range(count)]
 
+    def _take(self, batch_id: str) -> bool:
+        """Whether the batch was still running (no one else is to cancel it now)."""
+        with self._lock:
+            running = batch_id in self._running
+            self._running.discard(batch_id)
+        return running
+
     def _cancel(self, batch_id: str) -> None:
         """Ask the API to cancel a batch; best effort (its results are not waited for)."""
         try:
@@ -186,9 +206,11 @@ class MessageBatches:
             pass
 
     def close(self) -> None:
-        """Stop waiting and cancel every batch still running; idempotent."""
+        """Stop waiting and cancel every batch still running (a batch being created is
+        waited for a little, so that it is cancelled too); idempotent."""
         self._closed.set()
         with self._lock:
+            self._created.wait_for(lambda: self._creating == 0, timeout=_CLOSE_WAIT_S)
             running = sorted(self._running)
             self._running.clear()
         for batch_id in running:
