@@ -38,7 +38,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -56,6 +56,7 @@ __all__ = [
     "malformed",
     "message",
     "segments",
+    "serving",
     "sse_events",
     "tool_use",
 ]
@@ -527,6 +528,14 @@ class FakeAnthropic:
                            reply.headers)
 
         return Handler
+
+
+def serving(monkeypatch: Any, key: str) -> Iterator[FakeAnthropic]:
+    """A fixture's body: a fake with ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY set for it."""
+    with FakeAnthropic() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        yield server
 
 
 def sse_events(message_body: Mapping[str, Any]) -> bytes:

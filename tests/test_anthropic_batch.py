@@ -23,7 +23,7 @@ from orchestrator.config import ConfigError, MeshConfig
 from roles.backends.anthropic import AnthropicBackend
 from roles.backends.base import BackendError
 from roles.backends.batching import BatchCollector
-from tests.fake_anthropic import FakeAnthropic, api_error, batch_result, message, tool_use
+from tests.fake_anthropic import api_error, batch_result, message, serving, tool_use
 from tests.runkit import demo_script, happy_script, make_workspace, proposal, r
 from tests.test_anthropic_backend import KEY as BACKEND_KEY, PROPOSAL, config, request
 from tests.test_anthropic_run import KEY, assert_key_written_nowhere, calls, run_anthropic
@@ -133,10 +133,7 @@ def test_a_refused_key_on_batch_creation_exits_2_with_one_message(ws):
 
 @pytest.fixture
 def fake(monkeypatch):
-    with FakeAnthropic() as server:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", BACKEND_KEY)
-        yield server
+    yield from serving(monkeypatch, BACKEND_KEY)
 
 
 def batched(**settings) -> AnthropicBackend:
