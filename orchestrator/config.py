@@ -290,6 +290,19 @@ class AnthropicConfig(_Strict):
     max_tokens: int = Field(default=8192, gt=0)
     max_tool_turns: int = Field(default=8, ge=0)  # 0: no repository tools
     context_tokens: int = Field(default=20000, gt=0)
+    # Batch mode (the Message Batches API, half price): calls made at the same time go out as
+    # one batch, gathered for batch_window_s, looked at every batch_poll_s, given up (and
+    # cancelled) after batch_timeout_s; the API itself expires a batch after 24 hours.
+    batch: bool = False
+    batch_window_s: float = Field(default=1.0, gt=0, le=60)
+    batch_poll_s: float = Field(default=10.0, gt=0, le=3600)
+    batch_timeout_s: float = Field(default=86400.0, gt=0, le=86400)
+
+    @model_validator(mode="after")
+    def _batch_times(self) -> "AnthropicConfig":
+        if self.batch_poll_s > self.batch_timeout_s:
+            raise ValueError("batch_poll_s must not exceed batch_timeout_s")
+        return self
 
 
 class LlmConfig(_Strict):

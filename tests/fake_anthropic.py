@@ -18,6 +18,16 @@ A prefix seen before is a cache read, a new one a cache write, the rest plain in
 A request with ``"stream": true`` (Claude Code sends them) gets a successful message as the
 API's server-sent events (``message_start``, one ``content_block_*`` trio per block,
 ``message_delta``, ``message_stop``); errors stay plain JSON, as the real API sends them.
+
+The Message Batches endpoints are served too: ``POST /v1/messages/batches`` records a
+``FakeBatch`` (``batches``) and answers ``in_progress``; ``GET .../batches/{id}`` ends the
+batch after ``batch_polls`` looks that still say ``in_progress`` (0: the first look ends it);
+``GET .../results`` is the JSONL of its results and ``POST .../cancel`` cancels it. Each
+request of a batch is answered when the batch ends, by the same replies or responder as a
+plain message and with the same usage counting, so a script serves a batched run exactly
+like an unbatched one: a 200 message becomes ``succeeded``, an error reply ``errored`` (its
+error body inside), and ``batch_result("expired")`` / ``("canceled")`` those results.
+``batch_create_errors`` answers the next batch creations with errors instead.
 """
 
 from __future__ import annotations
@@ -26,8 +36,9 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,12 +48,15 @@ __all__ = [
     "Recorded",
     "Reply",
     "RoleScript",
+    "FakeBatch",
     "api_error",
+    "batch_result",
     "count_tokens",
     "hang",
     "malformed",
     "message",
     "segments",
+    "serving",
     "sse_events",
     "tool_use",
 ]
@@ -68,6 +82,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     usage: dict[str, int] | None = None
+    # In a batch: "expired" or "canceled" makes that the request's result.
+    batch_result: str | None = None
 
 
 @dataclass
@@ -152,6 +168,13 @@ def malformed() -> Reply:
     return Reply(body=b'{"id": "msg_broken", "type": "message", "content": [{"type": "te')
 
 
+def batch_result(kind: str) -> Reply:
+    """A batch request's ``expired`` or ``canceled`` result (a plain request gets a 500)."""
+    reply = api_error(500, "api_error", f"{kind} (a batch-only result)", {"x-should-retry": "false"})
+    reply.batch_result = kind
+    return reply
+
+
 def hang(seconds: float) -> Reply:
     """An answer that comes only after ``seconds`` (a hang when past the client's timeout)."""
     return Reply(status=500, body={"type": "error", "error": {"type": "api_error", "message": "too late"}},
@@ -196,10 +219,58 @@ class RoleScript:
         return message(entry["text"])
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class FakeBatch:
+    """One Message Batch the fake received: its requests (``Recorded`` as if each were a
+    plain POST to /v1/messages, ``custom_id`` in ``path``'s fragment) and, once it ended,
+    the JSONL result of each."""
+
+    id: str
+    custom_ids: list[str]
+    requests: list[Recorded]
+    polls_left: int
+    created_at: str = field(default_factory=_now)
+    status: str = "in_progress"  # "canceling", "ended"
+    canceled: bool = False
+    ended_at: str | None = None
+    cancel_initiated_at: str | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def size(self) -> int:
+        """How many requests the batch held."""
+        return len(self.requests)
+
+    @property
+    def rounds(self) -> set[str | None]:
+        """The mesh rounds of its requests."""
+        return {request.round for request in self.requests}
+
+    def body(self, base_url: str) -> dict[str, Any]:
+        """The ``message_batch`` object, as the API answers it."""
+        counts = dict.fromkeys(("processing", "succeeded", "errored", "canceled", "expired"), 0)
+        if self.status == "ended":
+            for line in self.results:
+                counts[line["result"]["type"]] += 1
+        else:
+            counts["processing"] = len(self.requests)
+        return {"id": self.id, "type": "message_batch", "processing_status": self.status,
+                "request_counts": counts, "created_at": self.created_at, "ended_at": self.ended_at,
+                "expires_at": self.created_at, "archived_at": None,
+                "cancel_initiated_at": self.cancel_initiated_at,
+                "results_url": f"{base_url}/v1/messages/batches/{self.id}/results" if self.status == "ended" else None}
+
+
 class FakeAnthropic:
     """The fake server. Use as a context manager; ``url`` is what ANTHROPIC_BASE_URL takes."""
 
-    def __init__(self, replies: Sequence[Reply] | Callable[[Recorded], Reply] = ()):
+    def __init__(self, replies: Sequence[Reply] | Callable[[Recorded], Reply] = (), *, batch_polls: int = 0,
+                 batch_create_errors: Sequence[Reply] = ()):
         if callable(replies):
             self._responder: Callable[[Recorded], Reply] | None = replies
             self._queue: deque[Reply] = deque()
@@ -207,8 +278,12 @@ class FakeAnthropic:
             self._responder = None
             self._queue = deque(replies)
         self.requests: list[Recorded] = []
+        self.batches: list[FakeBatch] = []
+        self.batch_polls = batch_polls
+        self.batch_create_errors = deque(batch_create_errors)
         self._lock = threading.Lock()
         self._seen_prefixes: set[str] = set()
+        self._serial = 0
         self._released = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -245,8 +320,14 @@ class FakeAnthropic:
 
     @property
     def message_requests(self) -> list[Recorded]:
-        """The recorded POSTs to /v1/messages."""
-        return [r for r in self.requests if r.path.startswith("/v1/messages")]
+        """The recorded POSTs to /v1/messages (the Message Batches endpoints left out)."""
+        return [r for r in self.requests if r.path.startswith("/v1/messages")
+                and not r.path.startswith("/v1/messages/batches")]
+
+    @property
+    def batched_requests(self) -> list[Recorded]:
+        """The requests of every batch, in the order the batches were created."""
+        return [request for batch in self.batches for request in batch.requests]
 
     # ------------------------------------------------------------------ serving
 
@@ -257,6 +338,102 @@ class FakeAnthropic:
             if self._queue:
                 return self._queue.popleft()
         return api_error(500, "api_error", "no scripted reply left", {"x-should-retry": "false"})
+
+    # ------------------------------------------------------------------ message batches
+
+    def batch(self, batch_id: str) -> FakeBatch | None:
+        """The batch of that id, or None."""
+        with self._lock:
+            return next((batch for batch in self.batches if batch.id == batch_id), None)
+
+    def _batch_post(self, record: Recorded) -> Reply:
+        """``POST /v1/messages/batches`` (create) and ``POST .../{id}/cancel``."""
+        found = re.fullmatch(r"/v1/messages/batches/([\w-]+)/cancel", record.path)
+        if found:
+            batch = self.batch(found.group(1))
+            if batch is None:
+                return api_error(404, "not_found_error", "no such batch")
+            with batch.lock:
+                if batch.status == "in_progress":
+                    batch.status, batch.canceled, batch.cancel_initiated_at = "canceling", True, _now()
+                return Reply(body=batch.body(self.url))
+        if record.path != "/v1/messages/batches":
+            return api_error(404, "not_found_error", f"no endpoint {record.path}")
+        with self._lock:
+            if self.batch_create_errors:
+                return self.batch_create_errors.popleft()
+        requests = (record.body or {}).get("requests")
+        if not isinstance(requests, list) or not requests:
+            return api_error(400, "invalid_request_error", "requests: a non-empty list is required")
+        with self._lock:
+            batch = FakeBatch(id=f"msgbatch_{len(self.batches) + 1:04d}",
+                              custom_ids=[entry["custom_id"] for entry in requests],
+                              requests=[Recorded(method="POST", path=f"/v1/messages#{entry['custom_id']}",
+                                                 headers=record.headers, body=entry["params"],
+                                                 raw=json.dumps(entry["params"]).encode())
+                                        for entry in requests],
+                              polls_left=self.batch_polls)
+            self.batches.append(batch)
+        return Reply(body=batch.body(self.url))
+
+    def _batch_get(self, path: str) -> tuple[int, bytes, str]:
+        """``GET .../batches/{id}`` (a look that may end it) and ``GET .../{id}/results``."""
+        found = re.fullmatch(r"/v1/messages/batches/([\w-]+)(/results)?", path)
+        batch = self.batch(found.group(1)) if found else None
+        if batch is None:
+            return 404, json.dumps(api_error(404, "not_found_error", f"no such batch: {path}").body).encode(), \
+                "application/json"
+        with batch.lock:
+            if found.group(2):
+                if batch.status != "ended":
+                    error = api_error(400, "invalid_request_error", "the batch has not ended")
+                    return 400, json.dumps(error.body).encode(), "application/json"
+                data = "".join(json.dumps(line) + "\n" for line in batch.results).encode()
+                return 200, data, "application/binary"
+            if batch.status == "canceling" or (batch.status == "in_progress" and batch.polls_left <= 0):
+                self._end(batch)
+            elif batch.status == "in_progress":
+                batch.polls_left -= 1
+            return 200, json.dumps(batch.body(self.url)).encode(), "application/json"
+
+    def _end(self, batch: FakeBatch) -> None:
+        """Answer every request of the batch (none when it was canceled) and end it."""
+        for custom_id, request in zip(batch.custom_ids, batch.requests):
+            result: dict[str, Any]
+            if batch.canceled:
+                result = {"type": "canceled"}
+            else:
+                reply = self._next_reply(request)
+                if reply.usage:
+                    request.usage = reply.usage
+                payload = self._complete(request, reply.body)
+                if reply.batch_result:
+                    result = {"type": reply.batch_result}
+                elif reply.status == 200 and isinstance(payload, dict) and payload.get("type") == "message":
+                    result = {"type": "succeeded", "message": payload}
+                else:
+                    error = payload if isinstance(payload, dict) and payload.get("type") == "error" else \
+                        api_error(500, "api_error", "malformed answer").body
+                    result = {"type": "errored", "error": {**error, "request_id": None}}
+            batch.results.append({"custom_id": custom_id, "result": result})
+        batch.status, batch.ended_at = "ended", _now()
+
+    def _complete(self, record: Recorded, payload: Any) -> Any:
+        """A scripted message with its id, model and usage filled in (usage counted when
+        the reply does not fix it); any other payload as it is."""
+        if not (isinstance(payload, dict) and payload.get("type") == "message"):
+            return payload
+        body = record.body or {}
+        payload = dict(payload)
+        with self._lock:
+            self._serial += 1
+            payload.setdefault("id", f"msg_{self._serial:04d}")
+        payload["model"] = payload.get("model") or body.get("model") or _MODEL_DEFAULT
+        text_out = "".join(json.dumps(b) if b.get("type") != "text" else b["text"]
+                           for b in payload.get("content") or [])
+        payload["usage"] = record.usage or self._usage(body, text_out)
+        record.usage = payload["usage"]
+        return payload
 
     def _usage(self, body: Mapping[str, Any], text_out: str) -> dict[str, int]:
         """Count a request's tokens with the simulated prompt cache."""
@@ -293,47 +470,72 @@ class FakeAnthropic:
             def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
                 return
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def _body(self) -> tuple[bytes, Any]:
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length)
                 try:
-                    body = json.loads(raw)
+                    return raw, json.loads(raw)
                 except ValueError:
-                    body = None
-                record = Recorded(method="POST", path=self.path,
+                    return raw, None
+
+            def _record(self, method: str, raw: bytes, body: Any) -> Recorded:
+                record = Recorded(method=method, path=self.path,
                                   headers={k.lower(): v for k, v in self.headers.items()}, body=body, raw=raw)
                 with fake._lock:
                     fake.requests.append(record)
-                reply = fake._next_reply(record)
-                if reply.delay_s and fake._released.wait(reply.delay_s):
-                    return
-                payload = reply.body
-                if isinstance(payload, dict) and payload.get("type") == "message":
-                    payload = dict(payload)
-                    payload.setdefault("id", f"msg_{len(fake.requests):04d}")
-                    payload["model"] = payload.get("model") or (body or {}).get("model") or _MODEL_DEFAULT
-                    text_out = "".join(json.dumps(b) if b.get("type") != "text" else b["text"]
-                                       for b in payload.get("content") or [])
-                    payload["usage"] = reply.usage or fake._usage(body or {}, text_out)
-                    record.usage = payload["usage"]
-                streamed = (reply.status == 200 and isinstance(payload, dict) and payload.get("type") == "message"
-                            and bool((body or {}).get("stream")))
-                if streamed:
-                    data = sse_events(payload)
-                else:
-                    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                return record
+
+            def _send(self, status: int, data: bytes, content_type: str = "application/json",
+                      headers: Mapping[str, str] | None = None) -> None:
                 try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "text/event-stream" if streamed else "application/json")
+                    self.send_response(status)
+                    self.send_header("content-type", content_type)
                     self.send_header("content-length", str(len(data)))
-                    for name, value in reply.headers.items():
+                    for name, value in (headers or {}).items():
                         self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout): nothing to answer
 
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                record = self._record("GET", b"", None)
+                status, data, content_type = fake._batch_get(record.path)
+                self._send(status, data, content_type)
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                raw, body = self._body()
+                record = self._record("POST", raw, body)
+                if record.path.startswith("/v1/messages/batches"):
+                    reply = fake._batch_post(record)
+                    payload = reply.body
+                    self._send(reply.status, payload if isinstance(payload, bytes) else json.dumps(payload).encode(),
+                               headers=reply.headers)
+                    return
+                reply = fake._next_reply(record)
+                if reply.delay_s and fake._released.wait(reply.delay_s):
+                    return
+                if reply.usage:
+                    record.usage = reply.usage
+                payload = fake._complete(record, reply.body)
+                streamed = (reply.status == 200 and isinstance(payload, dict) and payload.get("type") == "message"
+                            and bool((body or {}).get("stream")))
+                if streamed:
+                    data = sse_events(payload)
+                else:
+                    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self._send(reply.status, data, "text/event-stream" if streamed else "application/json",
+                           reply.headers)
+
         return Handler
+
+
+def serving(monkeypatch: Any, key: str) -> Iterator[FakeAnthropic]:
+    """A fixture's body: a fake with ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY set for it."""
+    with FakeAnthropic() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        yield server
 
 
 def sse_events(message_body: Mapping[str, Any]) -> bytes:

@@ -15,13 +15,13 @@ from roles.backends.base import BackendError, WorkerRequest, get_backend
 from roles.prompts import build_prompt
 from roles.schemas import ARTIFACT_SCHEMAS
 from tests.fake_anthropic import (
-    FakeAnthropic,
     Reply,
     api_error,
     count_tokens,
     hang,
     malformed,
     message,
+    serving,
     tool_use,
 )
 
@@ -34,10 +34,7 @@ FAST_RETRY = {"retry-after-ms": "1"}
 
 @pytest.fixture
 def fake(monkeypatch):
-    with FakeAnthropic() as server:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
+    yield from serving(monkeypatch, KEY)
 
 
 # Test models with their own prices, so no test depends on the default price table.

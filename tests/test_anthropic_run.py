@@ -58,12 +58,13 @@ output = 5.0
 """
 
 
-def run_anthropic(ws, script, *, anthropic: dict | None = None, budget: str = "", key: str = KEY):
-    """Run the demo task with the anthropic backend against a fake; returns (code, report, result, fake)."""
+def run_anthropic(ws, script, *, anthropic: dict | None = None, budget: str = "", key: str = KEY, **fake_options):
+    """Run the demo task with the anthropic backend against a fake (``fake_options`` go to
+    ``FakeAnthropic``); returns (code, report, result, fake)."""
     cfg = ws.root / "mesh-anthropic.toml"
     cfg.write_text(config_text(ws, anthropic=anthropic, budget=budget))
     responder = RoleScript(script)
-    with FakeAnthropic(responder) as fake:
+    with FakeAnthropic(responder, **fake_options) as fake:
         env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": key}
         res = ws.mesh("run", "--label", "plan:demo", "--backend", "anthropic", "--repo", str(ws.repo),
                       "--config", str(cfg), "--json", env=env)

@@ -35,6 +35,11 @@ One call of the backend is one worker answer:
 - **Usage and cost** of every request of a call are summed into ``WorkerResponse.usage``,
   priced with ``config.prices`` (USD per million tokens, dated ``prices.as_of``).
 - **Budgets**: ``worst_case`` is an upper bound of one call, for the engine's check.
+- **Batch mode** (``[anthropic] batch = true``): every request goes out through the Message
+  Batches API instead, the requests made at the same time (a round's critics or voters, the
+  next tool turns) gathered into one batch by ``roles.backends.batching``; the call waits
+  for its result and goes on as above. Usage and ``worst_case`` are priced at the batch
+  price, half the price table's.
 
 API errors never escape as tracebacks: an answer the run can recover from is a
 ``WorkerResponse`` error; only what a user must fix (no key, a key the API refuses,
@@ -43,6 +48,7 @@ billing, an unknown model or endpoint) raises ``BackendError``.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -56,6 +62,7 @@ from pydantic import BaseModel, ValidationError
 # The rounds whose prompt offers an outbox: the schema must offer it in the same rounds.
 from ..schemas import answer_model
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
+from .batching import BATCH_PRICE_FACTOR, MessageBatches
 # The run's config is passed in, typed by what a backend reads of it: roles/ never imports
 # the orchestrator.
 from .settings import BackendConfig
@@ -117,6 +124,13 @@ class AnthropicBackend(Backend):
         # federation) that the user did not choose for mesh.
         self._client = anthropic.Anthropic(api_key=key, max_retries=self._settings.max_retries,
                                            timeout=self._settings.timeout_s)
+        self._batches: MessageBatches | None = None
+        if self._settings.batch:
+            settings = self._settings
+            self._batches = MessageBatches(self._client, poll_s=settings.batch_poll_s,
+                                           timeout_s=settings.batch_timeout_s, window_s=settings.batch_window_s,
+                                           guarded=self._guarded,
+                                           failed=lambda kind, detail: self._failed(kind, detail, None))
 
     # ------------------------------------------------------------------ calls
 
@@ -171,10 +185,22 @@ class AnthropicBackend(Backend):
                                   duration_s=time.monotonic() - started, detail=self._clean(detail))
 
     def _create(self, params: dict[str, Any], messages: list[dict[str, Any]], model: str) -> Any:
-        """One Messages API request (the SDK retries inside); an error becomes a response."""
+        """One Messages API request (the SDK retries inside), or in batch mode one request of
+        the next Message Batch; an error becomes a response."""
+        if self._batches is None:
+            return self._guarded(lambda: self._client.messages.create(messages=messages, **params), model)
+        # A copy: the call goes on changing params and messages for its next tool turn.
+        outcome = self._batches.submit(copy.deepcopy({**params, "messages": messages}))
+        if isinstance(outcome, WorkerResponse):
+            outcome.model, outcome.detail = model, self._clean(outcome.detail)
+        return outcome
+
+    def _guarded(self, send: Any, model: str) -> Any:
+        """What ``send()`` (an SDK request) returns, or its API error as a failed response;
+        the errors a user must fix raise ``BackendError``."""
         sdk = self._sdk
         try:
-            return self._client.messages.create(messages=messages, **params)
+            return send()
         except sdk.APIStatusError as exc:
             status = exc.status_code
             if status in _USER_FIX_STATUSES:
@@ -195,7 +221,7 @@ class AnthropicBackend(Backend):
         """Tools need a worktree to read, and a tool turn to spend."""
         return request.worktree is not None and self._settings.max_tool_turns > 0
 
-    def _failed(self, error: str, detail: str, model: str) -> WorkerResponse:
+    def _failed(self, error: str, detail: str, model: str | None) -> WorkerResponse:
         return WorkerResponse(text=None, error=error, model=model, detail=self._clean(detail))
 
     def _clean(self, detail: str | None) -> str | None:
@@ -222,7 +248,13 @@ class AnthropicBackend(Backend):
             cache_read_tokens=int(getattr(reported, "cache_read_input_tokens", 0) or 0),
             cache_write_tokens=int(getattr(reported, "cache_creation_input_tokens", 0) or 0),
         )
-        return usage.priced(self._config.prices.price_for(model))
+        return self._discounted(usage.priced(self._config.prices.price_for(model)))
+
+    def _discounted(self, usage: Usage) -> Usage:
+        """The batch price in batch mode (half the price table's), else ``usage`` as it is."""
+        if self._batches is not None:
+            usage.cost_usd *= BATCH_PRICE_FACTOR
+        return usage
 
     def worst_case(self, request: WorkerRequest) -> Usage:
         """An upper bound of the call's usage, for the engine's budget check.
@@ -253,10 +285,13 @@ class AnthropicBackend(Backend):
         if price is not None:
             worst.cost_usd = (input_tokens * max(price.input, price.cache_write)
                               + output_tokens * price.output) / 1_000_000
-        return worst
+        return self._discounted(worst)
 
     def close(self) -> None:
-        """Close the SDK client's connections; idempotent."""
+        """Cancel the batches still running (batch mode), close the SDK client's
+        connections; idempotent."""
+        if self._batches is not None:
+            self._batches.close()
         self._client.close()
 
 

@@ -58,7 +58,9 @@ class BudgetSettings(Protocol):
 
 
 class AnthropicSettings(Protocol):
-    """``[anthropic]``: the SDK's retries and timeout, the output and tool-turn limits."""
+    """``[anthropic]``: the SDK's retries and timeout, the output and tool-turn limits, and
+    batch mode (the Message Batches API): its switch, gathering window, poll interval and
+    total wait."""
 
     @property
     def max_retries(self) -> int: ...
@@ -71,6 +73,18 @@ class AnthropicSettings(Protocol):
 
     @property
     def max_tool_turns(self) -> int: ...
+
+    @property
+    def batch(self) -> bool: ...
+
+    @property
+    def batch_window_s(self) -> float: ...
+
+    @property
+    def batch_poll_s(self) -> float: ...
+
+    @property
+    def batch_timeout_s(self) -> float: ...
 
 
 class LlmSettings(Protocol):
