@@ -11,9 +11,11 @@ Subpackages (each ``__init__`` says what it holds):
 - ``toolchains`` (what validation needs of each ecosystem: dependencies, caches, generated
   files, the base check): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
   ``orchestrator.worktree``.
-- ``evals`` (``mesh eval``: suites from a repository's history, and the statistics of a report):
-  may import ``tracker``, ``redact``, ``roles``, ``orchestrator.workspace``, ``orchestrator.config``,
-  ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.toolchains``.
+- ``evals`` (``mesh eval``: suites from a repository's history, runs of a suite under several
+  profiles, their grades, the report and its page): may import ``tracker``, ``redact``, ``roles``,
+  ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,
+  ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.toolchains``,
+  ``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.views``.
 - ``ledger``: may import ``tracker``, ``redact``, ``orchestrator.safe_text``, ``orchestrator.price_rows``,
   ``orchestrator.config``.
 - ``protocol``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,

@@ -103,6 +103,7 @@ class RunOptions:
     reviewer: str | None = None  # "worker" or "human" (--reviewer; else config reviewer)
     allow_failing_base: bool | None = None  # --allow-failing-base (else config validation.allow_failing_base)
     profile: str | None = None  # --profile (else config profile): full, lite, single or candidates
+    batch: bool = False  # --batch: the anthropic backend's calls as Message Batches (config anthropic.batch)
     checked_base: object | None = None  # set by run and drain: the base check's outcome (BaseCheck)
 
 
@@ -297,6 +298,8 @@ def load_run_config(options: RunOptions) -> MeshConfig:
         overrides["validation__allow_failing_base"] = True
     if options.profile:
         overrides["profile"] = options.profile
+    if options.batch:
+        overrides["anthropic__batch"] = True
     if options.worker:
         if options.worker_cmd:
             raise RunError("give --worker NAME or --worker-cmd CMD, not both", 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -53,3 +54,107 @@ def suite_command(ctx: click.Context, from_git: bool, repo, config_file, out, co
         return
     for line in built.lines():
         _say(line)
+
+
+@eval_group.command("run")
+@click.argument("suite", type=click.Path(exists=True, dir_okay=False))
+@click.option("--profile", "profiles", multiple=True, required=True,
+              type=click.Choice(["full", "lite", "single", "candidates"]),
+              help="A profile to run every case with (repeat: --profile full --profile single); the first is"
+                   " the reference of the paired comparison.")
+@click.option("--jobs", type=click.IntRange(1, 32), default=1, show_default=True, help="Runs at the same time.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="The eval's folder (default: <repo>/.mesh/evals/<suite name>/); run again to continue it.")
+@click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="mesh.toml to use.")
+@click.option("--max-usd", type=click.FloatRange(min=0), help="Stop starting runs once the eval spent this much.")
+@click.option("--batch", is_flag=True, help="The anthropic backend's calls as Message Batches (half price, slower).")
+@click.option("--retry-errors", is_flag=True, help="Run again the pairs whose run ended in an error.")
+@click.option("--backend", type=click.Choice(["replay", "command", "anthropic", "llm"]), help="Worker backend.")
+@click.option("--worker", type=click.Choice(["claude-code", "codex", "opencode"]), help="An agent CLI preset.")
+@click.option("--worker-cmd", "worker_cmd", help="An agent CLI reading the prompt on stdin, for every role.")
+@click.option("--yes", is_flag=True, help="Start without asking, after printing the estimate.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.pass_context
+def run_command(ctx: click.Context, suite, profiles, jobs, out, repo, config_file, max_usd, batch, retry_errors,
+                backend, worker, worker_cmd, yes: bool, as_json: bool) -> None:
+    """Run every case of SUITE with each profile as a real mesh run, each in a repository of its
+    own holding only the case's base; grade each with its hidden tests."""
+    from orchestrator.cli.common import _fail
+    from orchestrator.evals.runs import EvalError, EvalOptions, EvalRun
+
+    root = ctx.find_root().obj or {}
+    run_args = [*(["--backend", backend] if backend else []), *(["--worker", worker] if worker else []),
+                *(["--worker-cmd", worker_cmd] if worker_cmd else [])]
+    options = EvalOptions(suite=Path(suite), profiles=list(profiles), repo=Path(repo) if repo else None,
+                          config_file=Path(config_file) if config_file else None, out=Path(out) if out else None,
+                          db=root.get("db"), jobs=jobs, max_usd=max_usd, batch=batch, retry_errors=retry_errors,
+                          run_args=run_args)
+    try:
+        evaluation = EvalRun(options, echo=lambda line: _say(line, err=True))
+        estimate = evaluation.estimate()
+        _say(f"{estimate['runs']} run(s) to make ({estimate['done']} done) in {evaluation.folder};"
+             f" estimated cost ${estimate['estimated_usd']:.2f} ("
+             + ", ".join(f"{p} ${v:.4f}/run, {estimate['basis'][p]}" for p, v in estimate["per_run_usd"].items())
+             + ")" + (f"; budget ${max_usd:.2f}" if max_usd is not None else ""), err=True)
+        if estimate["runs"] and not yes and not as_json and sys.stdin.isatty():
+            click.confirm("Start?", default=True, abort=True, err=True)
+        summary = evaluation.run()
+    except EvalError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return
+    except KeyboardInterrupt:
+        _say("stopped: mesh eval run continues where it stopped", err=True)
+        ctx.exit(130)
+        return
+    if as_json:
+        click.echo(json.dumps({**summary, "estimate": estimate}, indent=2))
+    else:
+        _say(f"{summary['ran']} run(s) graded, {summary['resolved']} resolved, {summary['skipped']} not started"
+             f" (budget); the report: mesh eval report {evaluation.folder}")
+
+
+@eval_group.command("report")
+@click.argument("folder", required=False, type=click.Path(file_okay=False))
+@click.option("--suite", type=click.Path(dir_okay=False), help="The suite whose default folder to read.")
+@click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Also write the report page there (default: FOLDER/report.html).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.pass_context
+def report_command(ctx: click.Context, folder, suite, repo, html_path, as_json: bool) -> None:
+    """Per profile: resolved rate with its 95% interval, the paired test against the first profile,
+    tokens, cost, wall time, calls and review cycles per case; and the report page (HTML, offline)."""
+    from orchestrator.cli.common import _fail
+    from orchestrator.evals.page import render_eval_page
+    from orchestrator.evals.report import ReportError, lines, report_data
+    from orchestrator.evals.runs import eval_folder
+    from orchestrator.evals.cases import write_text
+
+    if folder is None:
+        from orchestrator.worktree.gitops import GitError, repo_root
+
+        try:
+            base = repo_root(Path(repo or Path.cwd()).resolve())
+        except GitError as exc:
+            _fail(ctx, str(exc), 2, as_json)
+            return
+        found = [eval_folder(base, Path(suite))] if suite else sorted(
+            (base / ".mesh" / "evals").glob("*/eval.json"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            _fail(ctx, f"no eval in {base / '.mesh' / 'evals'}; name its folder", 2, as_json)
+            return
+        folder = found[-1].parent if not suite else found[0]
+    try:
+        report = report_data(Path(folder))
+    except ReportError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return
+    page = Path(html_path) if html_path else Path(folder) / "report.html"
+    write_text(page, render_eval_page(report))
+    if as_json:
+        click.echo(json.dumps({**report, "page": str(page)}, indent=2))
+        return
+    for line in lines(report):
+        _say(line)
+    _say(f"the page: {page}")

@@ -153,6 +153,9 @@ def _run_options(f):
                           " the patch (default: config validation.allow_failing_base)."),
         click.option("--profile", type=click.Choice(["full", "lite", "single", "candidates"]),
                      help="The rounds a task goes through (default: config profile, else full; docs/protocol.md)."),
+        click.option("--batch", is_flag=True, default=False,
+                     help="Send the anthropic backend's calls as Message Batches: half price, slower"
+                          " (config anthropic.batch)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -161,7 +164,7 @@ def _run_options(f):
 
 def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
             backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False, remote=None,
-            worker=None, no_land=False, reviewer=None, allow_failing_base=None, profile=None) -> None:
+            worker=None, no_land=False, reviewer=None, allow_failing_base=None, profile=None, batch=False) -> None:
     import json
     import sys
     from pathlib import Path
@@ -178,7 +181,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         script=Path(script) if script else None, worker_cmd=worker_cmd, worker=worker,
         repo=Path(repo) if repo else None, config_file=Path(config_file) if config_file else None, db=root.get("db"),
         actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over, remote=remote,
-        land=not no_land, reviewer=reviewer, allow_failing_base=allow_failing_base, profile=profile,
+        land=not no_land, reviewer=reviewer, allow_failing_base=allow_failing_base, profile=profile, batch=batch,
     )
     progress = None
     if not as_json and sys.stderr.isatty():

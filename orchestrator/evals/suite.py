@@ -156,19 +156,23 @@ def from_git(repo: Path, *, max_files: int = 20, max_lines: int = 400, limit: in
     return cases, dropped
 
 
-def build_tree(repo: Path, case: Case, onto: str) -> str:
+def build_tree(repo: Path, case: Case, onto: str, *, source: Path | None = None) -> str:
     """A commit (unreferenced) whose tree is ``onto``'s with the case's hidden tests written in:
-    from ``tests_from`` and ``hidden_files``. Made with plumbing in a private index: no worktree,
-    no ref, nothing the user sees."""
+    from ``tests_from`` (a commit of ``source``, by default ``repo`` itself) and ``hidden_files``.
+    Made with plumbing in a private index: no worktree, no ref, nothing the user sees."""
+    origin = source or repo
     with tempfile.TemporaryDirectory(prefix="mesh-eval-index-") as folder:
         env = {"GIT_INDEX_FILE": os.path.join(folder, "index")}
         _git(repo, "read-tree", onto, env=env)
         for path in case.hidden_tests:
-            entry = _git(repo, "ls-tree", "-z", case.tests_from or onto, "--", path).split(b"\0")[0]
+            entry = _git(origin, "ls-tree", "-z", case.tests_from or onto, "--", path).split(b"\0")[0]
             if not entry:
                 raise ValueError(f"case {case.id}: {path} is not in {case.tests_from or onto}")
             meta, _ = entry.split(b"\t", 1)
             mode, _kind, blob = meta.decode().split(" ")
+            if origin != repo:  # the blob is copied over: the case's repository never held it before
+                data = _git(origin, "cat-file", "blob", blob)
+                blob = _git(repo, "hash-object", "-w", "--stdin", data=data).decode().strip()
             _git(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
         for path, text in case.hidden_files.items():
             blob = _git(repo, "hash-object", "-w", "--stdin", data=text.encode()).decode().strip()
@@ -190,7 +194,8 @@ def verify(repo: Path, cases: Sequence[Case], run: Any) -> tuple[list[Case], lis
             continue
         passed, detail = run(build_tree(repo, case, case.base), case.hidden_command)
         if passed:
-            dropped.append(Dropped(case.reference or case.base, case.title, "its hidden tests pass on the base already"))
+            dropped.append(Dropped(case.reference or case.base, case.title,
+                                   "its hidden tests pass on the base already"))
             continue
         if case.reference:
             passed, detail = run(case.reference, case.hidden_command)

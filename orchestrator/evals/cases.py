@@ -1,0 +1,120 @@
+"""One case of an eval made real: a repository holding only its base's history, and the grade
+of a finished run (its final tree with the hidden tests added, run in the validation sandbox).
+
+A case's repository (``repos/<case>/<profile>/``) is cloned from ``repos/<case>/base.git``, a
+bare repository that fetched the base commit alone from the user's repository: no later commit,
+so no hidden test and no reference, is in any object a worker could reach. The hidden tests
+are copied in only when the run has ended, to grade it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.evals.suite import Case, build_tree, sandbox_run
+
+__all__ = ["Grade", "case_repo", "grade_run", "write_json", "write_text"]
+
+_IDENTITY = {"GIT_AUTHOR_NAME": "mesh eval", "GIT_AUTHOR_EMAIL": "mesh-eval@localhost",
+             "GIT_COMMITTER_NAME": "mesh eval", "GIT_COMMITTER_EMAIL": "mesh-eval@localhost"}
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    done = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**env, **_IDENTITY}, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise ValueError(f"git {args[0]}: {done.stderr.strip()[-300:]}")
+    return done.stdout
+
+
+def case_repo(folder: Path, source: Path, case: Case, profile: str) -> Path:
+    """The repository a (case, profile) run works in, made once: ``main`` at the case's base,
+    with the base's history and nothing after it."""
+    bare = folder / "repos" / case.id / "base.git"
+    if not (bare / "HEAD").exists() or not _has_main(bare):
+        bare.mkdir(parents=True, exist_ok=True)
+        _git(bare, "init", "-q", "--bare", "-b", "main")
+        _git(bare, "fetch", "-q", "--no-tags", str(source), f"{case.base}:refs/heads/main")
+    work = folder / "repos" / case.id / profile
+    if not (work / ".git").exists():
+        partial = work.with_name(f".{profile}.partial")
+        if partial.exists():
+            _remove(partial)
+        _git(folder, "clone", "-q", "--no-tags", str(bare), str(partial))
+        for key, value in (("user.name", "mesh eval"), ("user.email", "mesh-eval@localhost")):
+            _git(partial, "config", key, value)
+        os.replace(partial, work)  # whole or not at all: a killed clone is made again
+    return work
+
+
+def _has_main(bare: Path) -> bool:
+    try:
+        _git(bare, "rev-parse", "--verify", "-q", "refs/heads/main")
+        return True
+    except ValueError:
+        return False
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class Grade:
+    """What the hidden tests and the project's own check said of a run's final tree."""
+
+    resolved: bool
+    detail: str
+    commit: str | None = None  # the graded commit: the final tree with the hidden tests added
+    hidden: dict[str, Any] = field(default_factory=dict)
+    existing: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def grade_run(repo: Path, source: Path, case: Case, head: str | None, *, settings: Any, view: Any,
+              checks: list[str], base_passes: bool) -> Grade:
+    """Grade the tree at ``head`` (the run's task branch; None: the run changed nothing): the
+    hidden tests added to it must pass, and so must the project's check commands (``checks``),
+    unless the base failed them already (``base_passes`` False: then only the hidden tests judge)."""
+    if head is None:
+        return Grade(False, "the run committed no change")
+    commit = build_tree(repo, case, head, source=source)
+    run = sandbox_run(repo, settings, view)
+    passed, why = run(commit, case.hidden_command or "")
+    hidden = {"command": case.hidden_command, "passed": passed, "detail": why}
+    if not passed:
+        return Grade(False, f"the hidden tests fail ({why})", commit, hidden)
+    existing = []
+    for command in checks if base_passes else []:
+        ok, reason = run(commit, command)
+        existing.append({"command": command, "passed": ok, "detail": reason})
+        if not ok:
+            return Grade(False, f"the hidden tests pass, the project's own `{command}` fails ({reason})", commit,
+                         hidden, existing)
+    tail = ("the project's own check passes" if existing else
+            "the base fails the project's own check, so only the hidden tests judge" if checks else
+            "no project check to run")
+    return Grade(True, f"the hidden tests pass; {tail}", commit, hidden, existing)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON, replacing the file at once (a reader never sees half of it)."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, replacing the file at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

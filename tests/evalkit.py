@@ -1,0 +1,153 @@
+"""Shared kit of the eval tests: a Python library with a dozen commits of history (functions added
+with their tests, a bug fixed later, a docs-only and a tests-only commit), and a scripted command
+worker that solves the cases a table names and answers NO_DIFF on the others.
+
+Every hidden test file carries ``HIDDEN_MARK``: a worker that finds it anywhere has seen a hidden test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HIDDEN_MARK = "hidden-test-mark-5d81c"
+CHECK = "python3 -m unittest discover -s tests -t ."
+MESH = [sys.executable, "-c", "from orchestrator.cli.main import main; main()"]
+
+_FUNCTIONS = [
+    ("double", "def double(x):\n    return 2 * x\n", "self.assertEqual(m.double(4), 8)"),
+    ("square", "def square(x):\n    return x * x\n", "self.assertEqual(m.square(5), 25)"),
+    ("negate", "def negate(x):\n    return -x\n", "self.assertEqual(m.negate(3), -3)"),
+    ("halve", "def halve(x):\n    return x / 2\n", "self.assertEqual(m.halve(9), 4.5)"),
+    ("clamp", "def clamp(x, lo, hi):\n    return max(lo, min(hi, x))\n", "self.assertEqual(m.clamp(12, 0, 10), 10)"),
+    ("mean", "def mean(xs):\n    return sum(xs) / len(xs)\n", "self.assertEqual(m.mean([1, 2, 3]), 2)"),
+    ("cube", "def cube(x):\n    return x ** 3\n", "self.assertEqual(m.cube(3), 27)"),
+    ("sign", "def sign(x):\n    return (x > 0) - (x < 0)\n", "self.assertEqual(m.sign(-7), -1)"),
+]
+
+WORKER = r'''
+import json, os, sys
+
+table = json.load(open(sys.argv[1]))
+prompt = sys.stdin.read()
+round_name, role = os.environ["MESH_ROUND"], os.environ["MESH_ROLE"]
+case, profile = os.environ.get("MESH_EVAL_CASE", ""), os.environ.get("MESH_EVAL_PROFILE", "")
+check = table["check"]
+seen = []
+if table.get("search"):
+    # Everything this worker can see: the prompt, its environment, every file it may read.
+    mark = table["search"]
+    if mark in prompt:
+        seen.append("prompt")
+    seen += [f"env:{k}" for k, v in os.environ.items() if mark in v]
+    for top in ("/",):
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if os.path.join(folder, d) not in ("/proc", "/sys", "/dev")]
+            for name in files:
+                path = os.path.join(folder, name)
+                try:
+                    if os.path.islink(path) or os.path.getsize(path) > 2_000_000:
+                        continue
+                    with open(path, "rb") as fh:
+                        if mark.encode() in fh.read():
+                            seen.append(path)
+                except OSError:
+                    pass
+solves = case in table["solve"].get(profile, [])
+patch = table["patches"][case] if solves else "NO_DIFF: nothing to change"
+note = "seen: " + (", ".join(seen) if seen else "nothing")
+answers = {
+    "hydration": {"acceptance": "the new function works", "design": "", "notes": note},
+    "proposal": {"plan": ["write it"], "assumptions": [note], "risk": "low"},
+    "critique": {"findings": [note], "must_fix": [], "vote_flip_conditions": [], "risk": "low"},
+    "synthesis": {"decision_log": [{"point": note, "decision": "accepted", "reason": "r"}], "patch": patch,
+                  "validation_commands": [check]},
+    "revision": {"decision_log": [], "patch": "NO_DIFF: done", "validation_commands": [check]},
+    "vote": {"vote": "agree", "reason": "fine"},
+    "review": {"decision": "approve", "findings": [], "summary": "fine"},
+    "choice": {"choice": "synthesizer", "reason": "first"},
+}
+print(json.dumps(answers[round_name]))
+'''
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="Ada", GIT_AUTHOR_EMAIL="ada@example.org", GIT_COMMITTER_NAME="Ada",
+               GIT_COMMITTER_EMAIL="ada@example.org")
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout
+
+
+def _commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def _test_file(name: str, assertion: str) -> str:
+    return (f"# {HIDDEN_MARK}\nimport unittest\n\nimport mathlib as m\n\n\nclass T(unittest.TestCase):\n"
+            f"    def test_{name}(self):\n        {assertion}\n")
+
+
+def make_library(root: Path) -> Path:
+    """The library's repository (12 commits on main) with its mesh.toml; returns its path."""
+    repo = root / "mathlib"
+    (repo / "tests").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "mathlib.py").write_text('"""Small maths."""\n')
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_import.py").write_text(
+        "import unittest\n\nimport mathlib\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_import(self):\n        self.assertTrue(mathlib.__doc__)\n")
+    (repo / ".gitignore").write_text(".mesh/\n__pycache__/\n")
+    (repo / "mesh.toml").write_text(
+        f'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\n\n'
+        f'[validation]\nallow = ["{CHECK}"]\ntimeout_s = 60\n')
+    _commit(repo, "Start the library")
+    for index, (name, body, assertion) in enumerate(_FUNCTIONS):
+        with (repo / "mathlib.py").open("a") as out:
+            out.write("\n\n" + body)
+        (repo / "tests" / f"test_{name}.py").write_text(_test_file(name, assertion))
+        _commit(repo, f"Add {name}\n\n{name} of a number, with its test.")
+        if index == 2:
+            (repo / "README.md").write_text("# mathlib\n")
+            _commit(repo, "Write a README")
+        if index == 4:
+            (repo / "tests" / "test_import.py").write_text((repo / "tests" / "test_import.py").read_text()
+                                                           + "\n\nif __name__ == '__main__':\n    unittest.main()\n")
+            _commit(repo, "Let the import test run alone")
+    # A bug fixed later: mean of an empty list raised ZeroDivisionError.
+    text = (repo / "mathlib.py").read_text().replace("    return sum(xs) / len(xs)\n",
+                                                       "    return sum(xs) / len(xs) if xs else 0.0\n")
+    (repo / "mathlib.py").write_text(text)
+    (repo / "tests" / "test_mean.py").write_text(_test_file("mean", "self.assertEqual(m.mean([1, 2, 3]), 2)")
+                                                 + "\n    def test_empty(self):\n"
+                                                   "        self.assertEqual(m.mean([]), 0.0)\n")
+    _commit(repo, "Fix mean of an empty list")
+    return repo
+
+
+def reference_patch(repo: Path, base: str, reference: str) -> str:
+    """The source part of a reference commit, as the patch a solving worker writes."""
+    return git(repo, "diff", base, reference, "--", ".", ":(exclude)tests")
+
+
+def write_worker(root: Path, repo: Path, cases: list, solve: dict[str, list[str]], *,
+                 search: str | None = None) -> str:
+    """The scripted worker and its table; returns the --worker-cmd."""
+    table = {"check": CHECK, "solve": solve, "search": search,
+             "patches": {case.id: reference_patch(repo, case.base, case.reference) for case in cases}}
+    folder = root / "worker"
+    folder.mkdir(exist_ok=True)
+    (folder / "table.json").write_text(json.dumps(table))
+    (folder / "worker.py").write_text(WORKER)
+    return f"python3 {folder / 'worker.py'} {folder / 'table.json'}"
+
+
+def mesh(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
+    return subprocess.run([*MESH, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
