@@ -35,7 +35,7 @@ Subpackages (each ``__init__`` says what it holds):
   ``redact``, ``roles``, ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,
   ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``, ``orchestrator.protocol``,
   ``orchestrator.landing``, ``orchestrator.views``, ``orchestrator.runner``, ``orchestrator.drain``,
-  ``orchestrator.retry``.
+  ``orchestrator.retry``, ``orchestrator.evals``.
 - ``cli``: may import anything.
 
 Modules directly here:

@@ -29,7 +29,7 @@ _FUNCTIONS = [
 ]
 
 WORKER = r'''
-import json, os, sys
+import json, os, stat, sys
 
 table = json.load(open(sys.argv[1]))
 prompt = sys.stdin.read()
@@ -40,16 +40,28 @@ seen = []
 if table.get("search"):
     # Everything this worker can see: the prompt, its environment, every file it may read.
     mark = table["search"]
+    SYSTEM = {"/proc", "/sys", "/dev", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/boot",
+              "/var/lib", "/var/cache", "/snap", "/opt", sys.prefix, sys.base_prefix}
     if mark in prompt:
         seen.append("prompt")
     seen += [f"env:{k}" for k, v in os.environ.items() if mark in v]
+    import time
+    deadline = time.monotonic() + table.get("search_s", 20)
     for top in ("/",):
         for folder, dirs, files in os.walk(top):
-            dirs[:] = [d for d in dirs if os.path.join(folder, d) not in ("/proc", "/sys", "/dev")]
+            if time.monotonic() > deadline:
+                seen.append(f"(search cut at {folder})")
+                break
+            # The system's own files (programs, libraries) are left out: they hold no test of a project.
+            dirs[:] = [d for d in dirs if os.path.join(folder, d) not in SYSTEM]
             for name in files:
                 path = os.path.join(folder, name)
+                if path == os.path.abspath(sys.argv[1]):
+                    continue  # this worker's own script table (it names the mark it looks for)
                 try:
-                    if os.path.islink(path) or os.path.getsize(path) > 2_000_000:
+                    info = os.lstat(path)
+                    # Regular files only: a FIFO would block the read (the HOME's way back is one).
+                    if not stat.S_ISREG(info.st_mode) or info.st_size > 2_000_000:
                         continue
                     with open(path, "rb") as fh:
                         if mark.encode() in fh.read():
@@ -65,10 +77,11 @@ answers = {
     "critique": {"findings": [note], "must_fix": [], "vote_flip_conditions": [], "risk": "low"},
     "synthesis": {"decision_log": [{"point": note, "decision": "accepted", "reason": "r"}], "patch": patch,
                   "validation_commands": [check]},
-    "revision": {"decision_log": [], "patch": "NO_DIFF: done", "validation_commands": [check]},
-    "vote": {"vote": "agree", "reason": "fine"},
-    "review": {"decision": "approve", "findings": [], "summary": "fine"},
-    "choice": {"choice": "synthesizer", "reason": "first"},
+    "revision": {"decision_log": [{"point": note, "decision": "accepted", "reason": "r"}],
+                 "patch": "NO_DIFF: done", "validation_commands": [check]},
+    "vote": {"vote": "agree", "reason": note},
+    "review": {"decision": "approve", "findings": [], "summary": note},
+    "choice": {"choice": "synthesizer", "reason": note},
 }
 print(json.dumps(answers[round_name]))
 '''
@@ -105,7 +118,7 @@ def make_library(root: Path) -> Path:
         "    def test_import(self):\n        self.assertTrue(mathlib.__doc__)\n")
     (repo / ".gitignore").write_text(".mesh/\n__pycache__/\n")
     (repo / "mesh.toml").write_text(
-        f'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\n\n'
+        f'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\nworker_network = "host"  # the network namespace is not what these tests are about\n\n'
         f'[validation]\nallow = ["{CHECK}"]\ntimeout_s = 60\n')
     _commit(repo, "Start the library")
     for index, (name, body, assertion) in enumerate(_FUNCTIONS):

@@ -74,7 +74,8 @@ def serve_command(ctx: click.Context, host: str, port: int, token: str | None, r
     from orchestrator.web.app import Settings, create_app, git_user_name
 
     settings = Settings(target=target, actor=actor, host=host, port=port, token=token, read_only=read_only,
-                        prices=config.prices, key=signing_key(), reviewer=git_user_name(Path(repo or ".")))
+                        prices=config.prices, key=signing_key(), reviewer=git_user_name(Path(repo or ".")),
+                        evals=_evals_folder(Path(repo or ".")))
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     click.echo(f"mesh serve: {url}" + ("  (read-only)" if read_only else ""), err=True)
@@ -90,3 +91,13 @@ def serve_command(ctx: click.Context, host: str, port: int, token: str | None, r
     server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=1, lifespan="on"))
     server.run(sockets=[sock])
+
+
+def _evals_folder(repo: Path) -> Path | None:
+    """Where ``mesh eval run`` keeps the repository's evals (``<repo>/.mesh/evals``), None outside git."""
+    from orchestrator.worktree.gitops import GitError, repo_root
+
+    try:
+        return repo_root(repo.resolve()) / ".mesh" / "evals"
+    except GitError:
+        return None

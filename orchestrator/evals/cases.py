@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,21 @@ def _git(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
-def case_repo(folder: Path, source: Path, case: Case, profile: str) -> Path:
+def case_repo(folder: Path, source: Path, case: Case, profile: str, view: Any = None) -> Path:
     """The repository a (case, profile) run works in, made once: ``main`` at the case's base,
-    with the base's history and nothing after it."""
+    with the base's history and nothing after it. What the project installed in the user's
+    checkout (``view``: its dependency folders such as ``node_modules/``, its generated files) is
+    put at the same places, as hard links where the file system allows: a case's repository is
+    validated like the checkout."""
     bare = folder / "repos" / case.id / "base.git"
-    if not (bare / "HEAD").exists() or not _has_main(bare):
-        bare.mkdir(parents=True, exist_ok=True)
-        _git(bare, "init", "-q", "--bare", "-b", "main")
-        _git(bare, "fetch", "-q", "--no-tags", str(source), f"{case.base}:refs/heads/main")
+    with _lock_of(bare):  # the profiles of one case share it, and may start at once
+        if not bare.exists():
+            partial = bare.with_name(".base.git.partial")
+            _remove(partial)
+            partial.mkdir(parents=True)
+            _git(partial, "init", "-q", "--bare", "-b", "main")
+            _git(partial, "fetch", "-q", "--no-tags", str(source), f"{case.base}:refs/heads/main")
+            os.replace(partial, bare)
     work = folder / "repos" / case.id / profile
     if not (work / ".git").exists():
         partial = work.with_name(f".{profile}.partial")
@@ -49,16 +57,39 @@ def case_repo(folder: Path, source: Path, case: Case, profile: str) -> Path:
         _git(folder, "clone", "-q", "--no-tags", str(bare), str(partial))
         for key, value in (("user.name", "mesh eval"), ("user.email", "mesh-eval@localhost")):
             _git(partial, "config", key, value)
+        if view is not None:
+            _installed_into(view, source, partial)
         os.replace(partial, work)  # whole or not at all: a killed clone is made again
     return work
 
 
-def _has_main(bare: Path) -> bool:
-    try:
-        _git(bare, "rev-parse", "--verify", "-q", "refs/heads/main")
-        return True
-    except ValueError:
-        return False
+def _installed_into(view: Any, source: Path, repo: Path) -> None:
+    """The checkout's installed dependency folders and generated files, at the same places in ``repo``."""
+    import shutil
+
+    relative = [m.target for m in view.mounts if m.in_tree and not m.writable
+                and Path(m.source).resolve().is_relative_to(source)] + list(view.carried)
+    for path in relative:
+        origin, target = source / path, repo / path
+        if target.exists() or not origin.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if origin.is_dir():
+            done = subprocess.run(["cp", "-al", str(origin), str(target)], capture_output=True)
+            if done.returncode != 0:  # another file system: a copy
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(origin, target, symlinks=True)
+        else:
+            shutil.copy2(origin, target)
+
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock_of(path: Path) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(str(path), threading.Lock())
 
 
 def _remove(path: Path) -> None:

@@ -23,7 +23,6 @@ import fcntl
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from typing import Any, Callable
 
 from orchestrator.evals.cases import Grade, case_repo, grade_run, write_json
 from orchestrator.evals.suite import Case, read_suite
+from orchestrator.sandbox.lifetime import die_with_parent
 
 __all__ = ["EvalError", "EvalOptions", "EvalRun", "eval_folder", "pair_label"]
 
@@ -239,10 +239,17 @@ class EvalRun:
 
     def _prepare_environment(self) -> None:
         """The project's installed environment, found in the user's repository, is the one every
-        case's validation uses (a case's repository has no virtualenv of its own)."""
+        case's validation uses (a case's repository has no virtualenv of its own, and gets the
+        checkout's installed dependency folders)."""
         from orchestrator.sandbox.project_env import EnvironmentMissing, find_environment
+        from orchestrator.toolchains.base import DependenciesMissing, ToolchainMissing
+        from orchestrator.toolchains.view import inspect
 
         cfg = self.config.validation
+        try:
+            self.view = inspect(self.source, cfg).view
+        except (DependenciesMissing, ToolchainMissing) as exc:
+            raise EvalError(str(exc)) from None
         if os.environ.get("VIRTUAL_ENV") or cfg.python:
             return
         try:
@@ -256,7 +263,19 @@ class EvalRun:
         """Run (or resume) and grade one (case, profile); None when the budget kept it from starting."""
         if self.over_budget():
             return None
-        repo = case_repo(self.folder, self.source, case, profile)
+        try:
+            return self._pair(case, profile)
+        except (ValueError, OSError) as exc:  # git or the file system failed this pair: said, and the eval goes on
+            from redact import scrub
+
+            result = {"case": case.id, "profile": profile, "task": None, "state": "error", "outcome": None,
+                      "detail": scrub(f"{type(exc).__name__}: {exc}")[:400], "report": None, "run_id": None}
+            write_json(self.result_path(case.id, profile), result)
+            self.echo(f"{case.id} {profile}: error ({result['detail']})")
+            return result
+
+    def _pair(self, case: Case, profile: str) -> dict:
+        repo = case_repo(self.folder, self.source, case, profile, self.view)
         task_id = self._task(case, profile)
         with self.tracker() as tracker:
             status = tracker.get(task_id)["status"]
@@ -289,7 +308,7 @@ class EvalRun:
             command.append("--batch")
         env = {**os.environ, "MESH_EVAL_CASE": case.id, "MESH_EVAL_PROFILE": profile}
         done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True,
-                              preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+                              preexec_fn=die_with_parent, stdin=subprocess.DEVNULL)
         if done.returncode in (0, 3):  # closed (or nothing to run: finished before), blocked
             return None
         if done.returncode == 130:
@@ -388,12 +407,3 @@ def _hold(path: Path):
         raise EvalError(f"another mesh eval is running in {path.parent}") from None
     return handle
 
-
-def _die_with_parent() -> None:
-    """A run process dies with the eval (PR_SET_PDEATHSIG): a killed eval leaves no run behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from orchestrator.sandbox.lifetime import die_with_parent
+
 _PASTA_TIMEOUT_S = 20.0
 _PASTA_WINDOWS_S = (5.0, 7.0, _PASTA_TIMEOUT_S - 12.0)
 _POLL_S = 0.01
@@ -53,7 +55,8 @@ def _start_pasta(argv: list[str], pid: int) -> tuple[subprocess.Popen | None, st
     """
     problem = "pasta did not configure the namespace in time"
     for window in _PASTA_WINDOWS_S:
-        pasta = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        pasta = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 preexec_fn=die_with_parent)
         deadline = time.monotonic() + window
         while time.monotonic() < deadline:
             if _configured(pid):
@@ -113,7 +116,7 @@ def main(argv: list[str]) -> int:
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     child = subprocess.Popen([bwrap, "--info-fd", str(info_w), "--block-fd", str(block_r), *rest],
-                             pass_fds=(info_w, block_r))
+                             pass_fds=(info_w, block_r), preexec_fn=die_with_parent)
     os.close(info_w)
     os.close(block_r)
     signal.signal(signal.SIGTERM, lambda *_: child.kill())  # pasta then ends in the finally below

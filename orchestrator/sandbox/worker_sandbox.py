@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from orchestrator.sandbox.lifetime import die_with_parent
 from orchestrator.sandbox import cgroups, worker_homes
 from orchestrator.sandbox.bwrap import (
     SIGNING_KEY_ENV,
@@ -474,6 +475,7 @@ def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: wo
             back.start()
 
     def prepare() -> None:
+        die_with_parent()  # a mesh run killed outright takes its worker along
         if made and made[0] is not None:
             made[0].join()
         else:

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
@@ -38,6 +38,7 @@ from orchestrator.web.board import board, drain_view, parse_scope, scope_choices
 from orchestrator.web.changes import ChangeFeed
 from orchestrator.web.events import TaskCards, change_stream, last_event_id, task_stream
 from orchestrator.web.times import when
+from orchestrator.web.evals import eval_list, eval_page, run_report
 from orchestrator.web.ledger_pages import call_page, logs_page, usage_page
 from orchestrator.web.security import COOKIE, SECURITY_HEADERS, Guard, body_limit
 from orchestrator.web.task import review_from_form, review_page, task_page, task_status
@@ -62,6 +63,8 @@ class Settings:
     # Whom a review given in the browser is from unless the form says: the person (their git
     # user.name), else the actor.
     reviewer: str | None = None
+    # Where the repository's evals are (``<repo>/.mesh/evals``), None when serving no repository.
+    evals: Path | None = None
 
 
 class _Guarded:
@@ -290,6 +293,23 @@ def create_app(settings: Settings) -> Any:
         return StreamingResponse(change_stream(tracker(), state["feed"], after), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})
 
+    # ------------------------------------------------------------------ evals
+
+    async def evals(request: Request) -> Response:
+        return page("evals.html.j2", evals=await read(eval_list, settings.evals))
+
+    async def eval_view(request: Request) -> Response:
+        name = request.path_params["name"]
+        if not request.url.path.endswith("/"):  # the page's links to run reports are relative to the folder
+            return RedirectResponse(f"/evals/{quote(name)}/", status_code=303)
+        html = await read(eval_page, settings.evals, name)
+        return HTMLResponse(html) if html is not None else problem(404, "no such eval")
+
+    async def eval_run(request: Request) -> Response:
+        p = request.path_params
+        html = await read(run_report, settings.evals, p["name"], p["case"], p["page"])
+        return HTMLResponse(html) if html is not None else problem(404, "no such run report")
+
     async def csp_report(request: Request) -> Response:
         body = (await request.body())[:4000].decode("utf-8", "replace")
         print(printable(scrub(f"mesh serve: CSP report: {body}"), one_line=True), file=sys.stderr, flush=True)
@@ -324,6 +344,10 @@ def create_app(settings: Settings) -> Any:
         Route("/events/task/{task}", task_events),
         Route("/events/changes", changes),
         Route("/usage", usage),
+        Route("/evals", evals),
+        Route("/evals/{name}", eval_view),
+        Route("/evals/{name}/", eval_view),
+        Route("/evals/{name}/runs/{case}/{page}", eval_run),
         Route("/logs", logs),
         Route("/logs/{call:int}", call),
         Route("/csp-report", csp_report, methods=["POST"]),

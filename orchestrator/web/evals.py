@@ -1,0 +1,61 @@
+"""The evals of the repository in ``mesh serve``: a list of them, each one's report page (the
+same offline page ``mesh eval report`` writes) and the run reports its grid links to.
+
+An eval is a folder of ``<repo>/.mesh/evals/`` holding ``eval.json`` (``orchestrator.evals``).
+Names and paths from the URL are checked against what is there: a folder name of that list, a
+run report ``runs/<case>/<profile>.html`` inside it; nothing else is read.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["eval_list", "eval_page", "run_report"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}$")
+
+
+def _folders(root: Path | None) -> dict[str, Path]:
+    if root is None or not root.is_dir():
+        return {}
+    return {p.parent.name: p.parent for p in sorted(root.glob("*/eval.json")) if _NAME.match(p.parent.name)}
+
+
+def eval_list(root: Path | None) -> list[dict[str, Any]]:
+    """Every eval of ``root``: its name, suite, cases and per profile resolved/finished."""
+    from orchestrator.evals.report import ReportError, report_data
+
+    out = []
+    for name, folder in _folders(root).items():
+        try:
+            report = report_data(folder)
+        except (ReportError, OSError, ValueError, KeyError) as exc:
+            out.append({"name": name, "error": str(exc)[:200], "profiles": [], "cases": 0, "created_at": ""})
+            continue
+        out.append({"name": name, "suite": Path(report["suite"]).name, "cases": len(report["cases"]),
+                    "created_at": report["created_at"], "error": None,
+                    "profiles": [{"profile": row["profile"], "resolved": row["resolved"], "finished": row["finished"]}
+                                 for row in report["profiles"]]})
+    return out
+
+
+def eval_page(root: Path | None, name: str) -> str | None:
+    """The report page of the eval ``name``, None when there is no such eval."""
+    from orchestrator.evals.page import render_eval_page
+    from orchestrator.evals.report import report_data
+
+    folder = _folders(root).get(name)
+    return render_eval_page(report_data(folder)) if folder is not None else None
+
+
+def run_report(root: Path | None, name: str, case: str, page: str) -> str | None:
+    """A run's report page of the eval ``name`` (``runs/<case>/<page>``), None when there is none."""
+    folder = _folders(root).get(name)
+    if folder is None or not _NAME.match(case) or not re.fullmatch(r"[a-z]+\.html", page):
+        return None
+    path = folder / "runs" / case / page
+    if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(folder.resolve()):
+        return None
+    return path.read_text(encoding="utf-8", errors="replace")

@@ -1,0 +1,189 @@
+"""``mesh eval run`` and ``mesh eval report`` end to end: a library with a dozen commits of history,
+its suite, and the four profiles run as real ``mesh run`` processes with a scripted command worker
+(real bwrap, real git, real validation sandbox) that solves the cases a table names. The counts,
+the Wilson intervals and McNemar's paired test are checked against values computed by hand; the
+hidden tests are searched for by a worker that looks everywhere it can; an eval killed with
+SIGKILL in the middle continues without running a finished case again or paying a call twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.evals.suite import read_suite
+from tests.evalkit import HIDDEN_MARK, MESH, git, make_library, mesh, write_worker
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evals")
+    repo = make_library(root)
+    built = mesh("eval", "suite", "--from-git", "--command", "python3 -m unittest {tests}",
+                 "-o", str(root / "suite.jsonl"), cwd=repo)
+    assert built.returncode == 0, built.stderr
+    return root, repo, read_suite(root / "suite.jsonl")
+
+
+def test_the_suite_keeps_nine_of_the_twelve_commits(library):
+    _, _, cases = library
+    assert [c.title for c in cases] == ["Add double", "Add square", "Add negate", "Add halve", "Add clamp",
+                                        "Add mean", "Add cube", "Add sign", "Fix mean of an empty list"]
+
+
+def test_four_profiles_are_counted_and_compared_as_computed_by_hand(library, tmp_path):
+    root, repo, cases = library
+    ids = [c.id for c in cases]
+    solve = {"full": ids[:7], "lite": ids[:5], "single": ids[:4] + [ids[7]], "candidates": ids}
+    command = write_worker(tmp_path, repo, cases, solve)
+    branches = git(repo, "branch", "--list")
+    out = tmp_path / "ev"
+    done = mesh("eval", "run", str(root / "suite.jsonl"), "--profile", "full", "--profile", "lite", "--profile",
+                "single", "--profile", "candidates", "--jobs", "2", "--worker-cmd", command, "--out", str(out),
+                "--yes", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert "36 run(s) to make (0 done)" in done.stderr
+    report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
+    rows = {row["profile"]: row for row in report["profiles"]}
+    assert {p: (r["resolved"], r["finished"]) for p, r in rows.items()} == {
+        "full": (7, 9), "lite": (5, 9), "single": (5, 9), "candidates": (9, 9)}
+    # Wilson 95%: 7/9 -> 0.4526..0.9368, 5/9 -> 0.2667..0.8112, 9/9 -> 0.7009..1.
+    assert rows["full"]["ci"] == [0.4526, 0.9368]
+    assert rows["lite"]["ci"] == rows["single"]["ci"] == [0.2667, 0.8112]
+    assert rows["candidates"]["ci"] == [0.7009, 1.0]
+    # McNemar exact, two-sided, against full: lite 0 vs 2 -> 2 * (1/2)^2 = 0.5; single 1 vs 3 ->
+    # 2 * (1 + 4) / 16 = 0.625; candidates 2 vs 0 -> 0.5.
+    assert rows["full"]["paired"] is None
+    assert {p: (rows[p]["paired"]["only_this"], rows[p]["paired"]["only_first"], rows[p]["paired"]["p_value"])
+            for p in ("lite", "single", "candidates")} == {"lite": (0, 2, 0.5), "single": (1, 3, 0.625),
+                                                           "candidates": (2, 0, 0.5)}
+    # Calls per case: the scripted worker is asked hydration, then each profile's rounds once.
+    assert rows["lite"]["per_case"]["calls"] == 5.0 and rows["single"]["per_case"]["calls"] == 3.0
+    assert rows["full"]["per_case"]["calls"] == 12.0
+    assert all(rows[p]["per_case"]["review_cycles"] == 1.0 for p in rows)
+    cells = {(c["case"], c["profile"]): c for c in report["cells"]}
+    assert cells[(ids[5], "lite")]["state"] == "unresolved" and "committed no change" in cells[(ids[5], "lite")][
+        "detail"]
+    for cell in cells.values():  # every cell links to its run's report page, written beside the eval
+        assert (out / cell["report"]).is_file()
+    assert (out / "report.html").is_file()
+    # The text report says the same.
+    text = mesh("eval", "report", str(out), cwd=repo).stdout
+    assert "full" in text and "7/9" in text and "1 vs 3, p=0.62" in text
+    # Each run worked in a repository of its own holding only its base: no later commit is there.
+    for case in cases:
+        repo_of = out / "repos" / case.id / "lite"
+        assert subprocess.run(["git", "-C", str(repo_of), "cat-file", "-e", case.reference],
+                              capture_output=True).returncode != 0
+    # The user's repository was not touched: the same branches, a clean tree.
+    assert git(repo, "branch", "--list") == branches
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_worker_that_searches_everything_finds_no_hidden_test(library, tmp_path):
+    """The hidden tests are in the user's repository (later commits), in the suite (a hand-written
+    case's inline file, the suite kept inside the repository) and, after grading, in the case's
+    repository: a worker that reads its prompt, its environment and every file it can see finds
+    them nowhere."""
+    root, repo, cases = library
+    suite = repo / "evals" / "leak.jsonl"
+    suite.parent.mkdir(exist_ok=True)
+    hand = {"id": "hand-double", "base": cases[0].base, "title": "Add double", "task": "Add double(x) to mathlib",
+            "hidden_files": {"tests/test_hand.py": f"# {HIDDEN_MARK}\nimport unittest\nimport mathlib\n\n\n"
+                                                  "class T(unittest.TestCase):\n    def test_it(self):\n"
+                                                  "        self.assertEqual(mathlib.double(2), 4)\n"},
+            "hidden_command": "python3 -m unittest tests/test_hand.py"}
+    suite.write_text(cases[0].model_dump_json(exclude_defaults=True) + "\n" + json.dumps(hand) + "\n")
+    command = write_worker(tmp_path, repo, [cases[0]], {"lite": [cases[0].id]}, search=HIDDEN_MARK)
+    out = tmp_path / "ev"
+    done = mesh("eval", "run", str(suite), "--profile", "lite", "--worker-cmd", command, "--out", str(out), "--yes",
+                cwd=repo)
+    assert done.returncode == 0, done.stderr
+    from orchestrator.ledger.calls import calls_for
+    from tracker.store import Tracker
+
+    with Tracker(out / "tracker.db") as tracker:
+        calls = calls_for(tracker)
+        texts = [c["text"] for issue in tracker.list(include_closed=True) for c in tracker.comments(issue["id"])]
+    assert len(calls) == 10 and all(call["response"] for call in calls)
+    for call in calls:
+        assert HIDDEN_MARK not in call["prompt"]
+        assert '"seen: nothing"' in call["response"] or "seen: nothing" in call["response"], call["response"]
+    assert not any(HIDDEN_MARK in text for text in texts)
+    report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
+    # The worker still did the work and was graded: it solves the case from history, not the hand-written one.
+    states = {cell["case"]: cell["state"] for cell in report["cells"]}
+    assert states == {cases[0].id: "resolved", "hand-double": "unresolved"}
+
+
+def test_a_killed_eval_continues_without_running_a_case_twice(library, tmp_path):
+    root, repo, cases = library
+    command = write_worker(tmp_path, repo, cases, {"lite": [c.id for c in cases]})
+    out = tmp_path / "ev"
+    args = [*MESH, "eval", "run", str(root / "suite.jsonl"), "--profile", "lite", "--worker-cmd", command,
+            "--out", str(out), "--yes"]
+    env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
+    proc = subprocess.Popen(args, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = out / "results"
+    deadline = time.monotonic() + 300
+    # Killed while its third run is in progress: two results written, the third task started.
+    while not (len(list(results.glob("*/*.json"))) >= 2 and _started(out, 3)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the eval ended before it could be killed"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    first = {p: p.read_text() for p in results.glob("*/*.json")}
+    time.sleep(0.5)
+    assert not _runs_alive(out), "a run of the killed eval kept running"
+    again = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"{9 - len(first)} run(s) to make ({len(first)} done)" in again.stderr
+    assert all(path.read_text() == text for path, text in first.items())  # finished cases not run again
+    from orchestrator.ledger.calls import calls_for
+    from orchestrator.protocol.checkpoint import load_checkpoints
+    from tracker.store import Tracker
+
+    with Tracker(out / "tracker.db") as tracker:
+        for issue in tracker.list(include_closed=True):
+            if issue["issue_type"] != "task":
+                continue
+            runs = {cp.run_id for cp in load_checkpoints(tracker, issue["id"])}
+            assert len(runs) == 1, (issue["id"], runs)  # the killed run was continued, not started again
+            made = [(c["role"], c["round"], c["attempt"]) for c in calls_for(tracker, task_id=issue["id"])]
+            assert len(made) == len(set(made)) == 5, made  # no call paid twice
+    assert len(list(results.glob("*/*.json"))) == 9
+
+
+def _started(out: Path, n: int) -> bool:
+    """True once ``n`` tasks of the eval have a checkpoint."""
+    db = out / "tracker.db"
+    if not db.exists():
+        return False
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            rows = con.execute("SELECT COUNT(DISTINCT issue_id) FROM comments WHERE text LIKE '[orch:%'").fetchone()
+    except sqlite3.Error:
+        return False
+    return rows[0] >= n
+
+
+def _runs_alive(out: Path) -> bool:
+    """A process whose command line names the eval's tracker (a mesh run it started)."""
+    needle = str(out / "tracker.db").encode()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if needle in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                pass
+    return False
