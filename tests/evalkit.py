@@ -118,7 +118,8 @@ def make_library(root: Path) -> Path:
         "    def test_import(self):\n        self.assertTrue(mathlib.__doc__)\n")
     (repo / ".gitignore").write_text(".mesh/\n__pycache__/\n")
     (repo / "mesh.toml").write_text(
-        f'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\nworker_network = "host"  # the network namespace is not what these tests are about\n\n'
+        # The worker's network namespace is not what these tests are about: the host's.
+        f'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\nworker_network = "host"\n\n'
         f'[validation]\nallow = ["{CHECK}"]\ntimeout_s = 60\n')
     _commit(repo, "Start the library")
     for index, (name, body, assertion) in enumerate(_FUNCTIONS):

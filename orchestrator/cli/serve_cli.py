@@ -6,6 +6,8 @@ the command runs: ``mesh --help`` and every other command start without them.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from orchestrator.cli.common import _fail
