@@ -187,3 +187,55 @@ def _runs_alive(out: Path) -> bool:
             except OSError:
                 pass
     return False
+
+
+def test_the_estimate_comes_first_and_a_budget_stops_new_runs(tmp_path):
+    """Over the fake Messages API (priced models): before anything runs, the estimate from the
+    price table; a budget the first run crosses keeps the second from starting; the next
+    estimate is the cost the profile measured."""
+    from tests.fake_anthropic import FakeAnthropic, RoleScript
+    from tests.runkit import critique, proposal, r, review, synthesis
+
+    repo = make_library(tmp_path)
+    (repo / "mesh.toml").write_text((repo / "mesh.toml").read_text().replace(
+        "worker_env", 'backend = "anthropic"\nworker_env') + """
+[models]
+proposer = "claude-eval"
+synthesizer = "claude-eval"
+reviewer = "claude-eval"
+skeptic = "claude-eval"
+
+[prices]
+as_of = "2026-11-01"
+
+[prices.models.claude-eval]
+input = 3.0
+output = 15.0
+
+[anthropic]
+max_retries = 0
+timeout_s = 10
+max_tool_turns = 0
+""")
+    git(repo, "commit", "-qam", "Use the Messages API")
+    suite = tmp_path / "suite.jsonl"
+    assert mesh("eval", "suite", "--from-git", "--limit", "2", "--command", "python3 -m unittest {tests}",
+                "-o", str(suite), cwd=repo).returncode == 0
+    hydration = {"acceptance": "it works", "design": "", "notes": ""}
+    one = {"proposer": [r("hydration", hydration), r("proposal", proposal())], "skeptic": [r("critique", critique())],
+           "synthesizer": [r("synthesis", synthesis("NO_DIFF: not this time"))], "reviewer": [r("review", review())]}
+    out = tmp_path / "ev"
+    with FakeAnthropic(RoleScript(one)) as fake:
+        env = {**{k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}, "ANTHROPIC_BASE_URL": fake.url,
+               "ANTHROPIC_API_KEY": "k-eval-budget"}
+        args = [*MESH, "eval", "run", str(suite), "--profile", "lite", "--out", str(out), "--max-usd", "0.000001",
+                "--yes"]
+        first = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        again = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "2 run(s) to make (0 done)" in first.stderr and "lite $0." in first.stderr and "price table" in first.stderr
+    assert "no new run starts" in first.stderr and "1 not started (budget)" in first.stdout
+    assert len(list((out / "results").glob("*/*.json"))) == 1
+    # The second look: what lite measured per run, and still the budget.
+    assert "1 run(s) to make (1 done)" in again.stderr and "measured" in again.stderr
+    assert "0 run(s) graded" in again.stdout

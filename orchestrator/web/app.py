@@ -40,7 +40,7 @@ from orchestrator.web.events import TaskCards, change_stream, last_event_id, tas
 from orchestrator.web.times import when
 from orchestrator.web.evals import eval_list, eval_page, run_report
 from orchestrator.web.ledger_pages import call_page, logs_page, usage_page
-from orchestrator.web.security import COOKIE, SECURITY_HEADERS, Guard, body_limit
+from orchestrator.web.security import COOKIE, SECURITY_HEADERS, STANDALONE_CSP, Guard, body_limit
 from orchestrator.web.task import review_from_form, review_page, task_page, task_status
 
 __all__ = ["Settings", "create_app", "git_user_name"]
@@ -96,7 +96,9 @@ class _Guarded:
         async def send_with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers") or [])
-                headers += [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                present = {name.lower() for name, _ in headers}  # a page's own stricter policy stays
+                headers += [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()
+                            if k.lower().encode() not in present]
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -303,12 +305,15 @@ def create_app(settings: Settings) -> Any:
         if not request.url.path.endswith("/"):  # the page's links to run reports are relative to the folder
             return RedirectResponse(f"/evals/{quote(name)}/", status_code=303)
         html = await read(eval_page, settings.evals, name)
-        return HTMLResponse(html) if html is not None else problem(404, "no such eval")
+        return standalone(html) if html is not None else problem(404, "no such eval")
 
     async def eval_run(request: Request) -> Response:
         p = request.path_params
         html = await read(run_report, settings.evals, p["name"], p["case"], p["page"])
-        return HTMLResponse(html) if html is not None else problem(404, "no such run report")
+        return standalone(html) if html is not None else problem(404, "no such run report")
+
+    def standalone(html: str) -> HTMLResponse:
+        return HTMLResponse(html, headers={"Content-Security-Policy": STANDALONE_CSP})
 
     async def csp_report(request: Request) -> Response:
         body = (await request.body())[:4000].decode("utf-8", "replace")

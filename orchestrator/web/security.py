@@ -27,13 +27,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
-__all__ = ["CSP", "COOKIE", "CSP_REPORT_BYTES", "Guard", "MAX_BODY_BYTES", "SECURITY_HEADERS", "Verdict", "body_limit",
+__all__ = ["CSP", "STANDALONE_CSP", "COOKIE", "CSP_REPORT_BYTES", "Guard", "MAX_BODY_BYTES", "SECURITY_HEADERS", "Verdict", "body_limit",
            "needs_token", "new_token"]
 
 LOOPBACK = "127.0.0.1"
 COOKIE = "mesh_token"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self';"
        " form-action 'self'; base-uri 'none'; frame-ancestors 'none'; report-uri /csp-report")
+# The self-contained pages served as they are (an eval's page, a run's report page): their CSS is
+# inline and they have no script at all, so the policy their own meta tag states, framing refused.
+STANDALONE_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none';"
+                  " form-action 'none'; frame-ancestors 'none'")
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
