@@ -239,3 +239,24 @@ max_tool_turns = 0
     # The second look: what lite measured per run, and still the budget.
     assert "1 run(s) to make (1 done)" in again.stderr and "measured" in again.stderr
     assert "0 run(s) graded" in again.stdout
+
+
+def test_an_eval_keeps_its_runs_in_postgresql(library, tmp_path, pg_url):
+    """``--db`` names a PostgreSQL tracker: every run and its calls go there, and the report reads them."""
+    root, repo, cases = library
+    suite = tmp_path / "two.jsonl"
+    suite.write_text("".join(c.model_dump_json(exclude_defaults=True) + "\n" for c in cases[:2]))
+    command = write_worker(tmp_path, repo, cases[:2], {"single": [cases[0].id]})
+    out = tmp_path / "ev"
+    done = mesh("--db", pg_url, "eval", "run", str(suite), "--profile", "single", "--worker-cmd", command,
+                "--out", str(out), "--yes", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert not (out / "tracker.db").exists()
+    report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
+    assert [(r["resolved"], r["finished"], r["calls"]) for r in report["profiles"]] == [(1, 2, 6)]
+    from tracker.store import Tracker
+
+    with Tracker(pg_url) as tracker:
+        labels = sorted(label for issue in tracker.list(include_closed=True) for label in issue.get("labels", [])
+                        if label.startswith("plan:eval-"))
+    assert labels == sorted(f"plan:eval-{c.id}-single" for c in cases[:2])
