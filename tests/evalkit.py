@@ -145,16 +145,16 @@ def make_library(root: Path) -> Path:
     return repo
 
 
-def reference_patch(repo: Path, base: str, reference: str) -> str:
+def reference_patch(repo: Path, base: str, reference: str, tests: str = "tests") -> str:
     """The source part of a reference commit, as the patch a solving worker writes."""
-    return git(repo, "diff", base, reference, "--", ".", ":(exclude)tests")
+    return git(repo, "diff", base, reference, "--", ".", f":(exclude){tests}")
 
 
 def write_worker(root: Path, repo: Path, cases: list, solve: dict[str, list[str]], *,
-                 search: str | None = None) -> str:
+                 search: str | None = None, check: str = CHECK, tests: str = "tests") -> str:
     """The scripted worker and its table; returns the --worker-cmd."""
-    table = {"check": CHECK, "solve": solve, "search": search,
-             "patches": {case.id: reference_patch(repo, case.base, case.reference) for case in cases}}
+    table = {"check": check, "solve": solve, "search": search,
+             "patches": {case.id: reference_patch(repo, case.base, case.reference, tests) for case in cases}}
     folder = root / "worker"
     folder.mkdir(exist_ok=True)
     (folder / "table.json").write_text(json.dumps(table))

@@ -260,3 +260,36 @@ def test_an_eval_keeps_its_runs_in_postgresql(library, tmp_path, pg_url):
         labels = sorted(label for issue in tracker.list(include_closed=True) for label in issue.get("labels", [])
                         if label.startswith("plan:eval-"))
     assert labels == sorted(f"plan:eval-{c.id}-single" for c in cases[:2])
+
+
+def test_a_node_project_is_evaluated_with_its_installed_node_modules(tmp_path_factory, tmp_path):
+    """A case's repository gets the checkout's node_modules (hard links, nothing copied), so
+    ``node --test`` resolves the project's dependency in validation and grading alike."""
+    from tests.toolchainkit import commit_all, node_project
+
+    repo = node_project(tmp_path_factory.mktemp("node-templates"), tmp_path)
+    (repo / "mesh.toml").write_text('worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_network = "host"\n'
+                                    '\n[validation]\nallow = ["node --test"]\n')
+    commit_all(repo, "Configure mesh")
+    with (repo / "index.js").open("a") as out:
+        out.write("exports.minutes = (text) => ms(text) / 60000;\n")
+    (repo / "test" / "minutes.test.js").write_text(
+        "const test = require('node:test');\nconst assert = require('node:assert');\n"
+        "const { minutes } = require('../index.js');\n"
+        "test('minutes', () => { assert.strictEqual(minutes('2h'), 120); });\n")
+    commit_all(repo, "Add minutes")
+    suite = tmp_path / "node.jsonl"
+    built = mesh("eval", "suite", "--from-git", "-o", str(suite), cwd=repo)
+    assert built.returncode == 0, built.stderr
+    cases = read_suite(suite)
+    assert [c.title for c in cases] == ["Add minutes"]
+    command = write_worker(tmp_path, repo, cases, {"single": [cases[0].id]}, check="node --test", tests="test")
+    out = tmp_path / "ev"
+    done = mesh("eval", "run", str(suite), "--profile", "single", "--worker-cmd", command, "--out", str(out), "--yes",
+                cwd=repo)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "results" / cases[0].id / "single.json").read_text())
+    assert result["state"] == "resolved", result
+    linked = out / "repos" / cases[0].id / "single" / "node_modules" / "ms" / "index.js"
+    assert linked.stat().st_ino == (repo / "node_modules" / "ms" / "index.js").stat().st_ino
+    assert git(repo, "status", "--porcelain") == ""
