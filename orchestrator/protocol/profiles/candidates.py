@@ -14,6 +14,7 @@ is answered by one revision written straight from it.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,7 +66,7 @@ class Candidates:
 
     def first_patch(self, engine: Any) -> None:
         written: dict[str, dict] = engine.candidates
-        proofs = {role: _proof(engine, role, artifact) for role, artifact in written.items()}
+        proofs = _proofs(engine, written)
         passing = [role for role in written if proofs[role]["passed"]]
         if len(passing) == 1:
             chosen, why = passing[0], "the only candidate whose validation passes"
@@ -100,30 +101,41 @@ class Candidates:
         answer_review(engine, review, phase=f"r{cycle}", summary=f"revision for review cycle {cycle}")
 
 
-def _proof(engine: Any, role: str, artifact: Mapping[str, Any]) -> dict:
-    """The candidate's validation on a commit of its own (``[orch:proof]`` of its role, phase k)."""
-    stored = engine._stored("proof", role, PHASE)
-    if stored is not None:
-        return stored["artifact"]
+def _proofs(engine: Any, written: Mapping[str, dict]) -> dict[str, dict]:
+    """Each candidate's validation on a commit of its own (``[orch:proof]`` of its role, phase k):
+    validated at the same time (one after the other with ``validation.compare_base``, whose base
+    counts are shared), checkpointed in the authors' order."""
     from orchestrator.worktree.gitops import GitError
 
-    patch = artifact["patch"]
-    try:
-        if patch.startswith("NO_DIFF:"):
-            commit = engine.worktree.head()
-        else:
-            policy = engine._checked_patch(patch)
-            commit = engine.worktree.commit_aside(patch, f"mesh: candidate of {role} for {engine.task['id']}",
-                                                  policy=policy)
-    except (Blocked, GitError) as exc:
-        why = f"{exc.reason}: {exc.detail}" if isinstance(exc, Blocked) else f"{exc.reason}: {exc}"
-        refused = {"results": [], "passed": False, "commit": None, "base_tests": None, "refused": why}
-        engine._checkpoint("proof", role, PHASE, f"candidate of {role} refused: {why}", refused)
-        return refused
-    proof = engine._validate_head(list(artifact.get("validation_commands") or []), head=commit)
-    engine._checkpoint("proof", role, PHASE, f"candidate of {role}: {proof.summary()}", proof.artifact(),
-                       details=proof.details())
-    return proof.artifact()
+    proofs = {role: stored["artifact"] for role in written if (stored := engine._stored("proof", role, PHASE))}
+    commits: dict[str, str] = {}
+    for role in [r for r in written if r not in proofs]:
+        patch = written[role]["patch"]
+        try:
+            if patch.startswith("NO_DIFF:"):
+                commits[role] = engine.worktree.head()
+            else:
+                policy = engine._checked_patch(patch)
+                commits[role] = engine.worktree.commit_aside(
+                    patch, f"mesh: candidate of {role} for {engine.task['id']}", policy=policy)
+        except (Blocked, GitError) as exc:
+            why = f"{exc.reason}: {exc.detail}" if isinstance(exc, Blocked) else f"{exc.reason}: {exc}"
+            proofs[role] = {"results": [], "passed": False, "commit": None, "base_tests": None, "refused": why}
+            engine._checkpoint("proof", role, PHASE, f"candidate of {role} refused: {why}", proofs[role])
+
+    def validate(role: str) -> Proof:
+        return engine._validate_head(list(written[role].get("validation_commands") or []), head=commits[role])
+
+    at_once = len(commits) > 1 and not engine.config.validation.compare_base
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(commits) if at_once else 1) as pool:
+        running = {role: pool.submit(validate, role) for role in commits}
+        for role in written:
+            if role in running:
+                proof = running[role].result()
+                proofs[role] = proof.artifact()
+                engine._checkpoint("proof", role, PHASE, f"candidate of {role}: {proof.summary()}", proofs[role],
+                                   details=proof.details())
+    return proofs
 
 
 def _choose(engine: Any, passing: list[str], written: Mapping[str, dict],
