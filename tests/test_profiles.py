@@ -240,3 +240,31 @@ def test_lite_spends_at_most_40_percent_of_full_tokens_on_the_demo(tmp_path):
         spent[profile] = sum(usage[k] for k in ("input_tokens", "output_tokens", "cache_read_tokens",
                                                 "cache_write_tokens"))
     assert spent["lite"] <= 0.40 * spent["full"], spent
+
+
+def test_each_role_answers_with_its_own_model_in_the_leaner_profiles(tmp_path):
+    """Per-role models hold in every profile: the candidates come from three models (three vendors'
+    stand-ins), the choice and the review from a fourth; lite's critic and reviewer likewise."""
+    from tests.fake_anthropic import FakeAnthropic, RoleScript
+
+    models = {"synthesizer": "writer-a", "proposer": "writer-b", "critic_a": "writer-c", "reviewer": "reviewer-x",
+              "skeptic": "critic-y"}
+    table = "\n[models]\n" + "".join(f'{role} = "{model}"\n' for role, model in models.items())
+    for profile, script in (("candidates", candidates_script()), ("lite", lite_script())):
+        ws = make_workspace(tmp_path / profile)
+        cfg = ws.root / "mesh-models.toml"
+        cfg.write_text(f'profile = "{profile}"\n' + (ws.repo / "mesh.toml").read_text() + table
+                       + "\n[anthropic]\nmax_retries = 0\nmax_tool_turns = 0\n")
+        with FakeAnthropic(RoleScript(script)) as fake:
+            res = ws.mesh("run", "--label", "plan:demo", "--backend", "anthropic", "--repo", str(ws.repo),
+                          "--config", str(cfg), "--json", "--no-land",
+                          env={"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "k-models"})
+            asked = [(req.role, req.round, req.body["model"]) for req in fake.message_requests]
+        assert json.loads(res.stdout)["outcome"] == "closed", res.output
+        for role, round_name, model in asked:
+            assert model == models[role], (profile, role, round_name, model)
+        if profile == "candidates":
+            assert sorted(m for _, r, m in asked if r == "synthesis") == ["writer-a", "writer-b", "writer-c"]
+            assert {m for _, r, m in asked if r in ("choice", "review")} == {"reviewer-x"}
+        else:
+            assert [(r, m) for _, r, m in asked if r == "critique"] == [("critique", "critic-y")]
