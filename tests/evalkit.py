@@ -116,7 +116,7 @@ def make_library(root: Path) -> Path:
     (repo / "tests" / "test_import.py").write_text(
         "import unittest\n\nimport mathlib\n\n\nclass T(unittest.TestCase):\n"
         "    def test_import(self):\n        self.assertTrue(mathlib.__doc__)\n")
-    (repo / ".gitignore").write_text(".mesh/\n__pycache__/\n")
+    (repo / ".gitignore").write_text("__pycache__/\n")
     (repo / "mesh.toml").write_text(
         # The worker's network namespace is not what these tests are about: the host's.
         f'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\nworker_network = "host"\n\n'

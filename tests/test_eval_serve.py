@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.evals.suite import read_suite
-from tests.evalkit import make_library, mesh, write_worker
+from tests.evalkit import git, make_library, mesh, write_worker
 from tests.servekit import Server, needs_chromium, open_browser
 
 pytestmark = pytest.mark.slow
@@ -28,6 +28,7 @@ def test_the_evals_page_lists_the_eval_and_its_grid_opens_each_run(tmp_path):
     done = mesh("eval", "run", str(suite), "--profile", "single", "--worker-cmd", command, "--yes", cwd=repo)
     assert done.returncode == 0, done.stderr
     folder = repo / ".mesh" / "evals" / "small"
+    assert git(repo, "status", "--porcelain") == ""  # mesh's own folder stays out of git
     server = Server(SimpleNamespace(db=folder / "tracker.db", repo=repo))
     browser = open_browser(tmp_path)
     try:

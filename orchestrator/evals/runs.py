@@ -106,6 +106,10 @@ class EvalRun:
             raise EvalError(f"{suite} holds no case")
         self.folder = Path(options.out).resolve() if options.out else eval_folder(self.source, suite)
         self.folder.mkdir(parents=True, exist_ok=True)
+        private = self.source / ".mesh"
+        if self.folder.is_relative_to(private) and not (private / ".gitignore").exists():
+            # mesh's own folder in the repository stays out of git (its evals hold repositories).
+            (private / ".gitignore").write_text("# mesh's own files (evals, jobs): never committed\n*\n")
         self._lock = _hold(self.folder / ".lock")
         self.meta = self._meta(suite)
         self.profiles: list[str] = self.meta["profiles"]
