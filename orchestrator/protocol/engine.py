@@ -181,14 +181,14 @@ class Engine(Rounds, ReviewCycles, Closing):
     # ================================================================== preflight & ownership
 
     def _preflight_line(self) -> str:
-        roles = self.config.roles
+        roles = self.profile.roles(self.config)
         return (
             f"orch_preflight orch_run_id={self.run_id} scope_mode={self.scope.mode}"
             f" plan_label={self.scope.plan_label or ''} parent_epic={self.scope.parent_epic or ''}"
             f" selected_adapter=local selection_reason=fixed_local_profile requested_workers={len(roles)}"
             f" local_cap=1 ids={','.join(self.ids)}"
-            f" overrides=max_tasks=1,parallel_tasks=1,adapter=local"
-            f" sandbox={self.config.validation.sandbox} profile={self.config.profile}"
+            f" overrides=max_tasks=1,parallel_tasks=1,adapter=local profile={self.config.profile}"
+            f" sandbox={self.config.validation.sandbox}"
         )
 
     def _start(self) -> None:

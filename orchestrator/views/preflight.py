@@ -31,7 +31,8 @@ def preflight_text(line: str) -> str:
     f = _fields(line)
     scope = (f"label {f['plan_label']}" if f.get("plan_label") else f"epic {f['parent_epic']}"
              if f.get("parent_epic") else "no scope")
-    parts = [f"{f.get('requested_workers', '?')} worker role(s)"]
+    parts = [f"{f.get('requested_workers', '?')} worker role(s)"
+             + (f" (profile {f['profile']})" if f.get("profile") else "")]
     if f.get("sandbox"):
         parts.append(f"validation sandbox {f['sandbox']}")
     parts.append(f"tasks {f['ids']}" if f.get("ids") else "the scope's next task")
