@@ -417,7 +417,9 @@ class _Drain:
     def note_released(self, tracker: Tracker) -> None:
         """Say once that a task another run held is released (closed, blocked, or its lease gone)."""
         for task_id in sorted(self.held_elsewhere):
-            if lease_is_live(tracker, task_id) and not holder_is_dead(tracker, task_id):
+            # Closed or blocked is released, whether or not the holder's lease has been let go yet.
+            if tracker.get(task_id)["status"] == "in_progress" and lease_is_live(tracker, task_id) \
+                    and not holder_is_dead(tracker, task_id):
                 continue
             self.held_elsewhere.discard(task_id)
             self.emit("task_released", task=task_id, status=tracker.get(task_id)["status"])

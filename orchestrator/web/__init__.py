@@ -17,5 +17,5 @@ internet). Starlette and uvicorn are imported only when the server runs.
 May import: ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``, ``orchestrator.workspace``,
 ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``,
 ``orchestrator.protocol``, ``orchestrator.landing``, ``orchestrator.views``, ``orchestrator.runner``,
-``orchestrator.drain``, ``orchestrator.retry``.
+``orchestrator.drain``, ``orchestrator.retry``, ``orchestrator.evals``.
 """
