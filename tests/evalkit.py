@@ -79,6 +79,7 @@ answers = {
                   "validation_commands": [check]},
     "revision": {"decision_log": [{"point": note, "decision": "accepted", "reason": "r"}],
                  "patch": "NO_DIFF: done", "validation_commands": [check]},
+    "revision-plan": {"summary": note, "steps": [{"finding_id": "VALIDATION", "change": "make it pass"}]},
     "vote": {"vote": "agree", "reason": note},
     "review": {"decision": "approve", "findings": [], "summary": note},
     "choice": {"choice": "synthesizer", "reason": note},

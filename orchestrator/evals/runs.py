@@ -353,6 +353,9 @@ class EvalRun:
             grade = grade_run(repo, self.source, case, head, settings=self.config.validation, view=self._view(repo),
                               checks=checks, base_passes=base_passes)
             state = "resolved" if grade.resolved else "unresolved"
+            if issue["status"] == "blocked" and last.get("block_reason"):
+                # Why the run stopped is part of the grade's story (a refused patch is no change).
+                grade.detail = f"{grade.detail}; the run ended blocked: {last['block_reason']}"
         walls = [float(x) for x in wall.read_text().split()] if wall.exists() else []
         result = {"case": case.id, "profile": profile, "task": task_id, "state": state, "detail": grade.detail,
                   "outcome": last.get("outcome") or issue["status"], "block_reason": last.get("block_reason"),
