@@ -42,7 +42,7 @@ PROFILES = ("full", "lite", "single", "candidates")
 ACTOR = "mesh-eval"
 # Calls a run of each profile makes when it goes straight through (one review cycle): what the
 # first estimate multiplies before any run of the profile has finished.
-TYPICAL_CALLS = {"full": 11, "lite": 4, "single": 2, "candidates": 5}
+TYPICAL_CALLS = {"full": 11, "lite": 4, "single": 2}
 # Tokens of one call, when nothing was measured yet: a prompt with its repository context, an answer.
 TYPICAL_TOKENS = (6000, 1500)
 
@@ -162,8 +162,8 @@ class EvalRun:
             tracker.set_config("issue_prefix", "ev")
         return tracker
 
-    def usage_of(self, tracker, task_id: str) -> dict[str, float]:
-        """Calls, tokens and cost of a task's runs, from the calls log."""
+    def usage_of(self, tracker, task_id: str | None = None) -> dict[str, float]:
+        """Calls, tokens and cost of a task's runs (every task's, without one), from the calls log."""
         from orchestrator.ledger.calls import calls_for, ensure_calls_table
 
         ensure_calls_table(tracker)
@@ -178,11 +178,8 @@ class EvalRun:
         return total
 
     def spent(self) -> float:
-        from orchestrator.ledger.calls import calls_for, ensure_calls_table
-
         with self.tracker() as tracker:
-            ensure_calls_table(tracker)
-            return sum(float((row.get("usage") or {}).get("cost_usd") or 0.0) for row in calls_for(tracker))
+            return self.usage_of(tracker)["cost_usd"]
 
     def estimate(self) -> dict[str, Any]:
         """How many runs are left, and what they may cost: per profile, the mean cost of its
@@ -196,16 +193,19 @@ class EvalRun:
         for r in done:
             by_profile.setdefault(r["profile"], []).append(r.get("cost_usd", 0.0))
         per_call = cost / calls if calls else self._priced_call()
-        per_run = {p: (sum(v) / len(v) if (v := by_profile.get(p)) else per_call * TYPICAL_CALLS[p] * (
-            self._candidates() if p == "candidates" else 1)) for p in self.options.profiles}
+        per_run = {p: sum(v) / len(v) if (v := by_profile.get(p)) else per_call * self._typical_calls(p)
+                   for p in self.options.profiles}
         basis = {p: "measured" if by_profile.get(p) else ("measured per call" if calls else "price table")
                  for p in self.options.profiles}
         total = sum(per_run[p] for _, p in pending)
         return {"runs": len(pending), "done": len(self.pairs()) - len(pending), "estimated_usd": round(total, 4),
                 "per_run_usd": {p: round(v, 4) for p, v in per_run.items()}, "basis": basis}
 
-    def _candidates(self) -> float:
-        return (len(self.config.profiles.candidates) + 2) / TYPICAL_CALLS["candidates"]
+    def _typical_calls(self, profile: str) -> int:
+        """Calls of a run of ``profile`` straight through: the candidates profile's grow with its authors."""
+        if profile == "candidates":
+            return len(self.config.profiles.candidates) + 2  # the authors, the choice, the review
+        return TYPICAL_CALLS[profile]
 
     def _priced_call(self) -> float:
         price = self.config.prices.price_for(self.config.model_for("synthesizer"))
@@ -349,8 +349,9 @@ class EvalRun:
         if error and issue["status"] not in ("closed", "blocked"):
             grade, state = Grade(False, error), "error"
         else:
-            checks, base_passes = self._base_checks(case, repo)
-            grade = grade_run(repo, self.source, case, head, settings=self.config.validation, view=self._view(repo),
+            view = self._view(repo)
+            checks, base_passes = self._base_checks(case, repo, view)
+            grade = grade_run(repo, self.source, case, head, settings=self.config.validation, view=view,
                               checks=checks, base_passes=base_passes)
             state = "resolved" if grade.resolved else "unresolved"
             if issue["status"] == "blocked" and last.get("block_reason"):
@@ -374,19 +375,18 @@ class EvalRun:
 
         return inspect(repo, self.config.validation).view
 
-    def _base_checks(self, case: Case, repo: Path) -> tuple[list[str], bool]:
-        """The project's check commands, and whether the case's base passes them (once per case)."""
+    def _base_checks(self, case: Case, repo: Path, view: Any) -> tuple[list[str], bool]:
+        """The project's check commands (``view``'s, as the base check's), and whether the case's
+        base passes them (once per case)."""
         if case.id in self._checks:
             return self._checks[case.id]
         from orchestrator.evals.cases import _git
         from orchestrator.evals.suite import sandbox_run
         from orchestrator.toolchains.base_check import check_commands
-        from orchestrator.toolchains.view import inspect
 
         cfg = self.config.validation
-        inspection = inspect(repo, cfg)
-        checks = check_commands(cfg, list(inspection.view.checks) if inspection.view else [])
-        run = sandbox_run(repo, cfg, inspection.view)
+        checks = check_commands(cfg, list(view.checks) if view else [])
+        run = sandbox_run(repo, cfg, view)
         base = _git(repo, "rev-parse", "main").strip()
         passes = all(run(base, command)[0] for command in checks)
         self._checks[case.id] = (checks, passes)
