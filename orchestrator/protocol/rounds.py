@@ -82,11 +82,14 @@ class Rounds:
                 self.bus.note("critique_dropped", {"failure": res.failure,
                                                    "error": res.parse_error.message if res.parse_error else None}, role)
                 continue
-            self.bus.add_critique(role, artifact)
-            self._checkpoint("critique", role, phase,
-                             f"{role} risk={artifact['risk']} must_fix={len(artifact['must_fix'])} ({subject})",
-                             artifact, attempt=res,
-                             extra={"subject": subject})
+            self._record_critique(role, artifact, res, phase=phase, subject=subject)
+
+    def _record_critique(self, role: str, artifact: dict, attempt: Any, *, phase: str, subject: str) -> None:
+        """A critique on the bus and checkpointed."""
+        self.bus.add_critique(role, artifact)
+        self._checkpoint("critique", role, phase,
+                         f"{role} risk={artifact['risk']} must_fix={len(artifact['must_fix'])} ({subject})",
+                         artifact, attempt=attempt, extra={"subject": subject})
 
     def _ask_patch(self, role: str, round_name: str, inputs: Mapping[str, Any], *, kind: str,
                    phase: str) -> tuple[dict, Attempt | None]:

@@ -30,10 +30,7 @@ class Lite:
                                                                  "proposal": engine.bus.proposal},
                                             kind="critique", phase="c0")
         if artifact is not None:
-            engine.bus.add_critique(critic, artifact)
-            engine._checkpoint("critique", critic, "c0", f"{critic} risk={artifact['risk']}"
-                               f" must_fix={len(artifact['must_fix'])} (proposal)", artifact, attempt=attempt,
-                               extra={"subject": "proposal"})
+            engine._record_critique(critic, artifact, attempt, phase="c0", subject="proposal")
         else:  # advice: an unusable critique is dropped (audited), as in the full profile
             engine.bus.note("critique_dropped", {"failure": attempt.failure if attempt else None}, critic)
         engine.bus.set_synthesis(ask_synthesis(engine, "synthesizer", {"proposal": engine.bus.proposal,
