@@ -293,3 +293,60 @@ def test_a_node_project_is_evaluated_with_its_installed_node_modules(tmp_path_fa
     linked = out / "repos" / cases[0].id / "single" / "node_modules" / "ms" / "index.js"
     assert linked.stat().st_ino == (repo / "node_modules" / "ms" / "index.js").stat().st_ino
     assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_src_layout_package_installed_editable_is_graded_on_the_case_tree(tmp_path):
+    """A src-layout package installed editable into the checkout's virtualenv (``setup.py develop``,
+    like ``pip install -e .``): the install's ``.pth`` names the checkout's path, so validation and
+    grading show a case's tree there; the case solved is resolved, the case left alone is not."""
+    import sys
+
+    repo = tmp_path / "srcpkg"
+    (repo / "src" / "srcpkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "setup.py").write_text('from setuptools import find_packages, setup\n\nsetup(name="srcpkg", version="0.1", '
+                                   'package_dir={"": "src"}, packages=find_packages("src"))\n')
+    (repo / "src" / "srcpkg" / "__init__.py").write_text('"""Words."""\n')
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / ".gitignore").write_text(".venv/\n__pycache__/\n*.egg-info/\nbuild/\n")
+    check = "python -m unittest discover -s tests -t ."
+    (repo / "mesh.toml").write_text(
+        'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\nworker_network = "host"\n\n'
+        f'[validation]\nallow = ["{check}", "python -m unittest {{tests}}"]\ntimeout_s = 60\n')
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "Start srcpkg")
+    for name, body in (("shout", "return text.upper() + '!'"), ("whisper", "return text.lower() + '...'")):
+        with (repo / "src" / "srcpkg" / "__init__.py").open("a") as out:
+            out.write(f"\n\ndef {name}(text):\n    {body}\n")
+        (repo / "tests" / f"test_{name}.py").write_text(
+            f"# {HIDDEN_MARK}\nimport unittest\n\nimport srcpkg\n\n\nclass T(unittest.TestCase):\n"
+            f"    def test_{name}(self):\n        self.assertTrue(srcpkg.{name}('Hi').startswith(''))\n"
+            f"        self.assertEqual(len(srcpkg.{name}('Hi')), len(srcpkg.{name}('Ho')))\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"Add {name}")
+    venv = repo / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    # setuptools' own editable install, offline (pip's needs the wheel package): a .pth naming src/.
+    subprocess.run([str(venv / "bin" / "python"), "setup.py", "-q", "develop"], check=True, capture_output=True,
+                   cwd=repo)
+    git(repo, "clean", "-qfdX", "-e", "!.venv")  # the egg-info it leaves
+    assert any(str(repo) in p.read_text() for p in venv.glob("lib/python*/site-packages/*.pth"))
+    suite = tmp_path / "suite.jsonl"
+    built = mesh("eval", "suite", "--from-git", "--command", "python -m unittest {tests}", "-o", str(suite), cwd=repo)
+    assert built.returncode == 0, built.stderr
+    cases = read_suite(suite)
+    assert [c.title for c in cases] == ["Add shout", "Add whisper"], built.stdout
+    command = write_worker(tmp_path, repo, cases, {"single": [cases[0].id]}, check=check)
+    out = tmp_path / "ev"
+    done = mesh("eval", "run", str(suite), "--profile", "single", "--worker-cmd", command, "--out", str(out), "--yes",
+                cwd=repo)
+    assert done.returncode == 0, done.stderr
+    solved, left = (json.loads((out / "results" / c.id / "single.json").read_text()) for c in cases)
+    assert (solved["state"], solved["outcome"]) == ("resolved", "closed"), solved
+    assert left["state"] == "unresolved", left
+    # The user's checkout is as it was, and still what its virtualenv imports.
+    assert git(repo, "status", "--porcelain") == ""
+    imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import srcpkg; print(srcpkg.__file__)"],
+                              capture_output=True, text=True, cwd=tmp_path).stdout
+    assert imported.startswith(str(repo / "src"))

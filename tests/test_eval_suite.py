@@ -75,6 +75,9 @@ def history(tmp_path, monkeypatch):
         "calc.py": source + "\n\ndef neg(a):\n    return -a\n",
         "tests/test_neg.py": unit_test("neg", "self.assertEqual(calc.neg(1), 1)")})
     source = (repo / "calc.py").read_text()
+    made["policy"] = commit(repo, "Add pos() and its lint settings", {
+        "calc.py": source + "\n\ndef pos(a):\n    return abs(a)\n", "setup.cfg": "[flake8]\nmax-line-length = 99\n",
+        "tests/test_pos.py": unit_test("pos", "self.assertEqual(calc.pos(-2), 2)")})
     made["sq"] = commit(repo, "Add sq() (closes calc-7)", {"calc.py": source + "\n\ndef sq(a):\n    return a * a\n",
                                                            "tests/test_sq.py": unit_test("sq", "self.assertEqual(calc.sq(3), 9)")})
     return repo, made
@@ -97,12 +100,54 @@ def test_a_suite_from_history_keeps_the_cases_its_tests_prove(history, tmp_path)
     assert why[made["merge"]] == "a merge"
     assert why[made["big"]].startswith("too large")
     assert why[made["already"]] == "its hidden tests pass on the base already"
-    assert why[made["wrong"]].startswith("its hidden tests fail with the reference")
+    assert why[made["wrong"]].startswith("its hidden tests fail with the reference (exit 1: AssertionError: -1 != 1")
+    # setup.cfg is protected: no run could land this reference, so it is no case.
+    assert why[made["policy"]].startswith("the patch policy refuses its reference (setup.cfg is protected")
     fix = kept[made["fix"]]
     assert fix["base"] == made["mul"] and fix["hidden_tests"] == ["tests/test_mul.py"]
     assert fix["task"] == "Fix mul() for odd numbers" and fix["hidden_command"] == "python3 -m unittest tests/test_mul.py"
     cases = read_suite(out)
     assert [case.reference for case in cases] == [made["add"], made["sub"], made["mul"], made["fix"], made["sq"]]
+
+
+def test_the_newest_cases_come_first_and_since_bounds_the_history(history, tmp_path):
+    """``--limit`` keeps the newest cases that pass their checks (history walked newest first, the
+    suite written oldest first); ``--since`` looks only after a commit; each candidate is said
+    before its tests run."""
+    repo, made = history
+    out = tmp_path / "suite.jsonl"
+    result = CliRunner().invoke(cli, ["eval", "suite", "--from-git", "--repo", str(repo), "-o", str(out),
+                                      "--command", COMMAND, "--limit", "2"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [case.reference for case in read_suite(out)] == [made["fix"], made["sq"]]
+    assert "checking " + made["sq"][:12] in result.stderr
+    assert "the limit was reached" in result.stdout
+    assert made["add"][:12] not in result.output  # older commits were not looked at
+    result = CliRunner().invoke(cli, ["eval", "suite", "--from-git", "--repo", str(repo), "-o", str(out),
+                                      "--command", COMMAND, "--since", made["mul"], "--until", made["already"]],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [case.reference for case in read_suite(out)] == [made["fix"]]
+    bad = CliRunner().invoke(cli, ["eval", "suite", "--from-git", "--repo", str(repo), "-o", str(out),
+                                   "--command", COMMAND, "--since", "no-such-tag"])
+    assert bad.exit_code == 2 and "'no-such-tag' names no commit" in bad.output
+
+
+def test_a_hidden_test_that_hangs_on_its_base_is_cut_by_the_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repo = tmp_path / "calc"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, "start", {"calc.py": "", "tests/__init__.py": ""})
+    ready = commit(repo, "Add ready()", {"calc.py": "def ready():\n    return True\n", "tests/test_ready.py": (
+        "import time\nimport unittest\n\nimport calc\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_ready(self):\n        while not hasattr(calc, 'ready'):\n            time.sleep(0.1)\n")})
+    out = tmp_path / "suite.jsonl"
+    result = CliRunner().invoke(cli, ["eval", "suite", "--from-git", "--repo", str(repo), "-o", str(out),
+                                      "--command", COMMAND, "--timeout", "3"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"checking {ready[:12]}" in result.stderr  # said before the wait
+    assert [case.reference for case in read_suite(out)] == [ready]  # a hang on the base is a failure there
 
 
 def test_the_task_of_a_case_is_the_tracker_issue_its_commit_names(history, tmp_path):

@@ -31,11 +31,16 @@ def eval_group() -> None:
 @click.option("--max-files", type=click.IntRange(1), default=20, show_default=True, help="Largest commit, in files.")
 @click.option("--max-lines", type=click.IntRange(1), default=400, show_default=True,
               help="Largest commit, in lines added and removed.")
-@click.option("--limit", type=click.IntRange(1), help="Stop after this many candidate cases.")
+@click.option("--limit", type=click.IntRange(1),
+              help="Keep this many cases: the newest that pass their checks (history is walked newest first).")
+@click.option("--since", metavar="REV", help="Only commits after REV (a tag, a branch, a commit).")
+@click.option("--until", metavar="REV", default="HEAD", show_default=True, help="The newest commit to look at.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Time limit of each hidden test run (default: validation.timeout_s).")
 @click.option("--json", "as_json", is_flag=True, help="Print the kept and dropped cases as one JSON object.")
 @click.pass_context
 def suite_command(ctx: click.Context, from_git: bool, repo, config_file, out, command, max_files, max_lines, limit,
-                  as_json: bool) -> None:
+                  since, until, timeout_s, as_json: bool) -> None:
     """Build an evaluation suite: commits that change source and tests become cases, kept only
     when their tests fail on the base and pass with the commit, in the validation sandbox."""
     from orchestrator.cli.common import _fail
@@ -45,7 +50,8 @@ def suite_command(ctx: click.Context, from_git: bool, repo, config_file, out, co
     try:
         built = build_suite(Path(repo) if repo else Path.cwd(), Path(config_file) if config_file else None,
                             out=Path(out), command=command, max_files=max_files, max_lines=max_lines, limit=limit,
-                            db=root.get("db"))
+                            db=root.get("db"), since=since, until=until, timeout_s=timeout_s,
+                            progress=None if as_json else lambda line: _say(line, err=True))
     except SuiteError as exc:
         _fail(ctx, str(exc), 2, as_json)
         return

@@ -3,13 +3,15 @@ written as a JSONL suite, with each dropped commit's reason."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tracker.errors import TrackerError
 
-from orchestrator.evals.suite import Case, Dropped, from_git, sandbox_run, verify, write_suite
+from orchestrator.evals.suite import Case, Dropped, candidates, sandbox_run, verify_case, write_suite
 
 __all__ = ["BuiltSuite", "SuiteError", "build_suite", "hidden_command_for"]
 
@@ -26,18 +28,23 @@ class BuiltSuite:
     kept: list[Case] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
     command: str = ""
+    looked_at: int = 0
+    stopped_at_limit: bool = False
 
     def lines(self) -> list[str]:
         """The outcome as terminal lines: one per kept case, one per dropped commit."""
         out = [f"hidden tests run with: {self.command}"]
         out += [f"kept    {case.id}  {case.title[:70]}  ({len(case.hidden_tests)} test file(s))" for case in self.kept]
         out += [f"dropped {d.commit[:12]}  {d.subject[:50]}: {d.why}" for d in self.dropped]
-        out.append(f"{len(self.kept)} case(s) written to {self.out}; {len(self.dropped)} commit(s) dropped")
+        tail = "; the limit was reached: older commits were not looked at" if self.stopped_at_limit else ""
+        out.append(f"{len(self.kept)} case(s) written to {self.out}; {len(self.dropped)} commit(s) dropped"
+                   f" ({self.looked_at} looked at, newest first{tail})")
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` form."""
-        return {"suite": str(self.out), "command": self.command,
+        return {"suite": str(self.out), "command": self.command, "looked_at": self.looked_at,
+                "stopped_at_limit": self.stopped_at_limit,
                 "kept": [case.model_dump(exclude_defaults=True) for case in self.kept],
                 "dropped": [{"commit": d.commit, "subject": d.subject, "why": d.why} for d in self.dropped]}
 
@@ -58,13 +65,19 @@ def hidden_command_for(found: list[Any]) -> str | None:
 
 
 def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str | None = None, max_files: int = 20,
-                max_lines: int = 400, limit: int | None = None, db: Any = None) -> BuiltSuite:
-    """Build and write the suite of ``repo`` (see ``orchestrator.evals.suite``)."""
+                max_lines: int = 400, limit: int | None = None, db: Any = None, since: str | None = None,
+                until: str = "HEAD", timeout_s: float | None = None,
+                progress: Callable[[str], None] | None = None) -> BuiltSuite:
+    """Build and write the suite of ``repo`` (see ``orchestrator.evals.suite``): the history of
+    ``until`` after ``since`` is walked newest first, each candidate verified as it comes, until
+    ``limit`` cases are kept; the suite lists them oldest first. ``progress`` hears of each
+    candidate before its tests run (a hidden test that hangs is then seen at once)."""
     from orchestrator.config import ConfigError, load_config
     from orchestrator.toolchains.base import DependenciesMissing, ToolchainMissing
     from orchestrator.toolchains.view import inspect
     from orchestrator.workspace import TrackerUnavailable, open_found_tracker
     from orchestrator.worktree.gitops import GitError, repo_root
+    from orchestrator.worktree.policy import PatchPolicy
 
     try:
         root = repo_root(Path(repo))
@@ -76,6 +89,9 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
     if not command:
         raise SuiteError("no test runner found for this project; name the hidden tests' command with --command"
                          " (e.g. --command 'python -m pytest {tests}')")
+    for rev in (since, until):
+        if rev is not None and not _is_commit(root, rev):
+            raise SuiteError(f"{rev!r} names no commit of {root}")
     tracker = None
     try:
         tracker = open_found_tracker(db, None, config.tracker.url, repo=root)
@@ -88,12 +104,37 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
         except TrackerError:  # any word of a message may look like an id; a miss is no issue
             return None
 
+    built = BuiltSuite(out=out, command=command)
+    run = sandbox_run(root, config.validation, inspection.view, timeout_s)
+    policy = PatchPolicy.from_config(config.patch)
     try:
-        candidates, dropped = from_git(root, max_files=max_files, max_lines=max_lines, limit=limit, command=command,
-                                       issue_of=issue_of if tracker is not None else None)
-        kept, refused = verify(root, candidates, sandbox_run(root, config.validation, inspection.view))
+        for found in candidates(root, max_files=max_files, max_lines=max_lines, command=command, since=since,
+                                until=until, issue_of=issue_of if tracker is not None else None):
+            if limit is not None and len(built.kept) >= limit:
+                built.stopped_at_limit = True
+                break
+            built.looked_at += 1
+            if isinstance(found, Dropped):
+                built.dropped.append(found)
+                continue
+            if progress is not None:
+                progress(f"checking {found.id}  {found.title[:60]} ({len(built.kept)} kept so far)")
+            why = verify_case(root, found, run, policy)
+            if why is None:
+                built.kept.append(found)
+            else:
+                built.dropped.append(Dropped(found.reference or found.base, found.title, why))
     finally:
         if tracker is not None:
             tracker.close()
-    write_suite(out, kept)
-    return BuiltSuite(out=out, kept=kept, dropped=[*dropped, *refused], command=command)
+    built.kept.reverse()  # oldest first, as history reads
+    built.dropped.reverse()
+    write_suite(out, built.kept)
+    return built
+
+
+def _is_commit(root: Path, rev: str) -> bool:
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "-q", "--end-of-options",
+                           f"{rev}^{{commit}}"], capture_output=True, stdin=subprocess.DEVNULL,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("GIT_")})
+    return done.returncode == 0

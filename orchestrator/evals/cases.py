@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.evals.suite import Case, build_tree, sandbox_run
+from orchestrator.toolchains.view import VALIDATE_AT_KEY
 
 __all__ = ["Grade", "case_repo", "grade_run", "write_json", "write_text"]
 
@@ -55,7 +56,9 @@ def case_repo(folder: Path, source: Path, case: Case, profile: str, view: Any = 
         if partial.exists():
             _remove(partial)
         _git(folder, "clone", "-q", "--no-tags", str(bare), str(partial))
-        for key, value in (("user.name", "mesh eval"), ("user.email", "mesh-eval@localhost")):
+        for key, value in (("user.name", "mesh eval"), ("user.email", "mesh-eval@localhost"),
+                           # Validated where the user's checkout is: its editable install finds the case's tree.
+                           (VALIDATE_AT_KEY, str(source))):
             _git(partial, "config", key, value)
         if view is not None:
             _installed_into(view, source, partial)

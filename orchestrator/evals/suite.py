@@ -23,12 +23,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Case", "Dropped", "build_tree", "from_git", "is_test_path", "read_suite", "sandbox_run", "verify",
-           "write_suite"]
+__all__ = ["Case", "Dropped", "build_tree", "candidates", "from_git", "history", "is_test_path", "policy_refusal",
+           "read_suite", "reference_patch", "sandbox_run", "verify", "verify_case", "write_suite"]
 
 _TEST_PATH = re.compile(
     r"(^|/)(tests?|__tests__|specs?|testing)/"          # a test folder
@@ -114,21 +114,25 @@ def _task_text(message: str, issue_of: Any) -> tuple[str, str]:
     return subject, message.strip() or subject
 
 
-def from_git(repo: Path, *, max_files: int = 20, max_lines: int = 400, limit: int | None = None,
-             command: str | None = None, issue_of: Any = None) -> tuple[list[Case], list[Dropped]]:
-    """Candidate cases of ``repo``'s first-parent history (oldest first), before ``verify``;
-    ``command`` is the hidden command template (``{tests}`` stands for the hidden test files)."""
-    cases: list[Case] = []
-    dropped: list[Dropped] = []
-    log = _git(repo, "log", "--first-parent", "--reverse", "-z", "--format=%H%x00%P%x00%B", "HEAD")
+def history(repo: Path, *, since: str | None = None, until: str = "HEAD") -> Iterator[tuple[str, list[str], str]]:
+    """(commit, parents, message) of the first-parent history of ``until`` after ``since``, newest first."""
+    log = _git(repo, "log", "--first-parent", "-z", "--format=%H%x00%P%x00%B", until,
+               *([f"^{since}"] if since else []), "--")
     fields = log.decode("utf-8", "replace").split("\0")
     for commit, parents, message in zip(fields[0::3], fields[1::3], fields[2::3]):
-        commit, parents = commit.strip(), parents.split()
+        if commit.strip():
+            yield commit.strip(), parents.split(), message
+
+
+def candidates(repo: Path, *, max_files: int = 20, max_lines: int = 400, command: str | None = None,
+               issue_of: Any = None, since: str | None = None, until: str = "HEAD") -> Iterator[Case | Dropped]:
+    """Each commit of ``history`` (newest first) as a candidate case, before ``verify_case``, or as
+    the reason it is none; ``command`` is the hidden command template (``{tests}`` stands for the
+    hidden test files)."""
+    for commit, parents, message in history(repo, since=since, until=until):
         subject = message.strip().splitlines()[0] if message.strip() else ""
-        if not commit:
-            continue
         if len(parents) != 1:
-            dropped.append(Dropped(commit, subject, "a merge" if parents else "the root commit (no base)"))
+            yield Dropped(commit, subject, "a merge" if parents else "the root commit (no base)")
             continue
         changes = _changes(repo, parents[0], commit)
         tests = [path for status, path, _ in changes if is_test_path(path) and status in ("A", "M")]
@@ -145,15 +149,20 @@ def from_git(repo: Path, *, max_files: int = 20, max_lines: int = 400, limit: in
         else:
             why = ""
         if why:
-            dropped.append(Dropped(commit, subject, why))
+            yield Dropped(commit, subject, why)
             continue
         title, task = _task_text(message, issue_of)
         hidden = command.replace("{tests}", " ".join(tests)) if command else None
-        cases.append(Case(id=commit[:12], base=parents[0], title=title, task=task, hidden_tests=tests,
-                          tests_from=commit, hidden_command=hidden, reference=commit, source="git"))
-        if limit is not None and len(cases) >= limit:
-            break
-    return cases, dropped
+        yield Case(id=commit[:12], base=parents[0], title=title, task=task, hidden_tests=tests, tests_from=commit,
+                   hidden_command=hidden, reference=commit, source="git")
+
+
+def from_git(repo: Path, *, max_files: int = 20, max_lines: int = 400, command: str | None = None,
+             issue_of: Any = None, since: str | None = None, until: str = "HEAD") -> tuple[list[Case], list[Dropped]]:
+    """Every candidate of ``candidates`` before ``verify``, oldest first, and the commits dropped."""
+    found = list(candidates(repo, max_files=max_files, max_lines=max_lines, command=command, issue_of=issue_of,
+                            since=since, until=until))[::-1]
+    return [c for c in found if isinstance(c, Case)], [d for d in found if isinstance(d, Dropped)]
 
 
 def build_tree(repo: Path, case: Case, onto: str, *, source: Path | None = None) -> str:
@@ -183,27 +192,68 @@ def build_tree(repo: Path, case: Case, onto: str, *, source: Path | None = None)
                      "GIT_COMMITTER_NAME": "mesh", "GIT_COMMITTER_EMAIL": "mesh@localhost"}).decode().strip()
 
 
-def verify(repo: Path, cases: Sequence[Case], run: Any) -> tuple[list[Case], list[Dropped]]:
-    """Keep the cases whose hidden command fails on the base with the hidden tests added and
-    passes on the reference. ``run(commit, command) -> (passed, detail)`` runs one command on one
-    commit in the validation sandbox."""
+def reference_patch(repo: Path, case: Case) -> str:
+    """What a run must write to do a case from history: its reference commit without the hidden tests."""
+    if not case.reference:
+        return ""
+    excluded = [f":(exclude,literal){path}" for path in case.hidden_tests]
+    return _git(repo, "diff", "--no-color", "--no-ext-diff", "--full-index", "--binary", case.base, case.reference,
+                "--", ".", *excluded).decode("utf-8", "replace")
+
+
+def policy_refusal(repo: Path, case: Case, policy: Any) -> str | None:
+    """Why ``policy`` (a ``PatchPolicy``) would refuse the case's reference patch, if it would: no
+    run could land that change, so the case measures nothing. Judged against the base's tree,
+    as a run's patch is against its worktree."""
+    from orchestrator.sandbox.tree_copy import materialize_tree
+    from orchestrator.worktree.patchcheck import PatchRefused, check_patch
+
+    patch = reference_patch(repo, case)
+    if not patch.strip():
+        return None
+    try:
+        summary = check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30)
+    except PatchRefused as exc:
+        return f"its reference is no patch mesh applies ({exc})"
+    problems = policy.violations(summary)
+    if problems:  # without the base's files every file counts as new: look again with them
+        with tempfile.TemporaryDirectory(prefix="mesh-eval-base-") as folder:
+            materialize_tree(repo, case.base, Path(folder) / "tree")
+            problems = policy.violations(summary, Path(folder) / "tree")
+    if not problems:
+        return None
+    return (f"the patch policy refuses its reference ({'; '.join(problems)[:300]}): no run could land it"
+            " (patch.allow admits a path)")
+
+
+def verify_case(repo: Path, case: Case, run: Any, policy: Any = None) -> str | None:
+    """Why ``case`` is no case (None: it is one): its reference refused by ``policy``, its hidden
+    command passing on the base with the hidden tests added, or failing on the reference.
+    ``run(commit, command) -> (passed, detail)`` runs one command on one commit in the
+    validation sandbox."""
+    if not case.hidden_command:
+        return "no hidden command"
+    if policy is not None and (refused := policy_refusal(repo, case, policy)):
+        return refused
+    passed, detail = run(build_tree(repo, case, case.base), case.hidden_command)
+    if passed:
+        return "its hidden tests pass on the base already"
+    if case.reference:
+        passed, detail = run(case.reference, case.hidden_command)
+        if not passed:
+            return f"its hidden tests fail with the reference ({detail})"
+    return None
+
+
+def verify(repo: Path, cases: Sequence[Case], run: Any, policy: Any = None) -> tuple[list[Case], list[Dropped]]:
+    """The cases ``verify_case`` keeps, and the others with their reason."""
     kept, dropped = [], []
     for case in cases:
-        if not case.hidden_command:
-            dropped.append(Dropped(case.reference or case.base, case.title, "no hidden command"))
-            continue
-        passed, detail = run(build_tree(repo, case, case.base), case.hidden_command)
-        if passed:
-            dropped.append(Dropped(case.reference or case.base, case.title,
-                                   "its hidden tests pass on the base already"))
-            continue
-        if case.reference:
-            passed, detail = run(case.reference, case.hidden_command)
-            if not passed:
-                dropped.append(Dropped(case.reference, case.title,
-                                       f"its hidden tests fail with the reference ({detail})"))
-                continue
-        kept.append(case)
+        why = verify_case(repo, case, run, policy)
+        if why is None:
+            kept.append(case)
+        else:
+            dropped.append(Dropped(case.reference or case.base, case.title, why))
     return kept, dropped
 
 
@@ -228,17 +278,40 @@ def read_suite(path: Path) -> list[Case]:
     return cases
 
 
-def sandbox_run(repo: Path, settings: Any, view: Any) -> Any:
+# The line of a failing test run that says why: an exception, a failed assertion, a panic.
+_WHY = re.compile(r"(\w*(Error|Exception)\b|panicked at|^--- FAIL|Cannot find module|^FAIL(ED)?\b|^ERROR\b|"
+                  r"^E\s{2,}\S|error\[E\d+\]|not ok\b)")
+
+
+def failure_line(output: str) -> str:
+    """The line of ``output`` (a failing command's tail) that best says why it failed: the last one
+    naming an error, else the last non-empty one; at most 200 characters."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    found = next((line for line in reversed(lines) if _WHY.search(line)
+                  and not re.fullmatch(r"FAILED \((failures|errors)=.*\)", line)), lines[-1] if lines else "")
+    found = re.sub(r"^E\s+", "", found)
+    return found if len(found) <= 200 else found[:199] + "…"
+
+
+def sandbox_run(repo: Path, settings: Any, view: Any, timeout_s: float | None = None) -> Any:
     """``run`` for ``verify``: one command on one commit of ``repo`` in the validation sandbox,
-    with the ``[validation]`` table's limits and the project's view (its toolchains). The command
-    is the suite's own, so it is admitted as it is."""
+    with the ``[validation]`` table's limits (``timeout_s``: its own time limit) and the project's
+    view (its toolchains). The command is the suite's own, so it is admitted as it is. The
+    detail of a failure names its reason and the line of output that says why."""
     from orchestrator.sandbox.validation import run_validation
 
+    limit = timeout_s or settings.timeout_s
+
     def run(commit: str, command: str) -> tuple[bool, str]:
-        [result] = run_validation([command], cwd=repo, allow=[command], timeout_s=settings.timeout_s,
+        [result] = run_validation([command], cwd=repo, allow=[command], timeout_s=limit,
                                   max_output_bytes=settings.max_output_bytes, commit=commit,
                                   env_names=settings.env, limits=settings.limits, environment=view)
+        if result.passed:
+            return True, "passed"
+        if result.reason == "timeout":
+            return False, f"timed out after {limit:g}s (a test that hangs; --timeout sets the limit)"
         why = result.reason or (f"exit {result.exit_code}" if result.exit_code is not None else "did not run")
-        return result.passed, why
+        line = failure_line(f"{result.stdout_tail}\n{result.stderr_tail}")
+        return False, f"{why}: {line}" if line else why
 
     return run

@@ -15,7 +15,9 @@ the validation sandbox (``orchestrator.sandbox.validation``) applies:
   commit under test has no file of that path (a patch cannot replace one, and nothing carried
   is ever committed: what lands is the worktree's commit);
 - ``setup``: commands run in the sandbox on the tree copy before each validation command
-  (the user's own, from ``mesh.toml``, allowlisted like validation commands).
+  (the user's own, from ``mesh.toml``, allowlisted like validation commands);
+- ``tree_at``: where the tree shows, when not at the project's own path: an eval's case
+  repository stands in for the user's checkout, whose editable install names the checkout's path.
 
 May import what ``orchestrator.sandbox`` may.
 """
@@ -61,13 +63,20 @@ class ProjectView:
     setup: tuple[str, ...] = ()
     # The detected toolchains' check commands (the base check's, unless configured).
     checks: tuple[str, ...] = ()
+    # The path the tree shows at instead of ``project_root`` (see the module docstring).
+    tree_at: str | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def at_repo_path(self) -> bool:
         """Show the tree at the repository's own path (an editable install, a ``node_modules``
         with absolute links and most build caches expect the paths of the checkout)."""
-        return self.python is not None or bool(self.mounts or self.carried)
+        return self.python is not None or bool(self.mounts or self.carried or self.tree_at)
+
+    @property
+    def tree_path(self) -> str:
+        """The path the tree shows at in the sandbox when ``at_repo_path``."""
+        return self.tree_at or self.project_root
 
     def describe(self) -> str:
         """One line for preflight (the first of ``notes``, or the Python environment's)."""

@@ -426,7 +426,7 @@ def run_validation(
                            shielded=(os.path.realpath(Path.home()), os.path.realpath(cwd)),
                            limits=limits, etc_dir=etc_dir, hidden=tuple(str(path) for path in hidden),
                            tree_bytes=_tree_bytes(tree), scratch=Path(scratch),
-                           tree_target=view.project_root if view and view.at_repo_path else _sandbox.SANDBOX_TREE,
+                           tree_target=view.tree_path if view and view.at_repo_path else _sandbox.SANDBOX_TREE,
                            extra_ro=tuple(program_binds(view.python.python)) if view and view.python else (),
                            view=view)
             problem = _resolve_setup(place, allow)

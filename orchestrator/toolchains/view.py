@@ -20,7 +20,8 @@ from orchestrator.toolchains.base import DependenciesMissing, Found, Project, To
 from orchestrator.toolchains.caches import DEFAULT_CACHE_MB, project_cache_root, prune
 from orchestrator.toolchains.table import TOOLCHAINS
 
-__all__ = ["DependenciesMissing", "Inspection", "ToolchainMissing", "inspect", "load_project"]
+__all__ = ["VALIDATE_AT_KEY", "DependenciesMissing", "Inspection", "ToolchainMissing", "inspect", "load_project",
+           "validate_at"]
 
 
 def _git_paths(root: Path, *args: str) -> list[str]:
@@ -30,6 +31,21 @@ def _git_paths(root: Path, *args: str) -> list[str]:
     if done.returncode != 0:
         return []
     return [os.fsdecode(path) for path in done.stdout.split(b"\0") if path]
+
+
+# A repository that stands in for another checkout (an eval's case repository) names it here:
+# validation shows its trees at that checkout's path, where an editable install looks for them.
+VALIDATE_AT_KEY = "mesh.validateAt"
+
+
+def validate_at(root: Path) -> str | None:
+    """The absolute path ``root``'s own git config (``VALIDATE_AT_KEY``) says validation shows its
+    trees at, if any (only the repository's local config: a worker cannot write it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    done = subprocess.run(["git", "-C", str(root), "config", "--local", "--get", VALIDATE_AT_KEY],
+                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    value = done.stdout.strip() if done.returncode == 0 else ""
+    return value if os.path.isabs(value) and ".." not in Path(value).parts and value != "/" else None
 
 
 def load_project(repo: Path, settings: Any = None, environ: Mapping[str, str] | None = None,
@@ -103,7 +119,9 @@ def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None 
     notes += [f"generated files carried from the checkout: {_few(carried)}"] if carried else []
     notes += [f"setup before each validation command: {'; '.join(setup)}"] if setup else []
     notes += pruned
+    tree_at = validate_at(project.root)
+    notes += [f"validation shows the tree at {tree_at} (the checkout this repository stands for)"] if tree_at else []
     view = ProjectView(project_root=str(project.root), python=python, mounts=tuple(mounts), path=tuple(path),
                        env=tuple(sorted(env.items())), carried=tuple(carried), setup=setup,
-                       checks=tuple(f.check for f in found if f.check), notes=tuple(notes))
+                       checks=tuple(f.check for f in found if f.check), tree_at=tree_at, notes=tuple(notes))
     return Inspection(found=found, view=view, notes=notes)
