@@ -69,6 +69,10 @@ if table.get("search"):
                 except OSError:
                     pass
 solves = case in table["solve"].get(profile, [])
+# A reviewer that never approves: the run ends blocked with whatever tree it wrote.
+rejects = case in table.get("reject", {}).get(profile, [])
+finding = {"finding_id": "F1", "location": "README.md:1", "severity": "High", "label": "MUST_FIX",
+           "issue": "not convinced", "evidence": "none", "minimal_fix": "convince me", "code_context": "x"}
 patch = table["patches"][case] if solves else "NO_DIFF: nothing to change"
 note = "seen: " + (", ".join(seen) if seen else "nothing")
 answers = {
@@ -81,7 +85,8 @@ answers = {
                  "patch": "NO_DIFF: done", "validation_commands": [check]},
     "revision-plan": {"summary": note, "steps": [{"finding_id": "VALIDATION", "change": "make it pass"}]},
     "vote": {"vote": "agree", "reason": note},
-    "review": {"decision": "approve", "findings": [], "summary": note},
+    "review": ({"decision": "request_changes", "findings": [finding], "summary": note} if rejects
+               else {"decision": "approve", "findings": [], "summary": note}),
     "choice": {"choice": "synthesizer", "reason": note},
 }
 print(json.dumps(answers[round_name]))
@@ -152,9 +157,11 @@ def reference_patch(repo: Path, base: str, reference: str, tests: str = "tests")
 
 
 def write_worker(root: Path, repo: Path, cases: list, solve: dict[str, list[str]], *,
-                 search: str | None = None, check: str = CHECK, tests: str = "tests") -> str:
-    """The scripted worker and its table; returns the --worker-cmd."""
-    table = {"check": check, "solve": solve, "search": search,
+                 search: str | None = None, check: str = CHECK, tests: str = "tests",
+                 reject: dict[str, list[str]] | None = None) -> str:
+    """The scripted worker and its table (``reject``: the cases whose reviewer never approves, per
+    profile); returns the --worker-cmd."""
+    table = {"check": check, "solve": solve, "search": search, "reject": reject or {},
              "patches": {case.id: reference_patch(repo, case.base, case.reference, tests) for case in cases}}
     folder = root / "worker"
     folder.mkdir(exist_ok=True)

@@ -86,6 +86,13 @@ def test_a_batched_demo_run_closes_one_batch_a_round_at_half_the_cost(tmp_path):
     assert not any(KEY.encode() in req.raw for req in fake.requests + fake.batched_requests)
 
 
+def test_the_batch_flag_of_mesh_run_sends_every_call_in_a_batch(ws):
+    """``mesh run --batch`` with no batch setting in the config: every call goes in a batch."""
+    code, report, res, fake = run_anthropic(ws, happy_script(), args=("--batch",))
+    assert code == 0, res.output
+    assert fake.message_requests == [] and len(fake.batched_requests) == report["usage"]["calls"] > 0
+
+
 def test_an_errored_or_expired_batch_request_takes_the_engines_retry(ws):
     script = happy_script()
     script["critic_b"][:0] = [api_error(500, "api_error", "boom")]

@@ -58,16 +58,17 @@ output = 5.0
 """
 
 
-def run_anthropic(ws, script, *, anthropic: dict | None = None, budget: str = "", key: str = KEY, **fake_options):
+def run_anthropic(ws, script, *, anthropic: dict | None = None, budget: str = "", key: str = KEY,
+                  args: tuple[str, ...] = (), **fake_options):
     """Run the demo task with the anthropic backend against a fake (``fake_options`` go to
-    ``FakeAnthropic``); returns (code, report, result, fake)."""
+    ``FakeAnthropic``, ``args`` to ``mesh run``); returns (code, report, result, fake)."""
     cfg = ws.root / "mesh-anthropic.toml"
     cfg.write_text(config_text(ws, anthropic=anthropic, budget=budget))
     responder = RoleScript(script)
     with FakeAnthropic(responder, **fake_options) as fake:
         env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": key}
         res = ws.mesh("run", "--label", "plan:demo", "--backend", "anthropic", "--repo", str(ws.repo),
-                      "--config", str(cfg), "--json", env=env)
+                      "--config", str(cfg), "--json", *args, env=env)
     assert responder.problems == []
     report = json.loads(res.stdout) if res.stdout.strip().startswith("{") else None
     return res.exit_code, report, res, fake

@@ -230,6 +230,27 @@ def test_one_profile_is_plotted_alone_with_round_ticks():
     assert [t["label"] for t in chart["y_ticks"]] == ["0%", "20%", "40%", "60%", "80%", "100%"]
 
 
+def test_runs_with_no_cost_and_no_tokens_are_plotted_by_their_calls():
+    """Agent CLIs report neither cost nor tokens to mesh: the chart falls back to calls per case."""
+    report = make_report(cost={name: 0.0 for name in STATES})
+    for index, p in enumerate(report["profiles"]):
+        p["per_case"].update(tokens_in=0.0, tokens_out=0.0, calls=3.0 + 4 * index)
+    chart = eval_page_data(report)["chart"]
+    assert chart["x_label"].startswith("worker calls per case") and not chart["money"]
+    assert chart["x_ticks"][-1]["value"] >= max(p["per_case"].get("calls", 0) for p in report["profiles"]
+                                                if p["finished"])
+    for p in report["profiles"]:
+        p["per_case"]["calls"] = 0.0
+    assert eval_page_data(report)["chart"]["x_label"].startswith("wall time per case")
+
+
+def test_the_profile_row_says_how_many_resolved_runs_closed():
+    report = make_report(states={"full": STATES["full"]})
+    report["profiles"][0]["resolved_closed"] = 1
+    [row] = eval_page_data(report)["profiles"]
+    assert row["basis"].endswith(", 1 of them closed")
+
+
 def test_only_relative_links_are_links_and_every_string_is_made_safe():
     report = make_report()
     cells = report["cells"]

@@ -64,6 +64,7 @@ def test_four_profiles_are_counted_and_compared_as_computed_by_hand(library, tmp
     assert {p: (rows[p]["paired"]["only_this"], rows[p]["paired"]["only_first"], rows[p]["paired"]["p_value"])
             for p in ("lite", "single", "candidates")} == {"lite": (0, 2, 0.5), "single": (1, 3, 0.625),
                                                            "candidates": (2, 0, 0.5)}
+    assert all(r["resolved_closed"] == r["resolved"] for r in rows.values())  # every resolved run closed
     # Calls per case: the scripted worker is asked hydration, then each profile's rounds once.
     assert rows["lite"]["per_case"]["calls"] == 5.0 and rows["single"]["per_case"]["calls"] == 3.0
     assert rows["full"]["per_case"]["calls"] == 12.0
@@ -85,6 +86,28 @@ def test_four_profiles_are_counted_and_compared_as_computed_by_hand(library, tmp
     # The user's repository was not touched: the same branches, a clean tree.
     assert git(repo, "branch", "--list") == branches
     assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_resolved_run_that_ended_blocked_is_counted_apart(library, tmp_path):
+    """A run whose tree passes the hidden tests but whose reviewer never approved is resolved (the
+    issue's definition) and ends blocked: the report says how many resolved runs also closed."""
+    root, repo, cases = library
+    suite = tmp_path / "two.jsonl"
+    suite.write_text("".join(c.model_dump_json(exclude_defaults=True) + "\n" for c in cases[:2]))
+    command = write_worker(tmp_path, repo, cases[:2], {"lite": [c.id for c in cases[:2]]},
+                           reject={"lite": [cases[1].id]})
+    out = tmp_path / "ev"
+    done = mesh("eval", "run", str(suite), "--profile", "lite", "--worker-cmd", command, "--out", str(out), "--yes",
+                cwd=repo)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
+    [row] = report["profiles"]
+    assert (row["resolved"], row["resolved_closed"], row["finished"]) == (2, 1, 2)
+    cells = {c["case"]: c for c in report["cells"]}
+    assert cells[cases[1].id]["outcome"] == "blocked" and "ended blocked" in cells[cases[1].id]["detail"]
+    text = mesh("eval", "report", str(out), cwd=repo).stdout
+    assert "closed: resolved runs that also ended closed" in text
+    assert "2 of 2 finished, 1 of them closed" in (out / "report.html").read_text()
 
 
 def test_a_worker_that_searches_everything_finds_no_hidden_test(library, tmp_path):
@@ -159,6 +182,11 @@ def test_a_killed_eval_continues_without_running_a_case_twice(library, tmp_path)
             made = [(c["role"], c["round"], c["attempt"]) for c in calls_for(tracker, task_id=issue["id"])]
             assert len(made) == len(set(made)) == 5, made  # no call paid twice
     assert len(list(results.glob("*/*.json"))) == 9
+    # The run the kill cut counts its time before the kill too: a wall line per attempt, summed.
+    for path in results.glob("*/*.json"):
+        attempts = [float(x) for x in path.with_suffix(".wall").read_text().split()]
+        assert json.loads(path.read_text())["wall_s"] == round(sum(attempts), 3)
+        assert len(attempts) in (1, 2) and all(x >= 0 for x in attempts)
 
 
 def _started(out: Path, n: int) -> bool:
@@ -189,11 +217,9 @@ def _runs_alive(out: Path) -> bool:
     return False
 
 
-def test_the_estimate_comes_first_and_a_budget_stops_new_runs(tmp_path):
-    """Over the fake Messages API (priced models): before anything runs, the estimate from the
-    price table; a budget the first run crosses keeps the second from starting; the next
-    estimate is the cost the profile measured."""
-    from tests.fake_anthropic import FakeAnthropic, RoleScript
+def _priced_library(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """The library configured for the Messages API with a priced model, a suite of its two oldest
+    cases, and a script a lite run follows (no patch: each run ends quickly)."""
     from tests.runkit import critique, proposal, r, review, synthesis
 
     repo = make_library(tmp_path)
@@ -224,10 +250,24 @@ max_tool_turns = 0
     hydration = {"acceptance": "it works", "design": "", "notes": ""}
     one = {"proposer": [r("hydration", hydration), r("proposal", proposal())], "skeptic": [r("critique", critique())],
            "synthesizer": [r("synthesis", synthesis("NO_DIFF: not this time"))], "reviewer": [r("review", review())]}
+    return repo, suite, one
+
+
+def _api_env(fake, key: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}, "ANTHROPIC_BASE_URL": fake.url,
+            "ANTHROPIC_API_KEY": key}
+
+
+def test_the_estimate_comes_first_and_a_budget_stops_new_runs(tmp_path):
+    """Over the fake Messages API (priced models): before anything runs, the estimate from the
+    price table; a budget the first run crosses keeps the second from starting; the next
+    estimate is the cost the profile measured."""
+    from tests.fake_anthropic import FakeAnthropic, RoleScript
+
+    repo, suite, one = _priced_library(tmp_path)
     out = tmp_path / "ev"
     with FakeAnthropic(RoleScript(one)) as fake:
-        env = {**{k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}, "ANTHROPIC_BASE_URL": fake.url,
-               "ANTHROPIC_API_KEY": "k-eval-budget"}
+        env = _api_env(fake, "k-eval-budget")
         args = [*MESH, "eval", "run", str(suite), "--profile", "lite", "--out", str(out), "--max-usd", "0.000001",
                 "--yes"]
         first = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
@@ -239,6 +279,22 @@ max_tool_turns = 0
     # The second look: what lite measured per run, and still the budget.
     assert "1 run(s) to make (1 done)" in again.stderr and "measured" in again.stderr
     assert "0 run(s) graded" in again.stdout
+
+
+def test_the_batch_flag_of_an_eval_reaches_every_run(tmp_path):
+    """``mesh eval run --batch``: each run's calls go as Message Batches, priced at half."""
+    from tests.fake_anthropic import FakeAnthropic, RoleScript
+
+    repo, suite, one = _priced_library(tmp_path)
+    out = tmp_path / "ev"
+    with FakeAnthropic(RoleScript(one)) as fake:
+        done = subprocess.run([*MESH, "eval", "run", str(suite), "--profile", "lite", "--out", str(out), "--batch",
+                               "--yes"], cwd=repo, env=_api_env(fake, "k-eval-batch"), capture_output=True, text=True,
+                              timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(p.read_text()) for p in (out / "results").glob("*/*.json")]
+    assert len(results) == 2 and all(r["state"] == "unresolved" for r in results)
+    assert fake.message_requests == [] and len(fake.batched_requests) == sum(r["calls"] for r in results) > 0
 
 
 def test_an_eval_keeps_its_runs_in_postgresql(library, tmp_path, pg_url):

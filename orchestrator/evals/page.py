@@ -112,7 +112,9 @@ def _rate(p: Mapping[str, Any]) -> tuple[str, str]:
     if rate is None or not _number(p.get("finished")):
         return "no finished case", f"{resolved} of {finished} finished"
     interval = f" ({_percent(ci[0])} \u2013 {_percent(ci[1])})" if len(ci) == 2 and None not in ci else ""
-    return _percent(rate) + interval, f"{resolved} of {finished} finished"
+    closed = _number(p.get("resolved_closed"))
+    tail = f", {_count(closed)} of them closed" if closed is not None else ""
+    return _percent(rate) + interval, f"{resolved} of {finished} finished{tail}"
 
 
 def _paired(value: Any) -> str:
@@ -175,15 +177,21 @@ def _chart(profiles: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             plotted.append(p)
         else:
             left_out.append(_text(p.get("profile")))
-    costs = [_number(_dict(p.get("per_case")).get("cost_usd")) or 0.0 for p in plotted]
-    money = any(c > 0 for c in costs)
-    if money:
-        xs = costs
-        x_label = "cost per case (USD)"
-    else:
-        xs = [sum(_number(_dict(p.get("per_case")).get(f)) or 0.0 for f in ("tokens_in", "tokens_out"))
-              for p in plotted]
-        x_label = "tokens per case, in + out (every run cost $0)"
+    def per_case(*keys: str) -> list[float]:
+        return [sum(_number(_dict(p.get("per_case")).get(key)) or 0.0 for key in keys) for p in plotted]
+
+    # What a case cost, by the first measure known: money, else tokens, else calls (an agent CLI
+    # reports neither cost nor tokens to mesh), else wall time.
+    measures = [(("cost_usd",), "cost per case (USD)"),
+                (("tokens_in", "tokens_out"), "tokens per case, in + out (every run cost $0)"),
+                (("calls",), "worker calls per case (no cost or tokens known)"),
+                (("wall_s",), "wall time per case, seconds (no cost, tokens or calls known)")]
+    xs, x_label = per_case("cost_usd"), measures[0][1]
+    for keys, label in measures:
+        xs, x_label = per_case(*keys), label
+        if any(x > 0 for x in xs):
+            break
+    money = x_label == measures[0][1]
     end, x_ticks = _ticks(max(xs, default=0.0))
     plot_w, plot_h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
 

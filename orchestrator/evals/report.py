@@ -1,6 +1,7 @@
 """``mesh eval report``: an eval folder's results, per profile, as numbers a person can act on.
 
-Per profile: cases, finished runs, resolved (with the Wilson 95% interval of the rate), the
+Per profile: cases, finished runs, resolved (with the Wilson 95% interval of the rate; how many of
+those runs also ended closed, the rest blocked with a tree that passes all the same), the
 paired comparison with the first profile (cases one resolves and the other does not, McNemar's
 exact test, over the cases both finished), tokens in and out, cost, wall time, calls and review
 cycles in total and per finished case. ``report_data`` is the one dict every form is made from:
@@ -63,6 +64,8 @@ def _cell(case_id: str, profile: str, result: dict | None) -> dict[str, Any]:
 def _profile_row(profile: str, first: str, case_ids: list[str], results: dict[tuple[str, str], dict]) -> dict:
     finished = [results[(c, profile)] for c in case_ids if (c, profile) in results]
     resolved = sum(r["state"] == "resolved" for r in finished)
+    # A resolved run that ended blocked left a tree that passes, but delivered nothing: said apart.
+    closed = sum(r["state"] == "resolved" and r.get("outcome") == "closed" for r in finished)
     low, high = wilson(resolved, len(finished)) if finished else (0.0, 0.0)
     totals = {key: sum(float(r.get(key) or 0) for r in finished) for key in FIGURES}
     for key in ("tokens_in", "tokens_out", "calls", "review_cycles"):
@@ -70,6 +73,7 @@ def _profile_row(profile: str, first: str, case_ids: list[str], results: dict[tu
     totals["cost_usd"] = round(totals["cost_usd"], 6)
     totals["wall_s"] = round(totals["wall_s"], 3)
     row = {"profile": profile, "cases": len(case_ids), "finished": len(finished), "resolved": resolved,
+           "resolved_closed": closed,
            "rate": round(resolved / len(finished), 4) if finished else None,
            "ci": [round(low, 4), round(high, 4)] if finished else None, "paired": None, **totals,
            "per_case": {key: round(totals[key] / len(finished), 4) if finished else None for key in FIGURES}}
@@ -87,8 +91,8 @@ def _profile_row(profile: str, first: str, case_ids: list[str], results: dict[tu
 def lines(report: dict[str, Any]) -> list[str]:
     """The report as a terminal table, one profile a line, then what each figure means."""
     out = [f"eval {report['eval']}: {len(report['cases'])} case(s), suite {report['suite']}", ""]
-    head = (f"{'profile':<11} {'resolved':>9} {'rate':>6} {'95% CI':>13} {'vs first':>20} {'tokens in':>10}"
-            f" {'out':>8} {'cost $':>9} {'wall s':>8} {'calls':>6} {'cycles':>6}")
+    head = (f"{'profile':<11} {'resolved':>9} {'closed':>6} {'rate':>6} {'95% CI':>13} {'vs first':>20}"
+            f" {'tokens in':>10} {'out':>8} {'cost $':>9} {'wall s':>8} {'calls':>6} {'cycles':>6}")
     out += [head, "-" * len(head)]
     for row in report["profiles"]:
         per = row["per_case"]
@@ -98,13 +102,17 @@ def lines(report: dict[str, Any]) -> list[str]:
         versus = (f"{paired['only_this']} vs {paired['only_first']}, p={paired['p_value']:.2f}" if paired
                   else "(reference)")
         figure = (lambda key, fmt: format(per[key], fmt) if per[key] is not None else "-")
-        out.append(f"{row['profile']:<11} {row['resolved']:>4}/{row['finished']:<4} {rate:>6} {ci:>13} {versus:>20}"
+        closed = row.get("resolved_closed", "-")  # results of an older mesh lack it
+        out.append(f"{row['profile']:<11} {row['resolved']:>4}/{row['finished']:<4} {closed:>6} {rate:>6} {ci:>13}"
+                   f" {versus:>20}"
                    f" {figure('tokens_in', '.0f'):>10} {figure('tokens_out', '.0f'):>8}"
                    f" {figure('cost_usd', '.4f'):>9} {figure('wall_s', '.1f'):>8} {figure('calls', '.1f'):>6}"
                    f" {figure('review_cycles', '.1f'):>6}")
     pending = sum(cell["state"] == "pending" for cell in report["cells"])
-    out += ["", "tokens, cost, wall time, calls and review cycles are per finished case; 'vs first': cases this"
-                " profile resolves and the first does not, against the reverse (McNemar's exact test)."]
+    out += ["", "closed: resolved runs that also ended closed (approved); the others ended blocked, their tree"
+                " passing all the same.",
+            "tokens, cost, wall time, calls and review cycles are per finished case; 'vs first': cases this"
+            " profile resolves and the first does not, against the reverse (McNemar's exact test)."]
     if pending:
         out.append(f"{pending} run(s) not finished yet: mesh eval run continues them.")
     return out

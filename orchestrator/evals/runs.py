@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.evals.cases import Grade, case_repo, grade_run, write_json
+from orchestrator.evals.cases import Grade, case_repo, grade_run, write_json, write_text
 from orchestrator.evals.suite import Case, read_suite
 from orchestrator.sandbox.lifetime import die_with_parent
 
@@ -286,11 +286,7 @@ class EvalRun:
         wall = self.folder / "results" / case.id / f"{profile}.wall"
         error = None
         if status not in ("closed", "blocked"):
-            started = time.monotonic()
-            error = self._mesh_run(case, profile, repo, task_id, resume=status == "in_progress")
-            wall.parent.mkdir(parents=True, exist_ok=True)
-            with wall.open("a") as out:
-                out.write(f"{time.monotonic() - started:.3f}\n")
+            error = self._mesh_run(case, profile, repo, task_id, resume=status == "in_progress", wall=wall)
         return self._grade(case, profile, repo, task_id, error, wall)
 
     def _task(self, case: Case, profile: str) -> str:
@@ -300,8 +296,11 @@ class EvalRun:
                                    idempotency_key=f"{self.meta['eval']}:{case.id}:{profile}")
             return issue["id"]
 
-    def _mesh_run(self, case: Case, profile: str, repo: Path, task_id: str, *, resume: bool) -> str | None:
-        """One ``mesh run`` (``resume --force`` after a kill) of the pair; an error's text, else None."""
+    def _mesh_run(self, case: Case, profile: str, repo: Path, task_id: str, *, resume: bool,
+                  wall: Path) -> str | None:
+        """One ``mesh run`` (``resume --force`` after a kill) of the pair; an error's text, else None.
+        Its wall time so far is written to ``wall`` every few seconds, a line per attempt, so an
+        eval killed during the run still counts the time the run had taken."""
         command = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--db", self.db,
                    "--actor", ACTOR, *(["resume", task_id, "--force"] if resume else ["run"]),
                    "--label", pair_label(case.id, profile), "--repo", str(repo), "--json", "--no-land",
@@ -311,8 +310,7 @@ class EvalRun:
         if self.options.batch:
             command.append("--batch")
         env = {**os.environ, "MESH_EVAL_CASE": case.id, "MESH_EVAL_PROFILE": profile}
-        done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True,
-                              preexec_fn=die_with_parent, stdin=subprocess.DEVNULL)
+        done = _timed_run(command, cwd=repo, env=env, wall=wall)
         if done.returncode in (0, 3):  # closed (or nothing to run: finished before), blocked
             return None
         if done.returncode == 130:
@@ -357,7 +355,7 @@ class EvalRun:
             if issue["status"] == "blocked" and last.get("block_reason"):
                 # Why the run stopped is part of the grade's story (a refused patch is no change).
                 grade.detail = f"{grade.detail}; the run ended blocked: {last['block_reason']}"
-        walls = [float(x) for x in wall.read_text().split()] if wall.exists() else []
+        walls = _walls(wall)
         result = {"case": case.id, "profile": profile, "task": task_id, "state": state, "detail": grade.detail,
                   "outcome": last.get("outcome") or issue["status"], "block_reason": last.get("block_reason"),
                   "run_id": outcomes[-1].payload.get("run_id") if outcomes else None,
@@ -391,6 +389,45 @@ class EvalRun:
         passes = all(run(base, command)[0] for command in checks)
         self._checks[case.id] = (checks, passes)
         return checks, passes
+
+
+_WALL_EVERY_S = 2.0
+
+
+def _walls(path: Path) -> list[float]:
+    """The wall times of a pair's attempts (a line each; a killed eval's last line is its last note)."""
+    try:
+        return [float(x) for x in path.read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _timed_run(command: list[str], *, cwd: Path, env: dict[str, str], wall: Path) -> subprocess.CompletedProcess:
+    """Run ``command`` to its end (its output kept), noting its wall time so far as the last line of
+    ``wall`` every ``_WALL_EVERY_S`` seconds and when it ends."""
+    import tempfile
+
+    before = _walls(wall)
+    started = time.monotonic()
+
+    def note() -> None:
+        write_text(wall, "".join(f"{x:.3f}\n" for x in [*before, time.monotonic() - started]))
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, preexec_fn=die_with_parent,
+                                stdin=subprocess.DEVNULL)
+        while True:
+            note()
+            try:
+                proc.wait(timeout=_WALL_EVERY_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        note()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(command, proc.returncode, out.read().decode("utf-8", "replace"),
+                                           err.read().decode("utf-8", "replace"))
 
 
 def _config_path(repo: Path, given: Path | None) -> Path | None:
