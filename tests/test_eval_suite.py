@@ -150,6 +150,51 @@ def test_a_hidden_test_that_hangs_on_its_base_is_cut_by_the_timeout(tmp_path, mo
     assert [case.reference for case in read_suite(out)] == [ready]  # a hang on the base is a failure there
 
 
+def test_a_commit_that_changes_test_data_only_is_checked_by_the_whole_suite(tmp_path, monkeypatch):
+    """The test files a runner takes are named on the hidden command; data files are copied in,
+    not named. A commit whose test changes are data only (a new case for a data-driven test) is
+    checked by the project's whole check, which runs the test that reads the data."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repo = tmp_path / "calc"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    check = "python3 -m unittest discover -s tests -t ."
+    driven = ("import json\nimport pathlib\nimport unittest\n\nimport calc\n\n\nclass T(unittest.TestCase):\n"
+              "    def test_data(self):\n        for path in sorted(pathlib.Path('tests/data').glob('*.json')):\n"
+              "            case = json.loads(path.read_text())\n"
+              "            self.assertEqual(getattr(calc, case['fn'])(*case['args']), case['out'])\n")
+    commit(repo, "start", {"calc.py": "def add(a, b):\n    return a + b\n", "tests/__init__.py": "",
+                           "tests/test_driven.py": driven,
+                           "tests/data/add.json": '{"fn": "add", "args": [1, 2], "out": 3}\n',
+                           "mesh.toml": f'[validation]\nallow = ["{check}"]\ncheck = ["{check}"]\n'})
+    sub = commit(repo, "Add sub()", {"calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+                                                "    return a - b\n",
+                                     "tests/data/sub.json": '{"fn": "sub", "args": [3, 1], "out": 2}\n'})
+    both = commit(repo, "Add mul()", {"calc.py": (repo / "calc.py").read_text() + "\n\ndef mul(a, b):\n"
+                                                                                "    return a * b\n",
+                                      "tests/data/mul.json": '{"fn": "mul", "args": [2, 3], "out": 6}\n',
+                                      "tests/test_mul.py": unit_test("mul", "self.assertEqual(calc.mul(2, 2), 4)")})
+    out = tmp_path / "suite.jsonl"
+    result = CliRunner().invoke(cli, ["eval", "suite", "--from-git", "--repo", str(repo), "-o", str(out),
+                                      "--command", COMMAND], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    cases = {case.reference: case for case in read_suite(out)}
+    assert set(cases) == {sub, both}
+    assert cases[sub].hidden_tests == ["tests/data/sub.json"] and cases[sub].hidden_command == check
+    assert cases[both].hidden_command == "python3 -m unittest tests/test_mul.py"
+    assert sorted(cases[both].hidden_tests) == ["tests/data/mul.json", "tests/test_mul.py"]
+
+
+@pytest.mark.parametrize("path, runnable", [
+    ("tests/test_x.py", True), ("pkg/x_test.py", True), ("app/tests.py", True), ("tests/data/x.toml", False),
+    ("tests/conftest.py", False), ("tests/helpers.py", False), ("src/a.test.ts", True), ("__tests__/a.js", True),
+    ("x_test.go", True), ("tests/fixtures/a.json", False), ("spec/a_spec.rb", True)])
+def test_which_test_paths_a_runner_takes(path, runnable):
+    from orchestrator.evals.suite import is_test_file, is_test_path
+
+    assert is_test_path(path) and is_test_file(path) == runnable
+
+
 def test_the_task_of_a_case_is_the_tracker_issue_its_commit_names(history, tmp_path):
     from orchestrator.evals.suite import from_git
 

@@ -104,12 +104,16 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
         except TrackerError:  # any word of a message may look like an id; a miss is no issue
             return None
 
+    from orchestrator.toolchains.base_check import check_commands
+
+    # A commit whose test changes are data only is checked by the project's whole check.
+    whole = next(iter(check_commands(config.validation, list(inspection.view.checks))), None)
     built = BuiltSuite(out=out, command=command)
     run = sandbox_run(root, config.validation, inspection.view, timeout_s)
     policy = PatchPolicy.from_config(config.patch)
     try:
         for found in candidates(root, max_files=max_files, max_lines=max_lines, command=command, since=since,
-                                until=until, issue_of=issue_of if tracker is not None else None):
+                                until=until, issue_of=issue_of if tracker is not None else None, whole=whole):
             if limit is not None and len(built.kept) >= limit:
                 built.stopped_at_limit = True
                 break

@@ -27,14 +27,23 @@ from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Case", "Dropped", "build_tree", "candidates", "from_git", "history", "is_test_path", "policy_refusal",
+__all__ = ["Case", "Dropped", "build_tree", "candidates", "from_git", "hidden_command", "history", "is_test_file",
+           "is_test_path", "policy_refusal",
            "read_suite", "reference_patch", "sandbox_run", "verify", "verify_case", "write_suite"]
 
 _TEST_PATH = re.compile(
     r"(^|/)(tests?|__tests__|specs?|testing)/"          # a test folder
-    r"|(^|/)test_[^/]*\.py$|_test\.py$|(^|/)conftest\.py$"  # pytest and unittest files
+    r"|(^|/)test_[^/]*\.py$|_test\.py$|(^|/)conftest\.py$|(^|/)tests\.py$"  # pytest, unittest, Django
     r"|_test\.go$"                                        # go test
     r"|\.(test|spec)\.[cm]?[jt]sx?$"                      # jest, vitest, mocha, node --test
+    r"|_spec\.rb$|(^|/)test_[^/]*\.rb$",
+    re.I)
+
+
+# A file a runner takes on its command line: test code, not a test's data or helpers.
+_TEST_FILE = re.compile(
+    r"(^|/)test_[^/]*\.py$|_test\.py$|(^|/)tests?\.py$"          # pytest, unittest, Django's tests.py
+    r"|_test\.go$|\.(test|spec)\.[cm]?[jt]sx?$|(^|/)__tests__/[^/]*\.[cm]?[jt]sx?$"
     r"|_spec\.rb$|(^|/)test_[^/]*\.rb$",
     re.I)
 
@@ -42,6 +51,11 @@ _TEST_PATH = re.compile(
 def is_test_path(path: str) -> bool:
     """A file that holds tests, by the conventions of the mainstream runners."""
     return bool(_TEST_PATH.search(path))
+
+
+def is_test_file(path: str) -> bool:
+    """A test path a runner takes as an argument (not a fixture's data, not a helper module)."""
+    return bool(_TEST_FILE.search(path))
 
 
 class Case(BaseModel):
@@ -124,11 +138,27 @@ def history(repo: Path, *, since: str | None = None, until: str = "HEAD") -> Ite
             yield commit.strip(), parents.split(), message
 
 
+def hidden_command(command: str | None, tests: Sequence[str], whole: str | None = None) -> str | None:
+    """The command that runs a case's hidden tests: ``command`` with ``{tests}`` standing for the
+    test files among ``tests`` (data files and helpers are copied in, not named); when none is
+    one (the commit changed a test's data only), ``whole``, the project's whole check, which runs
+    the tests that read that data."""
+    if not command:
+        return None
+    if "{tests}" not in command:
+        return command
+    files = [path for path in tests if is_test_file(path)]
+    if files:
+        return command.replace("{tests}", " ".join(files))
+    return whole
+
+
 def candidates(repo: Path, *, max_files: int = 20, max_lines: int = 400, command: str | None = None,
-               issue_of: Any = None, since: str | None = None, until: str = "HEAD") -> Iterator[Case | Dropped]:
+               issue_of: Any = None, since: str | None = None, until: str = "HEAD",
+               whole: str | None = None) -> Iterator[Case | Dropped]:
     """Each commit of ``history`` (newest first) as a candidate case, before ``verify_case``, or as
     the reason it is none; ``command`` is the hidden command template (``{tests}`` stands for the
-    hidden test files)."""
+    hidden test files; ``whole`` runs a case whose test changes are data only: ``hidden_command``)."""
     for commit, parents, message in history(repo, since=since, until=until):
         subject = message.strip().splitlines()[0] if message.strip() else ""
         if len(parents) != 1:
@@ -152,16 +182,17 @@ def candidates(repo: Path, *, max_files: int = 20, max_lines: int = 400, command
             yield Dropped(commit, subject, why)
             continue
         title, task = _task_text(message, issue_of)
-        hidden = command.replace("{tests}", " ".join(tests)) if command else None
+        hidden = hidden_command(command, tests, whole)
         yield Case(id=commit[:12], base=parents[0], title=title, task=task, hidden_tests=tests, tests_from=commit,
                    hidden_command=hidden, reference=commit, source="git")
 
 
 def from_git(repo: Path, *, max_files: int = 20, max_lines: int = 400, command: str | None = None,
-             issue_of: Any = None, since: str | None = None, until: str = "HEAD") -> tuple[list[Case], list[Dropped]]:
+             issue_of: Any = None, since: str | None = None, until: str = "HEAD",
+             whole: str | None = None) -> tuple[list[Case], list[Dropped]]:
     """Every candidate of ``candidates`` before ``verify``, oldest first, and the commits dropped."""
     found = list(candidates(repo, max_files=max_files, max_lines=max_lines, command=command, issue_of=issue_of,
-                            since=since, until=until))[::-1]
+                            since=since, until=until, whole=whole))[::-1]
     return [c for c in found if isinstance(c, Case)], [d for d in found if isinstance(d, Dropped)]
 
 
@@ -232,7 +263,8 @@ def verify_case(repo: Path, case: Case, run: Any, policy: Any = None) -> str | N
     ``run(commit, command) -> (passed, detail)`` runs one command on one commit in the
     validation sandbox."""
     if not case.hidden_command:
-        return "no hidden command"
+        return ("no hidden command (its test changes are data only, and no project check runs the whole"
+                " suite: set validation.check)") if case.hidden_tests else "no hidden command"
     if policy is not None and (refused := policy_refusal(repo, case, policy)):
         return refused
     passed, detail = run(build_tree(repo, case, case.base), case.hidden_command)
