@@ -67,7 +67,8 @@ def make_report(*, cost: dict[str, float] = COST, states: dict[str, str] = STATE
                          "tokens_in": 9000 * ran, "tokens_out": 2000 * ran, "cost_usd": cost[name] * ran,
                          "wall_s": 25.0 * ran, "calls": 11 * ran, "review_cycles": ran, "per_case": per})
     return {"eval": "ev-20261128-1a2b", "suite": "mesh-eval-suite.jsonl", "created_at": "2026-11-28T17:40:00+00:00",
-            "profiles": profiles, "cases": CASES, "cells": cells}
+            "profiles": profiles, "cases": CASES, "cells": cells,
+            "titles": {case: f"Fix <i>the</i> parser #{index}" for index, case in enumerate(CASES)}}
 
 
 # ------------------------------------------------------------------ the page in a browser
@@ -134,6 +135,9 @@ def test_the_page_is_inert_places_its_points_links_its_cells_and_fetches_nothing
     assert any(HOSTILE in t for t in titles)
     assert browser.js("document.body.innerText").count("c05-<script>alert(2)</script>") == 1
     assert "single <b>x</b>" in browser.js("document.querySelector('table.profiles').innerText")
+    # Each case's title (its commit's subject: text from the repository) under its id, as text.
+    assert browser.js("document.querySelectorAll('i').length") == 0
+    assert "Fix <i>the</i> parser #0" in browser.js("document.querySelector('table.cases').innerText")
 
     # Nothing but the file itself was asked for.
     assert browser.requests() == [url]
@@ -152,7 +156,7 @@ def test_the_page_is_inert_places_its_points_links_its_cells_and_fetches_nothing
 
     # The grid: a row per case, a column per profile, each cell its state in words and its link.
     cells = browser.js("""Array.from(document.querySelectorAll('table.cases tbody tr')).map(tr =>
-        [tr.querySelector('th').textContent, Array.from(tr.querySelectorAll('td')).map(td =>
+        [tr.querySelector('th').firstChild.textContent, Array.from(tr.querySelectorAll('td')).map(td =>
          [td.dataset.state, td.querySelector('.state').textContent.trim(),
           td.querySelector('a') ? td.querySelector('a').href : null])])""")
     assert [row[0] for row in cells] == CASES

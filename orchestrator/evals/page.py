@@ -249,9 +249,10 @@ def _cell(raw: Any) -> dict[str, Any]:
             "href": _link(cell.get("report"))}
 
 
-def _grid(cases: Sequence[Any], profiles: Sequence[str], cells: Sequence[Any]) -> list[dict[str, Any]]:
+def _grid(cases: Sequence[Any], profiles: Sequence[str], cells: Sequence[Any],
+          titles: Mapping[str, Any]) -> list[dict[str, Any]]:
     by_key = {(str(_dict(c).get("case")), str(_dict(c).get("profile"))): c for c in cells}
-    return [{"case": _text(case), "cells": [_cell(by_key.get((str(case), str(name)), {"state": "pending"}))
+    return [{"case": _text(case), "title": _text(titles.get(str(case)))[:120], "cells": [_cell(by_key.get((str(case), str(name)), {"state": "pending"}))
                                             for name in profiles]} for case in cases]
 
 
@@ -268,7 +269,7 @@ def eval_page_data(report: Mapping[str, Any]) -> dict[str, Any]:
             "created_at": _text(report.get("created_at")),
             "profiles": [_profile_row(p) for p in profiles], "reference": _text(names[0]) if names else "",
             "chart": _chart(profiles), "names": [_text(n) for n in names],
-            "grid": _grid(_list(report.get("cases")), names, cells),
+            "grid": _grid(_list(report.get("cases")), names, cells, _dict(report.get("titles"))),
             "counts": [{"state": s, "mark": STATES[s][0], "css": STATES[s][1], "n": counts[s]} for s in STATES]}
 
 

@@ -34,8 +34,11 @@ def report_data(folder: Path) -> dict[str, Any]:
         raise ReportError(f"{folder} holds no eval (no eval.json); run mesh eval run first")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     profiles: list[str] = meta["profiles"]
+    titles: dict[str, str] = {}
     try:
-        case_ids = [case.id for case in read_suite(Path(meta["suite"]))]
+        suite = read_suite(Path(meta["suite"]))
+        case_ids = [case.id for case in suite]
+        titles = {case.id: case.title or case.task.splitlines()[0] for case in suite}
     except (OSError, ValueError):  # the suite moved: the cases that have results
         case_ids = sorted(p.name for p in (Path(folder) / "results").glob("*") if p.is_dir())
     cells = []
@@ -49,7 +52,7 @@ def report_data(folder: Path) -> dict[str, Any]:
             cells.append(_cell(case_id, profile, result))
     rows = [_profile_row(profile, profiles[0], case_ids, results) for profile in profiles]
     return {"eval": meta["eval"], "suite": meta["suite"], "created_at": meta["created_at"], "profiles": rows,
-            "cases": case_ids, "cells": cells}
+            "cases": case_ids, "titles": titles, "cells": cells}
 
 
 def _cell(case_id: str, profile: str, result: dict | None) -> dict[str, Any]:
