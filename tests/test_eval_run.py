@@ -351,10 +351,13 @@ def test_a_node_project_is_evaluated_with_its_installed_node_modules(tmp_path_fa
     assert git(repo, "status", "--porcelain") == ""
 
 
-def test_a_src_layout_package_installed_editable_is_graded_on_the_case_tree(tmp_path):
+@pytest.mark.parametrize("python", [None, ".venv/bin/python"])
+def test_a_src_layout_package_installed_editable_is_graded_on_the_case_tree(tmp_path, python):
     """A src-layout package installed editable into the checkout's virtualenv (``setup.py develop``,
     like ``pip install -e .``): the install's ``.pth`` names the checkout's path, so validation and
-    grading show a case's tree there; the case solved is resolved, the case left alone is not."""
+    grading show a case's tree there; the case solved is resolved, the case left alone is not. The
+    environment is found (``.venv``), or named in the config by a path relative to the checkout,
+    which a case's repository, standing for the checkout, resolves there too."""
     import sys
 
     repo = tmp_path / "srcpkg"
@@ -369,7 +372,8 @@ def test_a_src_layout_package_installed_editable_is_graded_on_the_case_tree(tmp_
     check = "python -m unittest discover -s tests -t ."
     (repo / "mesh.toml").write_text(
         'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\nworker_network = "host"\n\n'
-        f'[validation]\nallow = ["{check}", "python -m unittest {{tests}}"]\ntimeout_s = 60\n')
+        f'[validation]\nallow = ["{check}", "python -m unittest {{tests}}"]\ntimeout_s = 60\n'
+        + (f'python = "{python}"\n' if python else ""))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "Start srcpkg")
     for name, body in (("shout", "return text.upper() + '!'"), ("whisper", "return text.lower() + '...'")):

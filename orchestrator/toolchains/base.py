@@ -76,6 +76,8 @@ class Project:
     env_dir: str | None = None
     # False (``mesh init``): describe the project as it is meant to be, installed or not.
     check_installed: bool = True
+    # The checkout this repository stands for (an eval's case repository: ``view.validate_at``).
+    stands_for: str | None = None
 
     def has(self, relative: str) -> bool:
         """True when ``relative`` is a tracked file."""

@@ -53,11 +53,14 @@ def load_project(repo: Path, settings: Any = None, environ: Mapping[str, str] | 
     """The facts of the repository ``repo`` the toolchains read (``settings``: a ``[validation]``
     table, for its ``python`` and ``env_dir``)."""
     root = Path(repo).absolute()
+    stands_for = validate_at(root)
+    python, env_dir = getattr(settings, "python", None), getattr(settings, "env_dir", None)
+    if stands_for:  # a relative path of the config names a place in the checkout this one stands for
+        python, env_dir = (os.path.join(stands_for, p) if p and not os.path.isabs(p) else p for p in (python, env_dir))
     return Project(root=root, tracked=_git_paths(root), ignored=_git_paths(
         root, "--others", "--ignored", "--exclude-standard", "--directory"),
         cache_root=project_cache_root(root), environ=dict(os.environ if environ is None else environ),
-        python=getattr(settings, "python", None), env_dir=getattr(settings, "env_dir", None),
-        check_installed=check_installed)
+        python=python, env_dir=env_dir, check_installed=check_installed, stands_for=stands_for)
 
 
 @dataclass
@@ -119,7 +122,7 @@ def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None 
     notes += [f"generated files carried from the checkout: {_few(carried)}"] if carried else []
     notes += [f"setup before each validation command: {'; '.join(setup)}"] if setup else []
     notes += pruned
-    tree_at = validate_at(project.root)
+    tree_at = project.stands_for
     notes += [f"validation shows the tree at {tree_at} (the checkout this repository stands for)"] if tree_at else []
     view = ProjectView(project_root=str(project.root), python=python, mounts=tuple(mounts), path=tuple(path),
                        env=tuple(sorted(env.items())), carried=tuple(carried), setup=setup,
