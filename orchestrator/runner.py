@@ -129,6 +129,9 @@ def make_backend(config: MeshConfig, options: RunOptions, tracker: Tracker | Non
             return get_backend("replay", script=Path(options.script))
         if name == "command":
             return _command_backend(config, options, tracker)
+        if name == "anthropic" and config.anthropic.batch:
+            # Which batch holds which request: a run killed while its batch ran takes its answers later.
+            return get_backend(name, config=config, batch_journal=cache_dir() / "mesh-batches" / "journal.jsonl")
         return get_backend(name, config=config)
     except BackendError as exc:
         raise RunError(str(exc), 2) from None

@@ -24,7 +24,7 @@ from roles.backends.anthropic import AnthropicBackend
 from roles.backends.base import BackendError
 from roles.backends.batching import BatchCollector
 from tests.fake_anthropic import api_error, batch_result, message, serving, tool_use
-from tests.runkit import demo_script, happy_script, make_workspace, proposal, r
+from tests.runkit import TASK, demo_script, happy_script, make_workspace, proposal, r
 from tests.test_anthropic_backend import KEY as BACKEND_KEY, PROPOSAL, config, request
 from tests.test_anthropic_run import KEY, assert_key_written_nowhere, calls, run_anthropic
 
@@ -93,6 +93,54 @@ def test_the_batch_flag_of_mesh_run_sends_every_call_in_a_batch(ws):
     assert fake.message_requests == [] and len(fake.batched_requests) == report["usage"]["calls"] > 0
 
 
+def test_a_run_killed_while_its_batch_runs_takes_that_batchs_answers_when_resumed(ws):
+    """SIGKILL while a batch runs leaves it running on the API's side (billed all the same): the
+    resumed run finds its requests in the batch journal and takes their answers from that batch;
+    no request is sent in a batch twice."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.fake_anthropic import FakeAnthropic, RoleScript
+    from tests.test_anthropic_run import config_text
+
+    cfg = ws.root / "mesh-batch.toml"
+    cfg.write_text(config_text(ws, anthropic=BATCH))
+    responder = RoleScript(demo_script())
+    base = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--db", str(ws.db), "--actor",
+            "tester"]
+    with FakeAnthropic(responder, batch_polls=10**6) as fake:
+        env = {**{k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}, "ANTHROPIC_BASE_URL": fake.url,
+               "ANTHROPIC_API_KEY": KEY}
+        proc = subprocess.Popen([*base, "run", "--label", "plan:demo", "--backend", "anthropic", "--repo",
+                                 str(ws.repo), "--config", str(cfg), "--no-land", "--json"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        journal = Path(os.environ["XDG_CACHE_HOME"]) / "mesh-batches" / "journal.jsonl"
+        deadline = time.monotonic() + 60
+        # Killed once the batch is noted in the journal (right after it was created).
+        while not (fake.batches and journal.exists() and fake.batches[0].id in journal.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "no batch was created and noted"
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait(timeout=30)
+        [first] = fake.batches
+        assert not first.canceled and first.status == "in_progress"  # left running, as after a crash
+        for batch in fake.batches:
+            batch.polls_left = 0
+        fake.batch_polls = 0
+        done = subprocess.run([*base, "resume", TASK, "--force", "--backend", "anthropic", "--repo", str(ws.repo),
+                               "--config", str(cfg), "--no-land", "--json"], env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outcome"] == "closed"
+    # The first batch's request was answered once and taken by the resumed run, not sent again.
+    assert len(fake.batched_requests) == len(calls(ws))
+    later = [json.dumps(req.body, sort_keys=True) for batch in fake.batches[1:] for req in batch.requests]
+    assert all(json.dumps(req.body, sort_keys=True) not in later for req in first.requests)
+    assert fake.message_requests == []
+
+
 def test_an_errored_or_expired_batch_request_takes_the_engines_retry(ws):
     script = happy_script()
     script["critic_b"][:0] = [api_error(500, "api_error", "boom")]
@@ -145,6 +193,28 @@ def fake(monkeypatch):
 
 def batched(**settings) -> AnthropicBackend:
     return AnthropicBackend(config(batch=True, batch_window_s=0.2, batch_poll_s=0.05, **settings))
+
+
+def test_a_journal_entry_of_a_batch_the_api_no_longer_has_is_passed_over(fake, tmp_path):
+    """The journal names a batch the API does not know (deleted, another account's): the request
+    goes out in a new batch, and the entry is not looked for again."""
+    from roles.backends.batch_journal import BatchJournal
+
+    path = tmp_path / "journal.jsonl"
+    fake.push(message(json.dumps(PROPOSAL)), message(json.dumps(PROPOSAL)))
+    backend = AnthropicBackend(config(batch=True, batch_window_s=0.05, batch_poll_s=0.05), batch_journal=path)
+    assert backend.call(request()).error is None
+    backend.close()
+    # As if that batch had never been read: its entry unused, its id one the API never gave.
+    [entry] = [json.loads(line) for line in path.read_text().splitlines() if "key" in json.loads(line)]
+    path.write_text(json.dumps({**entry, "batch": "msgbatch_gone"}) + "\n")
+    backend = AnthropicBackend(config(batch=True, batch_window_s=0.05, batch_poll_s=0.05), batch_journal=path)
+    response = backend.call(request())
+    backend.close()
+    assert response.error is None and json.loads(response.text)["plan"] == PROPOSAL["plan"]
+    assert len(fake.batches) == 2
+    assert any(req.method == "GET" and req.path.endswith("/msgbatch_gone") for req in fake.requests)
+    assert BatchJournal(path).pending(entry["key"]) is None
 
 
 def test_concurrent_calls_share_a_batch_and_each_gets_its_own_answer(fake):

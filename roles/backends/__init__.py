@@ -7,7 +7,9 @@
 - ``anthropic`` (the Messages API, with the read-only repository ``tools``) and ``llm``
   (``llm_backend``: any model of the ``llm`` library); their SDKs are imported only when
   the backend is built, so ``mesh --help`` stays cheap;
-- ``settings``: what those two read of the run's configuration, as protocols.
+- ``settings``: what those two read of the run's configuration, as protocols;
+- ``batching`` and ``batch_journal``: the anthropic backend's batch mode, and the file that
+  lets a resumed run take the answers of a batch a killed run left running.
 
 It may import the rest of roles (prompts, schemas, definitions), redact, and the backends'
 own SDKs; never tracker or orchestrator: the run's configuration is passed in, typed by

@@ -39,7 +39,8 @@ One call of the backend is one worker answer:
   Batches API instead, the requests made at the same time (a round's critics or voters, the
   next tool turns) gathered into one batch by ``roles.backends.batching``; the call waits
   for its result and goes on as above. Usage and ``worst_case`` are priced at the batch
-  price, half the price table's.
+  price, half the price table's. With ``batch_journal`` (a file), a run killed while its
+  batch ran takes that batch's answers when resumed (``roles.backends.batch_journal``).
 
 API errors never escape as tracebacks: an answer the run can recover from is a
 ``WorkerResponse`` error; only what a user must fix (no key, a key the API refuses,
@@ -55,6 +56,7 @@ import math
 import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -62,6 +64,7 @@ from pydantic import BaseModel, ValidationError
 # The rounds whose prompt offers an outbox: the schema must offer it in the same rounds.
 from ..schemas import answer_model
 from .base import Backend, BackendError, Usage, WorkerRequest, WorkerResponse
+from .batch_journal import BatchJournal
 from .batching import BATCH_PRICE_FACTOR, MessageBatches
 # The run's config is passed in, typed by what a backend reads of it: roles/ never imports
 # the orchestrator.
@@ -98,7 +101,8 @@ class AnthropicBackend(Backend):
 
     name = "anthropic"
 
-    def __init__(self, config: BackendConfig | None = None, *, api_key: str | None = None):
+    def __init__(self, config: BackendConfig | None = None, *, api_key: str | None = None,
+                 batch_journal: str | os.PathLike[str] | None = None):
         if config is None:
             raise BackendError("the anthropic backend needs the run's config (models, prices, anthropic settings)")
         key = (api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")).strip()
@@ -130,7 +134,8 @@ class AnthropicBackend(Backend):
             self._batches = MessageBatches(self._client, poll_s=settings.batch_poll_s,
                                            timeout_s=settings.batch_timeout_s, window_s=settings.batch_window_s,
                                            guarded=self._guarded,
-                                           failed=lambda kind, detail: self._failed(kind, detail, None))
+                                           failed=lambda kind, detail: self._failed(kind, detail, None),
+                                           journal=BatchJournal(Path(batch_journal)) if batch_journal else None)
 
     # ------------------------------------------------------------------ calls
 

@@ -11,6 +11,10 @@ request gives: the SDK's message, or a failed ``WorkerResponse`` (``errored`` is
 are ``timeout``, ``canceled`` is ``no_response``). A batch still running when the backend
 is closed is cancelled. ``BATCH_PRICE_FACTOR`` is the discount the backend prices with.
 
+With a journal (``batch_journal.BatchJournal``), each batch's requests are noted when it is
+created, and a request that an earlier process sent in a batch it never read (killed while the
+batch ran) takes that batch's answer: a resumed run pays no request twice.
+
 May import: the standard library and ``roles.backends`` (the SDK client comes in as an
 argument, so nothing here loads the SDK).
 """
@@ -23,7 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from .base import WorkerResponse
+from .base import BackendError, WorkerResponse
+from .batch_journal import BatchJournal, Entry, fingerprint
 
 __all__ = ["BATCH_PRICE_FACTOR", "BatchCollector", "MessageBatches"]
 
@@ -104,8 +109,9 @@ class MessageBatches:
 
     def __init__(self, client: Any, *, poll_s: float, timeout_s: float, window_s: float,
                  guarded: Callable[[Callable[[], Any], str], Any],
-                 failed: Callable[[str, str], WorkerResponse]):
+                 failed: Callable[[str, str], WorkerResponse], journal: BatchJournal | None = None):
         self._client = client
+        self._journal = journal
         self._poll_s = poll_s
         self._timeout_s = timeout_s
         self._guarded = guarded
@@ -122,10 +128,59 @@ class MessageBatches:
         return self.collector.submit(params)
 
     def send(self, requests: list[dict[str, Any]]) -> list[Any]:
-        """One batch of ``requests``: created, waited for, its results matched by custom_id."""
+        """One batch of ``requests``: created, waited for, its results matched by custom_id. With a
+        journal, a request an earlier process sent in a batch it never read takes that answer."""
         models = ", ".join(sorted({str(params.get("model")) for params in requests}))
         if self._closed.is_set():
             return self._all_failed(len(requests), "no_response", "the backend was closed before the batch was sent")
+        keys = [fingerprint(str(self._client.base_url), params) for params in requests] if self._journal else []
+        results: list[Any] = [None] * len(requests)
+        if self._journal is not None:
+            earlier: dict[str, dict[int, Entry]] = {}
+            for index, key in enumerate(keys):
+                if (entry := self._journal.pending(key)) is not None:
+                    earlier.setdefault(entry.batch, {})[index] = entry
+            for batch_id, entries in earlier.items():
+                for index, message in self._earlier(batch_id, entries, models).items():
+                    results[index] = message
+        fresh = [index for index, result in enumerate(results) if result is None]
+        if fresh:
+            answers = self._send_new([requests[i] for i in fresh], [keys[i] for i in fresh] if keys else [], models)
+            for index, answer in zip(fresh, answers):
+                results[index] = answer
+        return results
+
+    def _earlier(self, batch_id: str, entries: dict[int, Entry], models: str) -> dict[int, Any]:
+        """The succeeded answers of an earlier process's batch ``batch_id`` (waited for while it
+        runs), by request index; nothing when the batch is gone or its look fails."""
+        assert self._journal is not None
+        try:
+            batch = self._guarded(lambda: self._client.messages.batches.retrieve(batch_id), models)
+        except BackendError:  # 404: the API knows no such batch (deleted, or of another account)
+            batch = None
+        if isinstance(batch, WorkerResponse):
+            return {}  # the API did not answer: the entries may serve a later look
+        if getattr(batch, "id", None) != batch_id:
+            self._journal.used(list(entries.values()))  # gone: not looked for again
+            return {}
+        with self._lock:
+            self._running.add(batch_id)  # close() cancels it like one of ours
+        ended = self._wait(batch, models)
+        if isinstance(ended, WorkerResponse):
+            if self._take(batch_id):
+                self._cancel(batch_id)
+            return {}
+        self._take(batch_id)
+        lines = self._guarded(lambda: {line.custom_id: line.result
+                                       for line in self._client.messages.batches.results(batch_id)}, models)
+        if isinstance(lines, WorkerResponse):
+            return {}
+        taken = {index: lines[entry.custom_id].message for index, entry in entries.items()
+                 if getattr(lines.get(entry.custom_id), "type", None) == "succeeded"}
+        self._journal.used(list(entries.values()))  # taken now, or an answer none can take (errored)
+        return taken
+
+    def _send_new(self, requests: list[dict[str, Any]], keys: list[str], models: str) -> list[Any]:
         with self._lock:
             self._creating += 1
         batch = None
@@ -142,17 +197,26 @@ class MessageBatches:
                 self._created.notify_all()
         if isinstance(batch, WorkerResponse):
             return self._copies(batch, len(requests), "the batch was not created: ")
+        if self._journal is not None:
+            self._journal.sent(batch.id, keys)
+        entries = [Entry(key, batch.id, f"r{index}", 0.0) for index, key in enumerate(keys)]
         ended = self._wait(batch, models)
         if isinstance(ended, WorkerResponse):
             if self._take(batch.id):
                 self._cancel(batch.id)
+            self._used(entries)
             return self._copies(ended, len(requests), f"batch {batch.id}: ")
         self._take(batch.id)
         results = self._guarded(lambda: {line.custom_id: line.result
                                          for line in self._client.messages.batches.results(batch.id)}, models)
         if isinstance(results, WorkerResponse):
             return self._copies(results, len(requests), f"batch {batch.id}, reading its results: ")
+        self._used(entries)
         return [self._outcome(results.get(f"r{index}"), batch.id) for index in range(len(requests))]
+
+    def _used(self, entries: list[Entry]) -> None:
+        if self._journal is not None and entries:
+            self._journal.used(entries)
 
     def _wait(self, batch: Any, models: str) -> Any:
         """The batch once ended, or a failure: the backend closed, the wait too long, a look failed."""
