@@ -126,6 +126,15 @@ def test_vitest_runs_with_its_vite_cache_outside_the_tree(templates, tmp_path):
     assert not list((repo / "node_modules" / ".vite").rglob("results.json"))
 
 
+def test_a_tool_of_node_modules_bin_runs_by_its_path_in_the_tree(templates, tmp_path):
+    """``node_modules/.bin/vitest``: the tree copy holds no node_modules (the sandbox shows the
+    checkout's there), so the program is found through the view's mount, not the copy."""
+    repo = vitest_project(templates, tmp_path)
+    passing, missing = validate(repo, ["node_modules/.bin/vitest run", "node_modules/.bin/nope run"])
+    assert passing.passed, passing.stdout_tail + passing.stderr_tail
+    assert missing.reason == "not_found" and "node_modules/.bin/nope" in missing.stderr_tail
+
+
 def test_a_go_module_tests_offline_from_its_module_cache(tmp_path):
     repo, env = go_project(tmp_path)
     inspection = inspect(repo, None, env)

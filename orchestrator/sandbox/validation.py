@@ -104,14 +104,38 @@ class ValidationResult:
         return {**asdict(self), "tests": self.tests.to_dict() if self.tests else None}
 
 
-def _resolve_program(program: str, root: Path, search_path: str) -> str | None:
+def _resolve_program(program: str, root: Path, search_path: str, view: ProjectView | None = None) -> str | None:
     if "/" in program:
         candidate = program if os.path.isabs(program) else os.path.join(root, program)
-        return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+        if not os.path.isabs(program) and _in_tree_mount(program, view):
+            # ``node_modules/.bin/tape``: the tree copy holds no node_modules, the sandbox shows it
+            # there (the view's read-only mount); the path inside the tree is what runs.
+            return candidate
+        return None
     # An empty or relative PATH entry means "the current directory": here the tree under
     # test, whose files the patch controls. Only absolute entries are searched.
     search = os.pathsep.join(entry for entry in search_path.split(os.pathsep) if os.path.isabs(entry))
     return shutil.which(program, path=search) if search else None
+
+
+def _in_tree_mount(program: str, view: ProjectView | None) -> bool:
+    """True when ``program`` (relative to the tree) is an executable file of one of ``view``'s
+    read-only mounts into the tree, as the sandbox shows it."""
+    parts = Path(program).parts
+    if ".." in parts or not parts:
+        return False
+    for mount in view.mounts if view else ():
+        if not mount.in_tree or mount.writable:
+            continue
+        prefix = Path(mount.target).parts
+        if tuple(parts[:len(prefix)]) == prefix and len(parts) > len(prefix):
+            source = os.path.join(mount.source, *parts[len(prefix):])
+            real, base = os.path.realpath(source), os.path.realpath(mount.source)
+            # Followed links must stay in the mount: what runs inside is what was checked here.
+            return real.startswith(base + os.sep) and os.path.isfile(real) and os.access(real, os.X_OK)
+    return False
 
 
 def _absolute_path_entries(path: str | None) -> str:
@@ -464,7 +488,7 @@ def _resolve_setup(place: _Place, allow: Sequence[str]) -> str | None:
         argv = split(command)
         if not argv or matching_template(command, allow) is None:
             return f"the setup command {command!r} is not admitted by validation.allow: {explain(command, allow)}"
-        program = _resolve_program(argv[0], place.root, place.env["PATH"])
+        program = _resolve_program(argv[0], place.root, place.env["PATH"], place.view)
         if program is None:
             return f"the setup command {command!r}: program not found: {argv[0]}"
         if program.startswith(str(place.root) + os.sep):
@@ -493,7 +517,7 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         return _rejected(command, "not_allowed", started, f"no allowlist entry matches: {explain(command, allow)}")
     if not all(stays_inside(place.root, arg) for arg in placeholder_args(argv, template)):
         return _rejected(command, "not_allowed", started, "a path leaves the worktree")
-    program = _resolve_program(argv[0], place.root, place.env["PATH"])
+    program = _resolve_program(argv[0], place.root, place.env["PATH"], place.view if place.bwrap else None)
     if program is None:
         return ValidationResult(
             command=scrub(command), exit_code=None, passed=False, rejected=False,
