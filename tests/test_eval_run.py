@@ -189,6 +189,36 @@ def test_a_killed_eval_continues_without_running_a_case_twice(library, tmp_path)
         assert len(attempts) in (1, 2) and all(x >= 0 for x in attempts)
 
 
+def test_ctrl_c_stops_the_eval_and_its_runs_and_starts_no_other(library, tmp_path):
+    """SIGINT (a terminal's Ctrl-C): the run under way stops after a checkpoint, no queued pair
+    starts, the eval exits 130; run again, it continues to the end."""
+    root, repo, cases = library
+    command = write_worker(tmp_path, repo, cases, {"single": [c.id for c in cases]})
+    out = tmp_path / "ev"
+    args = [*MESH, "eval", "run", str(root / "suite.jsonl"), "--profile", "single", "--worker-cmd", command,
+            "--out", str(out), "--yes"]
+    env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
+    proc = subprocess.Popen(args, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    results = out / "results"
+    deadline = time.monotonic() + 300
+    while not (len(list(results.glob("*/*.json"))) >= 2 and _started(out, 3)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the eval ended before Ctrl-C"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "stopped: mesh eval run continues where it stopped" in err
+    finished = len(list(results.glob("*/*.json")))
+    assert finished <= 3  # the two before, and at most the one under way: nothing queued started
+    time.sleep(0.5)
+    assert not _runs_alive(out)
+    again = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"{9 - finished} run(s) to make ({finished} done)" in again.stderr
+    report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
+    assert [(r["resolved"], r["finished"]) for r in report["profiles"]] == [(9, 9)]
+
+
 def _started(out: Path, n: int) -> bool:
     """True once ``n`` tasks of the eval have a checkpoint."""
     db = out / "tracker.db"

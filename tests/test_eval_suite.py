@@ -181,6 +181,7 @@ def test_a_commit_that_changes_test_data_only_is_checked_by_the_whole_suite(tmp_
     cases = {case.reference: case for case in read_suite(out)}
     assert set(cases) == {sub, both}
     assert cases[sub].hidden_tests == ["tests/data/sub.json"] and cases[sub].hidden_command == check
+    assert f"run by the whole check: {check}" in result.stdout
     assert cases[both].hidden_command == "python3 -m unittest tests/test_mul.py"
     assert sorted(cases[both].hidden_tests) == ["tests/data/mul.json", "tests/test_mul.py"]
 
@@ -188,11 +189,22 @@ def test_a_commit_that_changes_test_data_only_is_checked_by_the_whole_suite(tmp_
 @pytest.mark.parametrize("path, runnable", [
     ("tests/test_x.py", True), ("pkg/x_test.py", True), ("app/tests.py", True), ("tests/data/x.toml", False),
     ("tests/conftest.py", False), ("tests/helpers.py", False), ("src/a.test.ts", True), ("__tests__/a.js", True),
-    ("x_test.go", True), ("tests/fixtures/a.json", False), ("spec/a_spec.rb", True)])
+    ("x_test.go", True), ("tests/fixtures/a.json", False), ("spec/a_spec.rb", True),
+    # tape, tap and mocha keep scripts in test/; node --test runs every script under test/
+    ("test/bool.js", True), ("test/unit/parse.mjs", True), ("test/fixtures/input.js", False),
+    ("test/helpers/setup.js", False), ("tests/data/valid/x.toml", False)])
 def test_which_test_paths_a_runner_takes(path, runnable):
     from orchestrator.evals.suite import is_test_file, is_test_path
 
     assert is_test_path(path) and is_test_file(path) == runnable
+
+
+def test_a_hidden_command_whose_program_is_not_installed_stops_the_build_once(history, tmp_path):
+    repo, _ = history
+    result = CliRunner().invoke(cli, ["eval", "suite", "--from-git", "--repo", str(repo), "-o", str(tmp_path / "s"),
+                                      "--command", "no-such-runner {tests}"])
+    assert result.exit_code == 2 and result.output.count("the hidden tests' command") == 1, result.output
+    assert "cannot run: not_found" in result.output and not (tmp_path / "s").exists()
 
 
 def test_the_task_of_a_case_is_the_tracker_issue_its_commit_names(history, tmp_path):

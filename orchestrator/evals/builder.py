@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from tracker.errors import TrackerError
 
-from orchestrator.evals.suite import Case, Dropped, candidates, sandbox_run, verify_case, write_suite
+from orchestrator.evals.suite import Case, CommandUnusable, Dropped, candidates, sandbox_run, verify_case, write_suite
 
 __all__ = ["BuiltSuite", "SuiteError", "build_suite", "hidden_command_for"]
 
@@ -34,7 +34,9 @@ class BuiltSuite:
     def lines(self) -> list[str]:
         """The outcome as terminal lines: one per kept case, one per dropped commit."""
         out = [f"hidden tests run with: {self.command}"]
-        out += [f"kept    {case.id}  {case.title[:70]}  ({len(case.hidden_tests)} test file(s))" for case in self.kept]
+        out += [f"kept    {case.id}  {case.title[:70]}  ({len(case.hidden_tests)} test file(s)"
+                + ("" if any(path in (case.hidden_command or "") for path in case.hidden_tests)
+                   else f"; run by the whole check: {case.hidden_command}") + ")" for case in self.kept]
         out += [f"dropped {d.commit[:12]}  {d.subject[:50]}: {d.why}" for d in self.dropped]
         tail = "; the limit was reached: older commits were not looked at" if self.stopped_at_limit else ""
         out.append(f"{len(self.kept)} case(s) written to {self.out}; {len(self.dropped)} commit(s) dropped"
@@ -128,6 +130,8 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
                 built.kept.append(found)
             else:
                 built.dropped.append(Dropped(found.reference or found.base, found.title, why))
+    except CommandUnusable as exc:
+        raise SuiteError(f"the hidden tests' command {exc}; fix --command, or validation.allow / check") from None
     finally:
         if tracker is not None:
             tracker.close()

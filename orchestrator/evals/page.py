@@ -252,8 +252,9 @@ def _cell(raw: Any) -> dict[str, Any]:
 def _grid(cases: Sequence[Any], profiles: Sequence[str], cells: Sequence[Any],
           titles: Mapping[str, Any]) -> list[dict[str, Any]]:
     by_key = {(str(_dict(c).get("case")), str(_dict(c).get("profile"))): c for c in cells}
-    return [{"case": _text(case), "title": _text(titles.get(str(case)))[:120], "cells": [_cell(by_key.get((str(case), str(name)), {"state": "pending"}))
-                                            for name in profiles]} for case in cases]
+    return [{"case": _text(case), "title": _text(titles.get(str(case)))[:120],
+             "cells": [_cell(by_key.get((str(case), str(name)), {"state": "pending"})) for name in profiles]}
+            for case in cases]
 
 
 # ------------------------------------------------------------------ the page

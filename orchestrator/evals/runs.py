@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -116,6 +117,9 @@ class EvalRun:
         self.db = options.db or str(self.folder / "tracker.db")
         self._spent_lock = threading.Lock()
         self._stopped_for_budget = False
+        self._stopping = threading.Event()
+        self._children: set[subprocess.Popen] = set()
+        self._children_lock = threading.Lock()
         self._checks: dict[str, tuple[list[str], bool]] = {}  # case -> (check commands, base passes them)
         self.view = None
 
@@ -232,12 +236,17 @@ class EvalRun:
         skipped = 0
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
             futures = {pool.submit(self.pair, case, profile): (case, profile) for case, profile in pending}
-            for future in concurrent.futures.as_completed(futures):
-                outcome = future.result()
-                if outcome is None:
-                    skipped += 1
-                else:
-                    results.append(outcome)
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    outcome = future.result()
+                    if outcome is None:
+                        skipped += 1
+                    else:
+                        results.append(outcome)
+            except KeyboardInterrupt:
+                self.stop()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
         return {"eval": self.meta["eval"], "folder": str(self.folder), "ran": len(results), "skipped": skipped,
                 "resolved": sum(r["state"] == "resolved" for r in results)}
 
@@ -263,8 +272,21 @@ class EvalRun:
         if found is not None:
             os.environ["VIRTUAL_ENV"] = found.prefix
 
+    def stop(self) -> None:
+        """Ctrl-C: no pair starts any more, and the runs under way are asked to stop after their
+        next checkpoint (SIGINT, as a terminal's Ctrl-C would; ``mesh eval run`` again continues them)."""
+        self._stopping.set()
+        with self._children_lock:
+            children = list(self._children)
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGINT)
+
     def pair(self, case: Case, profile: str) -> dict | None:
-        """Run (or resume) and grade one (case, profile); None when the budget kept it from starting."""
+        """Run (or resume) and grade one (case, profile); None when the budget kept it from
+        starting, or the eval is stopping."""
+        if self._stopping.is_set():
+            raise KeyboardInterrupt
         if self.over_budget():
             return None
         try:
@@ -310,7 +332,7 @@ class EvalRun:
         if self.options.batch:
             command.append("--batch")
         env = {**os.environ, "MESH_EVAL_CASE": case.id, "MESH_EVAL_PROFILE": profile}
-        done = _timed_run(command, cwd=repo, env=env, wall=wall)
+        done = _timed_run(command, cwd=repo, env=env, wall=wall, children=(self._children, self._children_lock))
         if done.returncode in (0, 3):  # closed (or nothing to run: finished before), blocked
             return None
         if done.returncode == 130:
@@ -402,9 +424,11 @@ def _walls(path: Path) -> list[float]:
         return []
 
 
-def _timed_run(command: list[str], *, cwd: Path, env: dict[str, str], wall: Path) -> subprocess.CompletedProcess:
+def _timed_run(command: list[str], *, cwd: Path, env: dict[str, str], wall: Path,
+               children: tuple[set, threading.Lock]) -> subprocess.CompletedProcess:
     """Run ``command`` to its end (its output kept), noting its wall time so far as the last line of
-    ``wall`` every ``_WALL_EVERY_S`` seconds and when it ends."""
+    ``wall`` every ``_WALL_EVERY_S`` seconds and when it ends; the process is in ``children``
+    (a set and its lock) while it runs."""
     import tempfile
 
     before = _walls(wall)
@@ -414,15 +438,24 @@ def _timed_run(command: list[str], *, cwd: Path, env: dict[str, str], wall: Path
         write_text(wall, "".join(f"{x:.3f}\n" for x in [*before, time.monotonic() - started]))
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        # A session of its own: a terminal's Ctrl-C reaches the eval alone, which asks each run to
+        # stop once (EvalRun.stop); a second signal to a run would end it at once.
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, preexec_fn=die_with_parent,
-                                stdin=subprocess.DEVNULL)
-        while True:
-            note()
-            try:
-                proc.wait(timeout=_WALL_EVERY_S)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        running, lock = children
+        with lock:
+            running.add(proc)
+        try:
+            while True:
+                note()
+                try:
+                    proc.wait(timeout=_WALL_EVERY_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        finally:
+            with lock:
+                running.discard(proc)
         note()
         out.seek(0)
         err.seek(0)

@@ -27,9 +27,9 @@ from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Case", "Dropped", "build_tree", "candidates", "from_git", "hidden_command", "history", "is_test_file",
-           "is_test_path", "policy_refusal",
-           "read_suite", "reference_patch", "sandbox_run", "verify", "verify_case", "write_suite"]
+__all__ = ["Case", "CommandUnusable", "Dropped", "build_tree", "candidates", "from_git", "hidden_command", "history",
+           "is_test_file", "is_test_path", "policy_refusal", "read_suite", "reference_patch", "sandbox_run", "verify",
+           "verify_case", "write_suite"]
 
 _TEST_PATH = re.compile(
     r"(^|/)(tests?|__tests__|specs?|testing)/"          # a test folder
@@ -44,6 +44,9 @@ _TEST_PATH = re.compile(
 _TEST_FILE = re.compile(
     r"(^|/)test_[^/]*\.py$|_test\.py$|(^|/)tests?\.py$"          # pytest, unittest, Django's tests.py
     r"|_test\.go$|\.(test|spec)\.[cm]?[jt]sx?$|(^|/)__tests__/[^/]*\.[cm]?[jt]sx?$"
+    # node --test's own defaults (any script under test/), and tape's, tap's and mocha's test/*.js
+    r"|(^|/)tests?/(?!(.*/)?(fixtures?|data|helpers?|__fixtures__)/)(.*/)?[^./][^/]*\.[cm]?[jt]sx?$"
+    r"|[-_]test\.[cm]?js$|(^|/)test-[^/]*\.[cm]?js$|(^|/)test\.[cm]?js$"
     r"|_spec\.rb$|(^|/)test_[^/]*\.rb$",
     re.I)
 
@@ -77,6 +80,11 @@ class Case(BaseModel):
     def hidden_paths(self) -> list[str]:
         """Every hidden test file's path."""
         return list(dict.fromkeys([*self.hidden_tests, *self.hidden_files]))
+
+
+class CommandUnusable(ValueError):
+    """A hidden or check command that cannot run on any commit (its program is not installed, it
+    does not parse): a mistake of the command or the configuration, not of a case."""
 
 
 @dataclass(frozen=True)
@@ -330,6 +338,7 @@ def sandbox_run(repo: Path, settings: Any, view: Any, timeout_s: float | None = 
     with the ``[validation]`` table's limits (``timeout_s``: its own time limit) and the project's
     view (its toolchains). The command is the suite's own, so it is admitted as it is. The
     detail of a failure names its reason and the line of output that says why."""
+    from orchestrator.sandbox.allowlist import split
     from orchestrator.sandbox.validation import run_validation
 
     limit = timeout_s or settings.timeout_s
@@ -340,6 +349,11 @@ def sandbox_run(repo: Path, settings: Any, view: Any, timeout_s: float | None = 
                                   env_names=settings.env, limits=settings.limits, environment=view)
         if result.passed:
             return True, "passed"
+        program = (split(command) or [""])[0]
+        if result.rejected or (result.reason == "not_found" and "/" not in program):
+            # Not the case's doing: the same on every commit (a program not installed, a command
+            # that does not parse): said once, not blamed on each case.
+            raise CommandUnusable(f"{command!r} cannot run: {result.reason}: {result.stderr_tail.strip()[:300]}")
         if result.reason == "timeout":
             return False, f"timed out after {limit:g}s (a test that hangs; --timeout sets the limit)"
         why = result.reason or (f"exit {result.exit_code}" if result.exit_code is not None else "did not run")
