@@ -89,7 +89,7 @@ toolchains:
 install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
 
 test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
-	MESH_REQUIRE_POSTGRES=1 MESH_REQUIRE_TOOLCHAINS=1 $(BIN)/python -m pytest
+	MESH_REQUIRE_POSTGRES=1 MESH_REQUIRE_TOOLCHAINS=1 $(BIN)/python -m pytest --durations=25
 
 # Long random runs of the property tests (Hypothesis's "fuzz" profile, tests/conftest.py);
 # `make test` runs them derandomized. Pin every counterexample found as an @example.
