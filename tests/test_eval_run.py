@@ -275,6 +275,9 @@ output = 15.0
 max_retries = 0
 timeout_s = 10
 max_tool_turns = 0
+# Used with --batch only: a short window and quick looks at the fake's batches.
+batch_window_s = 0.2
+batch_poll_s = 0.05
 """)
     git(repo, "commit", "-qam", "Use the Messages API")
     suite = tmp_path / "suite.jsonl"
