@@ -101,7 +101,6 @@ def test_a_run_killed_while_its_batch_runs_takes_that_batchs_answers_when_resume
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     from tests.fake_anthropic import FakeAnthropic, RoleScript
     from tests.test_anthropic_run import config_text
@@ -112,12 +111,14 @@ def test_a_run_killed_while_its_batch_runs_takes_that_batchs_answers_when_resume
     base = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--db", str(ws.db), "--actor",
             "tester"]
     with FakeAnthropic(responder, batch_polls=10**6) as fake:
+        # A cache of its own: the journal then holds this test's batches only (the fake's batch
+        # ids repeat from one test to the next).
         env = {**{k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}, "ANTHROPIC_BASE_URL": fake.url,
-               "ANTHROPIC_API_KEY": KEY}
+               "ANTHROPIC_API_KEY": KEY, "XDG_CACHE_HOME": str(ws.root / "cache")}
         proc = subprocess.Popen([*base, "run", "--label", "plan:demo", "--backend", "anthropic", "--repo",
                                  str(ws.repo), "--config", str(cfg), "--no-land", "--json"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        journal = Path(os.environ["XDG_CACHE_HOME"]) / "mesh-batches" / "journal.jsonl"
+        journal = ws.root / "cache" / "mesh-batches" / "journal.jsonl"
         deadline = time.monotonic() + 60
         # Killed once the batch is noted in the journal (right after it was created).
         while not (fake.batches and journal.exists() and fake.batches[0].id in journal.read_text()):
