@@ -155,11 +155,7 @@ def test_a_killed_eval_continues_without_running_a_case_twice(library, tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
     proc = subprocess.Popen(args, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = out / "results"
-    deadline = time.monotonic() + 300
-    # Killed while its third run is in progress: two results written, the third task started.
-    while not (len(list(results.glob("*/*.json"))) >= 2 and _started(out, 3)):
-        assert proc.poll() is None and time.monotonic() < deadline, "the eval ended before it could be killed"
-        time.sleep(0.05)
+    _third_run_under_way(proc, out)  # killed then: two results written, the third task started
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     first = {p: p.read_text() for p in results.glob("*/*.json")}
@@ -203,10 +199,7 @@ def test_ctrl_c_stops_the_eval_and_its_runs_and_starts_no_other(library, tmp_pat
     env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
     proc = subprocess.Popen(args, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     results = out / "results"
-    deadline = time.monotonic() + 300
-    while not (len(list(results.glob("*/*.json"))) >= 2 and _started(out, 3)):
-        assert proc.poll() is None and time.monotonic() < deadline, "the eval ended before Ctrl-C"
-        time.sleep(0.05)
+    _third_run_under_way(proc, out)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -220,6 +213,14 @@ def test_ctrl_c_stops_the_eval_and_its_runs_and_starts_no_other(library, tmp_pat
     assert f"{5 - finished} run(s) to make ({finished} done)" in again.stderr
     report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
     assert [(r["resolved"], r["finished"]) for r in report["profiles"]] == [(5, 5)]
+
+
+def _third_run_under_way(proc: subprocess.Popen, out: Path) -> None:
+    """Wait until the eval has two results written and its third task started."""
+    deadline = time.monotonic() + 300
+    while not (len(list((out / "results").glob("*/*.json"))) >= 2 and _started(out, 3)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the eval ended before its third run"
+        time.sleep(0.05)
 
 
 def _started(out: Path, n: int) -> bool:
