@@ -199,20 +199,22 @@ class WorkerLimitsConfig(_Strict):
     """`[worker_limits]`: what one command worker call may take (orchestrator.sandbox.worker_sandbox).
 
     ``memory_mb`` and ``max_processes`` cap the call's whole process tree (a control group;
-    without one, memory per process), ``home_growth_mb`` what its private HOME may grow by,
+    without one, memory per process), ``home_growth_mb`` and ``home_files`` what its private HOME
+    may grow by (bytes on disk, entries),
     ``max_output_mb`` its answer on stdout. A call past one fails as ``no_response`` naming it.
     """
 
     memory_mb: int = Field(default=2048, gt=0)
     max_processes: int = Field(default=256, gt=0)
     home_growth_mb: int = Field(default=1024, gt=0)
+    home_files: int = Field(default=20000, gt=0)
     max_output_mb: int = Field(default=4, gt=0)
 
     @property
     def limits(self) -> WorkerLimits:
         """The caps the worker sandbox applies to each call."""
         return WorkerLimits(memory_mb=self.memory_mb, max_processes=self.max_processes,
-                            home_growth_mb=self.home_growth_mb)
+                            home_growth_mb=self.home_growth_mb, home_files=self.home_files)
 
 
 class BudgetConfig(_Strict):

@@ -23,15 +23,21 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["TreeGroup", "TreeUsage", "probe", "make_group"]
+__all__ = ["TreeGroup", "TreeUsage", "probe", "make_group", "sweep"]
 
 _ROOT = Path("/sys/fs/cgroup")
 _counter = itertools.count()
+# A group of mesh's is named ``mesh-<pid>-<n>-<ns>``: ``sweep`` removes those of processes gone.
+_NAME = re.compile(r"^mesh-(\d+)-\d+-\d+$")
+# A group younger than this is never swept: its maker may live in another pid namespace (a
+# container sharing the hierarchy) and be about to join it.
+_SWEEP_MIN_AGE_S = 120.0
 
 
 @dataclass
@@ -187,6 +193,8 @@ def probe() -> str | None:
                 make_group(64 << 20, 8).kill_and_remove()
             except OSError as exc:
                 _probed = ("none", f"cannot make a control group: {exc.strerror or exc}")
+            else:
+                sweep()
     return _probed[1] if _probed[0] == "none" else None  # type: ignore[return-value]
 
 
@@ -230,3 +238,46 @@ def make_group(memory_bytes: int, max_processes: int) -> TreeGroup:
         TreeGroup([memory, pids], 1, memory_bytes, max_processes).kill_and_remove()
         raise
     return TreeGroup([memory, pids], 1, memory_bytes, max_processes)
+
+
+def _parents() -> list[Path]:
+    if _probed is None or _probed[0] == "none":
+        return []
+    return [_probed[1]] if _probed[0] == "v2" else list(_probed[1])  # type: ignore[list-item]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(*, min_age_s: float = _SWEEP_MIN_AGE_S) -> list[str]:
+    """Remove the groups that mesh processes no longer running left behind (a run killed
+    outright never removes the group of the call it was in): empty ones whose maker is gone and
+    that are older than ``min_age_s``. Returns their paths. Run once per process, on the first
+    ``probe``. A group with a process in it is left alone: its process may belong to a pid
+    namespace this one cannot see."""
+    removed: list[str] = []
+    now = time.time()
+    for parent in _parents():
+        try:
+            entries = list(parent.iterdir())
+        except OSError:
+            continue
+        for folder in entries:
+            found = _NAME.match(folder.name)
+            if found is None or int(found.group(1)) == os.getpid() or _alive(int(found.group(1))):
+                continue
+            try:
+                if now - folder.stat().st_mtime < min_age_s or _procs(folder):
+                    continue
+                folder.rmdir()
+            except OSError:
+                continue
+            removed.append(str(folder))
+    return removed

@@ -20,16 +20,29 @@ every repository).
 read-only. Its HOME is a tmpfs as large as the folder's content plus ``home_growth_mb``; a
 small program of mesh's (``CARRY``, run inside the sandbox before the worker) copies the
 folder in, runs the worker, then sends the HOME back as a tar through a FIFO (``Return``),
-which mesh reads into a spool no larger than the tmpfs and unpacks into the folder with
-tarfile's ``data`` filter (no absolute path, no ``..``, no link leaving the folder, no
-device). When the worker filled the tmpfs it sends only that: the folder is emptied and the
-call fails as ``home_limit``. A worker that writes into the FIFO itself can only spoil its
-own HOME, within the same bound. So a call grows
-the HOME by ``home_growth_mb`` at most, a folder larger than that at the start of a call
-is emptied first (the bound in all), and nothing a worker writes reaches the host's disk
-beyond it. Only regular files, folders and symlinks of the HOME's own file system are
-carried (a FIFO would hang the copy; what the sandbox binds inside HOME, a program, the
-worktree, a cache folder under ``~/.cache``, belongs to no HOME).
+which a thread of mesh's reads into a spool no larger than the tmpfs. **Mesh's own process
+never interprets those bytes**: a worker can write its own tar into the FIFO, and tarfile's
+``data`` filter has had holes (on Python before 3.11.13, 3.12.11 and 3.13.4 ``os.path.realpath``
+gives up past PATH_MAX while the kernel does not: CVE-2025-4517), so the spool is unpacked by
+``UNPACK`` in a bwrap sandbox of its own (``Return._unpack``) whose only writable place is the
+folder: no HOME, no repository, no virtualenv, no network, every capability dropped, its
+memory and file size capped. There it keeps regular files, folders and relative symlinks whose
+paths are plain (no ``..``, at most ``MAX_PATH`` characters and ``MAX_DEPTH`` deep) and that the
+``data`` filter admits; a link out is refused, and a hole in the filter reaches no further than
+the sandbox's own throwaway root.
+
+**The bound, in every unit.** The folder holds at most ``home_growth_mb`` in 4 KiB disk blocks
+(an empty file or folder counts one) and ``home_files`` entries: ``CARRY`` sends only "filled"
+(``F``) or "too many entries" (``N``) when the HOME is past either, and ``UNPACK`` counts
+again as it goes (the worker may have written the FIFO itself) and empties the folder at the
+first entry past a bound; the call then fails as ``home_limit`` naming the bound. A folder
+past a bound at the start of a call (an older mesh's) is emptied first (``fit``). Carrying the
+HOME in (inside the sandbox) and back (the unpacking is given what is left of the call's
+timeout, and killed past it) counts against the call's timeout. So a call grows the HOME by
+``home_growth_mb`` and ``home_files`` at most, and the next call's copy costs no more than
+that. Only regular files, folders and symlinks of the HOME's own file system are carried (a
+FIFO would hang the copy; what the sandbox binds inside HOME, a program, the worktree, a cache
+folder under ``~/.cache``, belongs to no HOME).
 
 **The login file** (``AGENT_LOGIN_FILES``) is bound read-only over the tmpfs afresh on each
 call, and never carried into the folder. What a worker left where it is bound (a symlink,
@@ -45,24 +58,34 @@ import itertools
 import json
 import os
 import re
+import resource
 import shutil
 import stat
+import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.sandbox.bwrap import bwrap_argv, write_identity
 from roles.backends.command import LaunchRefused
 
-__all__ = ["BACK_TARGET", "CARRY", "HomeItem", "KEEP_TARGET", "Return", "carried", "clean", "fit", "home_folder",
-           "plan", "repair", "repository_key"]
+__all__ = ["BACK_TARGET", "CARRY", "HomeItem", "KEEP_TARGET", "MAX_PATH", "Return", "UNPACK", "carried", "clean",
+           "fit", "home_folder", "plan", "repair", "repository_key"]
 
 # Where the sandbox shows the task's HOME folder, for CARRY to copy from and back to.
 KEEP_TARGET = "/mesh/home-keep"
 BACK_TARGET = "/mesh/home-back"
+# Where the unpacking sandbox shows the folder (the only writable place it has).
+UNPACK_TARGET = "/mesh/home"
+# The longest path (relative to HOME, and a symlink's target) and the deepest one a HOME keeps.
+MAX_PATH = 1024
+MAX_DEPTH = 64
+_BLOCK = 4096
+# When the caller gives no time left: how long an unpacking may take.
+_UNPACK_TIMEOUT_S = 120.0
 _counter = itertools.count()
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
 _REPOSITORY_KEY = re.compile(r"^(.+-[0-9a-f]{12}|no-repository)$")
@@ -70,10 +93,14 @@ _REPOSITORY_KEY = re.compile(r"^(.+-[0-9a-f]{12}|no-repository)$")
 # Run by the sandbox's Python (``-I -S``) before the worker: argv is HOME, the folder's place
 # (read-only), the channel back (a FIFO), the login files (JSON, relative to HOME), "--", the
 # worker's argv. The worker inherits stdin, stdout and stderr; the exit status is the worker's.
-# Back through the channel: "F" when the HOME filled its tmpfs, else "K" and the HOME as a tar.
+# Back through the channel: "F" when the HOME filled its tmpfs, "N" when it holds more entries
+# than the bound, else "K" and the HOME as a tar (paths longer than MAX_PATH left out).
 CARRY = r'''
 import fcntl, json, os, shutil, stat, subprocess, sys, tarfile, time
 home, keep, back, skip = sys.argv[1], sys.argv[2], sys.argv[3], set(json.loads(sys.argv[4]))
+max_files, max_path = int(sys.argv[5]), int(sys.argv[6])
+class Over(Exception):
+    pass
 def kept(path, device):
     try:
         info = os.lstat(path)
@@ -91,6 +118,12 @@ def copy_in():
         shutil.copytree(keep, home, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     except (shutil.Error, OSError):
         pass
+def count():
+    found = 0
+    for base, dirs, files in os.walk(home):
+        found += len(dirs) + len(files)
+        if found > max_files:
+            raise Over
 def send(stream):
     device = os.stat(home).st_dev
     with tarfile.open(fileobj=stream, mode="w|") as tar:
@@ -98,7 +131,7 @@ def send(stream):
             rel = os.path.relpath(base, home)
             for name in dirs + files:
                 path, arc = os.path.join(base, name), os.path.normpath(os.path.join(rel, name))
-                if arc not in skip and kept(path, device):
+                if arc not in skip and len(arc) <= max_path and kept(path, device):
                     try:
                         tar.add(path, arcname=arc, recursive=False)
                     except OSError:
@@ -107,11 +140,11 @@ def send(stream):
                        and kept(os.path.join(base, d), device) and not os.path.islink(os.path.join(base, d))]
 copy_in()
 try:
-    code = subprocess.call(sys.argv[6:])
+    code = subprocess.call(sys.argv[8:])
 except OSError as exc:
     # The program cannot start here (its interpreter is nowhere the sandbox shows): say so in
     # words mesh recognises, so the run ends as a configuration mistake, not as a worker's failure.
-    sys.stderr.write("mesh-carry: cannot execute %s: %s\n" % (sys.argv[6], exc.strerror or exc))
+    sys.stderr.write("mesh-carry: cannot execute %s: %s\n" % (sys.argv[8], exc.strerror or exc))
     code = 127
 info = os.statvfs(home)
 for _ in range(20):
@@ -129,12 +162,85 @@ if fd is not None:
             if info.f_bavail * info.f_frsize < 262144:
                 stream.write(b"F")
             else:
-                stream.write(b"K")
-                send(stream)
+                try:
+                    count()
+                    stream.write(b"K")
+                    send(stream)
+                except Over:
+                    stream.write(b"N")
         except OSError:
             pass
 sys.exit(code if code >= 0 else 128 - code)
 '''
+
+
+# Run by the unpacking sandbox's Python (``-I -S``): argv is the folder's place (the sandbox's only
+# writable place), the most entries and the most bytes (in 4 KiB blocks) it may hold; stdin is what
+# came back. It empties the folder, then extracts member by member what passes tarfile's ``data``
+# filter and its own checks (regular files, folders and relative symlinks whose paths are plain,
+# at most MAX_PATH long and MAX_DEPTH deep); past a bound it empties the folder again. It prints
+# one JSON line: ``{"state": "kept" | "filled" | "files"}``.
+UNPACK = r'''
+import json, os, shutil, sys, tarfile
+dest, max_files, max_bytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+MAX_PATH, MAX_DEPTH, BLOCK = %d, %d, %d
+def empty():
+    for name in os.listdir(dest):
+        path = os.path.join(dest, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+def plain(name):
+    parts = name.split("/")
+    return (0 < len(name) <= MAX_PATH and len(parts) <= MAX_DEPTH and "\0" not in name
+            and all(part not in ("", ".", "..") for part in parts))
+def done(state):
+    if state != "kept":
+        empty()
+    sys.stdout.write(json.dumps({"state": state}) + "\n")
+    sys.exit(0)
+stream = sys.stdin.buffer
+head = stream.read(1)
+empty()
+if head != b"K":
+    done("files" if head == b"N" else "filled")
+if not hasattr(tarfile, "data_filter"):
+    done("kept")  # a Python before 3.11.4: nothing is unpacked, the HOME is not kept
+files = used = 0
+try:
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            files += 1
+            used += BLOCK * max(1, -(-member.size // BLOCK)) if member.isreg() else BLOCK
+            if files > max_files:
+                done("files")
+            if used > max_bytes:
+                done("filled")
+            name = member.name.rstrip("/")
+            if not (member.isreg() or member.isdir() or member.issym()) or not plain(name):
+                continue
+            if member.issym() and (os.path.isabs(member.linkname) or len(member.linkname) > MAX_PATH):
+                continue
+            try:
+                tar.extract(member, dest, set_attrs=not member.issym(), filter="data")
+            except (tarfile.TarError, OSError, RecursionError):
+                continue
+except (tarfile.TarError, OSError, EOFError):
+    pass
+done("kept")
+''' % (MAX_PATH, MAX_DEPTH, _BLOCK)
+
+
+def _unpack_limits(size: int) -> Callable[[], None]:
+    """What the unpacking's process may take: memory, and no file larger than the bound."""
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (512 << 20, 512 << 20))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return apply
 
 
 def repository_key(common: str | None) -> str:
@@ -199,48 +305,67 @@ def repair(folder: Path, logins: Sequence[str]) -> None:
                 break
 
 
-def _bytes(folder: Path) -> int:
-    total = 0
-    for base, dirs, files in os.walk(folder):
-        for name in files + dirs:
+def _usage(folder: Path, max_files: int) -> tuple[int, int]:
+    """(disk bytes in 4 KiB blocks, entries) of ``folder``, counted up to just past ``max_files``
+    entries (so a flood costs no more to count than the bound). Symlinks are not followed."""
+    total = files = 0
+    for base, dirs, names in os.walk(folder):
+        for name in names + dirs:
+            files += 1
             try:
-                total += os.lstat(os.path.join(base, name)).st_size + 4096
+                total += _blocks(os.lstat(os.path.join(base, name)).st_size)
             except OSError:
-                continue
-    return total
+                total += _BLOCK
+        if files > max_files:
+            break
+    return total, files
 
 
-def fit(folder: Path, growth_bytes: int) -> int:
+def _blocks(size: int) -> int:
+    """What ``size`` bytes take on disk, counted in whole 4 KiB blocks (an empty file or folder: one)."""
+    return _BLOCK * max(1, -(-size // _BLOCK))
+
+
+def fit(folder: Path, growth_bytes: int, max_files: int = 20000) -> int:
     """The size the HOME's tmpfs needs for ``folder``'s content; a folder that grew past
-    ``growth_bytes`` over earlier calls is emptied first (its caches are rebuilt)."""
-    size = _bytes(folder)
-    if size > growth_bytes:
+    ``growth_bytes`` or ``max_files`` entries over earlier calls is emptied first (its caches are
+    rebuilt)."""
+    size, files = _usage(folder, max_files)
+    if size > growth_bytes or files > max_files:
         _empty(folder)
         size = 0
     return size
 
 
-def carried(argv: Sequence[str], home: str, logins: Sequence[str]) -> list[str]:
+def carried(argv: Sequence[str], home: str, logins: Sequence[str], max_files: int = 20000) -> list[str]:
     """``argv`` run by ``CARRY`` with the sandbox's Python (the running one, shown in every sandbox)."""
-    return [sys.executable, "-I", "-S", "-c", CARRY, home, KEEP_TARGET, BACK_TARGET, json.dumps(list(logins)), "--",
-            *argv]
+    return [sys.executable, "-I", "-S", "-c", CARRY, home, KEEP_TARGET, BACK_TARGET, json.dumps(list(logins)),
+            str(max_files), str(MAX_PATH), "--", *argv]
 
 
 def _empty(folder: Path) -> None:
-    for entry in folder.iterdir():
-        _remove(entry)
+    """Remove everything in ``folder`` without following a link (``rm`` for what Python's
+    recursive removal cannot reach: a chain deeper than its recursion limit)."""
+    for entry in list(folder.iterdir()):
+        try:
+            _remove(entry)
+        except (OSError, RecursionError):
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(entry)], stdin=subprocess.DEVNULL,
+                           capture_output=True, env={"PATH": "/usr/bin:/bin"})
 
 
 class Return:
     """The way a call's HOME comes back into its folder: a FIFO only the sandbox sees (at
     ``BACK_TARGET``), read by a thread of mesh's into a spool of at most ``limit`` bytes, then
-    unpacked into the folder (``finish``) with tarfile's ``data`` filter, member by member."""
+    unpacked into the folder (``finish``) by ``UNPACK`` in a sandbox of its own that sees
+    nothing writable but the folder: mesh's own process never interprets what came back."""
 
-    def __init__(self, scratch: Path, folder: Path, limit: int) -> None:
-        self.folder, self.limit = folder, limit
+    def __init__(self, scratch: Path, folder: Path, limit: int, *, bwrap: str, max_files: int = 20000) -> None:
+        self.folder, self.limit, self.bwrap, self.max_files = folder, limit, bwrap, max_files
+        self.scratch = scratch
         self.fifo = scratch / f"home-back-{os.getpid()}-{next(_counter)}"
         os.mkfifo(self.fifo, 0o600)
-        self.spool = tempfile.SpooledTemporaryFile(max_size=1 << 20, dir=scratch)
+        self.spool = tempfile.TemporaryFile(dir=scratch)
         self.size, self.over = 0, False
         self.thread = threading.Thread(target=self._read, daemon=True)
 
@@ -260,9 +385,12 @@ class Return:
         except OSError:
             pass
 
-    def finish(self) -> bool:
-        """Put what came back into the folder; True when the HOME filled its tmpfs (the folder
-        is then emptied). A call killed before it ended leaves the folder as it was."""
+    def finish(self, seconds_left: float | None = None) -> str | None:
+        """Put what came back into the folder, within ``seconds_left`` (what is left of the
+        call's timeout). None when it was kept (or nothing came: a call killed before it ended
+        leaves the folder as it was), else why the folder was emptied: ``"filled"`` (the HOME
+        filled its tmpfs, or more came back than the bound), ``"files"`` (more entries than
+        ``max_files``), ``"time"`` (the unpacking ran past the time left)."""
         if self.thread.is_alive():
             try:  # nothing came: let the reader's open return
                 os.close(os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK))
@@ -275,28 +403,40 @@ class Return:
         except OSError:
             pass
         with self.spool:
-            self.spool.seek(0)
-            head = self.spool.read(1)
-            if self.over or head == b"F":
+            if self.over:
                 _empty(self.folder)
-                return True
-            if head == b"K":
-                _empty(self.folder)
-                self._unpack()
-        return False
+                return "filled"
+            self.spool.flush()
+            fd = self.spool.fileno()
+            if os.pread(fd, 1, 0) not in (b"F", b"K", b"N"):
+                return None
+            os.lseek(fd, 0, os.SEEK_SET)  # the unpacking reads the file itself, from its start
+            why = self._unpack(seconds_left)
+        if why is not None:
+            _empty(self.folder)
+        return why
 
-    def _unpack(self) -> None:
-        if not hasattr(tarfile, "data_filter"):
-            return  # Python before 3.11.4: no safe way to unpack it, so the HOME is not kept
+    def _unpack(self, seconds_left: float | None) -> str | None:
+        """Run ``UNPACK`` on the spool in a sandbox whose only writable place is the folder."""
+        etc = write_identity(self.scratch / f"etc-unpack-{os.getpid()}", "/")
+        code = [sys.executable, "-I", "-S", "-c", UNPACK, UNPACK_TARGET, str(self.max_files), str(self.limit)]
+        argv = bwrap_argv(self.bwrap, code, network=False, chdir="/", binds=[(str(self.folder), UNPACK_TARGET)],
+                          etc_dir=etc, tmp_bytes=1 << 20)
+        limit = max(1.0, seconds_left if seconds_left is not None else _UNPACK_TIMEOUT_S)
         try:
-            with tarfile.open(fileobj=self.spool, mode="r|") as tar:
-                for member in tar:
-                    try:
-                        tar.extract(member, self.folder, filter="data")
-                    except (tarfile.TarError, OSError):
-                        continue
-        except (tarfile.TarError, OSError):
-            pass
+            done = subprocess.run(argv, stdin=self.spool, capture_output=True, timeout=limit,
+                                  env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, start_new_session=True,
+                                  preexec_fn=_unpack_limits(self.limit))
+        except subprocess.TimeoutExpired:
+            return "time"
+        except OSError:
+            return "filled"
+        try:
+            said = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return "filled"
+        state = said.get("state") if isinstance(said, dict) else None
+        return None if state == "kept" else "files" if state == "files" else "filled"
 
 
 @dataclass

@@ -319,11 +319,13 @@ def _netns_argv(sandbox: list[str], ports: Sequence[int]) -> list[str]:
 
 @dataclass(frozen=True)
 class WorkerLimits:
-    """What one worker call may take: its tree's memory and processes, its HOME's growth."""
+    """What one worker call may take: its tree's memory and processes, its HOME's growth (in
+    bytes on disk and in entries: files, folders, links)."""
 
     memory_mb: int = 2048
     max_processes: int = 256
     home_growth_mb: int = 1024
+    home_files: int = 20000
 
     def group(self) -> cgroups.TreeGroup | None:
         """A control group capping one call's tree, or None where none can be made."""
@@ -351,7 +353,8 @@ class WorkerLimits:
                 if problem is None else
                 f"memory {self.memory_mb} MB per process only (RLIMIT_DATA), no process cap; no control group"
                 f" ({problem})")
-        return f"worker limits: {caps}, private HOME +{self.home_growth_mb} MB per call"
+        return (f"worker limits: {caps}, private HOME +{self.home_growth_mb} MB and {self.home_files} files"
+                " per call")
 
 
 def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | None = None,
@@ -423,15 +426,15 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
                                               program)
             worker_homes.repair(folder, logins)
             growth = limits.home_growth_mb << 20
-            size = worker_homes.fit(folder, growth) + growth
+            size = worker_homes.fit(folder, growth, limits.home_files) + growth
             tmpfs.append((real_home, size))
             # The folder is read-only in the sandbox: the HOME comes back through ``back`` alone,
             # at most as large as the tmpfs, so a worker writes nothing to the host's disk itself.
             read_only.append((str(folder), worker_homes.KEEP_TARGET))
-            back = worker_homes.Return(scratch, folder, size + (1 << 20))
+            back = worker_homes.Return(scratch, folder, size + (1 << 20), bwrap=bwrap, max_files=limits.home_files)
             writable.append((str(back.fifo), worker_homes.BACK_TARGET))
             read_only += [(os.path.join(real_home, name), os.path.join(real_home, name)) for name in logins]
-            command = worker_homes.carried(argv, real_home, logins)
+            command = worker_homes.carried(argv, real_home, logins, limits.home_files)
         read_only += [(path, path) for path in program_binds(argv[0])]
         read_only += [(arg, arg) for arg in argv[1:] if os.path.isabs(arg) and os.path.exists(arg)
                       and not covered(arg, visible_roots())]
@@ -462,6 +465,16 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
     return launch
 
 
+# Why a call's HOME was emptied (``worker_homes.Return.finish``), as its ``home_limit`` detail says it.
+_HOME_LIMITS = {
+    "filled": lambda limits: (f"the worker filled its private HOME (+{limits.home_growth_mb} MB,"
+                              " worker_limits.home_growth_mb)"),
+    "files": lambda limits: (f"the worker's private HOME holds more than {limits.home_files} files and folders"
+                             " (worker_limits.home_files)"),
+    "time": lambda limits: "carrying the worker's HOME back ran past the call's timeout (worker_timeout_s)",
+}
+
+
 def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: worker_homes.Return | None) -> Launch:
     """The call, capped by ``limits``: its tree joins a control group made just before it starts
     (or gets a per-process memory limit) before bwrap runs; afterwards the group is emptied
@@ -481,7 +494,7 @@ def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: wo
         else:
             resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
 
-    def finish() -> str | None:
+    def finish(seconds_left: float | None = None) -> str | None:
         hit = None
         group = made[0] if made else None
         if group is not None:
@@ -489,9 +502,9 @@ def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: wo
                 hit = limits.hit(group.usage())
             finally:
                 group.kill_and_remove()
-        if back is not None and back.finish():
-            hit = hit or (f"home_limit: the worker filled its private HOME (+{limits.home_growth_mb} MB,"
-                          " worker_limits.home_growth_mb); its HOME was emptied")
+        why = back.finish(seconds_left) if back is not None else None
+        if why is not None:
+            hit = hit or f"home_limit: {_HOME_LIMITS[why](limits)}; its HOME was emptied"
         return hit
 
     return Launch(argv, env, begin=begin, prepare=prepare, finish=finish)

@@ -49,15 +49,16 @@ class Launch:
     """One worker call as a launcher starts it: the argv and environment, what to set up just
     before the process starts (``begin``: make a control group), what the child runs before
     it executes the argv (``prepare``: join that group, set limits; no allocation-heavy code)
-    and what to ask once the call ended (``finish``: releases what ``begin`` made and returns
-    the detail of a limit the call hit, ``"memory: ..."``, or None). Unpacks as
+    and what to ask once the call ended (``finish``, given the seconds left of the call's
+    timeout: releases what ``begin`` made and returns the detail of a limit the call hit,
+    ``"memory: ..."``, or None). Unpacks as
     ``(argv, env)`` for a caller that runs the argv itself, uncapped."""
 
     argv: list[str]
     env: dict[str, str]
     begin: Callable[[], None] | None = None
     prepare: Callable[[], None] | None = None
-    finish: Callable[[], str | None] | None = None
+    finish: Callable[..., str | None] | None = None
 
     def __iter__(self):
         return iter((self.argv, self.env))
@@ -191,7 +192,8 @@ def run_process(argv: Sequence[str], env: Mapping[str, str], request: WorkerRequ
         for thread in threads:
             thread.join(_REAP_TIMEOUT_S)
     finally:
-        hit = launch.finish() if launch.finish is not None else None
+        # What the launcher does after the call (carrying a HOME back) counts against its timeout.
+        hit = launch.finish(max(0.0, timeout_s - (time.monotonic() - started))) if launch.finish is not None else None
     if timed_out:
         return _failed(started, f"timeout: the worker ran past {timeout_s:g}s (worker_timeout_s) and was killed")
     if answer.overflowed:
