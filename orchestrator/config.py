@@ -41,6 +41,7 @@ from orchestrator.sandbox.bwrap import Limits
 from orchestrator.sandbox.worker_sandbox import WorkerLimits
 from orchestrator.sandbox.allowlist import explain, is_allowed, parse_allow_entry
 from roles.backends.command import split_command
+from roles.bounds import AnswerBounds
 from roles.backends.presets import PRESET_NAMES, WORKER_NAMES
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "PROFILE_NAMES",
     "ProfilesConfig",
     "ALWAYS_PROTECTED",
+    "AnswersConfig",
     "AnthropicConfig",
     "LlmConfig",
     "BudgetConfig",
@@ -215,6 +217,15 @@ class WorkerLimitsConfig(_Strict):
         """The caps the worker sandbox applies to each call."""
         return WorkerLimits(memory_mb=self.memory_mb, max_processes=self.max_processes,
                             home_growth_mb=self.home_growth_mb, home_files=self.home_files)
+
+
+class AnswersConfig(_Strict):
+    """`[answers]`: what of a worker's answer mesh takes, and so carries into later prompts
+    (roles.bounds); an answer past a bound is refused as ``invalid_shape``. The patch's own
+    bound is ``patch.max_bytes``."""
+
+    max_field_chars: int = Field(default=AnswerBounds.max_field_chars, gt=0)
+    max_answer_chars: int = Field(default=AnswerBounds.max_answer_chars, gt=0)
 
 
 class BudgetConfig(_Strict):
@@ -413,7 +424,12 @@ class MeshConfig(_Strict):
     # ports of loopback URLs in the variables the worker is passed (a local model endpoint).
     worker_network: Literal["auto", "isolated", "host"] = "auto"
     worker_loopback_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
+    # The hosts a command worker in a namespace of its own may reach besides its preset's model
+    # APIs and the hosts of URLs in its environment (orchestrator.sandbox.egress): "host",
+    # "host:port", "*.suffix"; "*" is the whole internet (announced on every start).
+    worker_egress: list[str] = Field(default_factory=list)
     worker_limits: WorkerLimitsConfig = Field(default_factory=WorkerLimitsConfig)
+    answers: AnswersConfig = Field(default_factory=AnswersConfig)
     # Folders or files a command worker may read besides what it sees anyway (docs/workers.md):
     # never HOME, nor one holding the repository or the tracker.
     worker_read_only: list[str] = Field(default_factory=list)
@@ -550,6 +566,12 @@ class MeshConfig(_Strict):
     def fallback_consensus_needed(self) -> int:
         """How many agree votes the fallback set needs: all of them (3/3 by default)."""
         return len(self.fallback_roles)
+
+    @property
+    def answer_bounds(self) -> AnswerBounds:
+        """What of a worker's answer the parser takes: ``[answers]`` and ``patch.max_bytes``."""
+        return AnswerBounds(max_field_chars=self.answers.max_field_chars,
+                            max_answer_chars=self.answers.max_answer_chars, max_patch_bytes=self.patch.max_bytes)
 
     def model_for(self, role: str) -> str:
         """The model name configured for ``role``; ConfigError for a role mesh does not know."""

@@ -30,7 +30,7 @@ from orchestrator.worktree.gitops import cache_dir
 from orchestrator.protocol.idle import UnknownScope, explain_idle
 from orchestrator.sandbox.project_view import ProjectView
 from orchestrator.sandbox.bwrap import SandboxUnavailable, require_bwrap, tracker_paths
-from orchestrator.sandbox.worker_sandbox import announce_real_home, network_problem, worker_launcher
+from orchestrator.sandbox.worker_sandbox import announce_real_home, egress_note, network_problem, worker_launcher
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
 from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
 from orchestrator.workspace import TrackerUnavailable, open_found_tracker
@@ -175,6 +175,7 @@ def _worker_launcher(config: MeshConfig, options: RunOptions, tracker: Tracker |
         return worker_launcher(bwrap, home=config.worker_home, private_root=cache_dir() / "mesh-worker-homes",
                                repo=repo, hidden=hidden, shielded=[repo, worktrees], network=config.worker_network,
                                extra_ports=config.worker_loopback_ports, limits=config.worker_limits.limits,
+                               egress_hosts=config.worker_egress,
                                read_only=[str(repo / path) if not os.path.isabs(path) else path
                                           for path in config.worker_read_only])
     except ValueError as exc:
@@ -265,7 +266,9 @@ def sandbox_notes(config: MeshConfig, environment: ProjectView | None = None) ->
         problem = network_problem(require_bwrap()) if config.worker_network != "host" else None
         if config.worker_network == "host" or problem:
             notes.append("warning: command workers share this machine's network (they can reach its loopback "
-                         f"services){f': {problem}' if problem else ''}")
+                         f"services and every host; worker_egress is not enforced){f': {problem}' if problem else ''}")
+        else:
+            notes.append(egress_note(config.worker_egress))
     return notes
 
 

@@ -5,7 +5,9 @@ builds that line): bwrap is started with ``--info-fd`` (it reports its child's p
 ``--block-fd`` (the command waits), pasta joins the child's namespaces and configures the
 interface, routes and DNS, forwarding only the loopback ``PORTS`` (comma-separated, or
 ``none``) to the host, without mapping the gateway to the host's loopback; then the command
-is released. This process stays bwrap's parent and exits with its status, so the caller's
+is released. ``closed:PORTS`` leaves the namespace without any route out: only the loopback
+``PORTS`` lead anywhere (to the host's loopback: a model endpoint, mesh's egress proxy), and
+pasta is ready once it listens on each of them in the namespace. This process stays bwrap's parent and exits with its status, so the caller's
 timeout and process-group kill work as for a plain bwrap.
 
 pasta runs in the foreground as a child of this process, in its process group: it does not
@@ -46,7 +48,21 @@ def _configured(pid: int) -> bool:
     return False
 
 
-def _start_pasta(argv: list[str], pid: int) -> tuple[subprocess.Popen | None, str | None]:
+def _listening(pid: int, ports: set[int]) -> bool:
+    """True once every port of ``ports`` is listened on in the namespace of ``pid`` (pasta's
+    forwards, in a namespace with no route to wait for)."""
+    found: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}", encoding="ascii") as handle:
+                rows = [line.split() for line in handle.read().splitlines()[1:]]
+        except OSError:
+            continue
+        found |= {int(row[1].rsplit(":", 1)[1], 16) for row in rows if len(row) > 3 and row[3] == "0A"}
+    return ports <= found
+
+
+def _start_pasta(argv: list[str], pid: int, ready=_configured) -> tuple[subprocess.Popen | None, str | None]:
     """pasta in the foreground, once the namespace is configured; (process, None) or (None, why).
 
     A pasta that has not configured the namespace within its window (seen once under heavy
@@ -59,7 +75,7 @@ def _start_pasta(argv: list[str], pid: int) -> tuple[subprocess.Popen | None, st
                                  preexec_fn=die_with_parent)
         deadline = time.monotonic() + window
         while time.monotonic() < deadline:
-            if _configured(pid):
+            if ready(pid):
                 return pasta, None
             if pasta.poll() is not None:
                 lines = [line for line in pasta.stderr.read().decode("utf-8", "replace").splitlines()
@@ -94,9 +110,9 @@ def _child_pid(info_fd: int) -> int | None:
     return None
 
 
-def _pasta_argv(pasta: str, pid: int, ports: str) -> list[str]:
-    argv = [pasta, "--config-net", "--quiet", "--foreground", "--no-map-gw", "-t", "none", "-u", "none",
-            "-U", "none", "-T", ports]
+def _pasta_argv(pasta: str, pid: int, ports: str, closed: bool = False) -> list[str]:
+    argv = [pasta, *([] if closed else ["--config-net"]), "--quiet", "--foreground", "--no-map-gw", "-t", "none",
+            "-u", "none", "-U", "none", "-T", ports]
     if os.geteuid() == 0:
         # As root pasta would switch to "nobody" before it opens the sandbox's namespaces,
         # which then refuses it; it is root's own sandbox it joins.
@@ -109,6 +125,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m orchestrator.sandbox.netjoin PORTS -- bwrap ARGS...", file=sys.stderr)
         return 2
     ports, bwrap, rest = argv[0], argv[2], argv[3:]
+    closed = ports.startswith("closed:")
+    ports = ports.removeprefix("closed:")
+    wanted = {int(port) for port in ports.split(",") if port.isdigit()}
     pasta = shutil.which("pasta", path="/usr/bin:/bin:/usr/sbin:/sbin")
     if pasta is None:
         print("mesh: pasta is not installed; cannot give the worker a network of its own", file=sys.stderr)
@@ -123,7 +142,8 @@ def main(argv: list[str]) -> int:
     pid = _child_pid(info_r)
     os.close(info_r)
     network, problem = (None, "bwrap did not report its child") if pid is None else \
-        _start_pasta(_pasta_argv(pasta, pid, ports), pid)
+        _start_pasta(_pasta_argv(pasta, pid, ports, closed), pid,
+                     (lambda pid: _listening(pid, wanted)) if closed else _configured)
     if network is None:
         child.kill()
         child.wait()

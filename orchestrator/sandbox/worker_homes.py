@@ -118,26 +118,28 @@ def copy_in():
         shutil.copytree(keep, home, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     except (shutil.Error, OSError):
         pass
-def count():
-    found = 0
+def carried_paths():
+    """(path, name in the archive) of what comes back: the HOME's own entries, not what is bound in it."""
+    device = os.stat(home).st_dev
     for base, dirs, files in os.walk(home):
-        found += len(dirs) + len(files)
+        rel = os.path.relpath(base, home)
+        for name in dirs + files:
+            path, arc = os.path.join(base, name), os.path.normpath(os.path.join(rel, name))
+            if arc not in skip and len(arc) <= max_path and kept(path, device):
+                yield path, arc
+        dirs[:] = [d for d in dirs if os.path.normpath(os.path.join(rel, d)) not in skip
+                   and kept(os.path.join(base, d), device) and not os.path.islink(os.path.join(base, d))]
+def count():
+    for found, _ in enumerate(carried_paths(), 1):
         if found > max_files:
             raise Over
 def send(stream):
-    device = os.stat(home).st_dev
     with tarfile.open(fileobj=stream, mode="w|") as tar:
-        for base, dirs, files in os.walk(home):
-            rel = os.path.relpath(base, home)
-            for name in dirs + files:
-                path, arc = os.path.join(base, name), os.path.normpath(os.path.join(rel, name))
-                if arc not in skip and len(arc) <= max_path and kept(path, device):
-                    try:
-                        tar.add(path, arcname=arc, recursive=False)
-                    except OSError:
-                        pass
-            dirs[:] = [d for d in dirs if os.path.normpath(os.path.join(rel, d)) not in skip
-                       and kept(os.path.join(base, d), device) and not os.path.islink(os.path.join(base, d))]
+        for path, arc in carried_paths():
+            try:
+                tar.add(path, arcname=arc, recursive=False)
+            except OSError:
+                pass
 copy_in()
 try:
     code = subprocess.call(sys.argv[8:])

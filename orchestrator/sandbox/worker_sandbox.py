@@ -49,7 +49,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from orchestrator.sandbox.lifetime import die_with_parent
-from orchestrator.sandbox import cgroups, worker_homes
+from orchestrator.sandbox import cgroups, egress, worker_homes
 from orchestrator.sandbox.bwrap import (
     SIGNING_KEY_ENV,
     Launcher,
@@ -273,18 +273,8 @@ def _script_folders(argv: Sequence[str], guarded: Sequence[str], home: str) -> l
 
 def loopback_ports(env: Mapping[str, str]) -> list[int]:
     """The loopback ports named by URL values in ``env`` (a model endpoint on this machine)."""
-    ports: set[int] = set()
-    for value in env.values():
-        if "://" not in value:
-            continue
-        try:
-            parts = urlsplit(value.strip())
-            host, port = parts.hostname, parts.port
-        except ValueError:
-            continue
-        if host in _LOOPBACK_HOSTS:
-            ports.add(port or (443 if parts.scheme == "https" else 80))
-    return sorted(ports)
+    return sorted({port or (443 if scheme == "https" else 80) for host, port, scheme in egress.url_hosts(env)
+                   if host in _LOOPBACK_HOSTS})
 
 
 _net_lock = threading.Lock()
@@ -311,10 +301,13 @@ def network_problem(bwrap: str) -> str | None:
         return _net_probe[bwrap]
 
 
-def _netns_argv(sandbox: list[str], ports: Sequence[int]) -> list[str]:
+def _netns_argv(sandbox: list[str], ports: Sequence[int], *, closed: bool = False) -> list[str]:
     """``sandbox`` (a bwrap argv with its own network namespace) started by ``netjoin``, which
-    connects that namespace to the outside with pasta before the command runs."""
-    return [sys.executable, "-I", "-m", "orchestrator.sandbox.netjoin", ",".join(map(str, ports)) or "none", "--", *sandbox]
+    connects that namespace to the outside with pasta before the command runs (``closed``: to
+    the loopback ``ports`` alone, no route out)."""
+    listed = ",".join(map(str, dict.fromkeys(ports))) or "none"
+    return [sys.executable, "-I", "-m", "orchestrator.sandbox.netjoin", f"closed:{listed}" if closed else listed,
+            "--", *sandbox]
 
 
 @dataclass(frozen=True)
@@ -361,7 +354,7 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
                     repo: str | Path | None = None, hidden: Sequence[str | Path] = (),
                     shielded: Sequence[str | Path] = (), network: str = "auto",
                     extra_ports: Sequence[int] = (), limits: WorkerLimits = WorkerLimits(),
-                    read_only: Sequence[str | Path] = ()) -> Launcher:
+                    read_only: Sequence[str | Path] = (), egress_hosts: Sequence[str] = ()) -> Launcher:
     """A launcher for the ``command`` backend that runs each worker call inside bwrap (see the
     module docstring for what a worker sees).
 
@@ -374,7 +367,10 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
     are loopback ports forwarded besides those named in the worker's environment; ``limits``
     cap each call (its tree's memory and processes, its private HOME's growth); ``read_only``
     are folders or files shown read-only besides (``worker_read_only``: a model's weights, a
-    tool's data), ValueError for one that is HOME or holds the repository or the tracker.
+    tool's data), ValueError for one that is HOME or holds the repository or the tracker;
+    ``egress_hosts`` (``worker_egress``) are the hosts a worker with a namespace of its own may
+    reach besides its preset's model APIs and the hosts of URLs in its environment (``egress``:
+    through mesh's proxy, with no route out otherwise; ``*`` is everything).
 
     A worker script may read the folder it lives in (the program's own, when it is a loose file,
     and that of a script named by absolute path among its arguments), read-only, unless that
@@ -459,7 +455,16 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
         sandboxed = bwrap_argv(bwrap, command, network=not isolate, resolver=True, chdir=chdir, binds=writable,
                                ro_binds=read_only, tmpfs=tmpfs, etc_dir=etc, hidden=covers)
         if isolate:
-            sandboxed = _netns_argv(sandboxed, [*loopback_ports(run_env), *extra_ports])
+            ports = [*loopback_ports(run_env), *extra_ports]
+            allowed = egress.allowlist_for(program, run_env, egress_hosts)
+            if allowed.everything:
+                sandboxed = _netns_argv(sandboxed, ports)
+            else:
+                # No route out: the worker reaches its loopback endpoints and, through mesh's
+                # proxy, the hosts of its allowlist; nothing else.
+                proxy = egress.proxy_for(allowed)
+                run_env.update(egress.proxy_env(proxy.port))
+                sandboxed = _netns_argv(sandboxed, [*ports, proxy.port], closed=True)
         return _capped(sandboxed, run_env, limits, back)
 
     return launch
@@ -514,6 +519,16 @@ def announce_real_home() -> str:
     """The line ``mesh run``/``drain`` print on every start under ``worker_home = "real"``."""
     return ('warning: worker_home = "real": command workers run with your real HOME, writable '
             "(~/.ssh, shell start-up files, other repositories); set worker_home = \"private\" to contain them")
+
+
+def egress_note(hosts: Sequence[str]) -> str:
+    """One line for preflight: which hosts command workers may reach."""
+    if "*" in hosts:
+        return ('warning: worker_egress = ["*"]: command workers reach every host of the internet (an agent can '
+                "look up anything, send anything); remove \"*\" to keep them to their model APIs")
+    extra = f", and {', '.join(hosts)} (worker_egress)" if hosts else ""
+    return ("worker egress: no route out; through mesh's proxy, each preset's model APIs and the hosts of URLs in "
+            f"the worker's environment{extra}")
 
 
 def describe(home: str, network_issue: str | None, network: str) -> dict[str, str]:
