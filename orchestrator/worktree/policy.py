@@ -10,9 +10,13 @@ This module holds the policy on top of it, refused with the block reason
   system's files, deploy and package-manager settings, ``.envrc``, editor folders, Python
   start-up hooks), what agent tools load as instructions, ``CODEOWNERS``, and test-runner
   configuration that can silence tests;
-- a change to the ``[tool.pytest...]``, ``[tool.tox]`` or ``[tool.mesh]`` tables of a
-  ``pyproject.toml`` (compared as parsed TOML when the patched text can be rebuilt, by the
-  changed lines' tables otherwise);
+- configuration a developer tool runs as code inside files also edited for ordinary reasons
+  (``CODE_CONFIGS``, from ``tool_configs``): the ``[tool.pytest...]``, ``[tool.tox]``,
+  ``[tool.mesh]`` tables, pylint's ``init-hook``, mypy's, coverage's and flake8's plugins and
+  the build backend in a ``pyproject.toml``, install-time lifecycle scripts and the package
+  manager in a ``package.json``, the code of a test package's ``__init__.py``, and pytest
+  hooks in any Python file (compared parsed when the patched text can be rebuilt, by the
+  changed lines otherwise);
 - a new dot-folder at the repository root (``new_dot_folders``): tools keep rules, hooks and
   settings in such folders and no table lists them all, so one the repository does not have
   yet needs ``patch.allow``;
@@ -38,23 +42,25 @@ A secret is refused whatever ``allow`` says.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import stat
 import sys
-import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.worktree.patchcheck import _normalize_component
-from orchestrator.worktree.protected_paths import DEFAULT_PROTECTED
+from orchestrator.worktree.protected_paths import DEFAULT_PROTECTED, PROTECTED_PATHS
+from orchestrator.worktree.tool_configs import CODE_CONFIGS, CodeConfig, config_changed, pyproject_tables_changed
 
 if TYPE_CHECKING:
     from orchestrator.worktree.patchcheck import FileChange, PatchSummary
 
 __all__ = [
+    "CODE_CONFIGS",
     "DEFAULT_PROTECTED",
     "PatchPolicy",
     "PolicyViolation",
@@ -69,26 +75,28 @@ _RUNNERS = frozenset({"pytest", "_pytest", "unittest"})
 _SHADOWED = frozenset(sys.stdlib_module_names) | _RUNNERS
 # What a directory needs besides HEAD for git to take it for a repository (lower case).
 _GIT_DIR_PARTS = frozenset({"config", "objects", "refs", "packed-refs", "commondir"})
-# pyproject.toml tables a patch may not change: test-runner settings and mesh's own config.
-_PROTECTED_TABLES = ("tool.pytest", "tool.tox", "tool.mesh")
-_TABLE_RE = re.compile(r"^\s*\[\[?\s*([^\]]*?)\s*\]\]?\s*(?:#.*)?$")
 _MAX_READ = 4 << 20
 _MAX_LISTED = 8
 _HIDDEN = "holds a secret value (not shown)"
 
 
 class PolicyViolation(Exception):
-    """The patch breaks the policy; ``problems`` says how, one entry per path or finding."""
+    """The patch breaks the policy; ``problems`` says how, one entry per path or finding;
+    ``admissible`` are the paths ``patch.allow`` could admit (the detail shows how)."""
 
-    def __init__(self, problems: Sequence[str]) -> None:
+    def __init__(self, problems: Sequence[str], admissible: Sequence[str] = ()) -> None:
         from redact import scrub
 
         self.problems = list(problems)
+        self.admissible = list(dict.fromkeys(admissible))
         shown = "; ".join(self.problems[:_MAX_LISTED])
         if len(self.problems) > _MAX_LISTED:
             shown += f"; and {len(self.problems) - _MAX_LISTED} more"
-        if any(_HIDDEN not in problem for problem in self.problems):
-            shown += " (patch.allow in mesh.toml can permit a path the defaults refuse)"
+        if self.admissible:
+            # A bare name would admit that name at any depth: anchor a top-level one.
+            named = ", ".join(json.dumps(p if "/" in p else "/" + p) for p in self.admissible[:3])
+            shown += (f" (patch.allow in mesh.toml can permit a path the defaults refuse, knowingly:"
+                      f" [patch] allow = [{named}{', ...' if len(self.admissible) > 3 else ''}])")
         # A path can hold a secret too: the detail is scrubbed like everything mesh prints.
         self.detail = scrub(shown)
         super().__init__(self.detail)
@@ -305,124 +313,6 @@ def shadowing_modules(created: Iterable[str], files: Sequence[str], root: Path |
     return found
 
 
-# ---------------------------------------------------------------- pyproject.toml
-
-
-def _protected_table(name: str) -> bool:
-    key = re.sub(r"[\s\"']", "", name).lower()
-    return any(key == table or key.startswith(table + ".") for table in _PROTECTED_TABLES)
-
-
-def _tables(lines: Sequence[str]) -> list[str]:
-    """The table each line of a TOML file belongs to (a header line belongs to its own)."""
-    current, out = "", []
-    for line in lines:
-        match = _TABLE_RE.match(line)
-        if match:
-            current = match.group(1)
-        out.append(current)
-    return out
-
-
-def _spots(old_lines: Sequence[str], side: Sequence[str]) -> list[int]:
-    width = len(side)
-    return [i for i in range(len(old_lines) - width + 1) if old_lines[i : i + width] == list(side)]
-
-
-def _rebuild(base: Sequence[str], hunks: Sequence[tuple[int, Sequence[str]]]) -> list[str] | None:
-    """``base`` with ``hunks`` applied as git would (each hunk at the match nearest its stated
-    line, after the previous one), or None when a hunk's old side is not found."""
-    out: list[str] = []
-    position = 0
-    shift = 0
-    for start, lines in hunks:
-        old_side = [line[1:] for line in lines if line[:1] in (" ", "-")]
-        new_side = [line[1:] for line in lines if line[:1] in (" ", "+")]
-        if old_side:
-            spots = [spot for spot in _spots(base, old_side) if spot >= position]
-            if not spots:
-                return None
-            wanted = start - 1 + shift
-            spot = min(spots, key=lambda s: abs(s - wanted))
-        else:
-            spot = start + shift  # a pure insertion goes after line ``start``
-            if not position <= spot <= len(base):
-                return None
-        out.extend(base[position:spot])
-        out.extend(new_side)
-        position = spot + len(old_side)
-        shift = spot - (start - 1 if old_side else start)
-    out.extend(base[position:])
-    return out
-
-
-def _protected_values(text: str) -> dict[str, Any]:
-    tool = tomllib.loads(text).get("tool", {})
-    if not isinstance(tool, dict):
-        return {"tool": tool}
-    return {name: tool.get(name.split(".", 1)[1]) for name in _PROTECTED_TABLES}
-
-
-def _changed_by_lines(hunks: Sequence[tuple[int, Sequence[str]]], base: Sequence[str]) -> bool:
-    """Conservative reading from the changed lines alone: any changed line naming pytest,
-    tox or mesh's table, any added header of a protected table, or a change that falls
-    inside a protected table at any place its hunk fits."""
-    for _, lines in hunks:
-        for line in lines:
-            if line[:1] in "+-" and re.search(r"pytest|\btox\b|tool\s*\.\s*[\"']?mesh", line, re.IGNORECASE):
-                return True
-    added = [line[1:] for _, lines in hunks for line in lines if line[:1] == "+"]
-    if any(_protected_table(table) for table in _tables(added)):
-        return True
-    tables = _tables(base)
-    for start, lines in hunks:
-        old_side = [line[1:] for line in lines if line[:1] in (" ", "-")]
-        for spot in (_spots(base, old_side) if old_side else [start]):
-            position = spot
-            for line in lines:
-                marker = line[:1]
-                if marker == "+":
-                    # An inserted line joins the table of the line before it.
-                    if 0 < position <= len(tables) and _protected_table(tables[position - 1]):
-                        return True
-                elif marker == "-":
-                    if position < len(tables) and _protected_table(tables[position]):
-                        return True
-                    position += 1
-                else:
-                    position += 1
-    return False
-
-
-def pyproject_tables_changed(
-    hunks: Sequence[tuple[int, Sequence[str]]], base: str | None, *, deleted: bool = False
-) -> bool:
-    """Whether ``hunks`` (each ``(old_start, lines with their ' '/'+'/'-' markers)``) change
-    the ``[tool.pytest...]``, ``[tool.tox]`` or ``[tool.mesh]`` tables of a ``pyproject.toml``
-    whose text was ``base`` (``""`` for a new file; None when it cannot be read, which counts
-    as a change).
-
-    The patched text is rebuilt and both are compared as parsed TOML; when that cannot be
-    done (a hunk that does not fit, a file that does not parse) the changed lines decide.
-    """
-    if base is None:
-        return True
-    base_lines = base.split("\n") if base else []
-    if deleted:
-        new_lines: list[str] | None = []
-    else:
-        new_lines = _rebuild(base_lines, hunks)
-    if new_lines is not None:
-        try:
-            before = _protected_values(base or "")
-            after = _protected_values("\n".join(new_lines))
-        except tomllib.TOMLDecodeError:
-            pass
-        else:
-            return before != after
-    return _changed_by_lines(hunks, base_lines)
-
-
 # ---------------------------------------------------------------- the policy
 
 
@@ -459,65 +349,118 @@ class PatchPolicy:
         """What in a patch that passed ``check_patch`` breaks the policy, one line each.
 
         ``root`` is the worktree the patch will be applied to: what it already holds decides
-        which files are new, what a directory will contain, and the ``pyproject.toml`` text
-        the hunks change. Without it every file counts as new and every change is read
-        from the patch alone, which can only refuse more.
+        which files are new, what a directory will contain, and the text of the files whose
+        watched configuration (``CODE_CONFIGS``) the hunks change. Without it every file
+        counts as new and every change is read from the patch alone, which can only refuse
+        more.
         """
+        return list(dict.fromkeys(problem for problem, _ in self._findings(summary, root)))
+
+    def check(self, summary: "PatchSummary", root: Path | None = None) -> None:
+        """Raise PolicyViolation when ``violations`` finds anything."""
+        findings = self._findings(summary, root)
+        if findings:
+            raise PolicyViolation(list(dict.fromkeys(problem for problem, _ in findings)),
+                                  [path for _, path in findings if path is not None])
+
+    def _findings(self, summary: "PatchSummary", root: Path | None) -> list[tuple[str, str | None]]:
+        """Each problem, with the path ``patch.allow`` could admit (None: nothing can)."""
         from redact import scrub
 
-        problems: list[str] = []
+        found: list[tuple[str, str | None]] = []
         changes = list(summary.changes)
         readings = list(dict.fromkeys([*summary.files, *(p for change in changes for p in change.paths)]))
         # Every name any reading of a header could mean: git sees no name this did not.
         for path in readings:
             pattern = self.protected_by(path)
-            if pattern is not None:
-                problems.append(f"{path} is protected ({pattern})")
+            if pattern in self.protected:
+                found.append((f"{path} is protected ({pattern})", None))
+            elif pattern is not None:
+                found.append((f"{path} is protected ({pattern}: {_LOADED_BY[pattern]})", path))
         if any(scrub(path) != path for path in readings):
-            problems.append(f"a file name {_HIDDEN}")
+            found.append((f"a file name {_HIDDEN}", None))
         files = list(summary.files)
         for directory in embedded_repositories(files, root):
-            if not self.allowed(_join("" if directory == "." else directory, "HEAD")):
-                problems.append(f"{directory}/ would be an embedded git repository")
+            head = _join("" if directory == "." else directory, "HEAD")
+            if not self.allowed(head):
+                found.append((f"{directory}/ would be an embedded git repository", head))
         created = [path for path in files if _created(path, changes, root)]
         for folder, path in new_dot_folders(created, root).items():
             if self.protected_by(path) is None and not self.allowed(path):
-                problems.append(f"{path} makes a new dot-folder {folder}/ at the repository root (tools load such"
-                                f" folders as configuration: admit it with patch.allow)")
+                found.append((f"{path} makes a new dot-folder {folder}/ at the repository root (tools load such"
+                               f" folders as configuration: admit it with patch.allow)", folder))
         for path in shadowing_modules(created, files, root):
             if not self.allowed(path):
-                problems.append(f"{path} shadows a standard-library or test-runner module")
+                found.append((f"{path} shadows a standard-library or test-runner module", path))
+        tree = _Tree(files, root)
         for change in changes:
-            problems.extend(self._content_problems(change, root))
-        return list(dict.fromkeys(problems))
+            found.extend(self._content_problems(change, root, tree))
+        return found
 
-    def _content_problems(self, change: "FileChange", root: Path | None) -> list[str]:
+    def _content_problems(self, change: "FileChange", root: Path | None, tree: "_Tree") -> list[tuple[str, str | None]]:
         from redact import scrub
 
-        problems = []
+        found: list[tuple[str, str | None]] = []
         name = change.paths[-1] if change.paths else "?"
         hunks = [(hunk.old_start, hunk.lines) for hunk in change.hunks]
         added = "\n".join(line[1:] for hunk in change.hunks for line in hunk.lines if line[:1] == "+")
         if added and scrub(added) != added:
-            problems.append(f"the text added to {name} {_HIDDEN}")
+            found.append((f"the text added to {name} {_HIDDEN}", None))
         for path in change.paths:
-            if path.rpartition("/")[2].lower() != "pyproject.toml" or self.allowed(path):
+            if self.allowed(path):
                 continue
-            # A rename or copy brings another file's text: unknown here, so it counts as a change.
-            base = None if change.moved else "" if change.created else _read_regular(root, path)
-            if pyproject_tables_changed(hunks, base, deleted=change.deleted):
-                problems.append(f"{path} changes [tool.pytest], [tool.tox] or [tool.mesh]")
-            break
-        return problems
-
-    def check(self, summary: "PatchSummary", root: Path | None = None) -> None:
-        """Raise PolicyViolation when ``violations`` finds anything."""
-        problems = self.violations(summary, root)
-        if problems:
-            raise PolicyViolation(problems)
+            for row in CODE_CONFIGS:
+                if not _applies(row, path, tree):
+                    continue
+                changed = next((what for before, source, deleted in _versions(change, path, root)
+                                if (what := config_changed(row, hunks, before, source, deleted=deleted)) is not None),
+                               None)
+                if changed is not None:
+                    found.append((f"{path} changes {row.label}{f' ({changed})' if changed else ''}"
+                                  f" ({row.loaded_by}: {row.why})", path))
+                    break  # one class named per path is enough
+        return found
 
 
 def _created(path: str, changes: Sequence["FileChange"], root: Path | None) -> bool:
     if root is not None:
         return not _lexists(root, path)
     return any(change.created and path in change.paths for change in changes)
+
+
+def _applies(row: CodeConfig, path: str, tree: "_Tree") -> bool:
+    """Whether ``row`` of ``CODE_CONFIGS`` watches ``path`` (the tree as the patch leaves it)."""
+    normalized = _normalize(path)
+    if any(_matches(glob, normalized) for glob in row.files):
+        return True
+    name = normalized.rpartition("/")[2]
+    return row.test_packages and name in ("__init__.py", "__init__.pyw") and any(
+        _is_pytest_file(entry.lower()) for entry in tree.entries(path.rpartition("/")[0]))
+
+
+def _is_pytest_file(name: str) -> bool:
+    # pytest's default python_files, and conftest.py.
+    return name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")))
+
+
+def _versions(change: "FileChange", path: str, root: Path | None) -> Iterator[tuple[str | None, str | None, bool]]:
+    """(text now, text the hunks apply to, deleted) for each way ``change`` could leave ``path``
+    (None: unknown). A rename's or copy's source loses its file (judged as deleted, which a
+    copy does not do: stricter); its target gets the source's text."""
+    if not change.moved:
+        # A file the tree lacks is one git will not patch: judged as empty, which refuses no less.
+        absent = change.created or (root is not None and not _lexists(root, path))
+        text = "" if absent else _read_regular(root, path)
+        yield text, text, change.deleted
+        return
+    if _lexists(root, path):
+        text = _read_regular(root, path)
+        yield text, text, True
+        return
+    sources = [text for other in change.paths if other != path and (text := _read_regular(root, other)) is not None]
+    for source in sources or [None]:
+        yield "", source, False
+
+
+_LOADED_BY = {pattern: row.loaded_by if len(row.loaded_by) <= 60 else row.loaded_by[:60].rpartition(", ")[0] + ", ..."
+              for row in PROTECTED_PATHS for pattern in row.patterns}

@@ -60,6 +60,28 @@ PROTECTED_PATHS: tuple[Protected, ...] = (
                "**/.yarn/releases"), "npm, Yarn, pnpm",
               "script-shell, node-options, yarnPath, Yarn plugins and pnpm hooks run code on every install or script"),
     Protected(("bunfig.toml",), "Bun", "preload scripts and a registry run or fetched on every bun command"),
+    Protected(("pnpm-workspace.yaml", "package.yaml", "package.json5", "binding.gyp"), "pnpm, node-gyp (npm's install)",
+              "pnpm's settings (pnpmfile, which dependencies may run build scripts) and manifests in formats the"
+              " policy does not read; gyp actions run commands on every install"),
+    # deploy services: commands run on deploy, with the deploy's secrets
+    Protected(("Procfile", "fly.toml", "render.yaml", "railway.toml", "railway.json", "nixpacks.toml", "nixpacks.json",
+               "heroku.yml", "amplify.yml", "appspec.yml", "appspec.yaml", "firebase.json", "wrangler.toml",
+               "wrangler.json", "wrangler.jsonc", ".platform.app.yaml", ".platform", ".upsun", ".ebextensions", ".do"),
+              "Heroku, Fly.io, Render, Railway, Nixpacks, AWS Amplify, CodeDeploy, Elastic Beanstalk, Firebase, "
+              "Cloudflare, Platform.sh, Upsun, DigitalOcean",
+              "release, build and pre-deploy commands run on deploy, with the deploy's secrets"),
+    # Nix and the environments built on it
+    Protected(("flake.nix", "flake.lock", "shell.nix", "default.nix", "devbox.json", "devbox.lock", "devenv.nix",
+               "devenv.yaml", "devenv.lock"), "Nix (nix develop, nix-shell, direnv's use flake), devbox, devenv",
+              "shellHook, init_hook and enterShell run when a shell enters the project; the locks pin what they fetch"),
+    # Python tools that import what their own configuration files name, and where packages come from
+    Protected((".pylintrc", "pylintrc", ".pylintrc.toml", "pylintrc.toml", ".flake8", "mypy.ini", ".mypy.ini",
+               ".coveragerc"), "pylint, flake8, mypy, coverage.py",
+              "init-hook (Python run on every lint), load-plugins, local plugins, plugins: code run on every lint,"
+              " type check or coverage run"),
+    Protected(("pip.conf", "pip.ini", "uv.toml", "poetry.toml", "pdm.toml", ".pdm-python", ".condarc"),
+              "pip, uv, Poetry, PDM, conda", "index URLs, package sources and the interpreter used: what gets"
+              " installed and which Python runs"),
     # build tools whose project files choose the tool's binary, JVM options or start-up code
     Protected((".bazelrc", ".bazelversion", ".bazeliskrc", "**/tools/bazel"), "Bazel, Bazelisk",
               "startup options, the Bazel binary Bazelisk fetches, and a wrapper script it runs instead of Bazel"),
@@ -126,8 +148,11 @@ PROTECTED_PATHS: tuple[Protected, ...] = (
     # review routing
     Protected(("CODEOWNERS",), "GitHub, GitLab", "decides who must approve a change"),
     # test-runner configuration that can silence tests
-    Protected(("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg"),
-              "pytest, tox", "can skip or silence tests (conftest.py runs code at collection)"),
+    Protected(("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml"),
+              "pytest", "can skip or silence tests (conftest.py runs code at collection)"),
+    Protected(("tox.ini", "setup.cfg"), "tox, pytest, flake8, mypy, coverage.py, pylint, setuptools",
+              "test-runner settings that can silence tests; [flake8:local-plugins], [mypy] and [coverage:run]"
+              " plugins, pylint's init-hook, setuptools' commands: code those tools run"),
 )
 
 DEFAULT_PROTECTED: tuple[str, ...] = tuple(pattern for row in PROTECTED_PATHS for pattern in row.patterns)
