@@ -2,9 +2,12 @@
 
 scrub runs on every text mesh stores or prints (prompts and answers reach megabytes). The
 text is a mixed megabyte (source code, log lines with credentials to
-redact, so scrub makes its second, confirming pass) and the same as one JSON string (escapes
-everywhere: the escape views are read in full). "known secrets" sets an Anthropic-shaped key
-and a value with spaces and symbols, which turns on the window search of redact.windows.
+redact, so scrub makes its second, confirming pass), the same as one JSON string (escapes
+everywhere: the escape views are read in full), and a megabyte of base64 of random bytes (tens
+of thousands of short base32 and hex runs inside it, each a candidate encoding of a secret: the
+costliest text per megabyte, and what a worker's enormous answer may well be). "known
+secrets" sets an Anthropic-shaped key and a value with spaces and symbols, which turns on the
+window search of redact.windows.
 
 Every figure is the best of N runs (default 5). The second table repeats pathological units
 (the starts of tokens the patterns look for) to 25,000 and 200,000 characters: linear work
@@ -16,8 +19,10 @@ Usage: python bench/scrub_cost.py [--runs N]
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -33,7 +38,7 @@ SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-api03-" + "Qm7Zr2Xv9Lp4Tn8Wk3Hs6Dj1Fb5Gc
 
 
 def _mixed_megabyte() -> str:
-    source = (ROOT / "orchestrator" / "validation.py").read_text()
+    source = (ROOT / "orchestrator" / "sandbox" / "validation.py").read_text()
     log = (
         "2024-05-01 INFO GET /api/v1/items?page=2 200 12ms\n"
         f"export API_KEY=abc123def456 token=9f8e7d6c5b4a Authorization: Bearer {JWT}\n"
@@ -57,7 +62,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     runs = parser.parse_args().runs
     mixed = _mixed_megabyte()
-    texts = {"mixed megabyte": mixed, "as one JSON string": json.dumps({"log": mixed})}
+    noise = base64.b64encode(random.Random(1).randbytes(750_000)).decode()
+    texts = {"mixed megabyte": mixed, "as one JSON string": json.dumps({"log": mixed}), "random base64": noise}
     for name in SECRETS:
         os.environ.pop(name, None)
     for label in ("no known secret", "known secrets"):

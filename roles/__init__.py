@@ -7,7 +7,7 @@ The middle layer of mesh, below the orchestrator. It holds:
 - ``prompts``: each worker's prompt, rendered from the Jinja2 templates of ``templates/``;
 - ``parsing``: a worker's raw text turned into a validated artifact, reading JSON and, in
   tolerant mode, markdown (``fields``: each round's field kinds and aliases;
-  ``markdown``: the section scanner and its readers);
+  ``markdown``: the section scanner and its readers; ``bounds``: how large an answer may be);
 - ``contract``: the worker contract, rendered from the code;
 - ``usage``: the tokens and cost of calls (a plain dataclass);
 - ``lazy``: this package's names imported on first use;
@@ -33,6 +33,7 @@ _EXPORTS = {
         "critics_for", "round_owner", "round_roles"
     ], ".definitions"),
     **dict.fromkeys(["PARSE_ERROR_KINDS", "ParsedResponse", "ParseError", "parse_response"], ".parsing"),
+    **dict.fromkeys(["AnswerBounds"], ".bounds"),
     **dict.fromkeys(["INPUT_KEYS", "Prompt", "build_prompt"], ".prompts"),
     **dict.fromkeys([
         "ARTIFACT_SCHEMAS", "NO_DIFF_PREFIX", "CritiqueArtifact", "DecisionLogEntry", "Finding",
@@ -76,6 +77,7 @@ __all__ = [
     "ParseError",
     "ParsedResponse",
     "parse_response",
+    "AnswerBounds",
     # prompts
     "INPUT_KEYS",
     "Prompt",

@@ -17,9 +17,10 @@ Two modes, chosen by the run's ``strict_output``:
   role and task id are not checked.
 
 Whatever the input, ``parse_response`` returns a ``ParsedResponse`` or raises
-``ParseError``; nothing in the text is ever evaluated. The fields each round's artifact
-has (their kinds, aliases, choice words) are in ``fields``; the markdown reading is in
-``markdown``.
+``ParseError``; nothing in the text is ever evaluated. An artifact past its bounds (a field,
+the whole answer, the patch: ``bounds``) is refused as ``invalid_shape``. The fields each
+round's artifact has (their kinds, aliases, choice words) are in ``fields``; the markdown
+reading is in ``markdown``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .bounds import DEFAULT_BOUNDS, AnswerBounds, oversize
 from .definitions import ROUNDS
 from .fields import (
     _ALIASES,
@@ -100,13 +102,14 @@ _NO_DIFF_LINE = re.compile(
 
 
 def parse_response(
-    text: str, round: str, *, role: str, task_id: str, strict: bool
+    text: str, round: str, *, role: str, task_id: str, strict: bool, bounds: AnswerBounds = DEFAULT_BOUNDS
 ) -> ParsedResponse:
     """Parse ``text`` answering ``round`` into a ``ParsedResponse``.
 
     ``strict`` selects the strict envelope contract; otherwise the tolerant reading
     described in the module docstring applies. Raises ``ParseError`` for any text that
-    does not yield a valid artifact, and ValueError only for an unknown ``round``.
+    does not yield a valid artifact or whose artifact is past ``bounds`` (``invalid_shape``),
+    and ValueError only for an unknown ``round``.
     """
     if round not in ARTIFACT_SCHEMAS:
         raise ValueError(f"unknown round {round!r}; expected one of {', '.join(ROUNDS)}")
@@ -118,6 +121,9 @@ def parse_response(
         data, outbox_raw = _read_tolerant(text, round)
     artifact = _validate(data, round)
     outbox = _read_outbox(outbox_raw, strict=strict)
+    too_large = oversize(artifact.model_dump(), [message.model_dump() for message in outbox], bounds)
+    if too_large:
+        raise ParseError("invalid_shape", too_large)
     return ParsedResponse(artifact=artifact, outbox=outbox, raw=text)
 
 

@@ -432,7 +432,7 @@ class Engine(Rounds, ReviewCycles, Closing):
                 if error == "max_tokens":
                     raise ParseError("unparsable", "the answer was cut off at max_tokens; answer shorter")
                 parsed = parse_response(response.text or "", round_name, role=role, task_id=self.task["id"],
-                                        strict=self.strict)
+                                        strict=self.strict, bounds=self.config.answer_bounds)
                 if validate:
                     validate(parsed)
             except ParseError as exc:

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from redact import scrub, scrub_obj
 from tracker.errors import NotFoundError
+from roles.bounds import oversize
 from roles.schemas import ReviewArtifact
 
 from orchestrator.protocol.checkpoint import Checkpoint, checkpoint_problem, load_checkpoints, write_checkpoint
@@ -238,6 +239,9 @@ def review_artifact(decision: str, summary: str, comments: Sequence[LineComment]
         first = exc.errors()[0]
         name = ".".join(str(part) for part in first.get("loc") or ()) or "review"
         raise ReviewRefused(name, f"{name}: {first.get('msg')}") from None
+    too_large = oversize(parsed.model_dump())  # carried into the revision prompts like a worker's review
+    if too_large:
+        raise ReviewRefused("review", too_large)
     return parsed.model_dump(mode="json")
 
 

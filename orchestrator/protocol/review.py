@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from roles.bounds import PATCH_TOO_LARGE
 from roles.definitions import REVIEWER
 from roles.parsing import ParseError, ParsedResponse
 from roles.schemas import ReviewArtifact
@@ -166,6 +167,9 @@ class ReviewCycles:
             # Twice now the synthesizer wrote commands the allowlist does not admit: the
             # allowlist is what to fix (the message says which token fell outside which entry).
             raise ConfigMistake(f"{message}. Fix validation.allow in mesh.toml (the task is left open)")
+        if message.startswith(PATCH_TOO_LARGE):
+            # Twice a patch past patch.max_bytes: what the patch check would have refused.
+            raise Blocked("patch_refused", f"too_large: {message}")
         raise Blocked("no_diff_parsed", message)
 
     def _sync_findings(self, review: Mapping[str, Any], approved: bool) -> None:
