@@ -94,7 +94,9 @@ def assert_not_closed(ws, report: dict, reason: str, command: str = VALIDATE) ->
 
 
 def test_attack_os_exit_in_the_test_package_does_not_close_a_broken_task(ws, tmp_path):
-    code, report, res = run_patch(ws, BROKEN_FEATURE + EXIT_IN_TEST_PACKAGE)
+    # The project lets tasks edit its test package (refused by default, issue 34): the counts still hold.
+    code, report, res = run_patch(ws, BROKEN_FEATURE + EXIT_IN_TEST_PACKAGE, None,
+                                  "--config", config(ws, '[patch]\nallow = ["tests/__init__.py"]\n'))
     assert code == 3, res.output
     result = assert_not_closed(ws, report, "no_test_report")
     assert result["exit_code"] == 0  # what let the broken task close before: the runner exited 0

@@ -184,7 +184,9 @@ def test_attack_a_hostile_report_is_refused_without_hanging(tmp_path, swap):
                 print("swapped")
         """}
     [result] = run([PYTEST], project(tmp_path, conftest), timeout_s=120)
-    assert result.exit_code == 0
+    # 1 where the report cannot be read: mesh's control tests failed, as they must, and
+    # without the report nothing shows they were the only failures.
+    assert result.exit_code in (0, 1)
     if "swapped" in result.stdout_tail:
         assert not result.passed and result.reason == "test_report_unreadable"
         assert result.tests is None

@@ -36,9 +36,11 @@ import os
 import re
 import stat
 import xml.parsers.expat
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from orchestrator.sandbox import canaries
 
 __all__ = [
     "REPORT_REASONS",
@@ -48,18 +50,21 @@ __all__ = [
     "ReportError",
     "TestCounts",
     "instrument",
+    "junit_outcomes",
     "parse_junit",
     "parse_unittest",
     "prepare",
     "read_report",
     "commands_phrase",
+    "runner_args",
     "runner_counts_phrase",
+    "unittest_outcomes",
     "verdict",
 ]
 
 # Where a sandboxed command writes its report: a folder of its own, not inside the tree.
 SANDBOX_REPORT = "/mesh/report"
-REPORT_REASONS = ("no_test_report", "test_report_unreadable", "tests_failed", "no_tests_ran")
+REPORT_REASONS = ("no_test_report", "test_report_unreadable", "tests_failed", "no_tests_ran", "runner_forged")
 # A report larger than this is not read: pytest's report lists one short element per test.
 MAX_REPORT_BYTES = 32 << 20
 _JUNIT_NAME = "junit.xml"
@@ -72,11 +77,24 @@ UNITTEST_SHIM = """\
 import json, sys, unittest
 report = sys.argv.pop(1)
 sys.argv[0] = "python -m unittest"
+class MeshResult(unittest.TextTestResult):
+    def startTest(self, test):
+        self.mesh_ids = getattr(self, "mesh_ids", [])
+        if len(self.mesh_ids) < 200000:
+            self.mesh_ids.append(test.id())
+        super().startTest(test)
 class MeshCountingRunner(unittest.TextTestRunner):
+    resultclass = MeshResult
     def run(self, test):
         result = super().run(test)
+        ids = lambda pairs: [case.id() for case, *_ in pairs][:200000]
+        plain = lambda cases: [case.id() for case in cases][:200000]
         counts = {"tests_run": result.testsRun, "failures": len(result.failures), "errors": len(result.errors),
-                  "skipped": len(result.skipped), "unexpected_successes": len(result.unexpectedSuccesses)}
+                  "skipped": len(result.skipped), "unexpected_successes": len(result.unexpectedSuccesses),
+                  "outcomes": {"failed": ids(result.failures), "errors": ids(result.errors),
+                               "skipped": ids(result.skipped), "xfail": ids(result.expectedFailures),
+                               "xpass": plain(result.unexpectedSuccesses),
+                               "ran": getattr(result, "mesh_ids", [])}}
         with open(report, "w", encoding="utf-8") as handle:
             json.dump(counts, handle)
         return result
@@ -183,6 +201,14 @@ def instrument(argv: Sequence[str], folder: Path, inside: str) -> Probe:
     return Probe(list(argv))
 
 
+def runner_args(argv: Sequence[str]) -> list[str]:
+    """The arguments the test runner of ``argv`` gets (after ``pytest`` or ``python -m pytest``/``unittest``)."""
+    if argv and os.path.basename(argv[0]) in ("pytest", "py.test"):
+        return list(argv[1:])
+    found = _module_run(argv) if argv and _PYTHON.fullmatch(os.path.basename(argv[0])) else None
+    return found[2] if found else []
+
+
 def prepare(probe: Probe, owner: int | None) -> None:
     """Make ``probe``'s report file, empty, writable by ``owner`` (the sandbox's uid; None: this
     process's), in its folder made read-only: the command writes that one file and no other."""
@@ -225,14 +251,9 @@ def parse_junit(data: bytes) -> TestCounts:
     ``failure`` child failed, one with an ``error`` child errored, one with a ``skipped``
     child (pytest's skip and xfail) was skipped. ReportError for anything else.
     """
-    parser = xml.parsers.expat.ParserCreate()
-    parser.SetParamEntityParsing(xml.parsers.expat.XML_PARAM_ENTITY_PARSING_NEVER)
     tally = {"ran": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0, "collection_errors": 0}
     case: list[set[str]] = []  # the outcome children of the open testcase (a stack of one)
     depth = [0]
-
-    def refuse(*_args: Any) -> None:
-        raise ReportError("the report declares a DOCTYPE or an entity")
 
     def start(name: str, _attrs: Any) -> None:
         depth[0] += 1
@@ -265,6 +286,19 @@ def parse_junit(data: bytes) -> TestCounts:
         tally[key] += 1
         tally["ran"] += 1
 
+    _parse_xml(data, start, end)
+    return TestCounts(runner="pytest", **tally)
+
+
+def _parse_xml(data: bytes, start: Any, end: Any) -> None:
+    """Parse ``data`` with expat and nothing else, calling ``start``/``end`` per element: a
+    DOCTYPE (and with it every entity declaration) is refused, so no entity is ever expanded."""
+    parser = xml.parsers.expat.ParserCreate()
+    parser.SetParamEntityParsing(xml.parsers.expat.XML_PARAM_ENTITY_PARSING_NEVER)
+
+    def refuse(*_args: Any) -> None:
+        raise ReportError("the report declares a DOCTYPE or an entity")
+
     parser.StartDoctypeDeclHandler = refuse
     parser.EntityDeclHandler = refuse
     parser.UnparsedEntityDeclHandler = refuse
@@ -275,7 +309,6 @@ def parse_junit(data: bytes) -> TestCounts:
         parser.Parse(data, True)
     except xml.parsers.expat.ExpatError as exc:
         raise ReportError(f"the report is not well-formed XML ({xml.parsers.expat.ErrorString(exc.code)})") from None
-    return TestCounts(runner="pytest", **tally)
 
 
 def parse_unittest(data: bytes) -> TestCounts:
@@ -295,44 +328,135 @@ def parse_unittest(data: bytes) -> TestCounts:
                       errors=raw["errors"], skipped=raw["skipped"])
 
 
-def read_report(probe: Probe) -> TestCounts | None:
-    """The counts of ``probe``'s report; None when the runner wrote none. ReportError when unusable."""
+def _report_data(probe: Probe) -> bytes | None:
+    """The bytes of ``probe``'s report; None when the runner wrote none. ReportError when unusable."""
     if probe.report is None or probe.folder is None:
         return None
     try:
         data = _read_capped(probe.report)
     finally:
         os.chmod(probe.folder, 0o700)  # writable again, so the scratch folder can be deleted
-    if not data:
-        return None  # still the empty file mesh made: the runner never wrote its report
-    return parse_junit(data) if probe.runner == "pytest" else parse_unittest(data)
+    return data or None  # still the empty file mesh made: the runner never wrote its report
 
 
-def verdict(probe: Probe, exit_passed: bool) -> tuple[TestCounts | None, str | None, str]:
-    """(counts, reason, note) for a command started as ``probe`` that exited as it did.
+def _parse(runner: str | None, data: bytes) -> TestCounts:
+    return parse_junit(data) if runner == "pytest" else parse_unittest(data)
 
-    ``reason`` is one of ``REPORT_REASONS`` when the command exited 0 but its report does not
-    show at least one test that ran and none that failed, else None; ``note`` a line saying
-    why, for the command's output. Counts never turn a failed exit into a pass.
+
+def read_report(probe: Probe) -> TestCounts | None:
+    """The counts of ``probe``'s report; None when the runner wrote none. ReportError when unusable."""
+    data = _report_data(probe)
+    return None if data is None else _parse(probe.runner, data)
+
+
+def junit_outcomes(data: bytes) -> dict[tuple[str, str], str]:
+    """Each test case's outcome in a JUnit report (``passed``, ``failed``, ``errors``,
+    ``skipped``, ``xfail``), keyed by (the last part of its class name, its name); parsed as
+    ``parse_junit`` parses (no DOCTYPE, no entity)."""
+    found: dict[tuple[str, str], str] = {}
+    case: list[tuple[tuple[str, str], set[str]]] = []
+
+    def start(name: str, attrs: Any) -> None:
+        attrs = attrs or {}
+        if name == "testcase":
+            key = (str(attrs.get("classname", "")).rsplit(".", 1)[-1], str(attrs.get("name", "")))
+            case.append((key, set()))
+        elif case and name == "skipped":
+            case[-1][1].add("xfail" if attrs.get("type") == "pytest.xfail" else "skipped")
+        elif case and name in ("failure", "error"):
+            case[-1][1].add("failed" if name == "failure" else "errors")
+
+    def end(name: str) -> None:
+        if name == "testcase" and case:
+            key, marks = case.pop()
+            found[key] = next((mark for mark in ("failed", "errors", "xfail", "skipped") if mark in marks), "passed")
+
+    _parse_xml(data, start, end)
+    return found
+
+
+def unittest_outcomes(data: bytes) -> dict[tuple[str, str], str]:
+    """Each test's outcome in the report ``UNITTEST_SHIM`` wrote, keyed by (class, name)."""
+    raw = json.loads(data.decode("utf-8"))
+    lists = raw.get("outcomes") if isinstance(raw, dict) else None
+    if not isinstance(lists, dict):
+        return {}
+    def ids(name: str) -> set[str]:
+        value = lists.get(name)
+        return {item for item in value if isinstance(item, str)} if isinstance(value, list) else set()
+    marks = [(ids("xpass"), "xpass"), (ids("failed"), "failed"), (ids("errors"), "errors"), (ids("xfail"), "xfail"),
+             (ids("skipped"), "skipped")]
+    found: dict[tuple[str, str], str] = {}
+    for test in ids("ran"):
+        parts = test.rsplit(".", 2)
+        if len(parts) >= 2:
+            found[(parts[-2], parts[-1])] = next((mark for group, mark in marks if test in group), "passed")
+    return found
+
+
+def _discount(counts: TestCounts, planted: canaries.Planted, outcomes: dict[tuple[str, str], str]) -> TestCounts:
+    """``counts`` without mesh's own control tests (a project's numbers are its own)."""
+    tally = {name: getattr(counts, name) for name in ("ran", "passed", "failed", "errors", "skipped")}
+    for key in planted.expected:
+        outcome = outcomes.get(key)
+        if outcome is None:
+            continue
+        if outcome == "xfail":  # pytest reports an expected failure as skipped; unittest as a test that passed
+            outcome = "skipped" if counts.runner == "pytest" else "passed"
+        elif outcome == "xpass":
+            outcome = "failed"
+        tally[outcome] = max(0, tally[outcome] - 1)
+        if outcome != "skipped":
+            tally["ran"] = max(0, tally["ran"] - 1)
+    return replace(counts, **tally)
+
+
+def verdict(probe: Probe, exit_passed: bool, planted: canaries.Planted | None = None, *,
+            exit_code: int | None = None, output: str = "") -> tuple[TestCounts | None, str | None, str, bool]:
+    """(counts, reason, note, passed) for a command started as ``probe`` that exited as it did
+    (``exit_passed``; its ``exit_code`` and ``output``), with mesh's control tests ``planted``
+    in its tree (``canaries``).
+
+    ``reason`` is ``runner_forged`` when a control test was reported against its nature
+    (whatever the exit status), one of ``REPORT_REASONS`` when the command exited 0 but its
+    report does not show at least one test that ran and none that failed, else None; ``note``
+    a line saying why, for the command's output. ``passed`` is the exit status as it counts:
+    an honest run with control tests exits 1 (they must fail), which counts as 0 when they are
+    the report's only failures. Counts never turn a failed run into a pass, and never include
+    the control tests.
     """
     if probe.runner is None:
-        return None, None, ""
+        return None, None, "", exit_passed
     try:
-        counts = read_report(probe)
+        data = _report_data(probe)
+        counts = None if data is None else _parse(probe.runner, data)
+        outcomes = {} if data is None or planted is None else \
+            junit_outcomes(data) if probe.runner == "pytest" else unittest_outcomes(data)
     except ReportError as exc:
-        return None, ("test_report_unreadable" if exit_passed else None), f"mesh: {probe.runner} report: {exc}"
+        # With control tests an honest run exits 1: an unreadable report is then the reason too.
+        unreadable = exit_passed or (planted is not None and exit_code == 1)
+        return None, ("test_report_unreadable" if unreadable else None), f"mesh: {probe.runner} report: {exc}", False
+    forged, checked = (None, "")
+    if counts is not None and planted is not None:
+        forged, checked, exact = canaries.judge(planted, outcomes)
+        counts = _discount(counts, planted, outcomes)
+        if (exact and exit_code == 1 and not counts.failed and not counts.errors and not counts.collection_errors
+                and "FAIL Required test coverage" not in output):
+            exit_passed = True  # the only failures were mesh's own, as they must be
+    if forged is not None:
+        return counts, forged, checked, False
     if counts is None:
         if not exit_passed:
-            return None, None, ""
+            return None, None, "", False
         return None, "no_test_report", (f"mesh: {probe.runner} exited 0 without writing its report: the run ended"
-                                        " before the runner finished (os._exit, a crash, or a plugin disabled it)")
+                                        " before the runner finished (os._exit, a crash, or a plugin disabled it)"), False
     if not exit_passed:
-        return counts, None, ""
+        return counts, None, checked, False
     if counts.failed or counts.errors or counts.collection_errors:
-        return counts, "tests_failed", f"mesh: exit status 0, but the {probe.runner} report says {counts.line()}"
+        return counts, "tests_failed", f"mesh: exit status 0, but the {probe.runner} report says {counts.line()}", False
     if counts.ran == 0:
-        return counts, "no_tests_ran", f"mesh: exit status 0, but no test ran ({counts.line()})"
-    return counts, None, ""
+        return counts, "no_tests_ran", f"mesh: exit status 0, but no test ran ({counts.line()})", False
+    return counts, None, checked, True
 
 
 def runner_counts_phrase(counts: Sequence[TestCounts]) -> str:

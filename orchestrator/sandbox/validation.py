@@ -48,10 +48,11 @@ from typing import Mapping, Sequence
 
 from orchestrator.sandbox import cgroups
 from orchestrator.sandbox import bwrap as _sandbox
-from orchestrator.sandbox import testcounts
+from orchestrator.sandbox import canaries, testcounts
 from orchestrator.sandbox.allowlist import (ARGS_PLACEHOLDER, PATH_PLACEHOLDER, explain, is_allowed, matching_template,
                                              parse_allow_entry, placeholder_args, split, stays_inside)
 from orchestrator.sandbox.bwrap import Limits
+from orchestrator.sandbox.cache_layers import shown as caches_shown
 from orchestrator.sandbox.project_env import ProjectEnv
 from orchestrator.sandbox.project_view import ProjectView, carry_into
 from orchestrator.sandbox.tree_copy import materialize_tree
@@ -433,7 +434,9 @@ def run_validation(
     view = ProjectView(project_root=environment.project_root, python=environment) \
         if isinstance(environment, ProjectEnv) else environment
     passed_values = [source[name] for name in env_names if name in source]
-    with tempfile.TemporaryDirectory(prefix="mesh-validate-", ignore_cleanup_errors=True) as scratch:
+    # Build caches: the base check's, copied for this tree alone (``cache_layers``).
+    with tempfile.TemporaryDirectory(prefix="mesh-validate-", ignore_cleanup_errors=True) as scratch, \
+            caches_shown(view, cwd, commit, sandbox) as view:
         if sandbox == "bwrap":
             bwrap = _sandbox.require_bwrap()
             # The sandbox's user (not root) must reach the tree copy and the identity files.
@@ -527,12 +530,30 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
     # The report argument is mesh's own, added after the allowlist admitted the command.
     probe = testcounts.instrument(argv, *place.report_folder())
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
+    # Control tests whose outcome mesh knows, in the tree copy only (never the user's checkout).
+    planted = canaries.plant(testcounts.runner_args(argv), probe.runner, place.root) if place.bwrap else None
     launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder)
-    result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=place.env, timeout_s=timeout_s,
-                      max_output_bytes=max_output_bytes, started=started, limits=place.limits,
-                      confine=place.bwrap is not None, hidden_values=hidden_values)
-    counts, reason, note = testcounts.verdict(probe, result.passed)
+    try:
+        result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=place.env, timeout_s=timeout_s,
+                          max_output_bytes=max_output_bytes, started=started, limits=place.limits,
+                          confine=place.bwrap is not None, hidden_values=hidden_values)
+    finally:
+        if planted is not None:
+            planted.remove()
+    if planted is not None:
+        # What a person and the workers read is the project's run, not mesh's control tests.
+        result = replace(result, stdout_tail=canaries.clean_output(planted, result.stdout_tail),
+                         stderr_tail=canaries.clean_output(planted, result.stderr_tail))
+    counts, reason, note, passed = testcounts.verdict(
+        probe, result.passed, planted, exit_code=result.exit_code if result.limit is None else None,
+        output=f"{result.stdout_tail}\n{result.stderr_tail}")
+    if reason is None and planted is None and place.bwrap and probe.runner is not None:
+        note = canaries.UNCHECKED
     if reason is None:
-        return replace(result, tests=counts)
+        if note:
+            result = replace(result, stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
+        # An honest run with control tests exits 1 (they must fail): it counts as the exit 0 it is.
+        return replace(result, tests=counts, passed=passed,
+                       exit_code=0 if passed and result.exit_code == 1 else result.exit_code)
     return replace(result, tests=counts, passed=False, reason=reason,
                    stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())

@@ -1,0 +1,321 @@
+"""Control tests that prove a test runner honest: verdicts the code under test cannot forge.
+
+A patch can change how its own tests are judged: a module under test, a test package's
+``__init__.py`` or a test helper that replaces ``unittest.TestCase.assertEqual`` with a no-op,
+or pytest's ``Function.runtest``, or the hook that writes the report, makes every test
+"pass" whatever the code does. The report and the exit status are then written by the code
+under test, so neither can be believed on its own.
+
+So for the runners mesh reads (pytest and unittest), before a validation command runs in its
+tree copy, mesh **appends control tests to a test module the command collects** (``plant``):
+tests whose outcome mesh knows in advance. Each control set holds, in the unittest form every
+runner collects (and for pytest also as plain functions):
+
+- tests that **must fail**: plain tests whose assertion is false (an honest runner reports
+  them failed; one whose assertions, test execution or reports were replaced reports them
+  passed), and one marked as an expected failure (``unittest.expectedFailure``: reported as an
+  unexpected success when assertions do nothing);
+- tests that **must pass**: a runner that reports them failed, or does not report them while
+  it reports the others, is not running tests as written.
+
+An honest run therefore exits 1 (its control tests failed); ``testcounts.verdict`` reads it as
+an exit status of 0 when the report's only failures are exactly the must-fail control tests
+and nothing else failed or errored. (A pytest run whose status is 1 for another reason, a
+coverage threshold, prints so: ``FAIL Required test coverage``, and stays failed.)
+
+Their names, classes and values are drawn at random for each command from plain words, in
+the module's own file, so they look like the tests around them; nothing on the command line,
+in the environment or on disk outside the tree copy names them. After the run, ``judge``
+reads each control test's outcome from the runner's report: a control test reported against
+its nature fails the command as ``runner_forged``; the control tests are then taken out of
+the counts, so a project's numbers are its own.
+
+What remains possible (docs/security.md): code that knows the project's real test names
+(from the repository a patch is written against) can stay honest for any test it does not
+know, so a forger that targets known names is not caught; a control set that the runner
+never collects (a ``-k``/``-m`` selection, a node id, a ``python_files`` pattern mesh did not
+guess) leaves the run unchecked, which the command's output says.
+
+May import the standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Planted", "UNCHECKED", "clean_output", "judge", "plant", "test_module_for"]
+
+# What a command's output says when mesh's control tests were not part of its run.
+UNCHECKED = ("mesh: its control tests were not collected by this command (a selection, or a test module it did"
+             " not guess), so the runner's honesty is not checked")
+
+_VERBS = ("parses", "keeps", "handles", "returns", "rejects", "accepts", "merges", "splits", "formats", "sorts",
+          "reads", "counts", "matches", "updates", "resolves", "converts", "loads", "builds")
+_NOUNS = ("empty_input", "boundary_values", "nested_items", "unicode_text", "large_numbers", "duplicates",
+          "missing_keys", "whitespace", "order", "defaults", "negative_values", "long_lines", "single_item",
+          "mixed_types", "trailing_newline", "repeated_calls")
+_CLASSES = ("Behaviour", "EdgeCases", "Regressions", "Basics", "Roundtrip", "Values", "Inputs", "Output")
+_SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "env", "node_modules", "__pycache__", "build", "dist",
+                        ".tox", ".nox", "site-packages", ".eggs"})
+_SELECTING = ("-k", "-m", "--deselect", "--lf", "--last-failed", "--sw", "--stepwise", "--collect-only", "--co")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+@dataclass
+class Planted:
+    """Control tests appended to ``path`` (host), whose text before was ``original``: each by
+    (class, or the module's name for a plain function; test name), with the outcome it must
+    have (``failed``, ``xfail`` or ``passed``)."""
+
+    path: Path
+    original: bytes
+    expected: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def remove(self) -> None:
+        """Put the module back as it was."""
+        self.path.write_bytes(self.original)
+
+
+def _words(rng: random.Random, used: set[str]) -> str:
+    while True:
+        name = f"test_{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
+        if name not in used:
+            used.add(name)
+            return name
+
+
+def _values(rng: random.Random) -> tuple[list[int], int]:
+    items = rng.sample(range(2, 60), rng.randint(3, 5))
+    return items, sum(items)
+
+
+def _source(rng: random.Random, pytest_form: bool, text: str, module_stem: str) -> tuple[str, dict[tuple[str, str], str]]:
+    """The appended source and what each of its tests must do, by (class, or the module's
+    name for a function; test name)."""
+    used = set(re.findall(r"def (test\w+)", text))
+    cls = f"Test{rng.choice(_CLASSES)}{rng.choice(_CLASSES)}"
+    while f"class {cls}" in text:
+        cls += rng.choice(_CLASSES)
+    expected: dict[tuple[str, str], str] = {}
+    unittest_name = "unittest" if re.search(r"^import unittest\s*$", text, re.M) else "_unittest"
+    lines = ["", ""]
+    if unittest_name == "_unittest":
+        lines += ["import unittest as _unittest", "", ""]
+    lines.append(f"class {cls}({unittest_name}.TestCase):")
+    for index, outcome in enumerate(("failed", "passed", "xfail", "passed")):
+        name = _words(rng, used)
+        items, total = _values(rng)
+        if index:
+            lines.append("")
+        if outcome == "xfail":
+            lines.append(f"    @{unittest_name}.expectedFailure")
+        lines += [f"    def {name}(self):",
+                  f"        self.assertEqual(sum({items}), {total if outcome == 'passed' else total + rng.randint(1, 9)})"]
+        expected[(cls, name)] = outcome
+    if pytest_form:
+        lines += ["", ""]
+        for index, outcome in enumerate(("failed", "passed")):
+            name = _words(rng, used)
+            items, total = _values(rng)
+            if index:
+                lines += ["", ""]
+            lines += [f"def {name}():",
+                      f"    assert sum({items}) == {total if outcome == 'passed' else total + rng.randint(1, 9)}"]
+            expected[(module_stem, name)] = outcome
+    return "\n".join(lines).rstrip() + "\n", expected
+
+
+def _is_test_file(name: str) -> bool:
+    return name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py"))
+
+
+# A module whose every test a line like these can skip or change: not one to carry control tests.
+_MODULE_WIDE = re.compile(rb"^(pytestmark\b|def setUpModule|def tearDownModule|@pytest\.fixture\(.*autouse)", re.M)
+
+
+def _plain_module(path: Path) -> bool:
+    try:
+        return _MODULE_WIDE.search(path.read_bytes()) is None
+    except OSError:
+        return False
+
+
+def _first_test_file(root: Path, start: Path, *, packages_only: bool) -> Path | None:
+    """The first test module under ``start`` with no module-wide mark, fixture or set-up (sorted
+    walk; with ``packages_only``, only where unittest's discovery imports: every folder below
+    ``start`` a package)."""
+    for folder, dirs, files in os.walk(start):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".")
+                         and (not packages_only or os.path.isfile(os.path.join(folder, d, "__init__.py"))))
+        for name in sorted(files):
+            path = Path(folder) / name
+            if _is_test_file(name) and not path.is_symlink() and path.is_file() and _plain_module(path):
+                return path
+    return None
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    path = (root / rel).resolve()
+    top = root.resolve()
+    return path if path == top or top in path.parents else None
+
+
+def test_module_for(args: Sequence[str], runner: str, root: Path) -> Path | None:
+    """The test module of the tree at ``root`` that a ``runner`` given ``args`` (its own
+    arguments, after the program or ``-m runner``) collects, to carry the control tests; None
+    when it cannot be known (a selection by keyword, mark or node id; a file mesh cannot find)."""
+    args = list(args)
+    if runner == "pytest":
+        if any(arg.split("=", 1)[0] in _SELECTING or "::" in arg for arg in args):
+            return None
+        paths = [arg for arg in args if not arg.startswith("-") and (root / arg).exists()]
+        for rel in paths or ["."]:
+            path = _inside(root, rel)
+            if path is None:
+                continue
+            if path.is_file():
+                return path if path.suffix == ".py" else None
+            found = _first_test_file(root, path, packages_only=False)
+            if found is not None:
+                return found
+        return None
+    # unittest: the module names given, or what discovery finds.
+    if "-k" in args:
+        return None
+    if args and args[0] == "discover" or not [a for a in args if not a.startswith("-")]:
+        start = "."
+        rest = args[1:] if args and args[0] == "discover" else args
+        for index, arg in enumerate(rest):
+            if arg in ("-s", "--start-directory") and index + 1 < len(rest):
+                start = rest[index + 1]
+            if arg in ("-p", "--pattern") and rest[index + 1:index + 2] != ["test*.py"]:
+                return None
+        top = _inside(root, start)
+        if top is None or not top.is_dir():
+            return None
+        found = _first_test_file(root, top, packages_only=True)
+        return found if found is not None and found.name.startswith("test") else None
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        if arg.endswith(".py"):
+            path = _inside(root, arg)
+        elif _MODULE_NAME.match(arg):
+            path = _inside(root, arg.replace(".", "/") + ".py")
+        else:
+            path = None
+        if path is not None and path.is_file():
+            return path
+        return None  # a test case or method named: the control tests would not be loaded
+    return None
+
+
+def plant(args: Sequence[str], runner: str | None, root: Path, *, seed: int | None = None) -> Planted | None:
+    """Append control tests to the module that a ``runner`` given ``args`` collects (in the
+    tree copy at ``root``); None when there is none to append to (the runner is not one mesh
+    reads, or the module cannot be known)."""
+    if runner not in ("pytest", "unittest"):
+        return None
+    module = test_module_for(args, runner, root)
+    if module is None:
+        return None
+    original = module.read_bytes()
+    text = original.decode("utf-8", "replace")
+    rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
+    source, expected = _source(rng, runner == "pytest", text, module.stem)
+    module.write_bytes(original + (b"" if original.endswith(b"\n") or not original else b"\n") + source.encode())
+    return Planted(module, original, expected)
+
+
+def judge(planted: Planted, outcomes: Mapping[tuple[str, str], str]) -> tuple[str | None, str, bool]:
+    """(why the runner's verdicts are forged or None, a note for the command's output, whether
+    every control test had exactly its outcome) from the control tests' ``outcomes`` as the
+    report has them (``passed``, ``failed``, ``errors``, ``skipped``, ``xfail``), keyed by (the
+    last part of the test's class or module, test name).
+
+    Forged: a test that must fail reported passed. A control test that did not run as written
+    (skipped by a module-wide mark, failing where it must pass) makes the run unchecked, not
+    forged: that cannot turn a failure into a pass."""
+    seen = {key: outcomes[key] for key in planted.expected if key in outcomes}
+    if not seen:
+        return None, UNCHECKED, False
+    for key, must in planted.expected.items():
+        got = seen.get(key)
+        if must != "passed" and got in ("passed", "xpass"):
+            return "runner_forged", (f"mesh: the test runner's verdicts are forged: mesh's control test "
+                                     f"{key[0]}.{key[1]} (an assertion that must fail) was reported passed; a module,"
+                                     " test package or helper replaced the runner's assertions, how it runs tests or"
+                                     " what it reports"), False
+    if any(seen.get(key) != must for key, must in planted.expected.items()):
+        odd = next(f"{key[0]}.{key[1]} was {seen.get(key, 'not reported')}" for key, must in planted.expected.items()
+                   if seen.get(key) != must)
+        return None, (f"mesh: its control tests did not run as written ({odd}), so the runner's honesty is not"
+                      " checked"), False
+    return None, "", True
+
+
+_PYTEST_HEADER = re.compile(r"^_{3,} (.+?) _{3,}$")
+_PYTEST_SUMMARY = re.compile(r"^(=+ )?(\d+ (failed|passed|xfailed|xpassed|skipped|errors?|deselected|warnings?)"
+                             r"(, )?)+ in [\d.]+s( \([^)]*\))?( =+)?$")
+_PYTEST_TERM = re.compile(r"(\d+) (failed|passed|xfailed|xpassed|skipped|errors?|deselected|warnings?)")
+_UNITTEST_RULE = "=" * 70
+_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ")
+_UNITTEST_RESULT = re.compile(r"^(OK|FAILED)(?: \((.*)\))?$")
+
+
+def clean_output(planted: Planted, text: str) -> str:
+    """``text`` (a runner's output) as it would read without mesh's control tests: their failure
+    sections and result lines taken out, the closing counts put back to the project's own. The
+    output is the code under test's writing either way; this only keeps mesh's own tests from
+    confusing a person or a worker (and from naming them)."""
+    names = {name for _, name in planted.expected} | {cls for cls, _ in planted.expected}
+    mine = re.compile("|".join(re.escape(name) for name in sorted(names, key=len, reverse=True)))
+    counts = {"failed": 0, "passed": 0, "xfail": 0}
+    for must in planted.expected.values():
+        counts[must] += 1
+    out: list[str] = []
+    dropping = False
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        header = _PYTEST_HEADER.match(line)
+        if header is not None:
+            dropping = bool(mine.search(header.group(1)))
+        elif line.startswith("=") or line == _UNITTEST_RULE:
+            dropping = False
+        if line == _UNITTEST_RULE and index + 1 < len(lines) and mine.search(lines[index + 1]):
+            dropping = True
+        if dropping or mine.search(line):
+            continue
+        out.append(_recount(line, counts))
+    return "\n".join(out)
+
+
+def _recount(line: str, counts: Mapping[str, int]) -> str:
+    """A closing line of pytest or unittest with mesh's control tests taken out of its numbers."""
+    if _PYTEST_SUMMARY.match(line.strip()):
+        take = {"failed": counts["failed"], "passed": counts["passed"], "xfailed": counts["xfail"]}
+        found = re.match(r"^(=+ )?(.*?) in ([\d.]+s.*?)( =+)?$", line.strip())
+        if found is None:
+            return line
+        terms = [(int(number) - take.get(word, 0), word) for number, word in _PYTEST_TERM.findall(found.group(2))]
+        body = ", ".join(f"{number} {word}" for number, word in terms if number > 0) or "no tests ran"
+        return f"{found.group(1) or ''}{body} in {found.group(3)}{found.group(4) or ''}"
+    ran = _UNITTEST_RAN.match(line)
+    if ran is not None:
+        total = int(ran.group(1)) - sum(counts.values())
+        return _UNITTEST_RAN.sub(f"Ran {total} test{'s' if total != 1 else ''} in ", line)
+    result = _UNITTEST_RESULT.match(line)
+    if result is not None:
+        terms = dict(term.split("=", 1) for term in (result.group(2) or "").split(", ") if "=" in term)
+        for key, mine in (("failures", counts["failed"]), ("expected failures", counts["xfail"])):
+            if key in terms:
+                left = int(terms[key]) - mine
+                terms = {k: v for k, v in terms.items() if k != key} if left <= 0 else {**terms, key: str(left)}
+        state = "FAILED" if any(key in terms for key in ("failures", "errors", "unexpected successes")) else "OK"
+        return state + (f" ({', '.join(f'{k}={v}' for k, v in terms.items())})" if terms else "")
+    return line
