@@ -82,6 +82,11 @@ def test_an_honest_run_passes_with_the_projects_own_counts(tmp_path, command):
     assert result.passed and result.reason is None, result.stderr_tail
     assert result.tests.ran == 2 and result.tests.passed == 2 and result.tests.skipped == 0
     assert "control tests" not in result.stderr_tail
+    # What a person or a worker reads is the project's own run: mesh's failing control tests
+    # are not in it, and the closing counts are the project's.
+    shown = result.stdout_tail + result.stderr_tail
+    assert "fail" not in shown.lower() and "xfail" not in shown and "FAILURES" not in shown, shown
+    assert ("2 passed in " in shown) if "pytest" in command else ("Ran 2 tests in" in shown and "\nOK" in shown), shown
     # A broken one fails as it always did, its counts its own.
     (root / "calc.py").write_text(CODE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}

@@ -260,10 +260,9 @@ def judge(planted: Planted, outcomes: Mapping[tuple[str, str], str]) -> tuple[st
 
 
 _PYTEST_HEADER = re.compile(r"^_{3,} (.+?) _{3,}$")
-_PYTEST_SUMMARY = re.compile(r"^(=+ )?(\d+ (failed|passed|xfailed|xpassed|skipped|errors?|deselected|warnings?)"
-                             r"(, )?)+ in [\d.]+s( \([^)]*\))?( =+)?$")
-_PYTEST_TERM = re.compile(r"(\d+) (failed|passed|xfailed|xpassed|skipped|errors?|deselected|warnings?)")
+_PYTEST_SUMMARY = re.compile(r"^(=+ )?(\d+ [\w ]+(?:, \d+ [\w ]+)*) in ([\d.]+s(?: \([^)]*\))?)( =+)?$")
 _UNITTEST_RULE = "=" * 70
+_EMPTY_SECTION = re.compile(r"^=+ (FAILURES|ERRORS|short test summary info|XFAIL.*) =+$")
 _UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ")
 _UNITTEST_RESULT = re.compile(r"^(OK|FAILED)(?: \((.*)\))?$")
 
@@ -285,26 +284,34 @@ def clean_output(planted: Planted, text: str) -> str:
         header = _PYTEST_HEADER.match(line)
         if header is not None:
             dropping = bool(mine.search(header.group(1)))
-        elif line.startswith("=") or line == _UNITTEST_RULE:
+        elif line.startswith("=") or _UNITTEST_RAN.match(line) or (
+                line == "-" * 70 and index + 1 < len(lines) and _UNITTEST_RAN.match(lines[index + 1])):
             dropping = False
         if line == _UNITTEST_RULE and index + 1 < len(lines) and mine.search(lines[index + 1]):
             dropping = True
         if dropping or mine.search(line):
             continue
         out.append(_recount(line, counts))
-    return "\n".join(out)
+    # Section headers left with nothing under them (pytest's FAILURES when only mesh's failed).
+    return "\n".join(line for index, line in enumerate(out)
+                     if not (_EMPTY_SECTION.match(line) and (index + 1 == len(out) or out[index + 1].startswith("=")
+                                                             or _PYTEST_SUMMARY.match(out[index + 1].strip()))))
 
 
 def _recount(line: str, counts: Mapping[str, int]) -> str:
     """A closing line of pytest or unittest with mesh's control tests taken out of its numbers."""
-    if _PYTEST_SUMMARY.match(line.strip()):
+    found = _PYTEST_SUMMARY.match(line.strip())
+    if found is not None:
         take = {"failed": counts["failed"], "passed": counts["passed"], "xfailed": counts["xfail"]}
-        found = re.match(r"^(=+ )?(.*?) in ([\d.]+s.*?)( =+)?$", line.strip())
-        if found is None:
-            return line
-        terms = [(int(number) - take.get(word, 0), word) for number, word in _PYTEST_TERM.findall(found.group(2))]
-        body = ", ".join(f"{number} {word}" for number, word in terms if number > 0) or "no tests ran"
-        return f"{found.group(1) or ''}{body} in {found.group(3)}{found.group(4) or ''}"
+        parts = []
+        for part in found.group(2).split(", "):
+            term = re.fullmatch(r"(\d+) (\w+)", part)
+            if term is not None and term.group(2) in take:
+                left = int(term.group(1)) - take[term.group(2)]
+                part = f"{left} {term.group(2)}" if left > 0 else ""
+            if part:
+                parts.append(part)
+        return f"{found.group(1) or ''}{', '.join(parts) or 'no tests ran'} in {found.group(3)}{found.group(4) or ''}"
     ran = _UNITTEST_RAN.match(line)
     if ran is not None:
         total = int(ran.group(1)) - sum(counts.values())
