@@ -3,11 +3,12 @@
 Holds the bubblewrap command line and the identity a sandbox runs as (``bwrap``), control
 groups that cap a whole command tree (``cgroups``), the command workers' sandbox (``worker_sandbox``:
 the reduced git view, the hidden tracker, each call's limits), their private HOMEs (``worker_homes``:
-one per repository, task, role and program, on a size-bound tmpfs per call) and its network
-(``netjoin``: pasta, run
-as ``python -I -m orchestrator.sandbox.netjoin``), the project's environment (``project_env``),
-validation commands (``validation``) and the test counts read from their runners' own reports
-(``testcounts``).
+one per repository, task, role and program, on a size-bound tmpfs per call, unpacked in a sandbox
+of their own) and its network (``netjoin``: pasta, run as ``python -I -m
+orchestrator.sandbox.netjoin``; ``egress``: the proxy that lets a worker reach only its
+allowlist), the project's environment (``project_env``), validation commands (``validation``),
+the test counts read from their runners' own reports (``testcounts``) and the control tests that
+prove a runner honest (``canaries``).
 
 May import: ``redact``, ``roles``. Nothing of the rest of ``orchestrator``
 (``orchestrator.config`` reads its limits from here, not the other way round).
