@@ -1,8 +1,9 @@
 """Validation in each toolchain's own environment, on real projects with real dependencies, in the
 real sandbox: Node under npm, pnpm and Yarn, TypeScript's tsc, a Go module with its module cache,
 a Rust crate with Debian's packaged crates, a hatch-vcs package with generated files. Each shows
-its installed dependencies read-only and offline, keeps its build cache outside the tree, and a
-project whose dependencies are not installed is refused with the command that installs them."""
+its installed dependencies read-only and offline, keeps its build cache outside the tree (written by
+the base check, copied for every other validation), and a project whose dependencies are not installed
+is refused with the command that installs them."""
 
 from __future__ import annotations
 
@@ -13,31 +14,26 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.sandbox.cache_layers import writing
 from orchestrator.sandbox.validation import run_validation
 from orchestrator.toolchains.base import DependenciesMissing
 from orchestrator.toolchains.caches import project_cache_root, prune
 from orchestrator.toolchains.view import inspect
-from tests.toolchainkit import (commit_all, go_project, hatch_project, node_project, pnp_project, rust_project,
-                                tool_env, ts_project, vitest_project)
+from tests.toolchainkit import (commit_all, go_project, hatch_project, node_project, own_cache,  # noqa: F401
+                                pnp_project, rust_project, templates, tool_env, ts_project, vitest_project)
 
 
-@pytest.fixture(scope="session")
-def templates(tmp_path_factory):
-    return tmp_path_factory.mktemp("toolchain-templates")
-
-
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path, monkeypatch):
-    # Build caches and base checks go under the test's own cache folder.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("own_cache")
 
 
 def validate(repo: Path, commands: list[str], env: dict[str, str] | None = None, allow: list[str] | None = None,
-             settings=None):
+             settings=None, base: bool = False):
+    """``commands`` validated on the repository's HEAD; with ``base``, as the base check (the one
+    validation that writes the build caches, those of HEAD)."""
     environ = env or tool_env()
     view = inspect(repo, settings, environ).view
-    return run_validation(commands, cwd=repo, allow=allow or commands, timeout_s=300, environment=view,
-                          env=environ)
+    return run_validation(commands, cwd=repo, allow=allow or commands, timeout_s=300,
+                          environment=writing(view) if base else view, env=environ)
 
 
 @pytest.mark.parametrize("manager", ["npm", "pnpm", "yarn"])
@@ -93,7 +89,11 @@ test('writes', () => {
     assert (repo / "node_modules" / "ms" / "index.js").read_bytes() == before
     assert not (repo / "node_modules" / "planted.js").exists()
     assert not (repo / "node_modules" / ".cache" / "tool").exists()
-    cached = list(project_cache_root(repo).rglob("entry"))
+    # A validation's own copy of the caches is gone with it; the base check's writes are kept.
+    assert not list(project_cache_root(repo).rglob("entry"))
+    [checked] = validate(repo, ["npm test"], base=True)
+    assert checked.passed, checked.stdout_tail + checked.stderr_tail
+    cached = list(project_cache_root(repo).glob("trusted/*/node/*.cache/tool/entry"))
     assert [p.read_text() for p in cached] == ["cached"]
     assert "node_modules" not in subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True,
                                                 text=True).stdout
@@ -120,9 +120,9 @@ def test_typescript_checks_with_tsc(templates, tmp_path):
 
 def test_vitest_runs_with_its_vite_cache_outside_the_tree(templates, tmp_path):
     repo = vitest_project(templates, tmp_path)
-    [result] = validate(repo, ["npm test"])
+    [result] = validate(repo, ["npm test"], base=True)
     assert result.passed, result.stdout_tail + result.stderr_tail
-    assert list(project_cache_root(repo).glob("node/*.vite/vitest/*/results.json"))
+    assert list(project_cache_root(repo).glob("trusted/*/node/*.vite/vitest/*/results.json"))
     assert not list((repo / "node_modules" / ".vite").rglob("results.json"))
 
 
@@ -140,10 +140,10 @@ def test_a_go_module_tests_offline_from_its_module_cache(tmp_path):
     inspection = inspect(repo, None, env)
     assert inspection.check_commands() == ["go test ./..."]
     assert dict(inspection.view.env)["GOPROXY"] == "off"
-    [first] = validate(repo, ["go test ./..."], env)
+    [first] = validate(repo, ["go test ./..."], env, base=True)
     assert first.passed, first.stdout_tail + first.stderr_tail
-    # The build cache is the project's own, outside the tree: the second run finds it.
-    assert any(project_cache_root(repo).glob("go/build/*"))
+    # The build cache is the project's own, outside the tree, kept for the base's commit.
+    assert any(project_cache_root(repo).glob("trusted/*/go/build/*"))
 
 
 def test_the_go_module_cache_is_read_only(tmp_path):
@@ -180,26 +180,28 @@ def test_a_rust_crate_builds_offline_and_its_dependencies_once(tmp_path):
     inspection = inspect(repo, None, tool_env())
     assert inspection.check_commands() == ["cargo test"]
     assert "Cargo.lock" in inspection.view.carried
-    [first] = validate(repo, ["cargo test"])
+    [first] = validate(repo, ["cargo test"], base=True)
     assert first.passed, first.stdout_tail + first.stderr_tail
     assert "Compiling itoa" in first.stderr_tail
-    (repo / "src" / "lib.rs").write_text((repo / "src" / "lib.rs").read_text() + "\npub fn one() -> u8 { 1 }\n")
-    commit_all(repo, "a one-line patch")
-    [second] = validate(repo, ["cargo test"])
-    assert second.passed, second.stdout_tail + second.stderr_tail
-    # The target folder persisted: only the crate itself was compiled again.
-    assert "Compiling rustp" in second.stderr_tail and "Compiling itoa" not in second.stderr_tail
+    lib = repo / "src" / "lib.rs"
+    for n in range(2):
+        lib.write_text(lib.read_text() + f"\npub fn one{n}() -> u8 {{ 1 }}\n")
+        commit_all(repo, "a one-line patch")
+        [later] = validate(repo, ["cargo test"])
+        assert later.passed, later.stdout_tail + later.stderr_tail
+        # The base check's target folder, copied: only the crate itself was compiled again.
+        assert "Compiling rustp" in later.stderr_tail and "Compiling itoa" not in later.stderr_tail
     assert not (repo / "target").exists()
 
 
 def test_a_build_cache_over_its_bound_is_removed_whole(tmp_path):
     repo = rust_project(tmp_path)
-    [result] = validate(repo, ["cargo test"])
+    [result] = validate(repo, ["cargo test"], base=True)
     assert result.passed
     root = project_cache_root(repo)
     assert prune(root, 1 << 20) == []
     removed = prune(root, 1)
-    assert any(line.startswith("build cache rust:") for line in removed) and not (root / "rust").exists()
+    assert any(line.startswith("build caches of ") for line in removed) and not list(root.glob("trusted/*"))
 
 
 def test_a_hatch_vcs_package_validates_with_its_generated_files(tmp_path):

@@ -43,6 +43,18 @@ test('seconds', () => { assert.strictEqual(seconds('2s'), 2); });
 NODE_INDEX = "const ms = require('ms');\nexports.seconds = (text) => ms(text) / 1000;\n"
 
 
+@pytest.fixture(scope="session")
+def templates(tmp_path_factory):
+    """Where the session's project templates are built, once each."""
+    return tmp_path_factory.mktemp("toolchain-templates")
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """Build caches and base checks under the test's own cache folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 def need(program: str, why: str) -> str:
     """The path of ``program`` on PATH (the node tools folder included); skip, or fail under
     ``make test``, when it is missing."""

@@ -7,6 +7,7 @@ one per repository, task, role and program, on a size-bound tmpfs per call, unpa
 of their own) and its network (``netjoin``: pasta, run as ``python -I -m
 orchestrator.sandbox.netjoin``; ``egress``: the proxy that lets a worker reach only its
 allowlist), the project's environment (``project_env``), validation commands (``validation``),
+the build caches each validation is shown (``cache_layers``: the base check's, copied),
 the test counts read from their runners' own reports (``testcounts``) and the control tests that
 prove a runner honest (``canaries``).
 

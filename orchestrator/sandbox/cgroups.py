@@ -246,7 +246,8 @@ def _parents() -> list[Path]:
     return [_probed[1]] if _probed[0] == "v2" else list(_probed[1])  # type: ignore[list-item]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """True while a process ``pid`` exists (one of another user's too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -271,7 +272,7 @@ def sweep(*, min_age_s: float = _SWEEP_MIN_AGE_S) -> list[str]:
             continue
         for folder in entries:
             found = _NAME.match(folder.name)
-            if found is None or int(found.group(1)) == os.getpid() or _alive(int(found.group(1))):
+            if found is None or int(found.group(1)) == os.getpid() or alive(int(found.group(1))):
                 continue
             try:
                 if now - folder.stat().st_mtime < min_age_s or _procs(folder):

@@ -9,7 +9,9 @@ git-ignored (a hatch-vcs ``_version.py``, compiled gettext catalogues). The tool
 the validation sandbox (``orchestrator.sandbox.validation``) applies:
 
 - ``mounts``: folders or files shown read-only (dependencies, toolchains) or writable (build
-  caches, which live outside every tree), at an absolute path or at a path of the tree copy;
+  caches, which live outside every tree), at an absolute path or at a path of the tree copy; a
+  build cache (``Mount.cache``) is named, not located: each validation is shown a folder of its
+  own for it (``cache_layers``: the base check's caches, copied), under ``cache_root``;
 - ``path`` and ``env``: program folders put first on PATH, variables every command gets;
 - ``carried``: untracked files copied from the checkout into the tree copy, only where the
   commit under test has no file of that path (a patch cannot replace one, and nothing carried
@@ -40,12 +42,15 @@ CARRY_MAX_BYTES = 8 << 20
 @dataclass(frozen=True)
 class Mount:
     """``source`` (a host path) shown at ``target``: an absolute path, or with ``in_tree`` a path
-    relative to the tree copy's root. Read-only unless ``writable`` (build caches only)."""
+    relative to the tree copy's root. Read-only unless ``writable`` (build caches only). With
+    ``cache``, ``source`` names a build cache (``<toolchain>/<name>``) that ``cache_layers``
+    locates for each validation."""
 
     source: str
     target: str
     writable: bool = False
     in_tree: bool = False
+    cache: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,10 @@ class ProjectView:
     checks: tuple[str, ...] = ()
     # The path the tree shows at instead of ``project_root`` (see the module docstring).
     tree_at: str | None = None
+    # The project's folder of build caches (``cache_layers``), and whether this validation is the
+    # base check, the one writer of the caches of the commit it runs on.
+    cache_root: str | None = None
+    writes_caches: bool = False
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property

@@ -6,6 +6,8 @@ its own. So before the first worker call of a task, mesh runs the check command(
 the task starts from, in the validation sandbox, exactly as validation will. The answer is kept
 per base commit, command and validation view (``<build caches>/base-checks/``; a pass only, since a
 failure may be the environment's), so the next task cut from the same commit does not pay again.
+The base check is the one validation that writes the project's build caches (those of the commit
+it checks: ``orchestrator.sandbox.cache_layers``), so a kept pass is used only while they are kept.
 
 The commands are ``[validation] check`` when set, else the detected toolchains' check commands
 that ``validation.allow`` admits (none admitted: no base check, said in preflight). A failing base
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from orchestrator.sandbox import cache_layers
 from orchestrator.sandbox.allowlist import ARGS_PLACEHOLDER, PATH_PLACEHOLDER, is_allowed, parse_allow_entry, split
 from orchestrator.sandbox.project_view import ProjectView
 from orchestrator.sandbox.testcounts import TestCounts
@@ -150,18 +153,21 @@ def _key(commit: str, commands: Sequence[str], view: ProjectView | None) -> str:
 def run_base_check(repo: Path, commit: str, commands: Sequence[str], settings: Any, view: ProjectView | None,
                    hidden: Sequence[str] = ()) -> BaseCheck:
     """Run ``commands`` on ``commit`` of ``repo`` in the validation sandbox (``settings``: the
-    ``[validation]`` table), or read the answer kept for the same commit, commands and view."""
+    ``[validation]`` table), writing the build caches of ``commit``; or read the answer kept for the
+    same commit, commands and view, while those caches are kept."""
     from orchestrator.sandbox.validation import run_configured
 
     folder = project_cache_root(repo) / "base-checks"
     path = folder / f"{_key(commit, commands, view)}.json"
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
-        if stored.get("version") == _VERSION and stored.get("commit") == commit:
+        if stored.get("version") == _VERSION and stored.get("commit") == commit and cache_layers.warm(
+                view, repo, commit):
             return BaseCheck(commit, list(commands), stored["results"], cached=True)
     except (OSError, ValueError, KeyError, AttributeError):
         pass
-    results = run_configured(list(commands), settings, cwd=repo, commit=commit, environment=view, hidden=hidden)
+    results = run_configured(list(commands), settings, cwd=repo, commit=commit, environment=cache_layers.writing(view),
+                             hidden=hidden)
     check = BaseCheck(commit, list(commands), [r.to_dict() for r in results])
     if not check.passed:
         # Only a pass is kept: a failure may be the environment's (dependencies installed since).

@@ -1,20 +1,24 @@
-"""Build caches: per project, per toolchain, outside every tree, bounded.
+"""Build caches: per project, per toolchain, outside every tree, written by the base check alone.
 
 A cache makes the second validation of a project fast (Go's ``GOCACHE``, cargo's target
-folder, the ``node_modules/.cache`` and ``.vite`` folders tools write). Each lives in
-``<cache>/mesh-build/<repo name>-<12 hex of the repository's path>/<toolchain>/<name>``: never
-shared between projects, never inside a tree (so nothing in it can be committed or land), and
-never shown to a worker (a worker's sandbox shows its own private HOME and the task's worktree,
-not the user's cache folder). Validation binds it writable; when mesh runs as root the folder
-belongs to the sandbox's user, who alone writes it.
+folder, the ``node_modules/.cache`` and ``.vite`` folders tools write). A toolchain names each
+one it needs (``cache_mount``: ``<toolchain>/<name>`` and where the sandbox shows it); they live
+in ``<cache>/mesh-build/<repo name>-<12 hex of the repository's path>/``: never shared between
+projects, never inside a tree (so nothing in them can be committed or land), and never shown to a
+worker (a worker's sandbox shows its own private HOME and the task's worktree, not the user's
+cache folder).
 
-Bounded: ``prune`` (called when a run starts) removes a toolchain's cache whole when it holds more
-than the configured size; the next validation rebuilds it. Removing it whole, not file by file,
-keeps a cache from being left half consistent (cargo's fingerprints, Go's index).
+A validation command runs code the patch under test controls, and what it writes into a cache
+would be read by the next validation of another tree (cargo runs a test binary its fingerprints
+call fresh). So only the base check writes a project's caches, per commit, and every other
+validation works on a copy of its own of the caches of the nearest commit its tree descends
+from, removed afterwards: ``orchestrator.sandbox.cache_layers``.
 
-A validation command runs code the patch under test controls, and can write into the cache of its
-project. What it writes can only mislead a later validation of the same project (which a patch
-can already do by editing its tests), never reach another project, a worker, or a commit.
+Bounded: ``prune`` (called when a run starts) removes the caches of the oldest commits, each
+commit's whole, until the rest hold at most the configured size; the next base check of such a
+commit rebuilds them. Removing them whole, not file by file, keeps a cache from being left half
+consistent (cargo's fingerprints, Go's index). Caches an earlier mesh shared between all the
+validations of a project (``<toolchain>/`` folders) are removed.
 """
 
 from __future__ import annotations
@@ -22,15 +26,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 from pathlib import Path
 
-from orchestrator.sandbox.bwrap import sandbox_user
+from orchestrator.sandbox.cache_layers import LAYERS, TRUSTED, remove, remove_stale, trusted_commits
+from orchestrator.sandbox.project_view import Mount
 from orchestrator.worktree.gitops import cache_dir
 
-__all__ = ["DEFAULT_CACHE_MB", "cache_folder", "cache_size", "project_cache_root", "prune"]
+__all__ = ["DEFAULT_CACHE_MB", "cache_mount", "cache_size", "project_cache_root", "prune"]
 
 DEFAULT_CACHE_MB = 4096
+_KEPT = (TRUSTED, LAYERS, "base-checks")
 
 
 def project_cache_root(repo: Path) -> Path:
@@ -40,18 +45,10 @@ def project_cache_root(repo: Path) -> Path:
     return cache_dir() / "mesh-build" / f"{name}-{hashlib.sha256(os.fsencode(real)).hexdigest()[:12]}"
 
 
-def cache_folder(root: Path, toolchain: str, name: str) -> Path:
-    """The cache ``name`` of ``toolchain`` under ``root``, made when missing and writable by the
-    sandbox's user (only it: mode 0700)."""
-    folder = root / toolchain / name
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o711)
-    os.chmod(root / toolchain, 0o711)
-    uid = sandbox_user()
-    if uid is not None and folder.stat().st_uid != uid:
-        os.chown(folder, uid, uid)
-    os.chmod(folder, 0o700)
-    return folder
+def cache_mount(toolchain: str, name: str, target: str, *, in_tree: bool = False) -> Mount:
+    """The build cache ``name`` of ``toolchain``, shown writable at ``target`` (a path of the tree
+    copy with ``in_tree``) in a folder of each validation's own."""
+    return Mount(f"{toolchain}/{name}", target, writable=True, in_tree=in_tree, cache=True)
 
 
 def cache_size(folder: Path) -> int:
@@ -67,16 +64,24 @@ def cache_size(folder: Path) -> int:
 
 
 def prune(root: Path, limit_mb: int) -> list[str]:
-    """Remove each toolchain cache under ``root`` that holds more than ``limit_mb``; returns one
-    line per removed cache, for preflight."""
-    removed = []
+    """Bound the build caches under ``root`` (see the module docstring); returns one line per
+    removal, for preflight."""
+    removed: list[str] = []
     if not root.is_dir():
         return removed
-    for toolchain in sorted(root.iterdir()):
-        if not toolchain.is_dir() or toolchain.is_symlink():
-            continue
-        size = cache_size(toolchain)
-        if size > limit_mb << 20:
-            shutil.rmtree(toolchain, ignore_errors=True)
-            removed.append(f"build cache {toolchain.name}: {size >> 20} MB > {limit_mb} MB, removed (rebuilt on use)")
+    remove_stale(root)
+    for folder in sorted(root.iterdir()):
+        if folder.name not in _KEPT and folder.is_dir() and not folder.is_symlink():
+            remove(folder)
+            removed.append(f"build cache {folder.name}: shared by every validation (an earlier mesh), removed; the"
+                           " base check rebuilds it")
+    commits = trusted_commits(root)
+    sizes = [cache_size(folder) for folder in commits]
+    total = sum(sizes)
+    while commits and total > limit_mb << 20:
+        folder, size = commits.pop(), sizes.pop()
+        remove(folder)
+        total -= size
+        removed.append(f"build caches of {folder.name[:12]}: {size >> 20} MB removed (the caches held"
+                       f" {(total + size) >> 20} MB > {limit_mb} MB; rebuilt by its next base check)")
     return removed

@@ -3,8 +3,10 @@
 Validation sees the module cache (``go env GOMODCACHE``) read-only at its own path, with
 ``GOFLAGS=-mod=mod`` (``-mod`` left to Go's own default, the vendor folder, when a module vendors
 its dependencies), ``GOPROXY=off`` and ``GOTOOLCHAIN=local``: nothing is downloaded, no other Go
-is fetched. ``GOCACHE`` is a writable build cache of the project's own (``caches``), so the
-second validation compiles only what the patch changed. A module whose requirements do not
+is fetched. ``GOCACHE`` is a writable build cache of the project's own (``caches``): the base
+check's, copied for each validation (Go takes what its cache index names, checked by size only,
+so a cache a tested tree wrote must reach no other tree), so a validation compiles only what the
+patch changed. A module whose requirements do not
 resolve offline (``go list -deps -test ./...`` with ``GOPROXY=off``, run before any worker call)
 is refused with ``go mod download``.
 """
@@ -17,7 +19,7 @@ from orchestrator.sandbox.bwrap import covered, visible_roots
 from orchestrator.sandbox.project_view import Mount
 from orchestrator.toolchains.base import (DependenciesMissing, Found, Project, ToolchainMissing, run_tool,
                                           shown_program)
-from orchestrator.toolchains.caches import cache_folder
+from orchestrator.toolchains.caches import cache_mount
 
 __all__ = ["GOCACHE_INSIDE", "TOOLCHAIN"]
 
@@ -57,8 +59,7 @@ class Go:
                 self._resolves(project, go, module)
         if modcache and os.path.isdir(modcache):
             found.mounts.append(Mount(modcache, modcache))
-        cache = cache_folder(project.cache_root, "go", "build")
-        found.mounts.append(Mount(str(cache), GOCACHE_INSIDE, writable=True))
+        found.mounts.append(cache_mount("go", "build", GOCACHE_INSIDE))
         found.env = {"GOMODCACHE": modcache, "GOPROXY": "off", "GOTOOLCHAIN": "local", "GOCACHE": GOCACHE_INSIDE,
                      "GOTELEMETRY": "off", "GONOSUMDB": "", "GOWORK": "off" if not project.has("go.work") else ""}
         found.env = {name: value for name, value in found.env.items() if value}
@@ -67,7 +68,7 @@ class Go:
         where = ", ".join(f"{m}/" if m else "the root" for m in modules)
         vendor_note = f"; vendored: {', '.join(vendored)}" if vendored else ""
         found.sees += [f"modules in {where}", f"module cache {modcache} read-only{vendor_note}",
-                       "GOPROXY=off, GOTOOLCHAIN=local", "GOCACHE kept outside the tree"]
+                       "GOPROXY=off, GOTOOLCHAIN=local", "GOCACHE: the base check's, copied for each validation"]
         if "" in modules:
             found.check = "go test ./..."
         found.allow = ["go test ./...", "go test {args...}", "go vet ./...", "go build ./..."]

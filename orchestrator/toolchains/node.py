@@ -15,7 +15,8 @@ read-only and at their own places in the tree copy:
 
 Tools that write caches into ``node_modules/.cache`` (Babel, ESLint, Terser) or
 ``node_modules/.vite`` (Vite, Vitest) get writable build caches bound there (``caches``), never
-the tree. Package managers are told they are offline.
+the tree: the base check's, copied for each validation, so a compiled output or transform a
+tested tree rewrote reaches no other tree. Package managers are told they are offline.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from orchestrator.sandbox.project_view import Mount
 from orchestrator.toolchains.base import DependenciesMissing, Found, Project, ToolchainMissing, shown_program
-from orchestrator.toolchains.caches import cache_folder
+from orchestrator.toolchains.caches import cache_mount
 
 __all__ = ["LOCKFILES", "TOOLCHAIN"]
 
@@ -150,11 +151,10 @@ class Node:
                     mount_point.mkdir(exist_ok=True)
                 except OSError:
                     continue
-                cache = cache_folder(project.cache_root, "node", f"{_slug(relative)}{name}")
-                found.mounts.append(Mount(str(cache), f"{relative}/{name}", writable=True, in_tree=True))
+                found.mounts.append(cache_mount("node", f"{_slug(relative)}{name}", f"{relative}/{name}", in_tree=True))
         if modules:
-            found.sees.append(", ".join(f"{m}/" for m in modules) + " read-only (.cache and .vite writable, kept"
-                              " outside the tree)")
+            found.sees.append(", ".join(f"{m}/" for m in modules) + " read-only (.cache and .vite writable: the base"
+                              " check's, copied for each validation)")
         for name in _PNP:
             if project.ignored_present(f"{prefix}{name}"):
                 found.mounts.append(Mount(str(project.root / prefix / name), f"{prefix}{name}", in_tree=True))

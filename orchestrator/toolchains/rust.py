@@ -6,8 +6,10 @@ Validation runs the project's own toolchain (``rustc --print sysroot`` in the re
 user's, read-only, and whose ``config.toml`` is the user's when it names no token or credential
 (a directory source, Debian's packaged crates, a vendor folder). Sources vendored by the
 project's ``.cargo/config.toml`` are in the tree (the patch policy keeps that file out of
-patches). ``CARGO_TARGET_DIR`` is a writable build cache of the project's own (``caches``): the
-second validation rebuilds only the project's crates, not its dependencies. An ignored
+patches). ``CARGO_TARGET_DIR`` (and the rest of that ``CARGO_HOME``, where a test could write a
+``config`` naming a runner) is a writable build cache of the project's own (``caches``): the base
+check's, copied for each validation, so a validation rebuilds only the project's crates, not its
+dependencies, and no test binary or fingerprint a tested tree wrote reaches another. An ignored
 ``Cargo.lock`` is carried from the checkout, so validation resolves the versions the checkout
 built with. A project whose dependencies do not resolve offline (``cargo metadata --offline``)
 is refused with ``cargo fetch``.
@@ -22,7 +24,7 @@ from pathlib import Path
 from orchestrator.sandbox.bwrap import covered, visible_roots
 from orchestrator.sandbox.project_view import Mount
 from orchestrator.toolchains.base import DependenciesMissing, Found, Project, ToolchainMissing, run_tool
-from orchestrator.toolchains.caches import cache_folder
+from orchestrator.toolchains.caches import cache_mount
 
 __all__ = ["CARGO_HOME_INSIDE", "TARGET_INSIDE", "TOOLCHAIN"]
 
@@ -59,10 +61,8 @@ class Rust:
                           / ".cargo")
         if project.check_installed:
             self._resolves(project, str(real_cargo) if real_cargo.exists() else cargo)
-        home = cache_folder(project.cache_root, "rust", "cargo-home")
-        target = cache_folder(project.cache_root, "rust", "target")
-        found.mounts += [Mount(str(home), CARGO_HOME_INSIDE, writable=True),
-                         Mount(str(target), TARGET_INSIDE, writable=True)]
+        found.mounts += [cache_mount("rust", "cargo-home", CARGO_HOME_INSIDE),
+                         cache_mount("rust", "target", TARGET_INSIDE)]
         shown = []
         for name in ("registry", "git"):
             if (cargo_home / name).is_dir():
@@ -80,7 +80,7 @@ class Rust:
                      "CARGO_TERM_COLOR": "never", "CARGO_TERM_PROGRESS_WHEN": "never"}
         found.sees += [f"toolchain {sysroot}",
                        f"{cargo_home}'s {', '.join(shown)} read-only" if shown else "no cargo registry",
-                       "offline", "target folder kept outside the tree"]
+                       "offline", "target folder: the base check's, copied for each validation"]
         found.check = "cargo test"
         found.allow = ["cargo test", "cargo test {args...}", "cargo build", "cargo check"]
         return [found]

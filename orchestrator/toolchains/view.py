@@ -126,5 +126,6 @@ def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None 
     notes += [f"validation shows the tree at {tree_at} (the checkout this repository stands for)"] if tree_at else []
     view = ProjectView(project_root=str(project.root), python=python, mounts=tuple(mounts), path=tuple(path),
                        env=tuple(sorted(env.items())), carried=tuple(carried), setup=setup,
-                       checks=tuple(f.check for f in found if f.check), tree_at=tree_at, notes=tuple(notes))
+                       checks=tuple(f.check for f in found if f.check), tree_at=tree_at, notes=tuple(notes),
+                       cache_root=str(project.cache_root))
     return Inspection(found=found, view=view, notes=notes)
