@@ -38,7 +38,7 @@ again as it goes (the worker may have written the FIFO itself) and empties the f
 first entry past a bound; the call then fails as ``home_limit`` naming the bound. A folder
 past a bound at the start of a call (an older mesh's) is emptied first (``fit``). Carrying the
 HOME in (inside the sandbox) and back (the unpacking is given what is left of the call's
-timeout, and killed past it) counts against the call's timeout. So a call grows the HOME by
+timeout, at least 5 seconds, and killed past it) counts against the call's timeout. So a call grows the HOME by
 ``home_growth_mb`` and ``home_files`` at most, and the next call's copy costs no more than
 that. Only regular files, folders and symlinks of the HOME's own file system are carried (a
 FIFO would hang the copy; what the sandbox binds inside HOME, a program, the worktree, a cache
@@ -84,8 +84,10 @@ UNPACK_TARGET = "/mesh/home"
 MAX_PATH = 1024
 MAX_DEPTH = 64
 _BLOCK = 4096
-# When the caller gives no time left: how long an unpacking may take.
+# When the caller gives no time left: how long an unpacking may take; and the least it is given
+# (starting a sandbox on a loaded machine takes a moment; the HOME's bounds keep the work small).
 _UNPACK_TIMEOUT_S = 120.0
+_UNPACK_FLOOR_S = 5.0
 _counter = itertools.count()
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
 _REPOSITORY_KEY = re.compile(r"^(.+-[0-9a-f]{12}|no-repository)$")
@@ -424,7 +426,7 @@ class Return:
         code = [sys.executable, "-I", "-S", "-c", UNPACK, UNPACK_TARGET, str(self.max_files), str(self.limit)]
         argv = bwrap_argv(self.bwrap, code, network=False, chdir="/", binds=[(str(self.folder), UNPACK_TARGET)],
                           etc_dir=etc, tmp_bytes=1 << 20)
-        limit = max(1.0, seconds_left if seconds_left is not None else _UNPACK_TIMEOUT_S)
+        limit = max(_UNPACK_FLOOR_S, seconds_left if seconds_left is not None else _UNPACK_TIMEOUT_S)
         try:
             done = subprocess.run(argv, stdin=self.spool, capture_output=True, timeout=limit,
                                   env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, start_new_session=True,
