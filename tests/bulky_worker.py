@@ -5,7 +5,8 @@ stdin and the call from ``MESH_ROLE``, ``MESH_ROUND`` and ``MESH_ATTEMPT``, appe
 JSON to ``PLAN["log"]`` (``role``, ``round``, ``attempt``; ``chars``: the prompt's length;
 ``bulk``: whether the prompt holds a piece of an enormous field), and answers a valid artifact
 for the round: the patch and validation commands of ``PLAN["patch"]`` and ``PLAN["commands"]``,
-agreeing votes, an approving review.
+agreeing votes, an approving review, a one-step revision plan (a failed validation then revises
+to the same patch until the review cycles run out, and the task ends ``validation_failed``).
 
 ``PLAN["bulk"]`` (``{"chars", "kind", "rounds": {round or "role:round": [attempt, ...]}}``) makes
 the answer to those rounds (of every role, or of that role), on those attempts, carry one field of
@@ -58,6 +59,8 @@ def main() -> None:
         answer = {"vote": "agree", "reason": "fine"}
     elif round_name == "review":
         answer = {"decision": "approve", "findings": [], "summary": "No material issues found."}
+    elif round_name == "revision-plan":  # a failed validation or a finding: the same patch again
+        answer = {"summary": "Address the findings", "steps": [{"finding_id": "F1", "change": "fix it"}]}
     else:
         answer = {}
     sys.stdout.write(json.dumps(answer) + "\n")

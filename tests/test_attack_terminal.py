@@ -58,6 +58,8 @@ def test_printable_escapes_every_control_and_bidi_character_and_nothing_else():
         assert printable(kept) == kept
     assert printable("\U000e0001") == "\\U000e0001"
     assert clip(HOSTILE * 10, 20).endswith("…") and len(clip(HOSTILE * 10, 20)) == 20
+    # A tab moves no line: a one-line field (a drain line quoting `go test`) prints it as a tab.
+    assert clip("ok  \tgithub.com/x/cmp\t1.9s\nnext", 100) == "ok  \tgithub.com/x/cmp\t1.9s\\u000anext"
 
 
 def test_json_text_is_exact_and_escapes_what_a_terminal_obeys():

@@ -88,7 +88,7 @@ def hosts():
         server.server_close()
 
 
-def _ask(tmp_path: Path, order: dict, egress_hosts: list[str]) -> dict:
+def _ask(tmp_path: Path, order: dict, egress_hosts: list[str]) -> tuple[dict, str]:
     bwrap = require_bwrap()
     if network_problem(bwrap):
         pytest.skip(f"no network namespace for workers here: {network_problem(bwrap)}")
@@ -101,7 +101,7 @@ def _ask(tmp_path: Path, order: dict, egress_hosts: list[str]) -> dict:
     response = backend.call(WorkerRequest(role="proposer", round="proposal", task_id="t-1", run_id="r", attempt=1,
                                           prompt=Prompt(json.dumps(order), "")))
     assert response.text, response.detail
-    return json.loads(response.text)
+    return json.loads(response.text), response.detail or ""
 
 
 def test_a_worker_reaches_an_allowed_host_and_no_other(tmp_path, hosts):
@@ -110,7 +110,7 @@ def test_a_worker_reaches_an_allowed_host_and_no_other(tmp_path, hosts):
     order = {"allowed": f"http://{a[0]}:{a[1]}/via-proxy", "refused": f"http://{r[0]}:{r[1]}/via-proxy",
              "direct": {"direct_allowed": list(a), "direct_refused": list(r)},
              "tunnel": {"tunnel_allowed": f"{a[0]}:{a[1]}", "tunnel_refused": f"{r[0]}:{r[1]}"}}
-    out = _ask(tmp_path, order, [f"{a[0]}:{a[1]}"])
+    out, detail = _ask(tmp_path, order, [f"{a[0]}:{a[1]}"])
     assert out["allowed"] == [200, "hello from 127.0.0.2"]
     assert out["refused"][0] == 403 and "not among the hosts this worker may reach" in out["refused"][1]
     assert "hello from 127.0.0.2" in out["tunnel_allowed"]
@@ -119,6 +119,8 @@ def test_a_worker_reaches_an_allowed_host_and_no_other(tmp_path, hosts):
     assert out["direct_allowed"].startswith("error: ") and out["direct_refused"].startswith("error: ")
     assert allowed.hits == ["/via-proxy", "/tunnel"]
     assert refused.hits == []
+    # The call's detail (the calls log, a failed call's line) names what was refused, and how to allow it.
+    assert f"mesh egress: refused {r[0]}:{r[1]}" in detail and "worker_egress" in detail
 
 
 def test_everything_restores_the_whole_network_and_says_so(tmp_path, hosts):

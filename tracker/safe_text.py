@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["printable", "clip", "inert", "json_text"]
 
 _KEEP = frozenset("\n\t")
+# A tab moves no line: kept on one line too (``go test`` prints its package lines with tabs).
+_KEEP_ON_A_LINE = frozenset("\t")
 # Control characters (C0, DEL, C1) move the cursor or reprogram the terminal; format
 # characters (bidirectional overrides and isolates, marks, zero-width characters) reorder or
 # hide what is shown; line and paragraph separators break lines; a lone surrogate cannot
@@ -39,15 +41,16 @@ def _escape(char: str) -> str:
 
 def printable(text: str, *, one_line: bool = False) -> str:
     """``text`` with every control, format and separator character shown as ``\\uXXXX``:
-    newlines and tabs are kept (a CRLF counts as a newline) unless ``one_line``, where a
-    field must stay on its line."""
+    newlines and tabs are kept (a CRLF counts as a newline); with ``one_line``, where a field
+    must stay on its line, only tabs."""
     if text.isprintable():  # the common case: nothing but printable characters and spaces
         return text
     if not one_line:
         text = text.replace("\r\n", "\n")
     import unicodedata  # here: the common case above, and `mesh --help`, never need it
 
-    return "".join(_escape(char) if (one_line or char not in _KEEP) and unicodedata.category(char) in _UNSAFE
+    keep = _KEEP_ON_A_LINE if one_line else _KEEP
+    return "".join(_escape(char) if char not in keep and unicodedata.category(char) in _UNSAFE
                    else char for char in text)
 
 

@@ -27,8 +27,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-__all__ = ["Allowlist", "EgressProxy", "PRESET_HOSTS", "allowlist_for", "is_loopback", "proxy_env", "proxy_for",
-           "url_hosts"]
+__all__ = ["Allowlist", "EgressProxy", "PRESET_HOSTS", "allowlist_for", "is_loopback", "proxy_env", "url_hosts"]
 
 # What each agent CLI preset needs to answer: its model APIs (and login refresh), nothing else
 # (their telemetry and update checks are off or fail harmlessly).
@@ -272,13 +271,15 @@ class _Server(socketserver.ThreadingTCPServer):
 
 
 class EgressProxy:
-    """One proxy on the host's loopback for one allowlist, serving in a daemon thread."""
+    """One proxy on the host's loopback for one allowlist, serving in a daemon thread: one per
+    worker call (what it refused is that call's), closed when the call ends."""
 
     def __init__(self, allowlist: Allowlist) -> None:
         self.allowlist = allowlist
         self._server = _Server(allowlist)
         self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="mesh-egress")
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True, name="mesh-egress")
         self._thread.start()
 
     @property
@@ -289,19 +290,6 @@ class EgressProxy:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-
-
-_proxies: dict[tuple[str, ...], EgressProxy] = {}
-_proxies_lock = threading.Lock()
-
-
-def proxy_for(allowlist: Allowlist) -> EgressProxy:
-    """The proxy of ``allowlist`` in this process (started on first use, then shared)."""
-    with _proxies_lock:
-        key = tuple(sorted(allowlist.entries))
-        if key not in _proxies:
-            _proxies[key] = EgressProxy(allowlist)
-        return _proxies[key]
 
 
 def proxy_env(port: int) -> dict[str, str]:

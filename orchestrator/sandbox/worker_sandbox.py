@@ -462,9 +462,10 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
             else:
                 # No route out: the worker reaches its loopback endpoints and, through mesh's
                 # proxy, the hosts of its allowlist; nothing else.
-                proxy = egress.proxy_for(allowed)
+                proxy = egress.EgressProxy(allowed)  # the call's own: what it refused is this call's
                 run_env.update(egress.proxy_env(proxy.port))
                 sandboxed = _netns_argv(sandboxed, [*ports, proxy.port], closed=True)
+                return _capped(sandboxed, run_env, limits, back, proxy)
         return _capped(sandboxed, run_env, limits, back)
 
     return launch
@@ -480,7 +481,8 @@ _HOME_LIMITS = {
 }
 
 
-def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: worker_homes.Return | None) -> Launch:
+def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: worker_homes.Return | None,
+            proxy: egress.EgressProxy | None = None) -> Launch:
     """The call, capped by ``limits``: its tree joins a control group made just before it starts
     (or gets a per-process memory limit) before bwrap runs; afterwards the group is emptied
     and removed, and the detail of a cap it hit (or of a HOME it filled) is returned."""
@@ -510,9 +512,18 @@ def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: wo
         why = back.finish(seconds_left) if back is not None else None
         if why is not None:
             hit = hit or f"home_limit: {_HOME_LIMITS[why](limits)}; its HOME was emptied"
+        if proxy is not None:
+            proxy.close()
         return hit
 
-    return Launch(argv, env, begin=begin, prepare=prepare, finish=finish)
+    def notes() -> str | None:
+        refused = list(dict.fromkeys(proxy.refused)) if proxy is not None else []
+        if not refused:
+            return None
+        return (f"mesh egress: refused {', '.join(refused[:5])}{' ...' if len(refused) > 5 else ''}"
+                " (not among the hosts workers may reach: add it to worker_egress in mesh.toml to allow it)")
+
+    return Launch(argv, env, begin=begin, prepare=prepare, finish=finish, notes=notes)
 
 
 def announce_real_home() -> str:
@@ -526,7 +537,7 @@ def egress_note(hosts: Sequence[str]) -> str:
     if "*" in hosts:
         return ('warning: worker_egress = ["*"]: command workers reach every host of the internet (an agent can '
                 "look up anything, send anything); remove \"*\" to keep them to their model APIs")
-    extra = f", and {', '.join(hosts)} (worker_egress)" if hosts else ""
+    extra = f", and {', '.join(hosts)} (worker_egress)" if hosts else " (more with worker_egress in mesh.toml)"
     return ("worker egress: no route out; through mesh's proxy, each preset's model APIs and the hosts of URLs in "
             f"the worker's environment{extra}")
 

@@ -59,6 +59,9 @@ class Launch:
     begin: Callable[[], None] | None = None
     prepare: Callable[[], None] | None = None
     finish: Callable[..., str | None] | None = None
+    # A line about the call for whoever reads its detail (hosts its egress proxy refused), asked
+    # after ``finish``; None when there is nothing to say.
+    notes: Callable[[], str | None] | None = None
 
     def __iter__(self):
         return iter((self.argv, self.env))
@@ -194,14 +197,17 @@ def run_process(argv: Sequence[str], env: Mapping[str, str], request: WorkerRequ
     finally:
         # What the launcher does after the call (carrying a HOME back) counts against its timeout.
         hit = launch.finish(max(0.0, timeout_s - (time.monotonic() - started))) if launch.finish is not None else None
+    note = launch.notes() if launch.notes is not None else None
     if timed_out:
-        return _failed(started, f"timeout: the worker ran past {timeout_s:g}s (worker_timeout_s) and was killed")
+        return _failed(started, f"timeout: the worker ran past {timeout_s:g}s (worker_timeout_s) and was killed", note)
     if answer.overflowed:
         return _failed(started, f"output_limit: the worker wrote more than {max_output_bytes} bytes to stdout"
-                                f" (worker_limits.max_output_mb) and was killed; nothing of it was kept")
+                                f" (worker_limits.max_output_mb) and was killed; nothing of it was kept", note)
     if hit is not None:
-        return _failed(started, hit)
+        return _failed(started, hit, note)
     stderr_tail = errors.text()[-_STDERR_TAIL_CHARS:].strip()
+    if note:
+        stderr_tail = f"{stderr_tail}\n{note}".strip()
     cannot_start = _CANNOT_START.search(stderr_tail) if process.returncode != 0 else None
     if cannot_start:
         # Not the model's answer failing: the program never started (it, or its interpreter, is
@@ -225,8 +231,9 @@ def _launch(launcher: Launcher | None, argv: list[str], env: dict[str, str], cwd
     return made if isinstance(made, Launch) else Launch(*made)
 
 
-def _failed(started: float, detail: str) -> WorkerResponse:
-    return WorkerResponse(text=None, error="no_response", duration_s=time.monotonic() - started, detail=detail)
+def _failed(started: float, detail: str, note: str | None = None) -> WorkerResponse:
+    return WorkerResponse(text=None, error="no_response", duration_s=time.monotonic() - started,
+                          detail=f"{detail}; {note}" if note else detail)
 
 
 def _feed(stream, data: bytes) -> None:
