@@ -66,9 +66,22 @@ def _start(ws: DrainWorkspace, clone: Path, k: int) -> subprocess.Popen:
     args = ws.drain_args("--remote", "origin", jobs=2)
     args[args.index("--repo") + 1] = str(clone)
     args[args.index("--actor") + 1] = f"runner-{k}"
-    env = {**os.environ, "MESH_LEASE_TTL_S": str(LEASE_TTL_S)}
+    # PYTHONFAULTHANDLER: a runner that never ends is sent SIGABRT (``_finish``) and says where it was.
+    env = {**os.environ, "MESH_LEASE_TTL_S": str(LEASE_TTL_S), "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli.main import main; main()", *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[str, str]:
+    """The runner's (stdout, stderr) once it ended; one still running after ``timeout`` fails the
+    test with every thread's stack (faulthandler, on SIGABRT) and the end of its output."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(f"a runner did not end within {timeout:g}s; its stacks and output:\n{err[-12000:]}"
+                             f"\n--- stdout ---\n{out[-3000:]}") from None
 
 
 def _remote_tree(remote: Path) -> dict[str, str]:
@@ -112,7 +125,7 @@ def _check_all_done_once(ws: DrainWorkspace, remote: Path, *, taken_over: str | 
 def test_three_runners_drain_one_backlog_once(tmp_path, pg_url):
     ws, remote, clones = _shared(tmp_path, pg_url)
     procs = [_start(ws, clone, k) for k, clone in enumerate(clones)]
-    outputs = [p.communicate(timeout=600) for p in procs]
+    outputs = [_finish(p) for p in procs]
     for p, (out, err) in zip(procs, outputs):
         assert p.returncode == 0, (err[-2000:], out[-3000:])
     _check_all_done_once(ws, remote)
@@ -145,7 +158,7 @@ def test_a_killed_runner_s_task_is_taken_over_after_its_lease(tmp_path, pg_url):
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=60)
     for p in others:
-        out, err = p.communicate(timeout=600)
+        out, err = _finish(p)
         assert p.returncode == 0, (err[-2000:], out[-3000:])
     _check_all_done_once(ws, remote, taken_over=taken)
     with ws.tracker() as t:
