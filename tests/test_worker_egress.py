@@ -123,7 +123,7 @@ def test_a_worker_reaches_an_allowed_host_and_no_other(tmp_path, hosts):
     assert f"mesh egress: refused {r[0]}:{r[1]}" in detail and "worker_egress" in detail
 
 
-def test_everything_restores_the_whole_network_and_says_so(tmp_path, hosts):
+def test_the_preflight_line_says_what_workers_may_reach(tmp_path, hosts):
     from orchestrator.sandbox.worker_sandbox import egress_note
 
     assert "every host" in egress_note(["*"])
