@@ -72,7 +72,9 @@ def one_run(root: Path, bulk: dict, config: str) -> dict:
         [sys.executable, "-c", _MESH, str(usage_file), "--db", str(ws.db), "--actor", "t", "run", "--label",
          "plan:demo", "--backend", "command", "--worker-cmd", command, "--repo", str(ws.repo), "--config",
          str(root / "mesh.toml"), "--json", "--no-land"],
-        env={**mesh_env(home), "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        # mesh as this interpreter has it installed (a fresh `pip install .`: whole-process figures as
+        # users have them), never the checkout's sources.
+        env=mesh_env(home), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         cwd=root)
     out = proc.stdout.read()
     _, _, usage = os.wait4(proc.pid, 0)
