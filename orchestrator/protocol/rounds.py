@@ -212,6 +212,11 @@ class Rounds:
                 self.mutations.append(f"earlier attempt kept on branch {kept}")
                 self.worktree = Worktree.prepare(self.repo, self.task["id"],
                                                  protected=self.config.protected_branches, base=base)
+            elif not self.resumed and (left := self.worktree.start_from(base)):
+                # An earlier run left the branch without a commit (a configuration mistake stopped
+                # it): this run starts where tasks start now, not on that run's older tree.
+                self.mutations.append(f"{self.worktree.branch} moved from {left[:12]} to {self.worktree.base[:12]}"
+                                      " (it held no commits of its own)")
         except GitError as exc:
             raise Blocked("patch_refused", f"{exc.reason}: {exc}") from None
         self.mutations.append(f"worktree on branch {self.worktree.branch}")

@@ -544,6 +544,23 @@ class Worktree:
                 seen.setdefault(trailers["mesh-run"], None)
         return list(seen)
 
+    def start_from(self, base: str) -> str | None:
+        """Fast-forward a branch that holds no commits of its own (all of them are on ``base``) to
+        ``base``, its worktree with it: a new run starts from where tasks start now, not from
+        where an earlier run that committed nothing left the branch (one stopped by a
+        configuration mistake). Returns the tip it left, or None when the branch is there already
+        or holds work of its own (that stays: the branch is not moved)."""
+        target = _git(self.repo_root, "rev-parse", "--verify", f"{base}^{{commit}}").stdout.strip()
+        tip = self.head()
+        if tip == target or _git(self.repo_root, "merge-base", "--is-ancestor", tip, target,
+                                 check=False).returncode != 0:
+            return None
+        moved = _git(self.path, "merge", "--ff-only", "--quiet", target, check=False)
+        if moved.returncode != 0:
+            raise GitError("git_failed", f"git merge --ff-only in {self.path}: {_summary(moved.stderr)}")
+        self.base = target
+        return tip
+
     def set_aside(self, new_branch: str) -> None:
         """Keep this branch's commits under ``new_branch`` and free ``mesh/<task>``: the
         worktree folder goes, the branch is renamed (nothing is deleted)."""
