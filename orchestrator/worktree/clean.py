@@ -8,8 +8,10 @@ it, and says why; it removes only with ``yes`` (``--yes``), and only:
 
 - branches whose task is not in progress (a running or interrupted run needs its worktree);
 - branches whose work is all on the base branch (the checked-out one, main, master) or on an
-  integration branch (``mesh/land/*``, ``drain.onto``): the branch is an ancestor of it, or
-  merging it there would change nothing (work that landed rebased or squash-merged);
+  integration branch (``mesh/land/*``, ``drain.onto``): the branch is an ancestor of it,
+  merging it there would change nothing (work that landed rebased or squash-merged), or one of
+  its commits landed the branch's tip as one commit (its ``Mesh-Source`` trailer names the tip,
+  or it has the tip's tree), whatever landed on it later;
 - earlier attempts (``mesh/<task>-<run>``) of a closed task whose work landed: one of those
   branches holds a commit carrying ``Mesh-Task: <task>``;
 - worktrees without uncommitted changes, and cache folders no git worktree uses.
@@ -65,7 +67,8 @@ def _targets(repo: Path, onto: str | None) -> list[str]:
 
 
 def _landed_on(repo: Path, branch: str, targets: Sequence[str]) -> str | None:
-    """The first target holding all of ``branch``'s work, else None."""
+    """The first target holding all of ``branch``'s work (and how, when it landed as a commit of
+    its own), else None."""
     for target in targets:
         if _git(repo, "merge-base", "--is-ancestor", branch, target, check=False).returncode == 0:
             return target
@@ -73,6 +76,24 @@ def _landed_on(repo: Path, branch: str, targets: Sequence[str]) -> str | None:
         tree = _git(repo, "rev-parse", f"{target}^{{tree}}", check=False).stdout.strip()
         if merged.returncode == 0 and merged.stdout.split("\n", 1)[0].strip() == tree:
             return target
+        if squash := _squashed_into(repo, branch, target):
+            return f"{target} (squashed into {squash[:12]})"
+    return None
+
+
+def _squashed_into(repo: Path, branch: str, target: str) -> str | None:
+    """The commit of ``target`` (since ``branch`` forked) that landed ``branch``'s tip as one
+    commit: it names the tip in its ``Mesh-Source`` trailer (a mesh landing), or has the tip's
+    very tree (``git merge --squash`` by hand). Later commits on ``target`` may change the same
+    lines again, so a merge of the branch would no longer change nothing."""
+    tip, tip_tree = _git(repo, "rev-parse", f"{branch}^{{commit}}", f"{branch}^{{tree}}").stdout.split()
+    log = _git(repo, "log", "--format=%H%x00%T%x00%(trailers:key=Mesh-Source,valueonly,unfold)%x1e", target,
+               f"^{tip}", "--", check=False).stdout
+    for record in log.split("\x1e"):
+        sha, _, rest = record.strip("\n").partition("\x00")
+        tree, _, sources = rest.partition("\x00")
+        if sha and (tree == tip_tree or tip in sources.split()):
+            return sha
     return None
 
 
