@@ -2,7 +2,8 @@
 
 docs/workers.md holds, between two marker lines, the text ``render_markdown()`` returns: for
 every round, who answers it, the outline of the prompt a worker reads on stdin (rendered by
-``build_prompt`` from the real templates), the exact "Answer format" section, the JSON schema
+``build_prompt`` from the real templates), the exact "Answer format" section (and the review's
+"Validation results" section, for a command that passed and one that failed), the JSON schema
 of the answer (``answer_model`` over ``ARTIFACT_SCHEMAS``) and an example answer that the
 real parser accepts. The call variables come from ``call_env``, the command backend's own
 environment builder. A test compares the file with this rendering, so a changed schema,
@@ -132,6 +133,18 @@ _WHEN: dict[str, str] = {
 """When each round is asked; rendering fails on a round missing here."""
 
 _VALIDATION = [{"command": "python3 -m unittest discover -s tests -t .", "exit_code": 0, "passed": True}]
+_UNITTEST = {"command": "python3 -m unittest discover -s tests -t .", "rejected": False, "reason": None}
+# What a run hands the review round, in the shape of its validation results
+# (``ValidationResult.to_dict``): the command passed, and the command failed.
+_VALIDATED: dict[str, list[dict[str, Any]]] = {
+    "passed": [{**_UNITTEST, "exit_code": 0, "passed": True, "stdout_tail": "", "stderr_tail": "Ran 5 tests in 0.001s\n\nOK",
+                "tests": {"runner": "unittest", "ran": 5, "passed": 5, "failed": 0, "errors": 0, "skipped": 0}}],
+    "failed": [{**_UNITTEST, "exit_code": 1, "passed": False, "stdout_tail": "",
+                "stderr_tail": "FAIL: test_freezing (tests.test_temperature.FahrenheitTest.test_freezing)\n"
+                               "FAIL: test_boiling (tests.test_temperature.FahrenheitTest.test_boiling)\n"
+                               "Ran 5 tests in 0.001s\n\nFAILED (failures=2)",
+                "tests": {"runner": "unittest", "ran": 5, "passed": 3, "failed": 2, "errors": 0, "skipped": 0}}],
+}
 
 
 def _requests(round_name: str) -> list[tuple[str, dict[str, Any]]]:
@@ -252,6 +265,13 @@ def _round_section(round_name: str) -> list[str]:
         heading = f"The request{f' {about}' if about else ''}"
         out += [f"{heading}: the prompt's outline, as `{roles[0]}` reads it for the example task:", "",
                 _code("\n".join(_outline(prompt.text))), ""]
+    if round_name == "review":
+        out += ['Its "Validation results" section, verbatim, when the command passed and when it failed:', ""]
+        for results in _VALIDATED.values():
+            text = build_prompt(round_name, roles[0], task=EXAMPLE_TASK,
+                                inputs={**_requests(round_name)[0][1], "validation": results}).text
+            section = text[text.index("## Validation results"):]
+            out += [_code(section[:section.find("\n## ", 1)].strip()), ""]
     prompt = build_prompt(round_name, roles[0], task=EXAMPLE_TASK, inputs=_requests(round_name)[0][1])
     out += ["Its answer format, verbatim:", "", _code(_answer_format(prompt)), "",
             f"The answer's JSON schema (`mesh schema {round_name}`):", "", _json(answer_schema(round_name)), "",
