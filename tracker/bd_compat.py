@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 
 from .errors import InvalidValueError
-from .model import BLOCKING_STATUSES, COMPUTED_FIELDS, parse_ts
+from .model import BLOCKING_STATUSES, COMPUTED_FIELDS, INFRA_TYPES, parse_ts
 from .store import Tracker
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
 BD_VERSION = "0.50.3"
 
 _ACTIVE = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
+_WORK = "issue_type NOT IN (" + ",".join(f"'{t}'" for t in INFRA_TYPES) + ")"
 _SORTS = ("hybrid", "priority", "oldest")
 # cmd/bd/detect_pollution.go:184 (testPrefixPattern) and :194 (sequentialPattern). Patterns,
 # not compiled here: ``re`` compiles (and keeps) them at first use, which the hot reads never reach.
@@ -228,18 +229,19 @@ def _children_by_epic(tracker: Tracker) -> dict[str, list[str]]:
 def statistics(tracker: Tracker) -> dict:
     """``stats``/``status --json`` (cmd/bd/status.go:19): ``{summary}`` with bd's
     ``types.Statistics`` (types.go:947). ``recent_activity`` comes from git history in bd and
-    is left out, as bd does with ``--no-activity``."""
+    is left out, as bd does with ``--no-activity``. Infrastructure records (``INFRA_TYPES``: the
+    agents and roles every mesh run keeps open) are not issues here, as ``list`` hides them."""
     status = tracker.status()
-    counts = status["by_status"]
+    counts = dict(tracker.db.read(f"SELECT status, count(*) FROM issues WHERE {_WORK} GROUP BY status"))
     blocked_count = tracker.db.read(
         "SELECT COUNT(DISTINCT i.id) FROM issues i JOIN dependencies d ON i.id = d.issue_id"
         f" JOIN issues b ON b.id = d.depends_on_id WHERE i.status IN {_ACTIVE} AND d.type = 'blocks'"
-        f" AND b.status IN {_ACTIVE}"
+        f" AND b.status IN {_ACTIVE} AND i.{_WORK}"
     )[0][0]
-    pinned = tracker.db.read("SELECT COUNT(*) FROM issues WHERE COALESCE(pinned, 0) = 1")[0][0]
+    pinned = tracker.db.read(f"SELECT COUNT(*) FROM issues WHERE COALESCE(pinned, 0) = 1 AND {_WORK}")[0][0]
     lead_hours = [(parse_ts(closed) - parse_ts(created)).total_seconds() / 3600
                   for created, closed in tracker.db.read(
-                      "SELECT created_at, closed_at FROM issues WHERE closed_at IS NOT NULL")]
+                      f"SELECT created_at, closed_at FROM issues WHERE closed_at IS NOT NULL AND {_WORK}")]
     children = _children_by_epic(tracker)
     open_epics = [r[0] for r in tracker.db.read(
         "SELECT id FROM issues WHERE issue_type = 'epic' AND status NOT IN ('closed', 'tombstone')")]

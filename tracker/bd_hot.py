@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from . import bd_compat as bd
 from .hot_output import option_value
+from .model import INFRA_TYPES
 from .safe_text import json_text
 from .store import Tracker
 
@@ -34,8 +35,6 @@ _OPTIONS = {"ready": {"-n": "limit", "--limit": "limit"},
             "list": {"-n": "limit", "--limit": "limit", "-s": "status", "--status": "status"},
             "show": {}}
 _DEFAULT_LIMIT = {"ready": 10, "list": 50}  # bd's defaults (``--limit 0``: all)
-# The types bd calls infrastructure and lists only with --include-infra (its domain.DefaultInfraTypes).
-INFRA_TYPES = ("agent", "role", "message")
 
 
 def ready_issues(t: Tracker, *, labels: Sequence[str] = (), labels_any: Sequence[str] = (),

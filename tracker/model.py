@@ -37,6 +37,9 @@ BLOCKING_STATUSES = ("open", "in_progress", "blocked", "deferred", "hooked")
 ISSUE_TYPES = ("task", "bug", "feature", "epic", "chore", "gate", "agent", "role")
 # Types that are never ready work unless ``--type`` names them.
 NON_WORK_TYPES = ("gate", "agent", "role", "molecule", "message", "merge-request", "rig")
+# The types bd calls infrastructure (its domain.DefaultInfraTypes): records of who works, not
+# work (mesh's ``mesh-<role>`` agents and their roles); listed only with --include-infra, never counted.
+INFRA_TYPES = ("agent", "role", "message")
 AGENT_STATES = ("idle", "spawning", "running", "working", "stuck", "done", "stopped", "dead")
 DEPENDENCY_TYPES = (
     "blocks",
