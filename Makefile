@@ -96,8 +96,10 @@ test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolcha
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -m hypothesis -p no:cacheprovider $(FUZZ_TESTS)
 
+# mesh lives in the venv: the demo's last line says where, and how to call it as plain `mesh`.
 demo: $(STAMP) sandbox
 	$(BIN)/mesh demo
+	@echo "mesh is $(abspath $(BIN))/mesh; to call it as mesh: source $(BIN)/activate (or export PATH=\"$(abspath $(BIN)):\$$PATH\")"
 
 bench: $(STAMP)
 	$(BIN)/python bench/tracker_scale.py
