@@ -48,8 +48,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Planted", "UNCHECKED", "clean_output", "judge", "plant", "test_module_for"]
+__all__ = ["Planted", "RUNNERS", "UNCHECKED", "clean_output", "judge", "plant", "test_module_for"]
 
+# The runners control tests are planted for.
+RUNNERS = ("pytest", "unittest")
 # What a command's output says when mesh's control tests were not part of its run.
 UNCHECKED = ("mesh: its control tests were not collected by this command (a selection, or a test module it did"
              " not guess), so the runner's honesty is not checked")
@@ -219,7 +221,7 @@ def plant(args: Sequence[str], runner: str | None, root: Path, *, seed: int | No
     """Append control tests to the module that a ``runner`` given ``args`` collects (in the
     tree copy at ``root``); None when there is none to append to (the runner is not one mesh
     reads, or the module cannot be known)."""
-    if runner not in ("pytest", "unittest"):
+    if runner not in RUNNERS:
         return None
     module = test_module_for(args, runner, root)
     if module is None:

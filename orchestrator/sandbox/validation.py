@@ -42,7 +42,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -56,6 +56,7 @@ from orchestrator.sandbox.cache_layers import shown as caches_shown
 from orchestrator.sandbox.project_env import ProjectEnv
 from orchestrator.sandbox.project_view import ProjectView, carry_into
 from orchestrator.sandbox.tree_copy import materialize_tree
+from orchestrator.testruns.model import Run, failures_kept
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
 from redact.controls import strip_terminal
@@ -99,10 +100,17 @@ class ValidationResult:
     stderr_tail: str = ""
     limit: str | None = None
     tests: testcounts.TestCounts | None = None
+    # Every test the runner reported (kept in memory: the base comparison reads it by test).
+    run: Run | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field (the test counts as ``TestCounts.to_dict`` has them)."""
-        return {**asdict(self), "tests": self.tests.to_dict() if self.tests else None}
+        """A JSON-ready dict of every field (the test counts as ``TestCounts.to_dict`` has them,
+        and the first ``MAX_FAILURES_KEPT`` failing tests with their messages as ``failures``)."""
+        out = {**asdict(self), "tests": self.tests.to_dict() if self.tests else None}
+        del out["run"]
+        if self.run is not None and self.run.failures():
+            out["failures"] = failures_kept(self.run)
+        return out
 
 
 def _resolve_program(program: str, root: Path, search_path: str, view: ProjectView | None = None) -> str | None:
@@ -199,8 +207,10 @@ def _run_one(
     limits: Limits,
     confine: bool = False,
     hidden_values: Sequence[str] = (),
+    capture: testcounts.Capture | None = None,
 ) -> ValidationResult:
     out_tail, err_tail = Tail(max_output_bytes), Tail(max_output_bytes)
+    out_sink = out_tail if capture is None else _Both(out_tail, capture)
     group = _tree_group(limits) if confine else None
     nproc = limits.max_processes if confine and group is None and _sandbox.sandbox_user() is not None else None
 
@@ -227,7 +237,7 @@ def _run_one(
             )
         assert proc.stdout is not None and proc.stderr is not None
         readers = [
-            threading.Thread(target=drain, args=(proc.stdout, out_tail), daemon=True),
+            threading.Thread(target=drain, args=(proc.stdout, out_sink), daemon=True),
             threading.Thread(target=drain, args=(proc.stderr, err_tail), daemon=True),
         ]
         timed_out = run_with(proc, readers, timeout_s, lambda: _kill_group(proc.pid))
@@ -259,6 +269,17 @@ def _run_one(
         stderr_tail=stderr,
         limit=limit,
     )
+
+
+class _Both:
+    """Feeds a stream to its tail and to the capture a test-result reader reads."""
+
+    def __init__(self, tail: Tail, capture: testcounts.Capture) -> None:
+        self.tail, self.capture = tail, capture
+
+    def feed(self, chunk: bytes) -> bool:
+        self.capture.feed(chunk)
+        return self.tail.feed(chunk)
 
 
 def _tree_group(limits: Limits) -> cgroups.TreeGroup | None:
@@ -528,7 +549,7 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
             stderr_tail=scrub(f"program not found: {argv[0]}"),
         )
     # The report argument is mesh's own, added after the allowlist admitted the command.
-    probe = testcounts.instrument(argv, *place.report_folder())
+    probe = testcounts.instrument(argv, *place.report_folder(), tree=place.root)
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
     # Control tests whose outcome mesh knows, in the tree copy only (never the user's checkout).
     planted = canaries.plant(testcounts.runner_args(argv), probe.runner, place.root) if place.bwrap else None
@@ -536,7 +557,7 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
     try:
         result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=place.env, timeout_s=timeout_s,
                           max_output_bytes=max_output_bytes, started=started, limits=place.limits,
-                          confine=place.bwrap is not None, hidden_values=hidden_values)
+                          confine=place.bwrap is not None, hidden_values=hidden_values, capture=probe.capture)
     finally:
         if planted is not None:
             planted.remove()
@@ -544,16 +565,20 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         # What a person and the workers read is the project's run, not mesh's control tests.
         result = replace(result, stdout_tail=canaries.clean_output(planted, result.stdout_tail),
                          stderr_tail=canaries.clean_output(planted, result.stderr_tail))
-    counts, reason, note, passed = testcounts.verdict(
+    shown = testcounts.shown_output(probe)
+    if shown is not None:  # go test -json: its events' text, as go test -v prints it
+        result = replace(result, stdout_tail=clean_output(shown[-max_output_bytes:], hidden_values))
+    run, reason, note, passed = testcounts.verdict(
         probe, result.passed, planted, exit_code=result.exit_code if result.limit is None else None,
         output=f"{result.stdout_tail}\n{result.stderr_tail}")
-    if reason is None and planted is None and place.bwrap and probe.runner is not None:
+    counts = run.counts() if run is not None else None
+    if reason is None and planted is None and place.bwrap and probe.runner in canaries.RUNNERS:
         note = canaries.UNCHECKED
     if reason is None:
         if note:
             result = replace(result, stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
         # An honest run with control tests exits 1 (they must fail): it counts as the exit 0 it is.
-        return replace(result, tests=counts, passed=passed,
+        return replace(result, tests=counts, run=run, passed=passed,
                        exit_code=0 if passed and result.exit_code == 1 else result.exit_code)
-    return replace(result, tests=counts, passed=False, reason=reason,
+    return replace(result, tests=counts, run=run, passed=False, reason=reason,
                    stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())

@@ -1,0 +1,116 @@
+"""How a command names its program: ``python -m module``, ``npx tool``, a path to a tool.
+
+May import the standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Sequence
+
+__all__ = ["module_run", "program", "tool_args"]
+
+_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
+# Interpreter options that take a value as the next argument; any other option stands alone.
+_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X")
+
+
+def program(argv: Sequence[str]) -> str:
+    """The base name of ``argv``'s program ('' for none)."""
+    return os.path.basename(argv[0]) if argv else ""
+
+
+def module_run(argv: Sequence[str]) -> tuple[str, list[str], list[str]] | None:
+    """(module, interpreter and its options, module arguments) for ``python [options] -m
+    module ...``; None for a script, ``-c`` code, stdin or no Python at all."""
+    if not argv or not _PYTHON.fullmatch(program(argv)):
+        return None
+    index = 1
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "-m":
+            return (argv[index + 1], list(argv[:index]), list(argv[index + 2:])) if index + 1 < len(argv) else None
+        if arg.startswith("-m"):  # "-mpytest"
+            return arg[2:], list(argv[:index]), list(argv[index + 1:])
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            index += 2
+        elif arg.startswith("-") and not arg.startswith(("-c", "--")) and arg != "-":
+            index += 1
+        else:
+            return None
+    return None
+
+
+def tool_args(argv: Sequence[str], names: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """(the words that start the tool, its arguments) when ``argv`` runs one of the Node tools
+    ``names`` directly (``jest``, ``node_modules/.bin/jest``) or through ``npx [--no-install]``;
+    else None."""
+    if not argv:
+        return None
+    if program(argv) in names:
+        return [argv[0]], list(argv[1:])
+    if program(argv) == "npx":
+        index = 1
+        while index < len(argv) and argv[index].startswith("-"):
+            index += 1
+        if index < len(argv) and argv[index] in names:
+            return list(argv[:index + 1]), list(argv[index + 1:])
+    return None
+
+
+_SCRIPT_RUNNERS = {("npm", "test"): "test", ("npm", "t"): "test", ("npm", "tst"): "test"}
+_SHELL = re.compile(r"[;&|<>`$(){}\n*?\[\]]")
+
+
+def script_command(argv: Sequence[str], tree: "os.PathLike[str] | str | None") -> list[str] | None:
+    """The words of the package.json script that ``argv`` runs (``npm test``, ``npm run NAME``,
+    ``npm run-script NAME``), read from the tree under test, when that script is one plain
+    command (no shell operators, substitutions or globs: mesh appends its own arguments to it
+    after ``--``); else None."""
+    if tree is None or program(argv) != "npm" or len(argv) < 2:
+        return None
+    rest = list(argv[1:argv.index("--")] if "--" in argv else argv[1:])
+    name = _SCRIPT_RUNNERS.get(("npm", rest[0])) if rest else None
+    if name is None and rest[:1] in (["run"], ["run-script"]) and len(rest) >= 2:
+        name = rest[1]
+    if name is None or any(word.startswith("-") for word in rest):
+        return None
+    import json
+    import shlex
+    try:
+        with open(os.path.join(tree, "package.json"), encoding="utf-8") as handle:
+            scripts = json.load(handle).get("scripts") or {}
+        script = scripts.get(name) if isinstance(scripts, dict) else None
+        if not isinstance(script, str) or _SHELL.search(script):
+            return None
+        words = shlex.split(script)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return words or None
+
+
+def node_tool(argv: Sequence[str], tree: "os.PathLike[str] | str | None",
+              names: Sequence[str]) -> tuple[list[str], list[str], bool] | None:
+    """(the words that start the tool, its arguments, whether it runs as an npm script) when
+    ``argv`` runs one of the Node tools ``names``: directly, through ``npx``, or as the plain
+    package.json script ``npm test`` runs; else None."""
+    direct = tool_args(argv, names)
+    if direct is not None:
+        return direct[0], direct[1], False
+    script = script_command(argv, tree)
+    found = tool_args(script, names) if script else None
+    return (found[0], found[1], True) if found else None
+
+
+def with_tool_args(argv: Sequence[str], tree: "os.PathLike[str] | str | None", names: Sequence[str],
+                   extra: Sequence[str]) -> list[str]:
+    """``argv`` with ``extra`` given to the tool ``names`` it runs: after the tool's own
+    arguments, or after ``--`` for an npm script."""
+    found = node_tool(argv, tree, names)
+    if found is None:
+        return list(argv)
+    start, args, scripted = found
+    if scripted:
+        return [*argv, *([] if "--" in argv else ["--"]), *extra]
+    return [*start, *args, *extra]
