@@ -143,6 +143,9 @@ class ValidationConfig(_Strict):
     # Validate the run's base tree too (once per run) and fail a candidate whose test runner ran
     # fewer tests there: the cost is one more run of each passing test command per run.
     compare_base: bool = True
+    # A test that passed on the base and fails in validation is run again alone this many times
+    # before it counts; one that then passes is reported as flaky (0: never run again).
+    flaky_retries: int = Field(default=1, ge=0, le=5)
     # The base check (orchestrator.toolchains.base_check): the project's check command run on the
     # base tree before any worker call, once per base commit. ``check`` unset: the detected
     # toolchains' check commands that ``allow`` admits. ``allow_failing_base``: record what fails on

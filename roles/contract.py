@@ -143,7 +143,15 @@ _VALIDATED: dict[str, list[dict[str, Any]]] = {
                 "stderr_tail": "FAIL: test_freezing (tests.test_temperature.FahrenheitTest.test_freezing)\n"
                                "FAIL: test_boiling (tests.test_temperature.FahrenheitTest.test_boiling)\n"
                                "Ran 5 tests in 0.001s\n\nFAILED (failures=2)",
-                "tests": {"runner": "unittest", "ran": 5, "passed": 3, "failed": 2, "errors": 0, "skipped": 0}}],
+                "tests": {"runner": "unittest", "ran": 5, "passed": 3, "failed": 2, "errors": 0, "skipped": 0},
+                "failures": [{"id": "tests.test_temperature.FahrenheitTest.test_freezing", "status": "failed",
+                              "message": "Traceback (most recent call last):\n  File \"tests/test_temperature.py\","
+                                         " line 8, in test_freezing\n    self.assertEqual(to_fahrenheit(0), 32)\n"
+                                         "AssertionError: 0 != 32"},
+                             {"id": "tests.test_temperature.FahrenheitTest.test_boiling", "status": "failed",
+                              "message": "Traceback (most recent call last):\n  File \"tests/test_temperature.py\","
+                                         " line 11, in test_boiling\n    self.assertEqual(to_fahrenheit(100), 212)\n"
+                                         "AssertionError: 100 != 212"}]}],
 }
 
 

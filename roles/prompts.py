@@ -67,6 +67,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 from pydantic import BaseModel
 
+from .validation_text import failure_text
 from .definitions import ALL_ROLES, CANDIDATE_BRIEF, OUTBOX_ROUNDS, ROLE_BRIEFS, ROUNDS, round_owner, round_roles
 from .schemas import (
     CritiqueArtifact,
@@ -110,7 +111,7 @@ _REQUIRED = {
     "choice": ("candidates",),
 }
 _PATCH_ROUNDS = ("synthesis", "revision")
-_MAX_OUTPUT_CHARS = 2000
+_MAX_OUTPUT_CHARS = 6000
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,10 @@ def _by_role(value: Mapping[str, Any] | None, schema: type[BaseModel]) -> list[t
     return [(role, _artifact(artifact, schema) or {}) for role, artifact in items]
 
 
+def _clipped(output: str) -> str:
+    return "[...]\n" + output[-_MAX_OUTPUT_CHARS:] if len(output) > _MAX_OUTPUT_CHARS else output
+
+
 def _validation_values(result: Mapping[str, Any]) -> dict[str, str]:
     command = result["command"]
     if not isinstance(command, str):
@@ -296,9 +301,9 @@ def _validation_values(result: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(tests, Mapping) and not result.get("rejected"):
         # Told to the reviewer so a green run of no tests is seen as what it is.
         status += "; tests: " + ", ".join(f"{tests.get(k)} {k}" for k in ("ran", "failed", "errors", "skipped"))
-    output = str(result.get("output") or "")
-    if len(output) > _MAX_OUTPUT_CHARS:
-        output = "[...]\n" + output[-_MAX_OUTPUT_CHARS:]
+    # A failed command's failing tests with their messages, then its output's last lines.
+    output = "" if result.get("passed") or result.get("rejected") else \
+        failure_text(result, max_chars=_MAX_OUTPUT_CHARS) or _clipped(str(result.get("output") or ""))
     return {"command": command, "status": status, "output": output}
 
 

@@ -324,7 +324,10 @@ def test_the_poison_passes_a_broken_patch_on_a_cache_every_validation_shares(too
         result = case.validate(commit, shared)
         assert result.passed, _output(result)
     victim = case.validate(case.b, shared)
-    assert victim.passed, _output(victim)
+    # The broken test never ran: the poisoned binary stood in for it. Reading cargo's tests by name
+    # (issue 35) now notices that no test ran; on a shared cache the exit status alone passed it.
+    assert victim.passed or (toolchain == "rust" and victim.reason == "no_tests_ran"), _output(victim)
+    assert victim.exit_code == 0 and "add_tests::adds" not in _output(victim)
 
 
 @pytest.mark.parametrize("toolchain", TOOLCHAINS)

@@ -142,7 +142,9 @@ def test_attack_deleting_half_the_test_files_does_not_close_the_task(ws):
     base = proof["base_tests"]
     assert base["commit"] == ws.git("rev-parse", "main").strip()
     assert base["counts"][VALIDATE]["ran"] == 8
-    assert "7 test(s) ran, 8 on the base tree" in result["stderr_tail"]
+    # Held against the base test by test (issue 35 item 4): the four tests that are gone, by name.
+    assert ("4 test(s) that passed on the base are gone: tests.test_more_b.T.test_a, tests.test_more_b.T.test_b,"
+            " tests.test_more_c.T.test_a, tests.test_more_c.T.test_b") in result["stderr_tail"]
 
 
 def test_compare_base_off_lets_a_smaller_suite_pass_and_counts_no_base(ws, monkeypatch):

@@ -56,7 +56,13 @@ def test_a_failing_validation_shows_its_output_in_the_lines_the_summary_show_and
     proof = next(i for i, line in enumerate(lines) if line.startswith("[orch:proof] fail"))
     assert lines[proof + 1].startswith("output of `python3 -m unittest discover -s tests -t .` (last ")
     tail = lines[proof + 2:lines.index("  | FAILED (failures=2)") + 1]
-    assert f"  | {TAIL}" in tail and all(line.startswith("  | ") for line in tail) and len(tail) <= 20
+    assert all(line.startswith("  | ") for line in tail)
+    # Each failing test first, with its own assertion (issue 35 item 3), then the output's last 20 lines.
+    assert tail[0] == "  | FAILED tests.test_temperature.FahrenheitToCelsius.test_freezing_point"
+    assert tail[tail.index("  | FAILED tests.test_temperature.FahrenheitToCelsius.test_round_trip") - 1] == \
+        f"  |     {TAIL}"
+    output = tail[next(i for i, line in enumerate(tail) if not line.startswith(("  | FAILED tests.", "  |     "))):]
+    assert f"  | {TAIL}" in output and len(output) <= 20
     # The run summary, under the validation line.
     summary = res.stdout.splitlines()
     at = next(i for i, line in enumerate(summary) if line.startswith("  validation: python3 -m unittest"))

@@ -164,12 +164,14 @@ def test_a_failing_validation_shows_its_output_tail_in_a_table_labelled_with_its
     run = report["orch_run_id"]
     assert re.search(rf'<h3>validation <span class="note">run <code>{run}</code>, review cycle 0, consensus cycle 0'
                      r"</span></h3>", validation), validation[:2000]
-    row = re.search(r'<tr class="tail-row"><td colspan="5">\s*<div class="label">output, last (\d+) line\(s\)</div>'
-                    r'<pre class="out tail">(.*?)</pre>', validation, re.S)
+    row = re.search(r'<tr class="tail-row"><td colspan="5">\s*<div class="label">failing tests, then the output(?:\'|&#39;)s'
+                    r' last lines</div><pre class="out tail">(.*?)</pre>', validation, re.S)
     assert row, validation[:3000]
-    lines = html.unescape(row.group(2)).splitlines()
-    assert len(lines) == int(row.group(1)) <= 20 and lines[-1] == "FAILED (failures=2)"
-    assert "AssertionError: 1.0 != 0" in lines and "\x1b" not in row.group(2)
+    lines = html.unescape(row.group(1)).splitlines()
+    # Each failing test by name with its own assertion (issue 35 item 3), then the output's end.
+    assert lines[0] == "FAILED tests.test_temperature.FahrenheitToCelsius.test_freezing_point"
+    assert "    AssertionError: 1.0 != 0" in lines and lines[-1] == "FAILED (failures=2)"
+    assert "\x1b" not in row.group(1)
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report-failed.png"
     shot.unlink(missing_ok=True)

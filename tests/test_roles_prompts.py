@@ -147,7 +147,7 @@ def test_review_shows_validation_diff_and_earlier_cycles():
     inputs = {
         "synthesis": SYNTHESIS,
         "validation": [
-            {"command": "python -m pytest -q", "exit_code": 1, "passed": False, "output": "x" * 5000},
+            {"command": "python -m pytest -q", "exit_code": 1, "passed": False, "output": "x" * 9000},
             {"command": ["ruff", "check", "a b.py"], "exit_code": 0, "passed": True},
             {"command": "rm -rf /", "exit_code": None, "passed": False, "rejected": True},
             {"command": "python -m unittest", "exit_code": 0, "passed": False, "reason": "no_tests_ran",
@@ -163,7 +163,7 @@ def test_review_shows_validation_diff_and_earlier_cycles():
     assert "- ruff check 'a b.py': passed" in text
     assert "- rm -rf /: rejected by the allowlist, not run" in text
     assert "- python -m unittest: failed (no_tests_ran, exit code 0); tests: 0 ran, 0 failed, 0 errors, 4 skipped" in text
-    assert "[...]\n" + "x" * 2000 + "\n```" in text and "x" * 2001 not in text
+    assert "[...]\n" + "x" * 6000 + "\n```" in text and "x" * 6001 not in text
     assert f"```diff\n{DIFF}```" in text
     assert "### Cycle 0\nDecision: request_changes" in text
     assert "- F1 [High, MUST_FIX] app.py:1: wrong constant" in text
@@ -242,3 +242,20 @@ def test_malformed_inputs_task_and_outbox_are_rejected():
         prompt("proposal", outbox=[{"from": "skeptic"}])
     with pytest.raises(ValueError, match="attempt"):
         prompt("proposal", attempt=0)
+
+
+def test_review_shows_each_failing_test_with_its_message_before_the_output():
+    """Issue 35 item 3: the failing tests, each with its own message, come before any raw output."""
+    panic = ("thread 'tests::breaks' panicked at src/lib.rs:9:22:\nassertion `left == right` failed: two and two\n"
+             "  left: 4\n right: 5")
+    result = {"command": "cargo test", "exit_code": 101, "passed": False,
+              "stdout_tail": "test tests::adds ... ok\n" * 50 + "test result: FAILED. 1 passed; 1 failed",
+              "stderr_tail": "warning: unused variable\nerror: test failed, to rerun pass `--lib`",
+              "tests": {"runner": "cargo test", "ran": 2, "passed": 1, "failed": 1, "errors": 0, "skipped": 0},
+              "failures": [{"id": "tests::breaks", "status": "failed", "message": panic}]}
+    text = prompt("review", inputs={"synthesis": SYNTHESIS, "validation": [result], "diff": DIFF,
+                                    "review_cycle": 0}).shared
+    failing = text.index("Failing tests:")
+    assert failing < text.index("Last lines of output:") < text.index("error: test failed")
+    assert "- tests::breaks: failed\n    thread 'tests::breaks' panicked at src/lib.rs:9:22:" in text
+    assert "      left: 4\n     right: 5" in text

@@ -170,12 +170,12 @@ def test_jest_reports_each_test_with_expected_and_received(tmp_path, node_runner
                                               "test/broken.test.js": "const x = ;\n"}, "jest")
     [result] = validate(repo, [command], tool_env())
     assert not result.passed
-    assert statuses(result) == {"add.test.js > add adds": "passed", "add.test.js > add breaks": "failed",
-                                "add.test.js > add later": "skipped"}
-    text = message(result, "add.test.js > add breaks")
+    assert statuses(result) == {"test/add.test.js > add adds": "passed", "test/add.test.js > add breaks": "failed",
+                                "test/add.test.js > add later": "skipped"}
+    text = message(result, "test/add.test.js > add breaks")
     assert "Expected: 5" in text and "Received: 4" in text
     assert result.tests.collection_errors == 1  # broken.test.js does not parse
-    assert "broken.test.js (collection)" in kept(result)
+    assert "test/broken.test.js (collection)" in kept(result)
 
 
 MOCHA_TEST = """const assert = require('assert');
@@ -224,11 +224,15 @@ test('later', { skip: true }, () => {});
 """
 
 
-def test_node_test_reports_each_test_and_keeps_its_spec_output(tmp_path, node_runners):
-    repo = node_repo(tmp_path, node_runners, {"add.js": ADD, "test/add.test.js": NODE_TEST}, "node --test")
-    [result] = validate(repo, ["node --test"], tool_env())
+@pytest.mark.parametrize("command", ["node --test", "npm test"])
+def test_node_test_reports_each_test_and_keeps_its_spec_output(tmp_path, node_runners, command):
+    second = "const test = require('node:test');\ntest('second file', () => {});\n"
+    repo = node_repo(tmp_path, node_runners, {"add.js": ADD, "test/add.test.js": NODE_TEST,
+                                              "test/other.test.js": second}, "node --test")
+    [result] = validate(repo, [command], tool_env())
     assert not result.passed
-    assert statuses(result) == {"add > adds": "passed", "add > breaks": "failed", "later": "skipped"}
+    assert statuses(result) == {"add > adds": "passed", "add > breaks": "failed", "later": "skipped",
+                                "second file": "passed"}
     assert "4 !== 5" in message(result, "add > breaks")
     assert "✖ breaks" in result.stdout_tail  # the spec reporter, for people
 
@@ -243,8 +247,8 @@ def test_vitest_reports_each_test_and_keeps_its_console_output(templates, tmp_pa
         "test('breaks', () => { expect(add(2, 2)).toBe(5); });\n")
     commit_all(repo, "tests")
     [result] = validate(repo, ["npm test"], tool_env())
-    assert statuses(result) == {"add.test.js > adds": "passed", "add.test.js > breaks": "failed"}
-    text = message(result, "add.test.js > breaks")
+    assert statuses(result) == {"src/add.test.js > adds": "passed", "src/add.test.js > breaks": "failed"}
+    text = message(result, "src/add.test.js > breaks")
     assert "expected 4 to be 5" in text
     assert "breaks" in result.stdout_tail + result.stderr_tail  # the default reporter, for people
 
@@ -258,3 +262,41 @@ def test_a_runner_mesh_does_not_read_is_not_counted(tmp_path):
     [result] = validate(repo, ["./check.sh"])
     assert result.passed and result.tests is None and result.run is None
     assert "failures" not in result.to_dict()
+
+
+def _selected(repo, command, test_id, env=None):
+    from orchestrator.sandbox.validation import run_validation
+    from orchestrator.toolchains.view import inspect
+
+    environ = env or tool_env()
+    view = inspect(repo, None, environ).view
+    [result] = run_validation([command], cwd=repo, allow=[command], timeout_s=300, environment=view, env=environ,
+                              select={command: test_id})
+    return result
+
+
+def test_a_failing_test_is_run_again_alone_by_each_runner_that_can_select_one(tmp_path, node_runners):
+    """What the flaky retry relies on (issue 35 item 5): the runner's own selection runs one test."""
+    repo, env = go_project(tmp_path / "go")
+    (repo / "gop_test.go").write_text(GO_TESTS)
+    commit_all(repo, "tests")
+    alone = _selected(repo, "go test ./...", "example.com/gop.TestTable/two", env)
+    assert statuses(alone) == {"example.com/gop.TestTable": "passed", "example.com/gop.TestTable/two": "passed"}
+
+    crate = rust_project(tmp_path / "rust")
+    (crate / "src" / "lib.rs").write_text(RUST_TESTS)
+    commit_all(crate, "tests")
+    assert statuses(_selected(crate, "cargo test", "tests::breaks")) == {"tests::breaks": "failed"}
+
+    node = node_repo(tmp_path / "node", node_runners, {"add.js": ADD, "test/add.test.js": JEST_TEST}, "jest")
+    found = statuses(_selected(node, "npm test", "test/add.test.js > add adds"))
+    assert found["test/add.test.js > add adds"] == "passed" and found["test/add.test.js > add breaks"] == "skipped"
+
+
+def test_a_test_id_that_is_an_option_is_never_given_back_to_the_runner(tmp_path):
+    from orchestrator.sandbox import testcounts
+
+    assert testcounts.select(["go", "test", "./..."], "-exec=/bin/sh") is None
+    assert testcounts.select(["cargo", "test"], "x\ny") is None
+    assert testcounts.select(["python3", "-m", "unittest"], "tests.x.T.test_a; rm") is None
+    assert testcounts.select(["python3", "-m", "unittest"], "tests.x.T.test_a")[-2:] == ["-k", "tests.x.T.test_a"]

@@ -19,7 +19,13 @@ def _result_lines(text: str) -> list[str]:
     """The result lines (one per command) of the first "Validation results" section of ``text``."""
     section = text[text.index("## Validation results\n"):]
     section = section[:section.index("\n#", 1)]
-    return [line for line in section.splitlines() if line.startswith("- ")]
+    lines = []
+    for line in section.splitlines():
+        if line.startswith("```"):  # the command's failing tests and output follow, fenced
+            break
+        if line.startswith("- "):
+            lines.append(line)
+    return lines
 
 
 def _documented() -> list[list[str]]:
@@ -27,17 +33,22 @@ def _documented() -> list[list[str]]:
     return [_result_lines(block + "\n#") for block in blocks]
 
 
-def _reviewer_read(tmp_path: Path, script: dict) -> list[str]:
+def _review_prompt(tmp_path: Path, script: dict) -> str:
     ws = make_workspace(tmp_path)
     ws.run(script, "--ids", TASK, "--config", one_review_cycle(ws))
     with ws.tracker() as t:
-        prompt = next(c["prompt"] for c in calls_for(t, task_id=TASK) if c["round"] == "review")
-    return _result_lines(prompt)
+        return next(c["prompt"] for c in calls_for(t, task_id=TASK) if c["round"] == "review")
 
 
 def test_the_documented_validation_results_are_what_a_reviewer_reads(tmp_path):
     passed, failed = _documented()
-    assert _reviewer_read(tmp_path / "pass", happy_script()) == passed
+    assert _result_lines(_review_prompt(tmp_path / "pass", happy_script())) == passed
     broken = happy_script()
     broken["synthesizer"][0] = r("synthesis", synthesis(BROKEN))
-    assert _reviewer_read(tmp_path / "fail", broken) == failed
+    prompt = _review_prompt(tmp_path / "fail", broken)
+    assert _result_lines(prompt) == failed
+    # Issue 35 item 3: the reviewer reads each failing test with its own assertion, before the output.
+    section = prompt[prompt.index("## Validation results\n"):]
+    assert section.index("Failing tests") < section.index("Last lines of output:")
+    assert re.search(r"- tests\.test_\w+\.\w+\.test_\w+: failed\n    Traceback", section)
+    assert "AssertionError" in section[:section.index("Last lines of output:")]

@@ -471,6 +471,11 @@ class Lander:
         dicts = [r.to_dict() for r in results]
         ran = [r for r in dicts if not r["rejected"]]
         passed = bool(ran) and all(r["passed"] for r in ran) if (commands or cfg.required) else True
+        if passed and results:
+            from orchestrator.toolchains.base_check import note_validated
+
+            # The merged tree passed its check commands: the task cut from it pays no base check.
+            note_validated(self.repo, commit, results, self.environment, cfg)
         return dicts, passed
 
 

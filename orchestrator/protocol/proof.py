@@ -3,28 +3,34 @@
 A command that exits 0 with tests that ran can still prove less than before: a patch that
 deletes half the test files, or skips them, leaves a green run of the rest. So the run's
 base tree (the commit its task branch forked from) is validated too, with the same commands
-in the same sandbox, and a command whose test runner ran fewer tests on the candidate than
-on the base fails with ``fewer_tests_than_base``. The base is counted once per run and per
-command, only for commands that passed with counts (a failing candidate needs no
-comparison), and the counts are kept in every later proof checkpoint, so a resumed run
-finds them there instead of counting again. ``validation.compare_base = false`` turns it off.
+in the same sandbox, and held against the candidate test by test where the runner names its
+tests (``orchestrator.testruns``): a test that passed on the base and fails on the candidate
+fails the command (``tests_broken``), one that is gone fails it as ``fewer_tests_than_base``;
+for a runner that gives counts only, fewer tests than on the base fail it. The base runs
+once per run and per command, only for commands that passed with counts (a failing candidate
+needs no comparison); its counts are kept in every later proof checkpoint and each test's
+status on this machine (``orchestrator.toolchains.base_results``, by tree), so a resumed run
+finds them instead of running the base again. ``validation.compare_base = false`` turns it off.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from redact import scrub
-from redact.controls import strip_terminal
+from roles.validation_text import failing_tests, output_lines
 
 from orchestrator.safe_text import clip
 from orchestrator.sandbox.testcounts import TestCounts, runner_counts_phrase
+from orchestrator.toolchains import base_results
+from orchestrator.toolchains.base_results import BaseStatuses
 
 if TYPE_CHECKING:
     from orchestrator.sandbox.validation import ValidationResult
 
-__all__ = ["BaseTests", "Proof", "TAIL_LINES", "brief", "failed_detail", "output_tail", "state", "tests_line"]
+__all__ = ["BaseTests", "Proof", "TAIL_LINES", "brief", "failed_detail", "output_tail", "retry_flaky", "state",
+           "tests_line"]
 
 # The fields of a result that the run report, the run head and the land checkpoint keep.
 _BRIEF_KEYS = ("command", "exit_code", "passed", "rejected", "reason", "tests", "limit")
@@ -32,6 +38,9 @@ _BRIEF_KEYS = ("command", "exit_code", "passed", "rejected", "reason", "tests", 
 # print: enough for a traceback's last frames and the assertion, not a whole test log.
 TAIL_LINES = 20
 _TAIL_WIDTH = 240
+# Failing tests named before the output's tail, and the lines of each one's message shown.
+_TESTS_SHOWN = 5
+_MESSAGE_LINES = 8
 
 
 def brief(result: Mapping[str, Any], *, output: bool = False) -> dict[str, Any]:
@@ -44,14 +53,19 @@ def brief(result: Mapping[str, Any], *, output: bool = False) -> dict[str, Any]:
 
 
 def output_tail(result: Mapping[str, Any], lines: int = TAIL_LINES) -> list[str]:
-    """The last ``lines`` non-blank lines of a result's output (stdout, then stderr), each one
-    printable line clipped to a terminal's width. The tails were stripped of terminal
-    sequences and scrubbed when they were kept; a stored checkpoint is tracker text, so this
-    does both again rather than trust it."""
-    text = "\n".join(part for part in (result.get("stdout_tail"), result.get("stderr_tail"))
-                     if isinstance(part, str) and part)
-    kept = [line.rstrip() for line in scrub(strip_terminal(text)).splitlines() if line.strip()]
-    return [clip(line, _TAIL_WIDTH) for line in kept[-lines:]]
+    """What a person reads of a failed result, each printable line clipped to a terminal's
+    width: its failing tests first (``FAILED <id>``, then the head of the test's own message,
+    for the first ``_TESTS_SHOWN`` of them), then the last ``lines`` non-blank lines of its
+    output (stdout, then stderr). A stored checkpoint is tracker text, so this strips terminal
+    sequences and scrubs again rather than trust it (``roles.validation_text``)."""
+    head: list[str] = []
+    tests = failing_tests(result)
+    for test in tests[:_TESTS_SHOWN]:
+        head.append(f"{test['status'].upper()} {test['id']}")
+        head += [f"    {line}" for line in test["message"].splitlines()[:_MESSAGE_LINES] if line.strip()]
+    if len(tests) > _TESTS_SHOWN:
+        head.append(f"... and {len(tests) - _TESTS_SHOWN} more failing test(s)")
+    return [clip(line, _TAIL_WIDTH) for line in [*head, *output_lines(result, lines)]]
 
 
 def tests_line(result: Mapping[str, Any], base_counts: Any = None) -> str:
@@ -84,10 +98,15 @@ def state(result: Mapping[str, Any], base_counts: Any = None) -> str:
 
 @dataclass
 class BaseTests:
-    """The test counts of the run's base tree, by validation command (None: no report)."""
+    """The base tree's results, by validation command: the counts (kept in every proof
+    checkpoint; None: no report) and, where the runner names its tests, each test's status
+    (``statuses``: kept on this machine by ``base_results``, through ``store``)."""
 
     commit: str
     counts: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    statuses: dict[str, BaseStatuses] = field(default_factory=dict)
+    # (repository whose build caches hold them, the base's tree, the validation view's key)
+    store: tuple[Path, str, str] | None = None
 
     @classmethod
     def resumed(cls, artifacts: Iterable[Any], commit: str) -> BaseTests:
@@ -99,28 +118,107 @@ class BaseTests:
                 return cls(base["commit"], dict(base["counts"]))
         return cls(commit)
 
+    def known(self, command: str) -> BaseStatuses | None:
+        """The base's statuses for ``command``: held, or kept on this machine."""
+        if command not in self.statuses and self.store is not None:
+            found = base_results.load(*self.store[:2], command, self.store[2])
+            if found is not None:
+                self.statuses[command] = found
+        return self.statuses.get(command)
+
+    def keep(self, result: ValidationResult) -> None:
+        """Hold (and keep on this machine) what ``result``, run on the base tree, reported."""
+        self.counts[result.command] = result.tests.to_dict() if result.tests else None
+        if result.run is not None:
+            self.statuses[result.command] = base_results.BaseStatuses.of(result.run)
+            if self.store is not None:
+                base_results.save(*self.store[:2], result.command, self.store[2], result.run)
+
     def judge(self, results: Sequence[ValidationResult],
               run_on_base: Callable[[list[str]], list[ValidationResult]]) -> list[ValidationResult]:
-        """``results`` with every passing command that ran fewer tests than on the base failed."""
-        wanted = list(dict.fromkeys(r.command for r in results
-                                    if r.passed and r.tests is not None and r.command not in self.counts))
+        """``results`` with every passing command that lost a test the base had failed: by test
+        where the runner names its tests (a test that passed on the base fails: ``tests_broken``;
+        is gone: ``fewer_tests_than_base``), by count otherwise."""
+        wanted = list(dict.fromkeys(
+            r.command for r in results if r.passed and r.tests is not None and self.known(r.command) is None
+            and (r.run is not None or r.command not in self.counts)))
         if wanted:
             for result in run_on_base(wanted):
-                self.counts[result.command] = result.tests.to_dict() if result.tests else None
-        judged = []
-        for result in results:
-            base = TestCounts.from_dict(self.counts.get(result.command))
-            if result.passed and result.tests is not None and base is not None and result.tests.ran < base.ran:
-                note = (f"mesh: {result.tests.ran} test(s) ran, {base.ran} on the base tree"
-                        f" {self.commit[:12]}: tests were removed, skipped or deselected")
-                result = replace(result, passed=False, reason="fewer_tests_than_base",
-                                 stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
-            judged.append(result)
-        return judged
+                self.keep(result)
+        return [self._judged(result) for result in results]
+
+    def _judged(self, result: ValidationResult) -> ValidationResult:
+        if not result.passed or result.tests is None:
+            return result
+        statuses = self.known(result.command)
+        if statuses is not None and result.run is not None:
+            found = base_results.compare(statuses, result.run)
+            if not (found.broken or found.gone or found.more_collection_errors):
+                return result
+            reason = "tests_broken" if found.broken or found.more_collection_errors else "fewer_tests_than_base"
+            note = f"mesh: held against the base tree {self.commit[:12]} test by test: {found.line()}"
+            return replace(result, passed=False, reason=reason, stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
+        base = TestCounts.from_dict(self.counts.get(result.command))
+        if base is not None and result.tests.ran < base.ran:
+            note = (f"mesh: {result.tests.ran} test(s) ran, {base.ran} on the base tree"
+                    f" {self.commit[:12]}: tests were removed, skipped or deselected")
+            return replace(result, passed=False, reason="fewer_tests_than_base",
+                           stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
+        return result
 
     def to_dict(self) -> dict[str, Any]:
-        """The form kept in the proof artifact (``base_tests``)."""
+        """The form kept in the proof artifact (``base_tests``): the counts, not the statuses."""
         return {"commit": self.commit, "counts": dict(self.counts)}
+
+
+# At most this many failing tests of one command are run again alone, per validation.
+MAX_RETRIED = 5
+
+
+def retry_flaky(results: Sequence[ValidationResult], base: BaseTests,
+                run_on_base: Callable[[list[str]], list[ValidationResult]],
+                rerun: Callable[[str, str], ValidationResult], retries: int) -> list[ValidationResult]:
+    """``results`` with each failing test that passed on the base run again alone, up to
+    ``retries`` times (the first ``MAX_RETRIED`` of a command): one that then passes counts as
+    passed and is named flaky in the result (``flaky``, a note in its output), never silently.
+    A command whose failing tests were all flaky, with nothing else wrong in its report, passes.
+    The base's statuses come from ``base`` (the base is run for a command it has none of)."""
+    if retries <= 0:
+        return list(results)
+    suspects = [r for r in results if not r.passed and r.run is not None and r.reason is None and r.limit is None
+                and r.exit_code is not None and r.run.failures()]
+    wanted = [r.command for r in suspects if base.known(r.command) is None]
+    if wanted:
+        for result in run_on_base(list(dict.fromkeys(wanted))):
+            base.keep(result)
+    out = []
+    suspected = {id(r) for r in suspects}
+    for result in results:
+        statuses = base.known(result.command) if id(result) in suspected else None
+        tried = [case.id for case in result.run.failures() if statuses and statuses.statuses.get(case.id) == "passed"] \
+            if statuses else []
+        flaky = [test for test in tried[:MAX_RETRIED] if _passes_alone(result.command, test, rerun, retries)]
+        if not flaky:
+            out.append(result)
+            continue
+        run = result.run.with_flaky(flaky)
+        clean = not run.failures() and not run.collection_errors
+        note = (f"mesh: flaky: {', '.join(flaky)} failed, then passed when run again alone"
+                + ("; no other test failed, so the command counts as passed" if clean else ""))
+        out.append(replace(result, run=run, tests=run.counts(), passed=clean,
+                           stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip()))
+    return out
+
+
+def _passes_alone(command: str, test_id: str, rerun: Callable[[str, str], ValidationResult], retries: int) -> bool:
+    for _ in range(retries):
+        again = rerun(command, test_id)
+        if again.rejected or again.run is None:
+            return False  # its runner cannot run it alone
+        case = next((c for c in again.run.cases if c.id == test_id), None)
+        if case is not None and case.status == "passed":
+            return True
+    return False
 
 
 @dataclass

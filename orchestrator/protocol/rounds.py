@@ -7,14 +7,17 @@ Part of ``Engine`` (a mixin): it uses the engine's bus, checkpoints and worker c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roles.definitions import CRITIC_ROLES
 
 from orchestrator.protocol.faults import crash_point
 from orchestrator.protocol.validation_findings import allowed_commands_check
-from orchestrator.protocol.proof import BaseTests, Proof
+from orchestrator.protocol.proof import BaseTests, Proof, retry_flaky
 from orchestrator.protocol.outcomes import Attempt, Blocked
+from orchestrator.toolchains import base_results
+from orchestrator.toolchains.base_check import note_validated
 
 if TYPE_CHECKING:
     from orchestrator.sandbox.validation import ValidationResult
@@ -257,21 +260,37 @@ class Rounds:
         head = head or self.worktree.head()
         results = run(commands, head)
         crash_point("validation")
+        repo = Path(self.environment.project_root) if getattr(self.environment, "project_root", None) \
+            else self.worktree.repo_root
+        allow_failing = self.base_check is not None and cfg.allow_failing_base
+        if (cfg.compare_base or allow_failing) and self.base_tests is None:
+            stored = [cp.payload.get("artifact") for step, cp in self.memo.items() if step[0] == "proof"]
+            self.base_tests = BaseTests.resumed(stored, self.worktree.base)
+            tree = base_results.tree_of(repo, self.base_tests.commit)
+            if tree is not None:  # each test's status on the base, kept on this machine by tree
+                self.base_tests.store = (repo, tree, base_results.view_key(self.environment))
+            if self.base_check is not None and self.base_check.commit == self.base_tests.commit:
+                # The base check ran these commands on this very tree: its counts serve.
+                for result in self.base_check.results:
+                    if result.get("passed") and result.get("tests"):
+                        self.base_tests.counts.setdefault(result["command"], result["tests"])
         if cfg.compare_base:
-            if self.base_tests is None:
-                stored = [cp.payload.get("artifact") for step, cp in self.memo.items() if step[0] == "proof"]
-                self.base_tests = BaseTests.resumed(stored, self.worktree.base)
-                if self.base_check is not None and self.base_check.commit == self.base_tests.commit:
-                    # The base check ran these commands on this very tree: its counts serve.
-                    for result in self.base_check.results:
-                        if result.get("passed") and result.get("tests"):
-                            self.base_tests.counts.setdefault(result["command"], result["tests"])
             base = self.base_tests
+
+            def rerun(command: str, test_id: str) -> ValidationResult:
+                return run_configured([command], cfg, cwd=self.worktree.path, commit=head, environment=self.environment,
+                                      hidden=tracker_paths(self.tracker), select={command: test_id})[0]
+
+            results = retry_flaky(results, base, lambda wanted: run(wanted, base.commit), rerun, cfg.flaky_retries)
             results = base.judge(results, lambda wanted: run(wanted, base.commit))
-        if self.base_check is not None and cfg.allow_failing_base:
-            # The base tree fails its check and the user allowed it: only new failures count.
-            results = self.base_check.judge(results)
-        return Proof.of(results, commit=head, base_tests=self.base_tests)
+        if allow_failing:
+            # The base tree fails its check and the user allowed it: only new failures count, test by test.
+            results = self.base_check.judge(results, self.base_tests.known)
+        proof = Proof.of(results, commit=head, base_tests=self.base_tests)
+        if proof.passed:
+            # A tree whose check commands passed here is a passed base for the task cut after it lands.
+            note_validated(repo, head, results, self.environment, cfg)
+        return proof
 
 
 def synthesis_line(artifact: Mapping[str, Any]) -> str:

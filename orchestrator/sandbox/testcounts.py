@@ -36,7 +36,7 @@ from typing import Any, Sequence
 from orchestrator.sandbox import canaries
 from orchestrator.testruns import pytest_reader, unittest_reader
 from orchestrator.testruns.commands import module_run, program
-from orchestrator.testruns.model import ReportError, Run, TestCounts
+from orchestrator.testruns.model import ReportError, Run, TestCounts, safe_id
 from orchestrator.testruns.table import reader_for
 from orchestrator.testruns.xml_reports import parse_xml
 
@@ -56,6 +56,7 @@ __all__ = [
     "prepare",
     "read_report",
     "runner_args",
+    "select",
     "runner_counts_phrase",
     "unittest_outcomes",
     "verdict",
@@ -102,19 +103,47 @@ class Probe:
     report: Path | None = None
     reader: Any = None
     capture: Capture | None = field(default=None, compare=False)
+    # Variables the command gets besides its environment's (``NODE_OPTIONS`` is added to).
+    env: dict[str, str] = field(default_factory=dict)
+    # The tree's path as the command sees it (reports that name files absolutely).
+    root: str = ""
+
+    def environment(self, base: dict[str, str]) -> dict[str, str]:
+        """``base`` with this probe's variables (``NODE_OPTIONS`` appended to the one there)."""
+        if not self.env:
+            return base
+        env = dict(base)
+        for name, value in self.env.items():
+            env[name] = f"{env[name]} {value}" if name == "NODE_OPTIONS" and env.get(name) else value
+        return env
 
 
-def instrument(argv: Sequence[str], folder: Path, inside: str, tree: Path | None = None) -> Probe:
+def instrument(argv: Sequence[str], folder: Path, inside: str, tree: Path | None = None, root: str = "") -> Probe:
     """``argv`` made to report its runner's tests, into a file of ``folder`` (seen as ``inside``
     by the command) or on its captured output, or unchanged (``runner`` None) when it runs no
-    runner mesh reads. ``tree`` is the tree the command runs in (its package.json scripts)."""
+    runner mesh reads. ``tree`` is the tree the command runs in (its package.json scripts),
+    ``root`` that tree's path as the command sees it."""
     reader = reader_for(argv, tree)
     if reader is None:
         return Probe(list(argv))
     if reader.source == "stdout":
-        return Probe(reader.instrument(argv, "", tree), reader.name, reader=reader, capture=Capture())
+        return Probe(reader.instrument(argv, "", tree), reader.name, reader=reader, capture=Capture(), root=root)
     name = _REPORT_NAMES.get(reader.name, "report")
-    return Probe(reader.instrument(argv, f"{inside}/{name}", tree), reader.name, folder, folder / name, reader)
+    report = f"{inside}/{name}"
+    extra = getattr(reader, "environment", None)
+    return Probe(reader.instrument(argv, report, tree), reader.name, folder, folder / name, reader,
+                 env=extra(argv, report, tree) if extra else {}, root=root)
+
+
+def select(argv: Sequence[str], test_id: str, tree: Path | None = None) -> list[str] | None:
+    """``argv`` narrowed to the one test ``test_id`` by its runner's own selection; None when
+    the runner cannot select it (or the id, read from a report the code under test wrote, is
+    not one to give back as an argument)."""
+    reader = reader_for(argv, tree)
+    chooser = getattr(reader, "select", None)
+    if chooser is None or not safe_id(test_id):
+        return None
+    return chooser(list(argv), test_id)
 
 
 def runner_args(argv: Sequence[str]) -> list[str]:
@@ -188,7 +217,7 @@ def _report_data(probe: Probe) -> bytes | None:
 def _read_run(probe: Probe, data: bytes | None) -> Run | None:
     if data is None or probe.reader is None:
         return None
-    run = probe.reader.read(data)
+    run = probe.reader.read(data, probe.root)
     return run if run.reported else None
 
 

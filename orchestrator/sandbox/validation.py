@@ -56,7 +56,7 @@ from orchestrator.sandbox.cache_layers import shown as caches_shown
 from orchestrator.sandbox.project_env import ProjectEnv
 from orchestrator.sandbox.project_view import ProjectView, carry_into
 from orchestrator.sandbox.tree_copy import materialize_tree
-from orchestrator.testruns.model import Run, failures_kept
+from orchestrator.testruns.model import MAX_FAILURES_KEPT, Run, failures_kept
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
 from redact.controls import strip_terminal
@@ -108,8 +108,10 @@ class ValidationResult:
         and the first ``MAX_FAILURES_KEPT`` failing tests with their messages as ``failures``)."""
         out = {**asdict(self), "tests": self.tests.to_dict() if self.tests else None}
         del out["run"]
-        if self.run is not None and self.run.failures():
+        if self.run is not None and (self.run.failures() or self.run.collection_errors):
             out["failures"] = failures_kept(self.run)
+        if self.run is not None and self.run.flaky:
+            out["flaky"] = self.run.flaky[:MAX_FAILURES_KEPT]
         return out
 
 
@@ -422,6 +424,7 @@ def run_validation(
     limits: Limits | None = None,
     hidden: Sequence[str | Path] = (),
     environment: ProjectView | ProjectEnv | None = None,
+    select: Mapping[str, str] | None = None,
 ) -> list[ValidationResult]:
     """Run each allowed command and return one result per command, in order.
 
@@ -438,7 +441,10 @@ def run_validation(
     variables, carried files and setup commands apply, and the tree shows at the repository's
     own path. Commands that do not
     parse or do not match ``allow`` are rejected and never run. Every command is
-    attempted, whatever the outcome of the ones before it.
+    attempted, whatever the outcome of the ones before it. ``select`` names, by command, the one
+    test a command is to run (its runner's selection added by mesh after the allowlist admitted
+    the command: a flaky test run again alone); a runner that cannot select it gives a result
+    rejected as ``unselectable``.
 
     Raises ValueError when ``cwd`` is missing, or (bwrap) is no git checkout or lacks
     ``commit``, and ``SandboxUnavailable`` when bwrap cannot be used.
@@ -488,7 +494,8 @@ def run_validation(
                 source, env_names, home=str(home), path=_absolute_path_entries(source.get("PATH"))), view)
             place = _Place(cwd, run_env, limits=limits, scratch=Path(scratch))
         return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
-                               hidden_values=passed_values) for command in commands]
+                               hidden_values=passed_values, test_id=(select or {}).get(command))
+                for command in commands]
 
 
 def _with_environment(env: dict[str, str], view: ProjectView | None) -> dict[str, str]:
@@ -523,15 +530,17 @@ def _resolve_setup(place: _Place, allow: Sequence[str]) -> str | None:
 
 
 def run_configured(commands: Sequence[str], cfg, *, cwd: Path, commit: str | None,
-                   environment: ProjectEnv | None = None, hidden: Sequence[str | Path] = ()) -> list[ValidationResult]:
+                   environment: ProjectEnv | None = None, hidden: Sequence[str | Path] = (),
+                   select: Mapping[str, str] | None = None) -> list[ValidationResult]:
     """``run_validation`` with the settings of a ``[validation]`` table (``cfg``)."""
     return run_validation(commands, cwd=cwd, allow=cfg.allow, timeout_s=cfg.timeout_s,
                           max_output_bytes=cfg.max_output_bytes, commit=commit, sandbox=cfg.sandbox,
-                          env_names=cfg.env, limits=cfg.limits, hidden=hidden, environment=environment)
+                          env_names=cfg.env, limits=cfg.limits, hidden=hidden, environment=environment,
+                          select=select)
 
 
 def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout_s: float,
-                   max_output_bytes: int, hidden_values: Sequence[str]) -> ValidationResult:
+                   max_output_bytes: int, hidden_values: Sequence[str], test_id: str | None = None) -> ValidationResult:
     started = time.monotonic()
     argv = split(command)
     if not argv:
@@ -548,14 +557,22 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
             reason="not_found", duration_s=time.monotonic() - started,
             stderr_tail=scrub(f"program not found: {argv[0]}"),
         )
+    if test_id is not None:
+        # The one test to run again, selected by mesh after the allowlist admitted the command.
+        narrowed = testcounts.select(argv, test_id, place.root)
+        if narrowed is None:
+            return _rejected(command, "unselectable", started, f"its runner cannot run {test_id!r} alone")
+        argv = narrowed
     # The report argument is mesh's own, added after the allowlist admitted the command.
-    probe = testcounts.instrument(argv, *place.report_folder(), tree=place.root)
+    probe = testcounts.instrument(argv, *place.report_folder(), tree=place.root,
+                                  root=place.tree_target if place.bwrap else str(place.root))
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
     # Control tests whose outcome mesh knows, in the tree copy only (never the user's checkout).
     planted = canaries.plant(testcounts.runner_args(argv), probe.runner, place.root) if place.bwrap else None
     launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder)
     try:
-        result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=place.env, timeout_s=timeout_s,
+        result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=probe.environment(place.env),
+                          timeout_s=timeout_s,
                           max_output_bytes=max_output_bytes, started=started, limits=place.limits,
                           confine=place.bwrap is not None, hidden_values=hidden_values, capture=probe.capture)
     finally:

@@ -38,7 +38,14 @@ class CargoTest:
             return list(argv)
         return [argv[0], "test", "--no-fail-fast", *argv[2:]]
 
-    def read(self, data: bytes) -> Run:
+    def select(self, argv: Sequence[str], test_id: str) -> list[str] | None:
+        """The test's exact name after ``--`` (``--exact``)."""
+        name = re.sub(r" #\d+$", "", test_id)
+        if not re.fullmatch(r"[\w:]+", name):
+            return None  # a doc test, or a name libtest's filter cannot give exactly
+        return [*argv, *([] if "--" in argv else ["--"]), "--exact", name]
+
+    def read(self, data: bytes, root: str = "") -> Run:
         run = Run(self.name)
         text = data.decode("utf-8", errors="replace")
         # Each binary prints its results, then its failures' sections: read one binary at a time.

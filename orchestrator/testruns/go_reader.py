@@ -60,7 +60,15 @@ class GoTest:
             return list(argv)
         return [argv[0], "test", "-json", *argv[2:]]
 
-    def read(self, data: bytes) -> Run:
+    def select(self, argv: Sequence[str], test_id: str) -> list[str] | None:
+        """``-run`` anchored on each level of the test's name (``^TestX$/^sub$``), in its package."""
+        package, _, name = test_id.rpartition(".")
+        if not package or not name.startswith(("Test", "Example", "Fuzz")):
+            return None
+        pattern = "/".join(f"^{re.escape(part)}$" for part in name.split("/"))
+        return [argv[0], "test", *[a for a in argv[2:] if not a.startswith(("./", "."))], "-run", pattern, package]
+
+    def read(self, data: bytes, root: str = "") -> Run:
         run = Run(self.name)
         output: dict[tuple[str, str], list[str]] = {}
         tested: set[str] = set()

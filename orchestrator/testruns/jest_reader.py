@@ -3,7 +3,7 @@
 (its console output stays on stderr), ``--reporter=default --reporter=json
 --outputFile=REPORT`` for Vitest. Run directly, through ``npx``, or as the plain package.json
 script ``npm test`` runs (mesh's arguments after ``--``). A test is ``<file> > <full name>``
-(the file relative to the test files' common folder); a file whose suite failed to run (a
+(the file relative to the tree); a file whose suite failed to run (a
 syntax error, an import that failed) is a collection error. Pending, todo and disabled tests
 are skipped.
 
@@ -13,7 +13,7 @@ May import the standard library and ``orchestrator.testruns`` only.
 from __future__ import annotations
 
 import json
-import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -49,7 +49,16 @@ class JsonReport:
     def instrument(self, argv: Sequence[str], report: str, tree: Path | None) -> list[str]:
         return with_tool_args(argv, tree, self.tools, [arg.format(report=report) for arg in self.args])
 
-    def read(self, data: bytes) -> Run:
+    def select(self, argv: Sequence[str], test_id: str) -> list[str] | None:
+        """``-t`` with the test's full name, anchored (``--`` first for an npm script)."""
+        _file, sep, name = test_id.partition(" > ")
+        if not sep or not name:
+            return None
+        pattern = "^" + re.escape(re.sub(r" #\d+$", "", name)) + "$"
+        return with_tool_args(argv, None, self.tools, ["-t", pattern]) if not argv or argv[0] != "npm" \
+            else [*argv, *([] if "--" in argv else ["--"]), "-t", pattern]
+
+    def read(self, data: bytes, root: str = "") -> Run:
         try:
             raw = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -57,18 +66,13 @@ class JsonReport:
         files = raw.get("testResults") if isinstance(raw, dict) else None
         if not isinstance(files, list):
             raise ReportError(f"the report does not hold the testResults a {self.name} JSON report has")
-        names = [f.get("name") for f in files if isinstance(f, dict) and isinstance(f.get("name"), str)]
-        folders = [os.path.dirname(name) for name in names]
-        try:
-            common = os.path.commonpath(folders) if folders else ""
-        except ValueError:
-            common = ""
+        common = root.rstrip("/")
         run = Run(self.name)
         for entry in files:
             if not isinstance(entry, dict):
                 continue
             name = entry.get("name") if isinstance(entry.get("name"), str) else "?"
-            where = os.path.relpath(name, common) if common and name.startswith(common) else name
+            where = name[len(common) + 1:] if common and name.startswith(common + "/") else name
             cases = entry.get("assertionResults") if isinstance(entry.get("assertionResults"), list) else []
             if not cases and entry.get("status") == "failed":
                 message = entry.get("message") if isinstance(entry.get("message"), str) else ""

@@ -33,7 +33,7 @@ class Mocha:
     def instrument(self, argv: Sequence[str], report: str, tree: Path | None) -> list[str]:
         return with_tool_args(argv, tree, _TOOLS, ["--reporter=xunit", f"--reporter-option=output={report}"])
 
-    def read(self, data: bytes) -> Run:
+    def read(self, data: bytes, root: str = "") -> Run:
         return read_junit(data, self.name, lambda attrs: " ".join(
             part for part in (attrs.get("classname", ""), attrs.get("name", "")) if part))
 

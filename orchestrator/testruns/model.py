@@ -12,7 +12,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from redact import scrub
 from redact.controls import strip_terminal
 
-__all__ = ["Case", "MAX_CASES", "MAX_FAILURES_KEPT", "failures_kept", "MAX_MESSAGE_CHARS", "ReportError", "Reader", "Run", "STATUSES", "TestCounts",
+__all__ = ["safe_id", "Case", "MAX_CASES", "MAX_FAILURES_KEPT", "failures_kept", "MAX_MESSAGE_CHARS", "ReportError", "Reader", "Run", "STATUSES", "TestCounts",
            "bounded_message"]
 
 STATUSES = ("passed", "failed", "errored", "skipped")
@@ -23,6 +23,12 @@ MAX_FAILURES_KEPT = 20
 # A failure's message keeps this many characters: its head (what failed) and its end (where).
 MAX_MESSAGE_CHARS = 1_500
 _HEAD_CHARS = 900
+
+
+def safe_id(test_id: str) -> bool:
+    """Whether a test id (from a report the code under test wrote) may be given back to its
+    runner as an argument: printable, one line, not an option, of a sane length."""
+    return 0 < len(test_id) <= 500 and test_id.isprintable() and not test_id.startswith("-")
 
 
 class ReportError(ValueError):
@@ -130,6 +136,8 @@ class Run:
     # False when the output read held nothing of the runner's report at all (a ``stdout``
     # reader's run that ended before the runner printed anything): no report, not an empty one.
     reported: bool = True
+    # Tests that failed, then passed when run again alone (counted as passed, and said so).
+    flaky: list[str] = field(default_factory=list)
 
     def add(self, test_id: str, status: str, duration_s: float | None = None, message: str = "") -> None:
         """Append a case (its id suffixed `` #2``, ``#3``... when already taken; its message
@@ -173,7 +181,15 @@ class Run:
     def without(self, ids: set[str]) -> Run:
         """This run without the cases whose id is in ``ids`` (mesh's own control tests)."""
         return Run(self.runner, [case for case in self.cases if case.id not in ids], list(self.collection_errors),
-                   self.reported)
+                   self.reported, [test for test in self.flaky if test not in ids])
+
+    def with_flaky(self, ids: list[str]) -> Run:
+        """This run with the tests ``ids`` (which failed, then passed alone) counted as passed and
+        named as flaky."""
+        marked = set(ids)
+        cases = [Case(case.id, "passed", case.duration_s) if case.id in marked else case for case in self.cases]
+        return Run(self.runner, cases, list(self.collection_errors), self.reported,
+                   [*self.flaky, *(test for test in ids if test not in self.flaky)])
 
 
 class Reader(Protocol):
@@ -190,9 +206,16 @@ class Reader(Protocol):
         """``argv`` with mesh's own reporter arguments (``report``: the report file's path as
         the command sees it; unused by a ``stdout`` reader)."""
 
-    def read(self, data: bytes) -> Run:
+    def read(self, data: bytes, root: str = "") -> Run:
         """The run ``data`` (the report, or the captured output) describes; ReportError when
-        it is not one."""
+        it is not one. ``root`` is the tree's path as the command saw it (a report naming test
+        files by absolute path names them relative to it)."""
+
+    # Optional: ``select(argv, test_id) -> list[str] | None``: ``argv`` narrowed to the one test
+    # ``test_id`` (a flaky test run again alone; None: this runner cannot select one);
+    # ``environment(argv, report, tree) -> dict`` of variables the command gets
+    # besides (a value for ``NODE_OPTIONS`` is added to the environment's own), and
+    # ``shown(data) -> str``: what a person reads of a ``stdout`` reader's output.
 
 
 def failures_kept(run: Run, limit: int = MAX_FAILURES_KEPT) -> list[dict[str, Any]]:

@@ -33,7 +33,16 @@ class Pytest:
         _module, python, args = module_run(argv) or ("", [], [])
         return [*python, "-m", "pytest", junit, *args]
 
-    def read(self, data: bytes) -> Run:
+    def select(self, argv: Sequence[str], test_id: str) -> list[str] | None:
+        """``-k`` with the test's class and name (a parametrized test's base name: ``-k`` takes no brackets)."""
+        owner, _, name = test_id.rpartition("::")
+        name = name.split("[", 1)[0]
+        words = [word for word in (owner.rsplit(".", 1)[-1], name) if word]
+        if not name or not all(word.isidentifier() for word in words):
+            return None
+        return [*argv, "-k", " and ".join(words)]
+
+    def read(self, data: bytes, root: str = "") -> Run:
         return read_junit(
             data, self.name,
             lambda attrs: f"{attrs.get('classname', '')}::{attrs.get('name', '')}".lstrip(":"),

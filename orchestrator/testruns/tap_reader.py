@@ -34,7 +34,7 @@ class Tape:
     def instrument(self, argv: Sequence[str], report: str, tree: Path | None) -> list[str]:
         return list(argv)
 
-    def read(self, data: bytes) -> Run:
+    def read(self, data: bytes, root: str = "") -> Run:
         run = Run(self.name)
         run.reported = False
         order: list[str] = []

@@ -103,7 +103,13 @@ class Unittest:
         _module, python, args = module_run(argv) or ("", [], [])
         return [*python, "-c", SHIM, report, *args]
 
-    def read(self, data: bytes) -> Run:
+    def select(self, argv: Sequence[str], test_id: str) -> list[str] | None:
+        """``-k`` with the test's whole id (unittest matches it as a substring of each test's id)."""
+        if not all(part.isidentifier() for part in test_id.split(".")):
+            return None
+        return [*argv, "-k", test_id]
+
+    def read(self, data: bytes, root: str = "") -> Run:
         raw = _load(data)
         lists = raw.get("outcomes")
         messages = raw.get("messages") if isinstance(raw.get("messages"), dict) else {}

@@ -23,15 +23,17 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from orchestrator.sandbox import cache_layers
 from orchestrator.sandbox.allowlist import ARGS_PLACEHOLDER, PATH_PLACEHOLDER, is_allowed, parse_allow_entry, split
 from orchestrator.sandbox.project_view import ProjectView
-from orchestrator.sandbox.testcounts import TestCounts
+from orchestrator.sandbox.testcounts import REPORT_REASONS, TestCounts
+from orchestrator.toolchains import base_results
 from orchestrator.toolchains.caches import project_cache_root
+from roles.validation_text import failure_text
 
-__all__ = ["BaseCheck", "BaseFailing", "check_commands", "run_base_check"]
+__all__ = ["BaseCheck", "BaseFailing", "check_commands", "note_validated", "record_passed", "run_base_check"]
 
 _VERSION = 1
 
@@ -62,17 +64,38 @@ class BaseCheck:
         """The failing commands' results by command."""
         return {r["command"]: r for r in self.results if not r.get("passed")}
 
-    def judge(self, results: Sequence[Any]) -> list[Any]:
+    def judge(self, results: Sequence[Any],
+              statuses: Callable[[str], base_results.BaseStatuses | None] = lambda command: None) -> list[Any]:
         """With failures allowed on the base: ``results`` (validation results) where a command that
-        also failed on the base passes unless it fails worse. With test counts on both sides, worse
-        is more failed or errored tests, or fewer passed ones, than on the base; without them the
-        command is not held against the patch (its failure is the base's), and says so."""
+        also failed on the base passes unless it fails worse. Where the runner names its tests
+        (``statuses``: the base's, by command), worse is a test that passed on the base and fails
+        or is gone, a new failing test, or more modules that cannot be collected; the note names
+        what the patch fixed and what still fails. With counts alone, worse is more failed or
+        errored tests, or fewer passed ones; without counts the command is not held against the
+        patch (its failure is the base's), and says so. A command whose report shows nothing ran
+        as it should (``no_test_report``, ``no_tests_ran``, ``runner_forged``...) never passes."""
         failing = self.failures()
         judged = []
         for result in results:
             base = failing.get(result.command)
-            if result.passed or result.rejected or base is None or result.limit or result.reason == "timeout":
+            if result.passed or result.rejected or base is None or result.limit or result.reason == "timeout" \
+                    or result.reason in REPORT_REASONS:
                 judged.append(result)
+                continue
+            known = statuses(result.command)
+            if known is not None and result.run is not None:
+                found = base_results.compare(known, result.run)
+                summary = found.line()
+                if found.worse:
+                    note = f"mesh: held against the base tree {self.commit[:12]} test by test: {summary}"
+                    judged.append(replace(result, reason="tests_broken",
+                                          stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip()))
+                    continue
+                note = (f"mesh: this command fails on the base tree {self.commit[:12]} as well, and no test that"
+                        f" passed there fails now" + (f" ({summary})" if summary else "")
+                        + ": with allow_failing_base only new failures count against the patch")
+                judged.append(replace(result, passed=True, reason="fails_on_base_too",
+                                      stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip()))
                 continue
             now, then = result.tests, TestCounts.from_dict(base.get("tests"))
             if now is not None and then is not None and (
@@ -101,8 +124,8 @@ class BaseCheck:
             why = result.get("reason") or f"exit {result.get('exit_code')}"
             counts = TestCounts.from_dict(result.get("tests"))
             out.append(f"- `{command}`: {why}" + (f" (tests {counts.line()})" if counts else ""))
-            text = "\n".join(p for p in (result.get("stdout_tail"), result.get("stderr_tail")) if p)
-            out += [f"    {line}" for line in [ln for ln in text.splitlines() if ln.strip()][-lines:]]
+            # Its failing tests with their own messages first, then its output's last lines.
+            out += [f"    {line}" for line in failure_text(result, tail_lines=lines).splitlines() if line.strip()]
         return "\n".join(out)
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,10 +166,8 @@ def check_commands(settings: Any, detected: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def _key(commit: str, commands: Sequence[str], view: ProjectView | None) -> str:
-    fingerprint = json.dumps([commit, list(commands), repr(view.env) if view else "", [
-        (m.source, m.target, m.writable) for m in (view.mounts if view else ())],
-        list(view.carried) if view else [], list(view.setup) if view else []])
+def _key(tree: str, commands: Sequence[str], view: ProjectView | None) -> str:
+    fingerprint = json.dumps([tree, list(commands), base_results.view_key(view)])
     return hashlib.sha256(fingerprint.encode()).hexdigest()[:32]
 
 
@@ -158,22 +179,59 @@ def run_base_check(repo: Path, commit: str, commands: Sequence[str], settings: A
     from orchestrator.sandbox.validation import run_configured
 
     folder = project_cache_root(repo) / "base-checks"
-    path = folder / f"{_key(commit, commands, view)}.json"
+    # Keyed by tree, not commit: a squash of a validated tree, or a merge whose tree was checked,
+    # is the same base (``base_results``).
+    tree = base_results.tree_of(repo, commit) or commit
+    path = folder / f"{_key(tree, commands, view)}.json"
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
-        if stored.get("version") == _VERSION and stored.get("commit") == commit and cache_layers.warm(
-                view, repo, commit):
+        # Kept while this commit's build caches are, or passed on another commit with this tree (a
+        # squash of a validated tree): its validations start from the nearest ancestor's caches.
+        if stored.get("version") == _VERSION and stored.get("tree") == tree and (
+                stored.get("commit") != commit or cache_layers.warm(view, repo, commit)):
             return BaseCheck(commit, list(commands), stored["results"], cached=True)
     except (OSError, ValueError, KeyError, AttributeError):
         pass
     results = run_configured(list(commands), settings, cwd=repo, commit=commit, environment=cache_layers.writing(view),
                              hidden=hidden)
+    for result in results:
+        if result.run is not None:  # each test's status, for the comparison by test
+            base_results.save(repo, tree, result.command, base_results.view_key(view), result.run)
     check = BaseCheck(commit, list(commands), [r.to_dict() for r in results])
     if not check.passed:
         # Only a pass is kept: a failure may be the environment's (dependencies installed since).
         return check
-    folder.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(check.to_dict()), encoding="utf-8")
-    os.replace(temporary, path)
+    record_passed(repo, check, view, tree)
     return check
+
+
+def note_validated(repo: Path, commit: str, results: Sequence[Any], view: ProjectView | None, settings: Any) -> bool:
+    """After a validation of ``commit`` (a task's tree, or a merged tree at landing): when its
+    ``results`` (``ValidationResult``s) include every check command and each passed, keep them as
+    a passed base check of that tree, and each command's test statuses as the tree's, so a task
+    cut from a commit with this tree (the squash that lands it) pays no base check. True when kept."""
+    commands = check_commands(settings, list(view.checks) if view else [])
+    by_command = {result.command: result for result in results if not result.rejected}
+    if not commands or not all(command in by_command and by_command[command].passed
+                               and by_command[command].reason is None for command in commands):
+        return False
+    tree = base_results.tree_of(repo, commit)
+    if tree is None:
+        return False
+    for command in commands:
+        if by_command[command].run is not None:
+            base_results.save(repo, tree, command, base_results.view_key(view), by_command[command].run)
+    record_passed(repo, BaseCheck(commit, list(commands), [by_command[c].to_dict() for c in commands]), view, tree)
+    return True
+
+
+def record_passed(repo: Path, check: BaseCheck, view: ProjectView | None, tree: str | None = None) -> None:
+    """Keep ``check`` (passed) as the base check of its commit's tree: the next task cut from a
+    commit with that tree does not run it again."""
+    tree = tree or base_results.tree_of(repo, check.commit) or check.commit
+    folder = project_cache_root(repo) / "base-checks"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{_key(tree, check.commands, view)}.json"
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps({**check.to_dict(), "tree": tree}), encoding="utf-8")
+    os.replace(temporary, path)

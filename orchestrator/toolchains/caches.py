@@ -35,7 +35,7 @@ from orchestrator.worktree.gitops import cache_dir
 __all__ = ["DEFAULT_CACHE_MB", "cache_mount", "cache_size", "project_cache_root", "prune"]
 
 DEFAULT_CACHE_MB = 4096
-_KEPT = (TRUSTED, LAYERS, "base-checks")
+_KEPT = (TRUSTED, LAYERS, "base-checks", "base-tests")
 
 
 def project_cache_root(repo: Path) -> Path:

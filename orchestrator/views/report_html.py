@@ -43,6 +43,7 @@ from orchestrator.protocol.checkpoint import Checkpoint, signing_key, trust_of
 from orchestrator.config import KNOWN_ROLES, PriceTable, user_price_table
 from orchestrator.protocol.checkpoint import load_checkpoints
 from orchestrator.protocol.proof import output_tail, tests_line
+from roles.validation_text import failing_tests
 from orchestrator.safe_text import printable
 from orchestrator.views.show import task_history
 from orchestrator.views.preflight import preflight_text
@@ -141,6 +142,7 @@ def _result(raw: Any, base_counts: Any = None) -> dict[str, Any]:
     return {"command": _text(r.get("command")), "state": state, "css": css, "reason": _text(r.get("reason")),
             "duration": "" if duration is None else f"{duration:.2f}s", "tests": tests_line(r, base_counts),
             "ran": counts.ran if counts else None, "counts": counts, "tail": "\n".join(tail), "tail_lines": len(tail),
+            "failing": bool(tail and failing_tests(r)),
             "stdout": _text(r.get("stdout_tail")), "stderr": _text(r.get("stderr_tail"))}
 
 

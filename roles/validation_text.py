@@ -1,0 +1,82 @@
+"""What a person or a worker reads of a failed validation command: its failing tests first,
+each with its own message, then the last lines of its raw output.
+
+A result is a stored dict (``ValidationResult.to_dict``: tracker text, so re-stripped of
+terminal sequences and re-scrubbed here): ``failures`` lists the failing tests the runner
+reported (id, status, message), ``stdout_tail``/``stderr_tail`` the ends of its output. The
+failing tests are where a test runner wrote them (stdout or stderr, a report file), so they
+come first; the output's tail follows, for what happened outside any test.
+
+May import the standard library and ``redact`` only (``roles`` is below the orchestrator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from redact import scrub
+from redact.controls import strip_terminal
+
+__all__ = ["failing_tests", "failure_text", "output_lines"]
+
+# Lines of a failing test's message shown (its head: what failed, with its values).
+_MESSAGE_LINES = 16
+_LINE_CHARS = 300
+
+
+def _clean(text: str) -> str:
+    return scrub(strip_terminal(text))
+
+
+def failing_tests(result: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The failing tests a stored result names: ``{"id", "status", "message"}`` each, cleaned."""
+    kept = result.get("failures")
+    out = []
+    for entry in kept if isinstance(kept, list) else ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("id"), str):
+            message = entry.get("message") if isinstance(entry.get("message"), str) else ""
+            out.append({"id": _clean(entry["id"])[:_LINE_CHARS], "status": str(entry.get("status") or "failed"),
+                        "message": _clean(message)})
+    return out
+
+
+def output_lines(result: Mapping[str, Any], lines: int) -> list[str]:
+    """The last ``lines`` non-blank lines of a result's output (stdout, then stderr), cleaned."""
+    text = "\n".join(part for part in (result.get("stdout_tail"), result.get("stderr_tail"))
+                     if isinstance(part, str) and part)
+    kept = [line.rstrip() for line in _clean(text).splitlines() if line.strip()]
+    return [line[:_LINE_CHARS] for line in kept[-lines:]]
+
+
+def _counts_phrase(result: Mapping[str, Any], shown: int) -> str:
+    tests = result.get("tests")
+    failing = (tests.get("failed", 0) or 0) + (tests.get("errors", 0) or 0) if isinstance(tests, Mapping) else shown
+    more = f" (the first {shown} of {failing})" if isinstance(failing, int) and failing > shown else ""
+    return f"Failing tests{more}:"
+
+
+def failure_text(result: Mapping[str, Any], *, tail_lines: int = 20, max_chars: int = 6000) -> str:
+    """The failing tests of ``result`` with their messages, then the last ``tail_lines`` lines
+    of its output, within ``max_chars`` (the tests first: the output is what gives way)."""
+    tests = failing_tests(result)
+    parts: list[str] = []
+    if tests:
+        parts.append(_counts_phrase(result, len(tests)))
+        for test in tests:
+            lines = [line[:_LINE_CHARS] for line in test["message"].splitlines()[:_MESSAGE_LINES]]
+            parts.append(f"- {test['id']}: {test['status']}")
+            parts += [f"    {line}" for line in lines]
+    tail = output_lines(result, tail_lines)
+    budget = max_chars - sum(len(p) + 1 for p in parts)
+    if tail and budget > 200:
+        header = "Last lines of output:" if tests else ""
+        kept: list[str] = []
+        for line in reversed(tail):
+            if budget - len(line) - 1 < len(header) + 1:
+                break
+            kept.insert(0, line)
+            budget -= len(line) + 1
+        parts += [*([header] if header else []), *kept]
+    text = "\n".join(parts)
+    return text[:max_chars] if len(text) > max_chars else text
