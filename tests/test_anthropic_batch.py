@@ -264,26 +264,34 @@ def test_a_batch_past_its_timeout_is_cancelled_and_the_call_times_out(fake):
 
 def test_close_cancels_a_running_batch(fake):
     fake.batch_polls = 10**6
-    backend = batched()
+    backend = batched(timeout_s=SLOW_MACHINE_S)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(backend.call, request())
         wait_for_a_batch(fake)
         backend.close()
-        response = waiting.result(timeout=5)
+        response = waiting.result(timeout=SLOW_MACHINE_S)
     assert fake.batches[0].canceled
     assert response.error == "no_response" and "closed" in response.detail
     assert BACKEND_KEY not in response.detail
 
 
+# The client's timeout in the tests that close a running batch: a create answered late on a
+# loaded machine is not sent again (a second batch, the first never cancelled).
+SLOW_MACHINE_S = 120.0
+
+
 def wait_for_a_batch(fake) -> None:
-    deadline = time.monotonic() + 10
-    while not fake.batches and time.monotonic() < deadline:
+    """Until the backend looked at its batch: it has the batch's id then, so close() cancels it
+    (the create request merely received by the fake may not have been answered yet)."""
+    deadline = time.monotonic() + SLOW_MACHINE_S  # a bound on a hang only
+    while not any(req.method == "GET" and req.path.startswith("/v1/messages/batches/") for req in list(fake.requests)):
+        assert time.monotonic() < deadline, "the backend never looked at a batch"
         time.sleep(0.02)
 
 
 def test_a_batch_interrupted_by_ctrl_c_is_cancelled_on_close(fake):
     fake.batch_polls = 10**6
-    backend = batched()
+    backend = batched(timeout_s=SLOW_MACHINE_S)
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt

@@ -135,7 +135,8 @@ def test_a_worker_that_searches_everything_finds_no_hidden_test(library, tmp_pat
     with Tracker(out / "tracker.db") as tracker:
         calls = calls_for(tracker)
         texts = [c["text"] for issue in tracker.list(include_closed=True) for c in tracker.comments(issue["id"])]
-    assert len(calls) == 10 and all(call["response"] for call in calls)
+    failed = [(call["round"], call["role"], call["error"]) for call in calls if not call["response"]]
+    assert len(calls) == 10 and not failed, failed
     for call in calls:
         assert HIDDEN_MARK not in call["prompt"]
         assert '"seen: nothing"' in call["response"] or "seen: nothing" in call["response"], call["response"]

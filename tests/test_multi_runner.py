@@ -27,9 +27,13 @@ pytestmark = pytest.mark.slow
 
 RUNNERS = 3
 TASKS = 12
-# Renewed every third of it: under a loaded machine (the whole suite on two cores), a 4 s lease
-# lapsed between two beats once and another runner took a live task.
-LEASE_TTL_S = 8
+# A lease is renewed every third of its TTL; a live runner's lease lapses only when its beats stop
+# for two thirds of it (a 4 s lease lapsed once on a loaded machine, and another runner took a
+# live task). Where no runner dies none has to lapse: mesh's default lease (60 s: 40 s of stall
+# tolerated). Where one is killed, its task is taken over once its lease ran out: short enough to
+# wait for, with 13 s of stall between two beats of a live runner tolerated.
+LONG_LEASE_S = 60
+TAKEOVER_LEASE_S = 20
 
 
 def _plan(ws: DrainWorkspace) -> None:
@@ -62,12 +66,12 @@ def _shared(tmp_path: Path, url: str) -> tuple[DrainWorkspace, Path, list[Path]]
     return ws, remote, clones
 
 
-def _start(ws: DrainWorkspace, clone: Path, k: int) -> subprocess.Popen:
+def _start(ws: DrainWorkspace, clone: Path, k: int, lease_ttl_s: float = LONG_LEASE_S) -> subprocess.Popen:
     args = ws.drain_args("--remote", "origin", jobs=2)
     args[args.index("--repo") + 1] = str(clone)
     args[args.index("--actor") + 1] = f"runner-{k}"
     # PYTHONFAULTHANDLER: a runner that never ends is sent SIGABRT (``_finish``) and says where it was.
-    env = {**os.environ, "MESH_LEASE_TTL_S": str(LEASE_TTL_S), "PYTHONFAULTHANDLER": "1"}
+    env = {**os.environ, "MESH_LEASE_TTL_S": str(lease_ttl_s), "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli.main import main; main()", *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -140,7 +144,7 @@ def test_three_runners_drain_one_backlog_once(tmp_path, pg_url):
 
 def test_a_killed_runner_s_task_is_taken_over_after_its_lease(tmp_path, pg_url):
     ws, remote, clones = _shared(tmp_path, pg_url)
-    runners = {f"runner-{k}": _start(ws, clone, k) for k, clone in enumerate(clones)}
+    runners = {f"runner-{k}": _start(ws, clone, k, TAKEOVER_LEASE_S) for k, clone in enumerate(clones)}
     # Kill a runner in the middle of a task: the first one seen with a task whose rounds are
     # under way (which runner gets going first depends on the machine's load, not the test).
     deadline = time.monotonic() + 120
