@@ -88,8 +88,11 @@ toolchains:
 
 install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each given whole files (a module's
+# fixtures are made once); TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
-	MESH_REQUIRE_POSTGRES=1 MESH_REQUIRE_TOOLCHAINS=1 $(BIN)/python -m pytest --durations=25
+	MESH_REQUIRE_POSTGRES=1 MESH_REQUIRE_TOOLCHAINS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # Long random runs of the property tests (Hypothesis's "fuzz" profile, tests/conftest.py);
 # `make test` runs them derandomized. Pin every counterexample found as an @example.
