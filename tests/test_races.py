@@ -91,8 +91,7 @@ def test_two_runs_on_one_scope_never_take_the_same_task(ws):
 
 
 def _close_by_resume(db, repo, script, start):
-    while time.time() < start:
-        time.sleep(0.001)
+    start.wait(120)  # both contenders ready: they go at the same instant
     try:
         run(RunOptions(label="plan:demo", backend="replay", script=script, repo=repo, db=db, actor="tester",
                        task=TASK, force=True), echo=lambda line: None)
@@ -106,8 +105,7 @@ def _close_by_ci(db, checkout, start):
     from orchestrator.protocol.scope import Scope
     from tracker.store import Tracker
 
-    while time.time() < start:
-        time.sleep(0.001)
+    start.wait(120)
     try:
         with Tracker(db, actor="ci") as tracker:
             ci_close(tracker, load_config(checkout), Scope("label", plan_label="plan:demo"), repo=checkout)
@@ -157,7 +155,7 @@ def test_local_run_and_ci_close_racing_close_once(tmp_path):
         db = tmp_path / f"race-{i}.db"
         with template.tracker() as t:
             t.db.conn.execute(f"VACUUM INTO '{db}'")
-        start = time.time() + 0.3
+        start = ctx.Barrier(2)
         procs = [ctx.Process(target=_close_by_resume, args=(db, template.repo, resume_script, start)),
                  ctx.Process(target=_close_by_ci, args=(db, checkout, start))]
         for p in procs:
