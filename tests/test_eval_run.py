@@ -160,8 +160,7 @@ def test_a_killed_eval_continues_without_running_a_case_twice(library, tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     first = {p: p.read_text() for p in results.glob("*/*.json")}
-    time.sleep(0.5)
-    assert not _runs_alive(out), "a run of the killed eval kept running"
+    _no_run_alive(out, "a run of the killed eval kept running")
     again = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert f"{9 - len(first)} run(s) to make ({len(first)} done)" in again.stderr
@@ -207,8 +206,7 @@ def test_ctrl_c_stops_the_eval_and_its_runs_and_starts_no_other(library, tmp_pat
     assert "stopped: mesh eval run continues where it stopped" in err
     finished = len(list(results.glob("*/*.json")))
     assert finished <= 3  # the two before, and at most the one under way: nothing queued started
-    time.sleep(0.5)
-    assert not _runs_alive(out)
+    _no_run_alive(out, "a run of the stopped eval kept running")
     again = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert f"{5 - finished} run(s) to make ({finished} done)" in again.stderr
@@ -237,6 +235,15 @@ def _started(out: Path, n: int) -> bool:
     except sqlite3.Error:
         return False
     return rows[0] >= n
+
+
+def _no_run_alive(out: Path, what: str) -> None:
+    """Wait until no run of the eval is left (a killed eval's runs die with it, PR_SET_PDEATHSIG,
+    as the kernel gets to them); one alive a minute later kept running."""
+    deadline = time.monotonic() + 60
+    while _runs_alive(out):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def _runs_alive(out: Path) -> bool:
