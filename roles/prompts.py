@@ -67,7 +67,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 from pydantic import BaseModel
 
-from .validation_text import failure_text
+from .validation_text import failure_text, verdict_notes
 from .definitions import ALL_ROLES, CANDIDATE_BRIEF, OUTBOX_ROUNDS, ROLE_BRIEFS, ROUNDS, round_owner, round_roles
 from .schemas import (
     CritiqueArtifact,
@@ -301,9 +301,18 @@ def _validation_values(result: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(tests, Mapping) and not result.get("rejected"):
         # Told to the reviewer so a green run of no tests is seen as what it is.
         status += "; tests: " + ", ".join(f"{tests.get(k)} {k}" for k in ("ran", "failed", "errors", "skipped"))
-    # A failed command's failing tests with their messages, then its output's last lines.
-    output = "" if result.get("passed") or result.get("rejected") else \
-        failure_text(result, max_chars=_MAX_OUTPUT_CHARS) or _clipped(str(result.get("output") or ""))
+    elif not result.get("rejected") and result.get("exit_code") is not None and "stderr_tail" in result:
+        status += "; tests: not counted (mesh does not read this command's test runner)"
+    if result.get("passed") and isinstance(result.get("reason"), str):
+        status += f" ({result['reason']})"
+    # A failed command's verdict, failing tests with their messages, then its output's last lines;
+    # a passed one's verdict when mesh has one (a flaky test, a failure the base shares).
+    if result.get("rejected"):
+        output = ""
+    elif result.get("passed"):
+        output = "\n".join(verdict_notes(result))[:_MAX_OUTPUT_CHARS]
+    else:
+        output = failure_text(result, max_chars=_MAX_OUTPUT_CHARS) or _clipped(str(result.get("output") or ""))
     return {"command": command, "status": status, "output": output}
 
 

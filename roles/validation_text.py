@@ -18,11 +18,15 @@ from typing import Any
 from redact import scrub
 from redact.controls import strip_terminal
 
-__all__ = ["failing_tests", "failure_text", "output_lines"]
+__all__ = ["failing_tests", "failure_text", "lost_tests", "output_lines", "verdict_notes"]
 
 # Lines of a failing test's message shown (its head: what failed, with its values).
 _MESSAGE_LINES = 16
 _LINE_CHARS = 300
+# mesh's own verdict lines (``mesh: ...``) are kept longer: they name the tests that were lost.
+_NOTE_CHARS = 1500
+_LOST = (("broken", "passed on the base, fails now"), ("gone", "passed on the base, gone or skipped now"),
+         ("new_failures", "new, fails"))
 
 
 def _clean(text: str) -> str:
@@ -41,11 +45,31 @@ def failing_tests(result: Mapping[str, Any]) -> list[dict[str, str]]:
     return out
 
 
+def verdict_notes(result: Mapping[str, Any]) -> list[str]:
+    """mesh's own lines about a result (``mesh: ...``: why it failed or passed as it did: a
+    test lost against the base, a flaky test, a failure the base shares), cleaned."""
+    text = result.get("stderr_tail") if isinstance(result.get("stderr_tail"), str) else ""
+    return [line.rstrip()[:_NOTE_CHARS] for line in _clean(text).splitlines() if line.startswith("mesh: ")]
+
+
+def lost_tests(result: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The tests a stored result lost against its base (``lost``), as ``{"id", "status"}``."""
+    lost = result.get("lost") if isinstance(result.get("lost"), Mapping) else {}
+    out = []
+    for kind, status in _LOST:
+        ids = lost.get(kind)
+        for test in ids if isinstance(ids, list) else ():
+            if isinstance(test, str):
+                out.append({"id": _clean(test)[:_LINE_CHARS], "status": status, "message": ""})
+    return out
+
+
 def output_lines(result: Mapping[str, Any], lines: int) -> list[str]:
-    """The last ``lines`` non-blank lines of a result's output (stdout, then stderr), cleaned."""
+    """The last ``lines`` non-blank lines of a result's output (stdout, then stderr), cleaned;
+    mesh's own verdict lines left out (``verdict_notes`` shows them first)."""
     text = "\n".join(part for part in (result.get("stdout_tail"), result.get("stderr_tail"))
                      if isinstance(part, str) and part)
-    kept = [line.rstrip() for line in _clean(text).splitlines() if line.strip()]
+    kept = [line.rstrip() for line in _clean(text).splitlines() if line.strip() and not line.startswith("mesh: ")]
     return [line[:_LINE_CHARS] for line in kept[-lines:]]
 
 
@@ -57,10 +81,15 @@ def _counts_phrase(result: Mapping[str, Any], shown: int) -> str:
 
 
 def failure_text(result: Mapping[str, Any], *, tail_lines: int = 20, max_chars: int = 6000) -> str:
-    """The failing tests of ``result`` with their messages, then the last ``tail_lines`` lines
-    of its output, within ``max_chars`` (the tests first: the output is what gives way)."""
+    """mesh's verdict on ``result`` (its ``mesh:`` lines), the tests it lost against the base, its
+    failing tests with their messages, then the last ``tail_lines`` lines of its output, within
+    ``max_chars`` (the verdict and the tests first: the output is what gives way)."""
     tests = failing_tests(result)
-    parts: list[str] = []
+    parts: list[str] = list(verdict_notes(result))
+    lost = [test for test in lost_tests(result) if test["id"] not in {t["id"] for t in tests}]
+    if lost:
+        parts.append("Tests lost against the base:")
+        parts += [f"- {test['id']}: {test['status']}" for test in lost]
     if tests:
         parts.append(_counts_phrase(result, len(tests)))
         for test in tests:
@@ -70,7 +99,7 @@ def failure_text(result: Mapping[str, Any], *, tail_lines: int = 20, max_chars: 
     tail = output_lines(result, tail_lines)
     budget = max_chars - sum(len(p) + 1 for p in parts)
     if tail and budget > 200:
-        header = "Last lines of output:" if tests else ""
+        header = "Last lines of output:" if parts else ""
         kept: list[str] = []
         for line in reversed(tail):
             if budget - len(line) - 1 < len(header) + 1:

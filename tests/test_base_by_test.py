@@ -156,29 +156,84 @@ POLLUTER = ("import unittest\n\nimport shared\n\n\nclass Polluter(unittest.TestC
             "    def test_sets_the_divisor(self):\n        shared.DIVISOR = 3\n        self.assertTrue(True)\n")
 
 
-def test_a_test_that_fails_in_the_run_and_passes_alone_is_reported_flaky(tmp_path):
+@pytest.fixture
+def shared_state(tmp_path):
+    """The demo workspace whose base has a module-level divisor and a test of it."""
     ws = make_workspace(tmp_path)
     (ws.repo / "shared.py").write_text(SHARED)
     (ws.repo / "tests" / "test_shared.py").write_text(SHARED_TESTS)
     ws.git("add", "-A")
     ws.git("commit", "-q", "-m", "shared state")
+    return ws
+
+
+def test_a_test_the_change_made_depend_on_order_is_not_flaky(shared_state):
+    """test_half fails in every whole run after the new polluting test, and passes alone: run again
+    alone it passes, so the whole command runs once more; it fails there again, so it counts."""
+    ws = shared_state
     code, report, res = run_patch(ws, new_file("tests/test_aaa_polluter.py", POLLUTER))
-    assert code == 0 and report["outcome"] == "closed", res.output
+    assert code == 3 and report["outcome"] == "blocked", res.output
     [proof] = proofs(ws)
     [result] = proof["results"]
-    assert result["passed"] is True and result["flaky"] == ["tests.test_shared.Shared.test_half"]
-    assert result["exit_code"] == 1  # the run as it was: the test failed in it
-    assert ("mesh: flaky: tests.test_shared.Shared.test_half failed, then passed when run again alone"
-            in result["stderr_tail"])
-    assert result["tests"]["failed"] == 0
+    assert result["passed"] is False and "flaky" not in result
+    assert ("mesh: tests.test_shared.Shared.test_half failed in two whole runs and passed when run alone: it depends"
+            " on what runs before it") in result["stderr_tail"]
 
 
-def test_flaky_retries_zero_counts_the_failure(tmp_path):
-    ws = make_workspace(tmp_path)
-    (ws.repo / "shared.py").write_text(SHARED)
-    (ws.repo / "tests" / "test_shared.py").write_text(SHARED_TESTS)
-    ws.git("add", "-A")
-    ws.git("commit", "-q", "-m", "shared state")
+FLAKY_TEST = """import os
+import unittest
+
+
+class Sometimes(unittest.TestCase):
+    def test_sometimes(self):
+        # The second run of this test on the machine fails, every other passes: a flaky test.
+        path = os.environ["MESH_FLAKE"]
+        count = int(open(path).read() or 0) + 1 if os.path.exists(path) else 1
+        with open(path, "w") as handle:
+            handle.write(str(count))
+        self.assertNotEqual(count, 2)
+
+    def test_steady(self):
+        self.assertTrue(True)
+"""
+
+
+def test_a_flaky_test_is_run_again_and_named_in_the_result(tmp_path, monkeypatch):
+    """Validated for real (unittest, no sandbox: the flake's counter is a file of the host): the
+    base passes; the candidate's run fails the test; alone it passes, and the whole run again
+    too: it counts as passed, named flaky, with a note."""
+    from orchestrator.protocol.proof import BaseTests, retry_flaky
+    from orchestrator.sandbox.validation import run_validation
+
+    monkeypatch.setenv("MESH_FLAKE", str(tmp_path / "count"))
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_sometimes.py").write_text(FLAKY_TEST)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"],
+                   check=True)
+
+    def run(select=None):
+        [result] = run_validation([UNIT], cwd=repo, allow=[UNIT], timeout_s=120, sandbox="none",
+                                  env_names=["MESH_FLAKE"], select=select)
+        return result
+
+    base = BaseTests("base")
+    base.keep(run())  # run 1: passes
+    first = run()  # run 2: the flake
+    assert not first.passed and [c.id for c in first.run.failures()] == ["tests.test_sometimes.Sometimes.test_sometimes"]
+    [result] = retry_flaky([first], base, lambda wanted: [], lambda command, test: run({command: test} if test else None), 1)
+    assert result.passed and result.run.flaky == ["tests.test_sometimes.Sometimes.test_sometimes"]
+    assert result.tests.failed == 0 and result.to_dict()["flaky"] == result.run.flaky
+    assert "mesh: flaky: tests.test_sometimes.Sometimes.test_sometimes failed, then passed when run again alone" \
+        in result.stderr_tail
+    assert (tmp_path / "count").read_text() == "4"  # alone once, then the whole command once
+
+
+def test_flaky_retries_zero_counts_the_failure(shared_state):
+    ws = shared_state
     path = ws.root / "no-retries.toml"
     path.write_text(_one_review_cycle((ws.repo / "mesh.toml").read_text()).replace(
         "[validation]\n", "[validation]\nflaky_retries = 0\n", 1))
@@ -187,3 +242,25 @@ def test_flaky_retries_zero_counts_the_failure(tmp_path):
     [proof] = proofs(ws)
     assert "flaky" not in proof["results"][0]
     assert proof["results"][0]["failures"][0]["id"] == "tests.test_shared.Shared.test_half"
+
+
+def test_a_test_skipped_by_the_patch_is_a_test_gone(tmp_path):
+    """Found by the trial on itoa: #[ignore] on every test landed (skipped is not failed). A test
+    that passed on the base and is skipped now is not tested any more: it is gone."""
+    ws = make_workspace(tmp_path)
+    path = "tests/test_temperature.py"
+    text = (ws.repo / path).read_text()
+    skipped = text.replace("    def test_boiling", "    @unittest.skip('later')\n    def test_boiling")
+    lines_a, lines_b = text.splitlines(), skipped.splitlines()
+    diff = (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,{len(lines_a)} +1,{len(lines_b)} @@\n"
+            + "".join(f"-{line}\n" for line in lines_a) + "".join(f"+{line}\n" for line in lines_b))
+    code, report, res = run_patch(ws, diff)
+    assert code == 3, res.output
+    result = assert_not_closed(ws, report, "fewer_tests_than_base")
+    assert "1 test(s) that passed on the base are gone: tests.test_temperature.CelsiusToFahrenheit.test_boiling_point" \
+        in result["stderr_tail"]
+    assert result["lost"] == {"gone": ["tests.test_temperature.CelsiusToFahrenheit.test_boiling_point"]}
+    # What the workers read: mesh's verdict and the test lost, first.
+    shown = ws.mesh("show", TASK).output
+    assert "| tests.test_temperature.CelsiusToFahrenheit.test_boiling_point: passed on the base, gone or skipped now" \
+        in shown

@@ -33,7 +33,7 @@ def test_an_interrupted_collection_ran_no_test(tmp_path, mode):
     assert not result.passed and result.tests.ran == 0 and result.tests.collection_errors == 2
     proof = Proof.of([result], commit="c0ffee")
     assert proof.summary() == ("fail: 0/1 command(s) passed; 0 test(s) ran: 0 passed, 0 failed, 0 errors;"
-                               " 2 collection error(s) (a test module could not be imported)")
+                               " 2 collection error(s) (a test module or package could not be imported or built)")
 
 
 def test_commands_and_tests_are_worded_apart():

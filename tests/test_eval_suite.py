@@ -100,7 +100,7 @@ def test_a_suite_from_history_keeps_the_cases_its_tests_prove(history, tmp_path)
     assert why[made["merge"]] == "a merge"
     assert why[made["big"]].startswith("too large")
     assert why[made["already"]] == "its hidden tests pass on the base already"
-    assert why[made["wrong"]].startswith("its hidden tests fail with the reference (exit 1: AssertionError: -1 != 1")
+    assert why[made["wrong"]].startswith("its hidden tests fail with the reference (exit 1: failing tests.test_neg.T.test_neg: AssertionError: -1 != 1")
     # setup.cfg is protected: no run could land this reference, so it is no case.
     assert why[made["policy"]].startswith("the patch policy refuses its reference (setup.cfg is protected")
     fix = kept[made["fix"]]

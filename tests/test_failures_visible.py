@@ -54,7 +54,7 @@ def test_a_failing_validation_shows_its_output_in_the_lines_the_summary_show_and
     # The live lines: the proof's line, then the failing command's output tail under it.
     lines = res.stderr.splitlines()
     proof = next(i for i, line in enumerate(lines) if line.startswith("[orch:proof] fail"))
-    assert lines[proof + 1].startswith("output of `python3 -m unittest discover -s tests -t .` (last ")
+    assert lines[proof + 1].startswith("output of `python3 -m unittest discover -s tests -t .` (mesh's verdict, failing tests,")
     tail = lines[proof + 2:lines.index("  | FAILED (failures=2)") + 1]
     assert all(line.startswith("  | ") for line in tail)
     # Each failing test first, with its own assertion (issue 35 item 3), then the output's last 20 lines.

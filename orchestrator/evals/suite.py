@@ -348,7 +348,7 @@ def sandbox_run(repo: Path, settings: Any, view: Any, timeout_s: float | None = 
                                   max_output_bytes=settings.max_output_bytes, commit=commit,
                                   env_names=settings.env, limits=settings.limits, environment=view)
         if result.passed:
-            return True, "passed"
+            return True, f"passed ({result.tests.line()})" if result.tests else "passed"
         program = (split(command) or [""])[0]
         if result.rejected or (result.reason == "not_found" and "/" not in program):
             # Not the case's doing: the same on every commit (a program not installed, a command
@@ -357,6 +357,10 @@ def sandbox_run(repo: Path, settings: Any, view: Any, timeout_s: float | None = 
         if result.reason == "timeout":
             return False, f"timed out after {limit:g}s (a test that hangs; --timeout sets the limit)"
         why = result.reason or (f"exit {result.exit_code}" if result.exit_code is not None else "did not run")
+        failing = result.run.failures() if result.run is not None else []
+        if failing:  # the tests by name, and the first one's own message
+            names = ", ".join(case.id for case in failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
+            return False, f"{why}: failing {names}: {failure_line(failing[0].message) or failing[0].status}"
         line = failure_line(f"{result.stdout_tail}\n{result.stderr_tail}")
         return False, f"{why}: {line}" if line else why
 

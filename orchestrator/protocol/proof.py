@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from roles.validation_text import failing_tests, output_lines
+from roles.validation_text import failing_tests, lost_tests, output_lines, verdict_notes
 
 from orchestrator.safe_text import clip
 from orchestrator.sandbox.testcounts import TestCounts, runner_counts_phrase
@@ -58,7 +58,8 @@ def output_tail(result: Mapping[str, Any], lines: int = TAIL_LINES) -> list[str]
     for the first ``_TESTS_SHOWN`` of them), then the last ``lines`` non-blank lines of its
     output (stdout, then stderr). A stored checkpoint is tracker text, so this strips terminal
     sequences and scrubs again rather than trust it (``roles.validation_text``)."""
-    head: list[str] = []
+    head: list[str] = list(verdict_notes(result))
+    head += [f"{test['id']}: {test['status']}" for test in lost_tests(result)[:_TESTS_SHOWN]]
     tests = failing_tests(result)
     for test in tests[:_TESTS_SHOWN]:
         head.append(f"{test['status'].upper()} {test['id']}")
@@ -77,7 +78,9 @@ def tests_line(result: Mapping[str, Any], base_counts: Any = None) -> str:
     command = result.get("command")
     base = TestCounts.from_dict(base_counts.get(command)) \
         if isinstance(base_counts, Mapping) and isinstance(command, str) else None
-    return counts.line() + (f"; base tree {base.ran} ran" if base else "")
+    flaky = [test for test in result.get("flaky") or [] if isinstance(test, str)]
+    return (counts.line() + (f"; base tree {base.ran} ran" if base else "")
+            + (f"; flaky (passed when run again alone): {', '.join(flaky[:5])}" if flaky else ""))
 
 
 def state(result: Mapping[str, Any], base_counts: Any = None) -> str:
@@ -157,7 +160,8 @@ class BaseTests:
                 return result
             reason = "tests_broken" if found.broken or found.more_collection_errors else "fewer_tests_than_base"
             note = f"mesh: held against the base tree {self.commit[:12]} test by test: {found.line()}"
-            return replace(result, passed=False, reason=reason, stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
+            return replace(result, passed=False, reason=reason, lost=found.lost(),
+                           stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
         base = TestCounts.from_dict(self.counts.get(result.command))
         if base is not None and result.tests.ran < base.ran:
             note = (f"mesh: {result.tests.ran} test(s) ran, {base.ran} on the base tree"
@@ -177,10 +181,13 @@ MAX_RETRIED = 5
 
 def retry_flaky(results: Sequence[ValidationResult], base: BaseTests,
                 run_on_base: Callable[[list[str]], list[ValidationResult]],
-                rerun: Callable[[str, str], ValidationResult], retries: int) -> list[ValidationResult]:
+                rerun: Callable[[str, str | None], ValidationResult], retries: int) -> list[ValidationResult]:
     """``results`` with each failing test that passed on the base run again alone, up to
-    ``retries`` times (the first ``MAX_RETRIED`` of a command): one that then passes counts as
-    passed and is named flaky in the result (``flaky``, a note in its output), never silently.
+    ``retries`` times (the first ``MAX_RETRIED`` of a command), then, when some passed alone, the
+    whole command once more (``rerun(command, None)``): a test that passed alone and passes in
+    that whole run counts as passed and is named flaky in the result (``flaky``, a note in its
+    output), never silently; one that fails in the whole run again depends on the tests before
+    it and counts as failed, with a note saying so.
     A command whose failing tests were all flaky, with nothing else wrong in its report, passes.
     The base's statuses come from ``base`` (the base is run for a command it has none of)."""
     if retries <= 0:
@@ -197,7 +204,17 @@ def retry_flaky(results: Sequence[ValidationResult], base: BaseTests,
         statuses = base.known(result.command) if id(result) in suspected else None
         tried = [case.id for case in result.run.failures() if statuses and statuses.statuses.get(case.id) == "passed"] \
             if statuses else []
-        flaky = [test for test in tried[:MAX_RETRIED] if _passes_alone(result.command, test, rerun, retries)]
+        alone = [test for test in tried[:MAX_RETRIED] if _passes_alone(result.command, test, rerun, retries)]
+        # Passing alone is not enough: a test the change made depend on what runs before it fails
+        # in every whole run. The whole command runs once more; a test that fails there again is not flaky.
+        again = rerun(result.command, None) if alone else None
+        now = {case.id: case.status for case in again.run.cases} if again is not None and again.run else {}
+        flaky = [test for test in alone if now.get(test) == "passed"]
+        ordered = [test for test in alone if test not in flaky]
+        if ordered:
+            note = (f"mesh: {', '.join(ordered)} failed in two whole runs and passed when run alone: it depends on"
+                    " what runs before it (shared state the change leaves behind), so it counts as failed")
+            result = replace(result, stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
         if not flaky:
             out.append(result)
             continue
@@ -210,7 +227,8 @@ def retry_flaky(results: Sequence[ValidationResult], base: BaseTests,
     return out
 
 
-def _passes_alone(command: str, test_id: str, rerun: Callable[[str, str], ValidationResult], retries: int) -> bool:
+def _passes_alone(command: str, test_id: str, rerun: Callable[[str, str | None], ValidationResult],
+                  retries: int) -> bool:
     for _ in range(retries):
         again = rerun(command, test_id)
         if again.rejected or again.run is None:
@@ -255,15 +273,25 @@ class Proof:
                 + (f"; {runner_counts_phrase(counted)}" if counted else ""))
 
     def details(self) -> str:
-        """One line per command."""
+        """One line per command (a failed one naming its first failing tests)."""
         base = self.base_tests.counts if self.base_tests else None
         return "\n".join(f"- `{r['command']}`: " + (f"rejected ({r.get('reason') or 'not_allowed'})" if r["rejected"]
-                                                    else state(r, base)) for r in self.results)
+                                                    else state(r, base) + _failing_names(r)) for r in self.results)
+
+
+def _failing_names(result: Mapping[str, Any], limit: int = 5) -> str:
+    """``; failing: a, b and 3 more`` for a failed result that names its failing tests, else ''."""
+    if result.get("passed"):
+        return ""
+    names = [test["id"] for test in [*lost_tests(result), *failing_tests(result)]]
+    return f"; failing: {', '.join(names[:limit])}" + (f" and {len(names) - limit} more" if len(names) > limit else "") \
+        if names else ""
 
 
 def failed_detail(results: Iterable[Mapping[str, Any]]) -> str:
-    """Why the latest validation did not pass, for a block detail: each failed command's reason."""
+    """Why the latest validation did not pass, for a block detail: each failed command's reason
+    and its first failing tests."""
     failed = [f"`{r.get('command')}`: {r.get('reason') or 'exit ' + str(r.get('exit_code'))}"
-              + (f" ({r['limit']} limit hit)" if isinstance(r.get("limit"), str) else "")
+              + (f" ({r['limit']} limit hit)" if isinstance(r.get("limit"), str) else "") + _failing_names(r, 3)
               for r in results if not r.get("passed") and not r.get("rejected")]
     return "; ".join(failed) if failed else "no command ran"

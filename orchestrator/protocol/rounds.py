@@ -277,9 +277,10 @@ class Rounds:
         if cfg.compare_base:
             base = self.base_tests
 
-            def rerun(command: str, test_id: str) -> ValidationResult:
+            def rerun(command: str, test_id: str | None) -> ValidationResult:
                 return run_configured([command], cfg, cwd=self.worktree.path, commit=head, environment=self.environment,
-                                      hidden=tracker_paths(self.tracker), select={command: test_id})[0]
+                                      hidden=tracker_paths(self.tracker),
+                                      select={command: test_id} if test_id else None)[0]
 
             results = retry_flaky(results, base, lambda wanted: run(wanted, base.commit), rerun, cfg.flaky_retries)
             results = base.judge(results, lambda wanted: run(wanted, base.commit))

@@ -19,7 +19,7 @@ from typing import Any
 
 from roles.parsing import ParseError, ParsedResponse
 
-from roles.validation_text import failing_tests, failure_text
+from roles.validation_text import failing_tests, failure_text, lost_tests
 
 __all__ = ["NOT_ALLOWED", "VALIDATION_FINDING", "allowed_commands_check", "validation_finding",
            "with_validation_finding"]
@@ -79,7 +79,7 @@ def validation_finding(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     share = max(_TAIL_CHARS, _EVIDENCE_CHARS // len(failed))
     evidence = "\n\n".join(f"$ {r.get('command')}  ({r.get('reason') or 'exit ' + str(r.get('exit_code'))})\n"
                            + (failure_text(r, max_chars=share) or "(no output)") for r in failed)
-    tests = [test for r in failed for test in failing_tests(r)]
+    tests = [test for r in failed for test in [*lost_tests(r), *failing_tests(r)]]
     names = ", ".join(test["id"] for test in tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3 else "")
     location = (next((found for test in tests if (found := _location(test["message"], first=True))), None)
                 or _location(evidence) or "validation:1")

@@ -30,6 +30,7 @@ from redact import scrub
 from redact.controls import strip_terminal
 
 from orchestrator.protocol.proof import output_tail
+from roles.validation_text import verdict_notes
 from orchestrator.safe_text import clip
 
 __all__ = ["CallTimer", "RunWatch", "call_error"]
@@ -135,12 +136,17 @@ class RunWatch:
         self.echo(f"fallback: switching to the 3-role fallback{roles}: {_safe(reason)}")
 
     def validation(self, results: Sequence[Mapping[str, Any]]) -> None:
-        """Under a proof's line: each failing command's output tail."""
+        """Under a proof's line: each failing command's verdict, failing tests and output tail;
+        mesh's word on a pass it allowed (a flaky test, a failure the base shares)."""
         for result in results:
-            if result.get("passed") or result.get("rejected"):
+            if result.get("passed"):
+                for note in verdict_notes(result):
+                    self.echo(f"`{_safe(result.get('command') or '', 120)}`: {_safe(note, 400)}")
+                continue
+            if result.get("rejected"):
                 continue
             tail = output_tail(result)
             self.echo(f"output of `{_safe(result.get('command') or '', 120)}`"
-                      + (f" (last {len(tail)} lines):" if tail else ": (none)"))
+                      + (" (mesh's verdict, failing tests, then the output's last lines):" if tail else ": (none)"))
             for line in tail:
                 self.echo(f"  | {line}")

@@ -218,7 +218,7 @@ def _read_run(probe: Probe, data: bytes | None) -> Run | None:
     if data is None or probe.reader is None:
         return None
     run = probe.reader.read(data, probe.root)
-    return run if run.reported else None
+    return run.relative_to(probe.root) if run.reported else None
 
 
 def read_report(probe: Probe) -> TestCounts | None:
@@ -331,7 +331,8 @@ def runner_counts_phrase(counts: Sequence[TestCounts]) -> str:
              for name in ("ran", "passed", "failed", "errors", "skipped", "collection_errors")}
     return (f"{total['ran']} test(s) ran: {total['passed']} passed, {total['failed']} failed, {total['errors']} errors"
             + (f", {total['skipped']} skipped" if total["skipped"] else "")
-            + (f"; {total['collection_errors']} collection error(s) (a test module could not be imported)"
+            + (f"; {total['collection_errors']} collection error(s) (a test module or package could not be"
+               " imported or built)"
                if total["collection_errors"] else ""))
 
 

@@ -102,12 +102,16 @@ class ValidationResult:
     tests: testcounts.TestCounts | None = None
     # Every test the runner reported (kept in memory: the base comparison reads it by test).
     run: Run | None = field(default=None, compare=False, repr=False)
+    # The tests the candidate lost against its base, by kind (``broken``, ``gone``, ``new_failures``).
+    lost: dict[str, list[str]] | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field (the test counts as ``TestCounts.to_dict`` has them,
         and the first ``MAX_FAILURES_KEPT`` failing tests with their messages as ``failures``)."""
         out = {**asdict(self), "tests": self.tests.to_dict() if self.tests else None}
         del out["run"]
+        if not self.lost:
+            del out["lost"]
         if self.run is not None and (self.run.failures() or self.run.collection_errors):
             out["failures"] = failures_kept(self.run)
         if self.run is not None and self.run.flaky:

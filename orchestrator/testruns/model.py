@@ -183,6 +183,17 @@ class Run:
         return Run(self.runner, [case for case in self.cases if case.id not in ids], list(self.collection_errors),
                    self.reported, [test for test in self.flaky if test not in ids])
 
+    def relative_to(self, root: str) -> Run:
+        """This run with ``root/`` taken out of its messages (a stack frame's absolute path in the
+        tree becomes the path a worker knows)."""
+        prefix = root.rstrip("/") + "/" if root.strip("/") else ""
+        if not prefix:
+            return self
+        cases = [Case(c.id, c.status, c.duration_s, c.message.replace(prefix, "")) if prefix in c.message else c
+                 for c in self.cases]
+        errors = [(where, message.replace(prefix, "")) for where, message in self.collection_errors]
+        return Run(self.runner, cases, errors, self.reported, list(self.flaky))
+
     def with_flaky(self, ids: list[str]) -> Run:
         """This run with the tests ``ids`` (which failed, then passed alone) counted as passed and
         named as flaky."""

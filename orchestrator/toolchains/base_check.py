@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 from orchestrator.sandbox import cache_layers
 from orchestrator.sandbox.allowlist import ARGS_PLACEHOLDER, PATH_PLACEHOLDER, is_allowed, parse_allow_entry, split
 from orchestrator.sandbox.project_view import ProjectView
-from orchestrator.sandbox.testcounts import REPORT_REASONS, TestCounts
+from orchestrator.sandbox.testcounts import TestCounts
 from orchestrator.toolchains import base_results
 from orchestrator.toolchains.caches import project_cache_root
 from roles.validation_text import failure_text
@@ -36,6 +36,8 @@ from roles.validation_text import failure_text
 __all__ = ["BaseCheck", "BaseFailing", "check_commands", "note_validated", "record_passed", "run_base_check"]
 
 _VERSION = 1
+# What no failing base excuses: the run ended before its runner reported, or its report lies.
+NEVER_PASSES = ("no_test_report", "test_report_unreadable", "runner_forged")
 
 
 class BaseFailing(Exception):
@@ -72,14 +74,15 @@ class BaseCheck:
         or is gone, a new failing test, or more modules that cannot be collected; the note names
         what the patch fixed and what still fails. With counts alone, worse is more failed or
         errored tests, or fewer passed ones; without counts the command is not held against the
-        patch (its failure is the base's), and says so. A command whose report shows nothing ran
-        as it should (``no_test_report``, ``no_tests_ran``, ``runner_forged``...) never passes."""
+        patch (its failure is the base's), and says so. A command that ended without its report,
+        with one that cannot be read, or whose control tests were forged (``NEVER_PASSES``) never
+        passes; one that ran no test passes only where the base ran none either."""
         failing = self.failures()
         judged = []
         for result in results:
             base = failing.get(result.command)
             if result.passed or result.rejected or base is None or result.limit or result.reason == "timeout" \
-                    or result.reason in REPORT_REASONS:
+                    or result.reason in NEVER_PASSES:
                 judged.append(result)
                 continue
             known = statuses(result.command)
@@ -88,7 +91,7 @@ class BaseCheck:
                 summary = found.line()
                 if found.worse:
                     note = f"mesh: held against the base tree {self.commit[:12]} test by test: {summary}"
-                    judged.append(replace(result, reason="tests_broken",
+                    judged.append(replace(result, reason="tests_broken", lost=found.lost(),
                                           stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip()))
                     continue
                 note = (f"mesh: this command fails on the base tree {self.commit[:12]} as well, and no test that"
@@ -111,9 +114,14 @@ class BaseCheck:
 
     def line(self) -> str:
         """One preflight line."""
-        how = " (cached for this commit)" if self.cached else ""
+        how = " (cached for this tree)" if self.cached else ""
         state = "passes" if self.passed else f"fails ({len(self.failures())} of {len(self.results)} command(s))"
-        return f"base check on {self.commit[:12]}: {', '.join(self.commands)} {state}{how}"
+        # A check whose runner mesh does not read is judged by its exit status alone: say so.
+        blind = [r["command"] for r in self.results if not r.get("tests") and not r.get("rejected")
+                 and r.get("exit_code") is not None]
+        note = (f"; tests not counted for {', '.join(blind)} (mesh does not read its test runner: a skipped or"
+                " deleted test goes unseen; docs/toolchains.md lists the runners it reads)") if blind else ""
+        return f"base check on {self.commit[:12]}: {', '.join(self.commands)} {state}{how}{note}"
 
     def failure_text(self, lines: int = 30) -> str:
         """What failed, with each failing command's last output lines."""

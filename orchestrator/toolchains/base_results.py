@@ -63,7 +63,12 @@ class Comparison:
         failing test, or more modules that could not be collected."""
         return bool(self.broken or self.gone or self.new_failures or self.more_collection_errors)
 
-    def line(self, *, limit: int = 5) -> str:
+    def lost(self, limit: int = 50) -> dict[str, list[str]]:
+        """The tests the candidate lost, for a result (``broken``, ``gone``, ``new_failures``)."""
+        return {name: ids[:limit] for name, ids in (("broken", self.broken), ("gone", self.gone),
+                                                    ("new_failures", self.new_failures)) if ids}
+
+    def line(self, *, limit: int = 10) -> str:
         """``2 test(s) that passed on the base fail: a, b; 1 gone: c`` (what is worse first, then
         what the patch fixed and what still fails)."""
         def named(ids: list[str]) -> str:
@@ -87,8 +92,8 @@ def compare(base: BaseStatuses, run: Run) -> Comparison:
     out = Comparison()
     for test, then in base.statuses.items():
         status = now.get(test)
-        if then == "passed" and status is None:
-            out.gone.append(test)
+        if then == "passed" and status in (None, "skipped"):
+            out.gone.append(test)  # deleted, renamed, deselected, or skipped now: not tested any more
         elif then == "passed" and status in _FAILING:
             out.broken.append(test)
         elif then in _FAILING and status == "passed":
@@ -96,6 +101,9 @@ def compare(base: BaseStatuses, run: Run) -> Comparison:
         elif then in _FAILING and status in _FAILING:
             out.still_failing.append(test)
     out.new_failures = [test for test, status in now.items() if status in _FAILING and test not in base.statuses]
+    # A subtest's parent first (``TestX`` before ``TestX/case``): the names a person looks for.
+    out.gone.sort(key=lambda test: test.count("/"))
+    out.broken.sort(key=lambda test: test.count("/"))
     out.more_collection_errors = max(0, len(run.collection_errors) - base.collection_errors)
     return out
 

@@ -15,6 +15,7 @@ from tracker.store import Tracker
 from orchestrator.views.preflight import readable_summary
 from orchestrator.protocol.checkpoint import load_checkpoints, signing_key, trust_of
 from orchestrator.protocol.proof import output_tail, state
+from roles.validation_text import verdict_notes
 from orchestrator.safe_text import printable
 
 __all__ = ["task_history", "render_history"]
@@ -112,6 +113,8 @@ def _render_step(step: dict[str, Any]) -> list[str]:
             lines.append(f"        {_line(r.get('command'), 60)}: {_line(state(r, base), 100)}")
             if not r.get("passed") and not r.get("rejected"):
                 lines += [f"          | {line}" for line in output_tail(r)]
+            elif r.get("passed"):  # mesh's word on a pass it allowed: a flaky test, a failure the base shares
+                lines += [f"          | {_line(note, 220)}" for note in verdict_notes(r)]
     elif kind == "review":
         if step.get("reviewer"):
             lines.append(f"        reviewed by {_line(step['reviewer'], 60)}")
