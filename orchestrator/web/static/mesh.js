@@ -47,9 +47,11 @@
       indicator.className = "live " + (text === "live" ? "on" : "off");
     }
 
+    let source = null;
+
     function open() {
       const sep = base.indexOf("?") >= 0 ? "&" : "?";
-      const source = new EventSource(last ? base + sep + "last_event_id=" + encodeURIComponent(last) : base);
+      source = new EventSource(last ? base + sep + "last_event_id=" + encodeURIComponent(last) : base);
       source.addEventListener("open", function () { wait = 1000; show("live"); });
       source.addEventListener("checkpoint", function (event) {
         last = event.lastEventId || last;
@@ -68,6 +70,12 @@
       });
     }
     open();
+    // A page left for another stays in the browser's back/forward cache with its stream open:
+    // six such pages hold every connection a browser gives one host, and the next page waits
+    // (a minute in Chromium). The stream is closed when the page is left, opened again if it is
+    // shown from that cache (from the last event it got).
+    window.addEventListener("pagehide", function () { source.close(); });
+    window.addEventListener("pageshow", function (event) { if (event.persisted) open(); });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
