@@ -12,13 +12,14 @@ May import the standard library and ``redact`` only (``roles`` is below the orch
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from redact import scrub
 from redact.controls import strip_terminal
 
-__all__ = ["failing_tests", "failure_text", "lost_tests", "output_lines", "verdict_notes"]
+__all__ = ["failing_tests", "failure_lines", "failure_text", "lost_tests", "output_lines", "verdict_notes"]
 
 # Lines of a failing test's message shown (its head: what failed, with its values).
 _MESSAGE_LINES = 16
@@ -64,6 +65,39 @@ def lost_tests(result: Mapping[str, Any]) -> list[dict[str, str]]:
     return out
 
 
+# Lines that say a test failed, in the output of a runner mesh does not read (TAP's ``not ok``,
+# ``FAIL``/``FAILED``, an assertion or error, a panic, a cross mark), each with what it indents.
+_FAILURE_LINE = re.compile(r"^\s*(not ok\b|FAIL(ED)?\b|--- FAIL|✖|✗|×)|AssertionError|Error:|panicked at|assert")
+_FAILURE_LINES = 40
+
+
+def failure_lines(result: Mapping[str, Any]) -> list[str]:
+    """For a failed result whose runner mesh does not read (no ``tests``): the lines of its output
+    that look like a test failing, each with the lines it indents (up to ``_FAILURE_LINES`` in all,
+    the first ones: where a runner reports its first failure), so a model sees what failed even
+    where the output ends in a summary or a coverage table."""
+    if result.get("tests") or result.get("passed"):
+        return []
+    text = "\n".join(part for part in (result.get("stdout_tail"), result.get("stderr_tail"))
+                     if isinstance(part, str) and part)
+    lines = [line.rstrip() for line in _clean(text).splitlines()]
+    out: list[str] = []
+    index = 0
+    while index < len(lines) and len(out) < _FAILURE_LINES:
+        line = lines[index]
+        if line.strip() and not line.startswith("mesh: ") and _FAILURE_LINE.search(line):
+            depth = len(line) - len(line.lstrip())
+            out.append(line[:_LINE_CHARS])
+            index += 1
+            while index < len(lines) and len(out) < _FAILURE_LINES and lines[index].strip() and \
+                    len(lines[index]) - len(lines[index].lstrip()) > depth:
+                out.append(lines[index][:_LINE_CHARS])
+                index += 1
+            continue
+        index += 1
+    return out
+
+
 def output_lines(result: Mapping[str, Any], lines: int) -> list[str]:
     """The last ``lines`` non-blank lines of a result's output (stdout, then stderr), cleaned;
     mesh's own verdict lines left out (``verdict_notes`` shows them first)."""
@@ -90,6 +124,10 @@ def failure_text(result: Mapping[str, Any], *, tail_lines: int = 20, max_chars: 
     if lost:
         parts.append("Tests lost against the base:")
         parts += [f"- {test['id']}: {test['status']}" for test in lost]
+    found = failure_lines(result)
+    if found:
+        parts.append("Lines that look like failures (mesh does not read this command's test runner):")
+        parts += found
     if tests:
         parts.append(_counts_phrase(result, len(tests)))
         for test in tests:

@@ -86,6 +86,9 @@ def test_a_fix_with_a_failing_base_names_what_it_fixed_and_what_still_fails(fail
     assert result["passed"] is True and result["reason"] == "fails_on_base_too"
     assert ("fixed: tests.test_calc.Calc.test_double; still failing as on the base: tests.test_calc.Calc.test_triple"
             in result["stderr_tail"])
+    shown = " ".join(ws.mesh("show", TASK).output.split())
+    assert "pass (fails_on_base_too; tests" in shown
+    assert "still failing as on the base: tests.test_calc.Calc.test_triple" in shown.replace("| ", "")
 
 
 def test_a_silenced_runner_never_passes_with_a_failing_base(failing_base):
@@ -260,6 +263,9 @@ def test_a_test_skipped_by_the_patch_is_a_test_gone(tmp_path):
     assert "1 test(s) that passed on the base are gone: tests.test_temperature.CelsiusToFahrenheit.test_boiling_point" \
         in result["stderr_tail"]
     assert result["lost"] == {"gone": ["tests.test_temperature.CelsiusToFahrenheit.test_boiling_point"]}
+    # Named as lost, not as failing (the trial: "failing: ..." sent a model looking for an assertion).
+    assert "lost against the base: tests.test_temperature.CelsiusToFahrenheit.test_boiling_point" \
+        in report["block_detail"] and "failing:" not in report["block_detail"]
     # What the workers read: mesh's verdict and the test lost, first.
     shown = ws.mesh("show", TASK).output
     assert "| tests.test_temperature.CelsiusToFahrenheit.test_boiling_point: passed on the base, gone or skipped now" \

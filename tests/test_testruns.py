@@ -300,3 +300,46 @@ def test_a_test_id_that_is_an_option_is_never_given_back_to_the_runner(tmp_path)
     assert testcounts.select(["cargo", "test"], "x\ny") is None
     assert testcounts.select(["python3", "-m", "unittest"], "tests.x.T.test_a; rm") is None
     assert testcounts.select(["python3", "-m", "unittest"], "tests.x.T.test_a")[-2:] == ["-k", "tests.x.T.test_a"]
+
+
+def test_tape_through_npm_run_scripts_and_a_coverage_wrapper_is_read(tmp_path, node_runners):
+    """Found by the trial on minimist: npm test -> npm run tests-only -> nyc tape 'test/**/*.js'. The
+    npm run chain is followed (tape reads nothing mesh adds); a coverage wrapper is seen through."""
+    from orchestrator.testruns.table import reader_for
+
+    repo = node_repo(tmp_path, node_runners, {"add.js": ADD, "test/add.test.js": TAPE_TEST}, "npm run tests-only")
+    package = json.loads((repo / "package.json").read_text())
+    package["scripts"]["tests-only"] = "tape 'test/**/*.js'"
+    (repo / "package.json").write_text(json.dumps(package))
+    commit_all(repo, "nested script")
+    [result] = validate(repo, ["npm test"], tool_env())
+    assert statuses(result)["breaks"] == "failed" and "two and two" in message(result, "breaks")
+    assert reader_for(["nyc", "--silent", "tape", "t.js"]).name == "tape"
+    assert reader_for(["c8", "node_modules/.bin/tape", "t.js"]).name == "tape"
+    # Arguments after -- would reach the inner npm, not Jest: a nested script is not instrumented.
+    (repo / "package.json").write_text(json.dumps({**package, "scripts": {"test": "npm run unit", "unit": "jest"}}))
+    assert reader_for(["npm", "test"], repo) is None
+    assert reader_for(["npm", "run", "unit"], repo).name == "jest"
+    (repo / "package.json").write_text(json.dumps({**package, "scripts": {"test": "tape t.js | tap-spec"}}))
+    assert reader_for(["npm", "test"], repo) is None
+
+
+def test_a_runner_mesh_does_not_read_still_shows_the_lines_that_failed(tmp_path):
+    """The trial's nyc + tape output ended in a coverage table: the `not ok` lines and their values,
+    earlier in the output, reach the model before the tail."""
+    from roles.validation_text import failure_text
+
+    repo = tmp_path / "tapish"
+    init_repo(repo)
+    lines = ["TAP version 13", "# nums", "ok 1 should be equal", "not ok 2 should be deeply equivalent",
+             "  ---", "    operator: deepEqual", "    expected: 3735928559", "    actual:   '0xdeadbeef'", "  ...",
+             *[f"ok {n} fine" for n in range(3, 60)], "# fail 1",
+             *["-----|---------|", "File | % Stmts |", "all  |   100   |"] * 8]
+    (repo / "check.sh").write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\nexit 1\n")
+    (repo / "check.sh").chmod(0o755)
+    commit_all(repo)
+    [result] = validate(repo, ["./check.sh"])
+    assert not result.passed and result.tests is None
+    text = failure_text(result.to_dict())
+    assert text.index("not ok 2 should be deeply equivalent") < text.index("Last lines of output:")
+    assert "    expected: 3735928559" in text and "actual:   '0xdeadbeef'" in text

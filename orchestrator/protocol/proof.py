@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from roles.validation_text import failing_tests, lost_tests, output_lines, verdict_notes
+from roles.validation_text import failing_tests, failure_lines, lost_tests, output_lines, verdict_notes
 
 from orchestrator.safe_text import clip
 from orchestrator.sandbox.testcounts import TestCounts, runner_counts_phrase
@@ -66,6 +66,7 @@ def output_tail(result: Mapping[str, Any], lines: int = TAIL_LINES) -> list[str]
         head += [f"    {line}" for line in test["message"].splitlines()[:_MESSAGE_LINES] if line.strip()]
     if len(tests) > _TESTS_SHOWN:
         head.append(f"... and {len(tests) - _TESTS_SHOWN} more failing test(s)")
+    head += failure_lines(result)[:2 * _MESSAGE_LINES]
     return [clip(line, _TAIL_WIDTH) for line in [*head, *output_lines(result, lines)]]
 
 
@@ -90,7 +91,9 @@ def state(result: Mapping[str, Any], base_counts: Any = None) -> str:
         return "rejected"
     tests = tests_line(result, base_counts)
     if result.get("passed"):
-        return f"pass (tests {tests})" if tests else "pass"
+        why = result.get("reason") if isinstance(result.get("reason"), str) else ""
+        inside = "; ".join(part for part in (why, f"tests {tests}" if tests else "") if part)
+        return f"pass ({inside})" if inside else "pass"
     parts = [f"exit {result.get('exit_code')}"]
     if isinstance(result.get("reason"), str):
         parts.append(result["reason"])
@@ -280,12 +283,17 @@ class Proof:
 
 
 def _failing_names(result: Mapping[str, Any], limit: int = 5) -> str:
-    """``; failing: a, b and 3 more`` for a failed result that names its failing tests, else ''."""
+    """``; lost against the base: a; failing: b, c and 3 more`` for a failed result that names
+    its tests, else ''."""
     if result.get("passed"):
         return ""
-    names = [test["id"] for test in [*lost_tests(result), *failing_tests(result)]]
-    return f"; failing: {', '.join(names[:limit])}" + (f" and {len(names) - limit} more" if len(names) > limit else "") \
-        if names else ""
+    parts = []
+    for label, tests in (("lost against the base", lost_tests(result)), ("failing", failing_tests(result))):
+        names = [test["id"] for test in tests]
+        if names:
+            parts.append(f"; {label}: {', '.join(names[:limit])}"
+                         + (f" and {len(names) - limit} more" if len(names) > limit else ""))
+    return "".join(parts)
 
 
 def failed_detail(results: Iterable[Mapping[str, Any]]) -> str:

@@ -53,6 +53,10 @@ def _location(output: str, *, first: bool = False) -> str | None:
     return None
 
 
+def _named(ids: list[str], limit: int = 3) -> str:
+    return ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
 def _context(message: str) -> str:
     """The line of a failing test's message that says what failed: a Python traceback's last
     line, else the first line naming an assertion, an error or an expectation."""
@@ -80,14 +84,16 @@ def validation_finding(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     evidence = "\n\n".join(f"$ {r.get('command')}  ({r.get('reason') or 'exit ' + str(r.get('exit_code'))})\n"
                            + (failure_text(r, max_chars=share) or "(no output)") for r in failed)
     tests = [test for r in failed for test in [*lost_tests(r), *failing_tests(r)]]
-    names = ", ".join(test["id"] for test in tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3 else "")
+    names = "; ".join(f"{label}: {_named([t['id'] for t in group])}" for label, group in (
+        ("lost against the base", [t for r in failed for t in lost_tests(r)]),
+        ("failing", [t for r in failed for t in failing_tests(r)])) if group)
     location = (next((found for test in tests if (found := _location(test["message"], first=True))), None)
                 or _location(evidence) or "validation:1")
     context = next((line for test in tests if (line := _context(test["message"]))), "") \
         or (evidence.splitlines()[-1] if evidence.strip() else "(no output)")
     return {"finding_id": VALIDATION_FINDING, "location": location, "severity": "High",
             "label": "MUST_FIX",
-            "issue": f"validation failed: `{first.get('command')}` ({why})" + (f"; failing: {names}" if names else ""),
+            "issue": f"validation failed: `{first.get('command')}` ({why})" + (f"; {names}" if names else ""),
             "evidence": evidence[:_EVIDENCE_CHARS],
             "minimal_fix": "change the code (or the tests, if they are wrong) so that every validation command passes",
             "code_context": context}

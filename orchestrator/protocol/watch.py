@@ -30,7 +30,7 @@ from redact import scrub
 from redact.controls import strip_terminal
 
 from orchestrator.protocol.proof import output_tail
-from roles.validation_text import verdict_notes
+from roles.validation_text import failing_tests, failure_lines, lost_tests, verdict_notes
 from orchestrator.safe_text import clip
 
 __all__ = ["CallTimer", "RunWatch", "call_error"]
@@ -146,7 +146,9 @@ class RunWatch:
             if result.get("rejected"):
                 continue
             tail = output_tail(result)
+            named = verdict_notes(result) or failing_tests(result) or lost_tests(result) or failure_lines(result)
             self.echo(f"output of `{_safe(result.get('command') or '', 120)}`"
-                      + (" (mesh's verdict, failing tests, then the output's last lines):" if tail else ": (none)"))
+                      + ((" (mesh's verdict, failing tests, then the output's last lines):" if named
+                          else f" (last {len(tail)} lines):") if tail else ": (none)"))
             for line in tail:
                 self.echo(f"  | {line}")

@@ -48,6 +48,12 @@ def tool_args(argv: Sequence[str], names: Sequence[str]) -> tuple[list[str], lis
     else None."""
     if not argv:
         return None
+    if program(argv) in _WRAPPERS:  # nyc tape test/*.js: the wrapper's options, then the command
+        index = 1
+        while index < len(argv) and argv[index].startswith("-"):
+            index += 1
+        found = tool_args(argv[index:], names)
+        return (list(argv[:index]) + found[0], found[1]) if found else None
     if program(argv) in names:
         return [argv[0]], list(argv[1:])
     if program(argv) == "npx":
@@ -60,45 +66,76 @@ def tool_args(argv: Sequence[str], names: Sequence[str]) -> tuple[list[str], lis
 
 
 _SCRIPT_RUNNERS = {("npm", "test"): "test", ("npm", "t"): "test", ("npm", "tst"): "test"}
-_SHELL = re.compile(r"[;&|<>`$(){}\n*?\[\]]")
+_OPERATORS = frozenset(";&|<>()")
+# Coverage wrappers that run the command after their own options, its output passed through.
+_WRAPPERS = ("nyc", "c8")
 
 
-def script_command(argv: Sequence[str], tree: "os.PathLike[str] | str | None") -> list[str] | None:
-    """The words of the package.json script that ``argv`` runs (``npm test``, ``npm run NAME``,
-    ``npm run-script NAME``), read from the tree under test, when that script is one plain
-    command (no shell operators, substitutions or globs: mesh appends its own arguments to it
-    after ``--``); else None."""
-    if tree is None or program(argv) != "npm" or len(argv) < 2:
+def _plain_words(script: str) -> list[str] | None:
+    """The words of ``script`` when it is one command: no shell operator (``&&``, ``|``, ``;``,
+    redirections), substitution or variable outside quotes; globs are the program's business."""
+    import shlex
+
+    if "`" in script or "$(" in script or "${" in script:
+        return None
+    try:
+        lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return None
+    if any(token and set(token) <= _OPERATORS for token in tokens):
+        return None
+    return shlex.split(script)
+
+
+def _script_name(argv: Sequence[str]) -> str | None:
+    if program(argv) != "npm" or len(argv) < 2:
         return None
     rest = list(argv[1:argv.index("--")] if "--" in argv else argv[1:])
     name = _SCRIPT_RUNNERS.get(("npm", rest[0])) if rest else None
     if name is None and rest[:1] in (["run"], ["run-script"]) and len(rest) >= 2:
         name = rest[1]
-    if name is None or any(word.startswith("-") for word in rest):
-        return None
+    return None if name is None or any(word.startswith("-") for word in rest) else name
+
+
+def script_command(argv: Sequence[str], tree: "os.PathLike[str] | str | None", *,
+                   follow: bool = False) -> list[str] | None:
+    """The words of the package.json script that ``argv`` runs (``npm test``, ``npm run NAME``,
+    ``npm run-script NAME``), read from the tree under test, when that script is one plain
+    command (no shell operators or substitutions: mesh may append its own arguments to it after
+    ``--``); else None. With ``follow``, a script that is itself ``npm run OTHER`` is followed
+    (up to three deep): for readers that append nothing (arguments after ``--`` would reach the
+    inner npm, not the runner)."""
     import json
-    import shlex
+
+    if tree is None:
+        return None
     try:
         with open(os.path.join(tree, "package.json"), encoding="utf-8") as handle:
             scripts = json.load(handle).get("scripts") or {}
-        script = scripts.get(name) if isinstance(scripts, dict) else None
-        if not isinstance(script, str) or _SHELL.search(script):
-            return None
-        words = shlex.split(script)
     except (OSError, ValueError, AttributeError):
         return None
-    return words or None
+    words: list[str] | None = list(argv)
+    for _depth in range(3 if follow else 1):
+        name = _script_name(words or [])
+        script = scripts.get(name) if name is not None and isinstance(scripts, dict) else None
+        words = _plain_words(script) if isinstance(script, str) else None
+        if not words or _script_name(words) is None:
+            return words or None
+    return None
 
 
-def node_tool(argv: Sequence[str], tree: "os.PathLike[str] | str | None",
-              names: Sequence[str]) -> tuple[list[str], list[str], bool] | None:
+def node_tool(argv: Sequence[str], tree: "os.PathLike[str] | str | None", names: Sequence[str], *,
+              follow: bool = False) -> tuple[list[str], list[str], bool] | None:
     """(the words that start the tool, its arguments, whether it runs as an npm script) when
-    ``argv`` runs one of the Node tools ``names``: directly, through ``npx``, or as the plain
-    package.json script ``npm test`` runs; else None."""
+    ``argv`` runs one of the Node tools ``names``: directly, through ``npx`` or a coverage wrapper
+    (``nyc``, ``c8``), or as the plain package.json script ``npm test`` runs (with ``follow``,
+    through ``npm run`` scripts it calls); else None."""
     direct = tool_args(argv, names)
     if direct is not None:
         return direct[0], direct[1], False
-    script = script_command(argv, tree)
+    script = script_command(argv, tree, follow=follow)
     found = tool_args(script, names) if script else None
     return (found[0], found[1], True) if found else None
 

@@ -31,7 +31,7 @@ class NodeTest:
     source = "file"
 
     def recognises(self, argv: Sequence[str], tree: Path | None) -> bool:
-        script = script_command(argv, tree)
+        script = script_command(argv, tree, follow=True)  # NODE_OPTIONS reaches it through npm run
         return self._direct(argv) or (script is not None and self._direct(script))
 
     def _direct(self, argv: Sequence[str]) -> bool:

@@ -1,9 +1,10 @@
 """tape: the TAP stream it prints on standard output, read as printed. tape's ``ok``/``not ok``
 lines are assertions, grouped under the ``# name`` comment of the test that made them: a test
 is that name, failed when one of its assertions failed, its message each failed assertion's
-line and YAML block (operator, expected, actual, at). Run directly, through ``npx``, or as the
-plain package.json script ``npm test`` runs; a pipe into a TAP formatter (``| tap-spec``) is a
-shell script mesh does not read: not counted.
+line and YAML block (operator, expected, actual, at). Run directly, through ``npx`` or a
+coverage wrapper (``nyc tape ...``), or as the plain package.json script ``npm test`` runs (and
+the ``npm run`` scripts it calls); a pipe into a TAP formatter (``| tap-spec``) is a shell script
+mesh does not read: not counted.
 
 May import the standard library and ``orchestrator.testruns`` only.
 """
@@ -29,7 +30,7 @@ class Tape:
     source = "stdout"
 
     def recognises(self, argv: Sequence[str], tree: Path | None) -> bool:
-        return node_tool(argv, tree, _TOOLS) is not None
+        return node_tool(argv, tree, _TOOLS, follow=True) is not None
 
     def instrument(self, argv: Sequence[str], report: str, tree: Path | None) -> list[str]:
         return list(argv)

@@ -8,6 +8,8 @@ and a run's outcome is taken only from a verified ``[orch:outcome]``.
 
 from __future__ import annotations
 
+import textwrap
+
 from typing import Any
 
 from tracker.store import Tracker
@@ -114,7 +116,8 @@ def _render_step(step: dict[str, Any]) -> list[str]:
             if not r.get("passed") and not r.get("rejected"):
                 lines += [f"          | {line}" for line in output_tail(r)]
             elif r.get("passed"):  # mesh's word on a pass it allowed: a flaky test, a failure the base shares
-                lines += [f"          | {_line(note, 220)}" for note in verdict_notes(r)]
+                lines += [f"          | {part}" for note in verdict_notes(r)
+                          for part in textwrap.wrap(_line(note, 1500), 100)]
     elif kind == "review":
         if step.get("reviewer"):
             lines.append(f"        reviewed by {_line(step['reviewer'], 60)}")
