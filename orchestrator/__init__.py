@@ -6,11 +6,13 @@ named); ``tests/test_layering.py`` reads these lines and checks every import aga
 
 Subpackages (each ``__init__`` says what it holds):
 
-- ``sandbox``: may import ``redact``, ``roles``.
+- ``testruns`` (each test runner's results, test by test: one reader per runner): may import
+  ``redact``.
+- ``sandbox``: may import ``redact``, ``roles``, ``orchestrator.testruns``.
 - ``worktree``: may import ``tracker``, ``redact``.
 - ``toolchains`` (what validation needs of each ecosystem: dependencies, caches, generated
-  files, the base check): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
-  ``orchestrator.worktree``.
+  files, the base check and the base's results by test): may import ``redact``, ``roles``,
+  ``orchestrator.testruns``, ``orchestrator.sandbox``, ``orchestrator.worktree``.
 - ``evals`` (``mesh eval``: suites from a repository's history, runs of a suite under several
   profiles, their grades, the report and its page): may import ``tracker``, ``redact``, ``roles``,
   ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,
@@ -19,7 +21,8 @@ Subpackages (each ``__init__`` says what it holds):
 - ``ledger``: may import ``tracker``, ``redact``, ``orchestrator.safe_text``, ``orchestrator.price_rows``,
   ``orchestrator.config``.
 - ``protocol``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
-  ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``.
+  ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.toolchains``,
+  ``orchestrator.ledger``.
 - ``landing``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
   ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
   ``orchestrator.toolchains``,

@@ -9,6 +9,6 @@ agents, faults for the crash harness, what a run shows while it happens (``watch
 a validation and its findings, and why nothing was runnable (``idle``).
 
 May import: ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``, ``orchestrator.config``,
-``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.ledger``. Never ``landing``,
+``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.toolchains``, ``orchestrator.ledger``. Never ``landing``,
 ``views``, ``cli`` or the command modules above them.
 """

@@ -11,6 +11,6 @@ the build caches each validation is shown (``cache_layers``: the base check's, c
 the test counts read from their runners' own reports (``testcounts``) and the control tests that
 prove a runner honest (``canaries``).
 
-May import: ``redact``, ``roles``. Nothing of the rest of ``orchestrator``
+May import: ``redact``, ``roles``, ``orchestrator.testruns``. Nothing else of ``orchestrator``
 (``orchestrator.config`` reads its limits from here, not the other way round).
 """

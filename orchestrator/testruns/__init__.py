@@ -16,5 +16,5 @@ Reports and output are written by the code under test, so they are hostile input
 parse them with size caps, no XML entities, bounded nesting, and never trust them to make a
 failed command pass (``orchestrator.sandbox.testcounts`` decides that).
 
-May import the standard library and ``redact`` only.
+May import: ``redact``. Nothing of the rest of ``orchestrator``.
 """

@@ -11,5 +11,6 @@ checkout) and which check command and allowlist entries fit it. ``table`` lists 
 found into one ``orchestrator.sandbox.project_view.ProjectView``, and ``base_check`` runs the
 project's check command on a base tree once per commit.
 
-May import: ``redact``, ``roles``, ``orchestrator.sandbox``, ``orchestrator.worktree``.
+May import: ``redact``, ``roles``, ``orchestrator.testruns``, ``orchestrator.sandbox``,
+``orchestrator.worktree``.
 """
