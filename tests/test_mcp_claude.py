@@ -70,9 +70,10 @@ def test_claude_code_delegates_a_task_to_mesh(claude_env, tmp_path):  # noqa: F8
     env = {**os.environ, "PATH": f"{CLAUDE_BIN}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}"
                                  f"{os.environ['PATH']}"}
     env.pop("MESH_WORKER", None)
-    # Claude Code gives an MCP server 30 s to start by default (MCP_TIMEOUT, in ms; it honours at most
-    # 60 s, anthropics/claude-code#16837): on a loaded machine the model was once asked without
-    # mesh's tools. Not shown to be the cause: it failed once more with this setting, under load.
+    # Claude Code's print mode may ask the model before its MCP servers are connected (a non-blocking
+    # connect): on a loaded machine `mesh mcp` was not up yet and the model was asked without mesh's
+    # tools. MCP_CONNECTION_NONBLOCKING=false makes it wait, up to MCP_TIMEOUT (60 s, the most it honours).
+    env["MCP_CONNECTION_NONBLOCKING"] = "false"
     env["MCP_TIMEOUT"] = "60000"
     added = subprocess.run(["claude", "mcp", "add", "--scope", "user", "mesh", "--", "mesh", "--db", str(ws.db),
                             "mcp", "--repo", str(ws.repo), "--config", str(ws.config)],
