@@ -194,7 +194,7 @@ def test_a_commit_that_changes_test_data_only_is_checked_by_the_whole_suite(tmp_
     ("test/bool.js", True), ("test/unit/parse.mjs", True), ("test/fixtures/input.js", False),
     ("test/helpers/setup.js", False), ("tests/data/valid/x.toml", False)])
 def test_which_test_paths_a_runner_takes(path, runnable):
-    from orchestrator.evals.suite import is_test_file, is_test_path
+    from orchestrator.evals.history import is_test_file, is_test_path
 
     assert is_test_path(path) and is_test_file(path) == runnable
 
@@ -208,7 +208,7 @@ def test_a_hidden_command_whose_program_is_not_installed_stops_the_build_once(hi
 
 
 def test_the_task_of_a_case_is_the_tracker_issue_its_commit_names(history, tmp_path):
-    from orchestrator.evals.suite import from_git
+    from orchestrator.evals.history import from_git
 
     repo, made = history
     issues = {"calc-7": {"title": "Square numbers", "description": "sq(a) returns a squared",

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from tracker.errors import TrackerError
 
-from orchestrator.evals.suite import Case, CommandUnusable, Dropped, candidates, sandbox_run, verify_case, write_suite
+from orchestrator.evals.history import candidates
+from orchestrator.evals.suite import Case, CommandUnusable, Dropped, sandbox_run, verify_case, write_suite
 
 __all__ = ["BuiltSuite", "SuiteError", "build_suite", "hidden_command_for"]
 
