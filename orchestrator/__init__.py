@@ -48,8 +48,10 @@ Modules directly here:
   import ``tracker``.
 - ``price_rows`` (model prices as plain data, and a price table read without pydantic when it is
   plainly valid): may import nothing.
+- ``eval_settings`` (the ``[eval]`` table: arms and history ranges, plain models): may import nothing.
 - ``config`` (``mesh.toml`` validated): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
-  ``orchestrator.worktree``, ``orchestrator.workspace``, ``orchestrator.price_rows``.
+  ``orchestrator.worktree``, ``orchestrator.workspace``, ``orchestrator.price_rows``,
+  ``orchestrator.eval_settings``.
 - ``runner`` (``mesh run``/``resume`` as a library: the tracker, config, backend, sandbox and
   lease put together into an engine): may import ``tracker``, ``redact``, ``roles``,
   ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,

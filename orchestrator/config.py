@@ -27,6 +27,7 @@ from pydantic import (
 from redact.known import SIGNING_KEY_ENV
 from orchestrator.worktree.policy import check_pattern
 from orchestrator.workspace import ConfigError, config_table
+from orchestrator.eval_settings import EvalConfig
 from orchestrator.price_rows import (
     DEFAULT_PRICE_ROWS as _DEFAULT_PRICE_ROWS,
     DEFAULT_PRICES_AS_OF,
@@ -451,6 +452,7 @@ class MeshConfig(_Strict):
     anthropic: AnthropicConfig = Field(default_factory=AnthropicConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
     prices: PriceTable = Field(default_factory=PriceTable)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     @field_validator("roles", "fallback_roles")
     @classmethod
