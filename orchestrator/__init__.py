@@ -16,6 +16,7 @@ Subpackages (each ``__init__`` says what it holds):
 - ``evals`` (``mesh eval``: suites from a repository's history, runs of a suite under several
   profiles, their grades, the report and its page): may import ``tracker``, ``redact``, ``roles``,
   ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,
+  ``orchestrator.eval_settings``, ``orchestrator.testruns``,
   ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.toolchains``,
   ``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.views``.
 - ``ledger``: may import ``tracker``, ``redact``, ``orchestrator.safe_text``, ``orchestrator.price_rows``,

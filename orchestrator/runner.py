@@ -104,6 +104,7 @@ class RunOptions:
     allow_failing_base: bool | None = None  # --allow-failing-base (else config validation.allow_failing_base)
     profile: str | None = None  # --profile (else config profile): full, lite, single or candidates
     batch: bool = False  # --batch: the anthropic backend's calls as Message Batches (config anthropic.batch)
+    models: Sequence[str] = ()  # --model [ROLE=]MODEL: every role's model, or one role's, over config [models]
     checked_base: object | None = None  # set by run and drain: the base check's outcome (BaseCheck)
 
 
@@ -306,6 +307,8 @@ def load_run_config(options: RunOptions) -> MeshConfig:
         overrides["profile"] = options.profile
     if options.batch:
         overrides["anthropic__batch"] = True
+    if options.models:
+        overrides["models"] = models_over(config.models, options.models)
     if options.worker:
         if options.worker_cmd:
             raise RunError("give --worker NAME or --worker-cmd CMD, not both", 2)
@@ -318,7 +321,25 @@ def load_run_config(options: RunOptions) -> MeshConfig:
         if options.backend not in (None, "command"):
             raise RunError(f"--worker-cmd runs a command worker; it cannot run with --backend {options.backend}", 2)
         overrides["backend"] = "command"
-    return config.with_overrides(**overrides) if overrides else config
+    try:
+        return config.with_overrides(**overrides) if overrides else config
+    except ConfigError as exc:  # --model naming a role mesh does not know
+        raise RunError(str(exc), 2) from None
+
+
+def models_over(models: dict[str, str], given: Sequence[str]) -> dict[str, str]:
+    """``models`` (role -> model) with ``--model`` values laid over it: ``MODEL`` for every role,
+    ``ROLE=MODEL`` for one (a later value wins)."""
+    out = dict(models)
+    for value in given:
+        role, equals, model = value.partition("=")
+        if not equals:
+            out = {name: value.strip() for name in out}
+        elif role.strip() and model.strip():
+            out[role.strip()] = model.strip()
+        else:
+            raise RunError(f"--model {value!r}: give MODEL or ROLE=MODEL", 2)
+    return out
 
 
 def unfinished_run(checkpoints: Sequence[Checkpoint], key: bytes | None = None) -> str | None:

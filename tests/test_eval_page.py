@@ -1,8 +1,8 @@
 """The eval report's HTML page (``orchestrator.evals.page``), loaded in real headless Chromium.
 
-A hand-built report (3 profiles, 6 cases, every state, hostile text in a detail, a case id and a
-profile name) must render inert (no dialog, no injected element, with or without the page's
-Content-Security-Policy), put one chart point per profile where its axes say, link each grid cell
+A hand-built report (3 arms, 6 cases, every state, hostile text in a detail, a case id, an error's
+reason and an arm name) must render inert (no dialog, no injected element, with or without the page's
+Content-Security-Policy), put one chart point per arm where its axes say, link each grid cell
 to its run's report, fetch nothing but the file itself, fit a 390 px phone without sideways
 scroll, and have no axe-core violation. A report whose runs all cost $0 plots tokens per case; one
 with no finished case says so instead of drawing a chart.
@@ -40,7 +40,7 @@ def make_report(*, cost: dict[str, float] = COST, states: dict[str, str] = STATE
         for index, (case, letter) in enumerate(zip(CASES, row)):
             state = LETTER[letter]
             ran = state not in ("pending", "skipped")
-            cells.append({"case": case, "profile": name, "state": state, "outcome": OUTCOME[state],
+            cells.append({"case": case, "arm": name, "state": state, "outcome": OUTCOME[state],
                           "detail": HOSTILE if (name, index) == ("lite", 1) else f"{state}: hidden tests",
                           "task": f"ev-{index}", "run_id": f"r-{name[:4]}-{index}" if ran else None,
                           "report": f"runs/{case}/{name}.html" if ran and case.isascii() and "<" not in case else None,
@@ -58,16 +58,24 @@ def make_report(*, cost: dict[str, float] = COST, states: dict[str, str] = STATE
             first = solved
         else:
             b, c = len(solved - first), len(first - solved)
-            paired = {"against": "full", "only_this": b, "only_first": c, "p_value": mcnemar_exact(b, c)}
+            paired = {"against": "full", "only_this": b, "only_reference": c, "p_value": mcnemar_exact(b, c),
+                      "test": "McNemar exact"}
         per = {"tokens_in": 9000.0, "tokens_out": 2000.0, "cost_usd": cost[name], "wall_s": 25.0, "calls": 11.0,
                "review_cycles": 1.0} if ran else {}
-        profiles.append({"profile": name, "cases": len(row), "finished": finished, "resolved": resolved,
+        errors = [{"case": CASES[i], "trial": 1, "kind": "missing_cli", "reason": "mesh run exited 2: no <b>cli</b>"}
+                  for i, letter in enumerate(row) if letter == "e"]
+        profiles.append({"arm": name, "profile": "full", "cases": len(row), "finished": finished, "resolved": resolved,
+                         "description": {"profile": "full", "backend": "command", "worker_cmd": f"agent {name}"},
+                         "trials": 1, "errors": {"count": len(errors), "kinds": {"missing_cli": len(errors)} if errors else {},
+                                                 "runs": errors},
+                         "cost_per_resolved": cost[name] * ran / resolved if resolved else None,
+                         "tokens_per_resolved": 11000 * ran / resolved if resolved else None,
                          "rate": resolved / finished if finished else None,
                          "ci": list(wilson(resolved, finished)) if finished else None, "paired": paired,
                          "tokens_in": 9000 * ran, "tokens_out": 2000 * ran, "cost_usd": cost[name] * ran,
                          "wall_s": 25.0 * ran, "calls": 11 * ran, "review_cycles": ran, "per_case": per})
     return {"eval": "ev-20261128-1a2b", "suite": "mesh-eval-suite.jsonl", "created_at": "2026-11-28T17:40:00+00:00",
-            "profiles": profiles, "cases": CASES, "cells": cells,
+            "arms": profiles, "reference": "full", "cases": CASES, "cells": cells,
             "titles": {case: f"Fix <i>the</i> parser #{index}" for index, case in enumerate(CASES)}}
 
 
@@ -103,7 +111,7 @@ def axe_violations(browser: Browser) -> list[str]:
 
 
 POINTS = """Array.from(document.querySelectorAll('svg g.point')).map(g => ({
-  name: g.dataset.profile, cx: g.querySelector('circle').cx.baseVal.value,
+  name: g.dataset.arm, cx: g.querySelector('circle').cx.baseVal.value,
   cy: g.querySelector('circle').cy.baseVal.value,
   bar: [g.querySelector('line.ci').y1.baseVal.value, g.querySelector('line.ci').y2.baseVal.value],
   label: g.querySelector('text.name').textContent}))"""
@@ -133,8 +141,9 @@ def test_the_page_is_inert_places_its_points_links_its_cells_and_fetches_nothing
     assert browser.js("document.querySelectorAll('img, script, iframe, object, embed, b').length") == 0
     titles = browser.js("Array.from(document.querySelectorAll('[title]')).map(e => e.title)")
     assert any(HOSTILE in t for t in titles)
-    assert browser.js("document.body.innerText").count("c05-<script>alert(2)</script>") == 1
-    assert "single <b>x</b>" in browser.js("document.querySelector('table.profiles').innerText")
+    # Shown twice, as text: its row of the grid, and its run in error.
+    assert browser.js("document.body.innerText").count("c05-<script>alert(2)</script>") == 2
+    assert "single <b>x</b>" in browser.js("document.querySelector('table.arms').innerText")
     # Each case's title (its commit's subject: text from the repository) under its id, as text.
     assert browser.js("document.querySelectorAll('i').length") == 0
     assert "Fix <i>the</i> parser #0" in browser.js("document.querySelector('table.cases').innerText")
@@ -147,7 +156,7 @@ def test_the_page_is_inert_places_its_points_links_its_cells_and_fetches_nothing
     assert [p["name"] for p in points] == [p["label"] for p in points] == list(STATES)
     x, y = scale(x_ticks), scale(y_ticks)
     assert x_ticks[0][2] == "$0.00" and y_ticks[0][2] == "0%" and y_ticks[-1][2] == "100%"
-    for point, profile in zip(points, report["profiles"]):
+    for point, profile in zip(points, report["arms"]):
         assert point["cx"] == pytest.approx(x(profile["per_case"]["cost_usd"]), abs=0.05)
         assert point["cy"] == pytest.approx(y(profile["rate"]), abs=0.05)
         assert sorted(point["bar"]) == pytest.approx(sorted(y(v) for v in profile["ci"]), abs=0.05)
@@ -160,7 +169,7 @@ def test_the_page_is_inert_places_its_points_links_its_cells_and_fetches_nothing
          [td.dataset.state, td.querySelector('.state').textContent.trim(),
           td.querySelector('a') ? td.querySelector('a').href : null])])""")
     assert [row[0] for row in cells] == CASES
-    expected = {(c["case"], c["profile"]): c for c in report["cells"]}
+    expected = {(c["case"], c["arm"]): c for c in report["cells"]}
     for case, row in cells:
         for name, (state, text, href) in zip(STATES, row):
             cell = expected[(case, name)]
@@ -168,14 +177,22 @@ def test_the_page_is_inert_places_its_points_links_its_cells_and_fetches_nothing
             assert href == (None if cell["report"] is None else (tmp_path / cell["report"]).resolve().as_uri())
 
     # The summary: the rate as a percentage with its interval, the paired comparison with the first.
-    summary = browser.js("Array.from(document.querySelectorAll('table.profiles tbody tr')).map(tr =>"
+    summary = browser.js("Array.from(document.querySelectorAll('table.arms tbody tr')).map(tr =>"
                          " Array.from(tr.children).map(c => c.firstChild.textContent.trim()))")
     low, high = wilson(4, 6)
-    assert summary[0][:4] == ["full", "4 of 6 finished", f"66.7% ({100 * low:.1f}% \u2013 {100 * high:.1f}%)",
-                              "reference"]
-    assert summary[1][3] == f"1 vs 3, p = {mcnemar_exact(1, 3):.2f}"
-    assert summary[0][6] == "$0.1000"
-    assert browser.js("document.querySelectorAll('table.profiles th[scope=col]')[3].textContent") == "vs full"
+    assert summary[0][:5] == ["full", "4 of 6 finished", f"66.7% ({100 * low:.1f}% \u2013 {100 * high:.1f}%)",
+                              "0", "reference"]
+    assert summary[1][4] == "1 vs 3, p = 0.625"  # as computed, not rounded to 0.62
+    assert summary[1][3] == "1"  # lite's run in error, apart from its finished ones
+    assert summary[0][5] == "$0.1000"
+    assert browser.js("document.querySelectorAll('table.arms th[scope=col]')[4].textContent") == "vs full"
+    # Each arm's workers under its name; the runs in error listed with their reasons, as text.
+    assert "command, worker-cmd agent lite" in browser.js("document.querySelector('table.arms').innerText")
+    assert "missing_cli: mesh run exited 2: no <b>cli</b>" in browser.js("document.querySelector('ul.errors').innerText")
+    # Every cell's reason is on the page, not only in a tooltip (a phone has no hover).
+    reasons = browser.js("Array.from(document.querySelectorAll('table.cases td')).map(td =>"
+                         " (td.querySelector('.why') || {}).textContent || '')")
+    assert HOSTILE in reasons and sum("hidden tests" in r for r in reasons) >= 10
 
     # The same page without its CSP is still inert: escaping alone keeps it so.
     bare = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)
@@ -198,7 +215,7 @@ def test_the_page_fits_a_phone_and_a_desktop_with_no_axe_violation(browser, tmp_
 
 def test_a_report_whose_runs_all_cost_nothing_plots_tokens_per_case(browser, tmp_path):
     report = make_report(cost={name: 0.0 for name in STATES})
-    for p in report["profiles"][1:]:  # different token counts: the points stand apart
+    for p in report["arms"][1:]:  # different token counts: the points stand apart
         p["per_case"]["tokens_in"] = 4000.0
     load(browser, tmp_path / "zero.html", render_eval_page(report))
     assert browser.problems() == []
@@ -218,7 +235,7 @@ def test_a_report_with_no_finished_case_says_so_instead_of_a_chart(browser, tmp_
     assert "No case has finished yet" in browser.js("document.getElementById('chart').innerText")
     assert browser.js("document.querySelectorAll('table.cases td[data-state=pending]').length") == 12
     assert browser.js("document.querySelectorAll('table.cases a').length") == 0
-    assert "no finished case" in browser.js("document.querySelector('table.profiles').innerText")
+    assert "no finished case" in browser.js("document.querySelector('table.arms').innerText")
     assert browser.js(OVERFLOW) <= 0
     assert axe_violations(browser) == []
 
@@ -237,21 +254,21 @@ def test_one_profile_is_plotted_alone_with_round_ticks():
 def test_runs_with_no_cost_and_no_tokens_are_plotted_by_their_calls():
     """Agent CLIs report neither cost nor tokens to mesh: the chart falls back to calls per case."""
     report = make_report(cost={name: 0.0 for name in STATES})
-    for index, p in enumerate(report["profiles"]):
+    for index, p in enumerate(report["arms"]):
         p["per_case"].update(tokens_in=0.0, tokens_out=0.0, calls=3.0 + 4 * index)
     chart = eval_page_data(report)["chart"]
     assert chart["x_label"].startswith("worker calls per case") and not chart["money"]
-    assert chart["x_ticks"][-1]["value"] >= max(p["per_case"].get("calls", 0) for p in report["profiles"]
+    assert chart["x_ticks"][-1]["value"] >= max(p["per_case"].get("calls", 0) for p in report["arms"]
                                                 if p["finished"])
-    for p in report["profiles"]:
+    for p in report["arms"]:
         p["per_case"]["calls"] = 0.0
     assert eval_page_data(report)["chart"]["x_label"].startswith("wall time per case")
 
 
 def test_the_profile_row_says_how_many_resolved_runs_closed():
     report = make_report(states={"full": STATES["full"]})
-    report["profiles"][0]["resolved_closed"] = 1
-    [row] = eval_page_data(report)["profiles"]
+    report["arms"][0]["resolved_closed"] = 1
+    [row] = eval_page_data(report)["arms"]
     assert row["basis"].endswith(", 1 of them closed")
 
 

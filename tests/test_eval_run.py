@@ -51,7 +51,7 @@ def test_four_profiles_are_counted_and_compared_as_computed_by_hand(library, tmp
     assert done.returncode == 0, done.stderr
     assert "36 run(s) to make (0 done)" in done.stderr
     report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
-    rows = {row["profile"]: row for row in report["profiles"]}
+    rows = {row["arm"]: row for row in report["arms"]}
     assert {p: (r["resolved"], r["finished"]) for p, r in rows.items()} == {
         "full": (7, 9), "lite": (5, 9), "single": (5, 9), "candidates": (9, 9)}
     # Wilson 95%: 7/9 -> 0.4526..0.9368, 5/9 -> 0.2667..0.8112, 9/9 -> 0.7009..1.
@@ -61,7 +61,7 @@ def test_four_profiles_are_counted_and_compared_as_computed_by_hand(library, tmp
     # McNemar exact, two-sided, against full: lite 0 vs 2 -> 2 * (1/2)^2 = 0.5; single 1 vs 3 ->
     # 2 * (1 + 4) / 16 = 0.625; candidates 2 vs 0 -> 0.5.
     assert rows["full"]["paired"] is None
-    assert {p: (rows[p]["paired"]["only_this"], rows[p]["paired"]["only_first"], rows[p]["paired"]["p_value"])
+    assert {p: (rows[p]["paired"]["only_this"], rows[p]["paired"]["only_reference"], rows[p]["paired"]["p_value"])
             for p in ("lite", "single", "candidates")} == {"lite": (0, 2, 0.5), "single": (1, 3, 0.625),
                                                            "candidates": (2, 0, 0.5)}
     assert all(r["resolved_closed"] == r["resolved"] for r in rows.values())  # every resolved run closed
@@ -69,7 +69,7 @@ def test_four_profiles_are_counted_and_compared_as_computed_by_hand(library, tmp
     assert rows["lite"]["per_case"]["calls"] == 5.0 and rows["single"]["per_case"]["calls"] == 3.0
     assert rows["full"]["per_case"]["calls"] == 12.0
     assert all(rows[p]["per_case"]["review_cycles"] == 1.0 for p in rows)
-    cells = {(c["case"], c["profile"]): c for c in report["cells"]}
+    cells = {(c["case"], c["arm"]): c for c in report["cells"]}
     assert cells[(ids[5], "lite")]["state"] == "unresolved" and "committed no change" in cells[(ids[5], "lite")][
         "detail"]
     for cell in cells.values():  # every cell links to its run's report page, written beside the eval
@@ -77,7 +77,7 @@ def test_four_profiles_are_counted_and_compared_as_computed_by_hand(library, tmp
     assert (out / "report.html").is_file()
     # The text report says the same.
     text = mesh("eval", "report", str(out), cwd=repo).stdout
-    assert "full" in text and "7/9" in text and "1 vs 3, p=0.62" in text
+    assert "full" in text and "7/9" in text and "1 vs 3, p=0.625" in text
     # Each run worked in a repository of its own holding only its base: no later commit is there.
     for case in cases:
         repo_of = out / "repos" / case.id / "lite"
@@ -101,7 +101,7 @@ def test_a_resolved_run_that_ended_blocked_is_counted_apart(library, tmp_path):
                 cwd=repo)
     assert done.returncode == 0, done.stderr
     report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
-    [row] = report["profiles"]
+    [row] = report["arms"]
     assert (row["resolved"], row["resolved_closed"], row["finished"]) == (2, 1, 2)
     cells = {c["case"]: c for c in report["cells"]}
     assert cells[cases[1].id]["outcome"] == "blocked" and "ended blocked" in cells[cases[1].id]["detail"]
@@ -114,7 +114,8 @@ def test_a_worker_that_searches_everything_finds_no_hidden_test(library, tmp_pat
     """The hidden tests are in the user's repository (later commits), in the suite (a hand-written
     case's inline file, the suite kept inside the repository) and, after grading, in the case's
     repository: a worker that reads its prompt, its environment and every file it can see finds
-    them nowhere."""
+    them nowhere, nor the reference commit's id (whole, 12 or 7 characters): the case is sealed
+    (its id, its repository's path and .git, ``MESH_EVAL_CASE``, its task name no reference)."""
     root, repo, cases = library
     suite = repo / "evals" / "leak.jsonl"
     suite.parent.mkdir(exist_ok=True)
@@ -124,7 +125,10 @@ def test_a_worker_that_searches_everything_finds_no_hidden_test(library, tmp_pat
                                                   "        self.assertEqual(mathlib.double(2), 4)\n"},
             "hidden_command": "python3 -m unittest tests/test_hand.py"}
     suite.write_text(cases[0].model_dump_json(exclude_defaults=True) + "\n" + json.dumps(hand) + "\n")
-    command = write_worker(tmp_path, repo, [cases[0]], {"lite": [cases[0].id]}, search=HIDDEN_MARK)
+    reference = cases[0].reference
+    marks = [HIDDEN_MARK, reference, reference[:12], reference[:7]]
+    assert cases[0].id == "case-001"
+    command = write_worker(tmp_path, repo, [cases[0]], {"lite": [cases[0].id]}, search=marks)
     out = tmp_path / "ev"
     done = mesh("eval", "run", str(suite), "--profile", "lite", "--worker-cmd", command, "--out", str(out), "--yes",
                 cwd=repo)
@@ -138,9 +142,9 @@ def test_a_worker_that_searches_everything_finds_no_hidden_test(library, tmp_pat
     failed = [(call["round"], call["role"], call["error"]) for call in calls if not call["response"]]
     assert len(calls) == 10 and not failed, failed
     for call in calls:
-        assert HIDDEN_MARK not in call["prompt"]
+        assert not any(mark in call["prompt"] for mark in marks)
         assert '"seen: nothing"' in call["response"] or "seen: nothing" in call["response"], call["response"]
-    assert not any(HIDDEN_MARK in text for text in texts)
+    assert not any(mark in text for text in texts for mark in marks)
     report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
     # The worker still did the work and was graded: it solves the case from history, not the hand-written one.
     states = {cell["case"]: cell["state"] for cell in report["cells"]}
@@ -211,7 +215,7 @@ def test_ctrl_c_stops_the_eval_and_its_runs_and_starts_no_other(library, tmp_pat
     assert again.returncode == 0, again.stderr
     assert f"{5 - finished} run(s) to make ({finished} done)" in again.stderr
     report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
-    assert [(r["resolved"], r["finished"]) for r in report["profiles"]] == [(5, 5)]
+    assert [(r["resolved"], r["finished"]) for r in report["arms"]] == [(5, 5)]
 
 
 def _third_run_under_way(proc: subprocess.Popen, out: Path) -> None:
@@ -354,7 +358,7 @@ def test_an_eval_keeps_its_runs_in_postgresql(library, tmp_path, pg_url):
     assert done.returncode == 0, done.stderr
     assert not (out / "tracker.db").exists()
     report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
-    assert [(r["resolved"], r["finished"], r["calls"]) for r in report["profiles"]] == [(1, 2, 6)]
+    assert [(r["resolved"], r["finished"], r["calls"]) for r in report["arms"]] == [(1, 2, 6)]
     from tracker.store import Tracker
 
     with Tracker(pg_url) as tracker:

@@ -156,6 +156,9 @@ def _run_options(f):
         click.option("--batch", is_flag=True, default=False,
                      help="Send the anthropic backend's calls as Message Batches: half price, slower"
                           " (config anthropic.batch)."),
+        click.option("--model", "models", multiple=True, metavar="[ROLE=]MODEL",
+                     help="The model of every role, or of one role (repeat: --model synthesizer=claude-opus-4-1)"
+                          " over config [models]."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -164,7 +167,8 @@ def _run_options(f):
 
 def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, ids, no_integrate, strict_output,
             backend, script, worker_cmd, repo, config_file, as_json, onto=None, take_over=False, remote=None,
-            worker=None, no_land=False, reviewer=None, allow_failing_base=None, profile=None, batch=False) -> None:
+            worker=None, no_land=False, reviewer=None, allow_failing_base=None, profile=None, batch=False,
+            models=()) -> None:
     import json
     import sys
     from pathlib import Path
@@ -182,6 +186,7 @@ def _do_run(ctx: click.Context, task: str | None, force: bool, label, parent, id
         repo=Path(repo) if repo else None, config_file=Path(config_file) if config_file else None, db=root.get("db"),
         actor=root.get("actor"), task=task, force=force, onto=onto, take_over=take_over, remote=remote,
         land=not no_land, reviewer=reviewer, allow_failing_base=allow_failing_base, profile=profile, batch=batch,
+        models=list(models),
     )
     progress = None
     if not as_json and sys.stderr.isatty():

@@ -1,13 +1,15 @@
 """The offline HTML page of an eval report (``mesh eval report``'s page).
 
-``render_eval_page(report)`` takes the report as a plain dict (the eval's id, its profiles'
-figures, the cases and one cell a case and profile; the shape is in ``docs/eval.md``) and returns
-one self-contained HTML document: a summary table per profile (resolved rate with its Wilson
-interval, the paired comparison with the first profile, tokens, cost, wall time, calls and
-review cycles per case), a cost-versus-resolved chart drawn here as inline SVG, and a case by
-profile grid whose cells link to their runs' reports.
+``render_eval_page(report)`` takes the report as a plain dict (the eval's id, its arms' figures,
+the cases and one cell a case and arm; ``orchestrator.evals.report.report_data`` makes it) and
+returns one self-contained HTML document: a summary table per arm (its workers, resolved rate with
+its interval, errors apart, the paired comparison with the reference arm, pass@k and pass^k with
+trials, tokens, cost per run and per resolved run, wall time, calls and review cycles), the runs
+in error with their reasons, a cost-versus-resolved chart drawn here as inline SVG, and a case by
+arm grid whose cells say their state and its reason in words (no hovering needed: phones) and
+link to their runs' reports.
 
-Case ids, details, outcomes and profile names come from git history and from models, so none of
+Case ids, details, outcomes and arm names come from git history and from models, so none of
 it is trusted, as on the run report (``orchestrator.views.report_html``):
 
 - the view model is plain strings and numbers, whatever types the report holds; every string is
@@ -17,7 +19,8 @@ it is trusted, as on the run report (``orchestrator.views.report_html``):
   scheme, ``//host`` or a backslash is shown as text);
 - the page carries a Content-Security-Policy that allows no script, no network and no form.
 
-May import: ``tracker`` (``tracker.safe_text``), ``redact``, the standard library and jinja2.
+May import: ``tracker`` (``tracker.safe_text``), ``redact``, ``orchestrator.evals.report``, the standard
+library and jinja2.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from tracker.safe_text import printable
 __all__ = ["render_eval_page", "STATES"]
 
 # A cell's state: its text mark (the grid never says it by colour alone) and its CSS class.
-STATES = {"resolved": ("\u2713", "good"), "unresolved": ("\u2717", "bad"), "error": ("!", "bad"),
-          "pending": ("\u2026", "muted"), "skipped": ("\u2013", "muted")}
+STATES = {"resolved": ("\u2713", "good"), "partly": ("\u25d0", "mixed"), "unresolved": ("\u2717", "bad"),
+          "error": ("!", "bad"), "pending": ("\u2026", "muted"), "skipped": ("\u2013", "muted")}
+# How much of a cell's reason the grid shows (the run's report has it whole).
+REASON_CHARS = 160
 # The chart's box (SVG user units; the SVG scales to the page's width).
 WIDTH, HEIGHT = 520, 340
 _LEFT, _RIGHT, _TOP, _BOTTOM = 60, 20, 16, 56
@@ -117,19 +122,55 @@ def _rate(p: Mapping[str, Any]) -> tuple[str, str]:
     return _percent(rate) + interval, f"{resolved} of {finished} finished{tail}"
 
 
+def _p(value: Any) -> str:
+    """A p-value as computed (0.625, not 0.62)."""
+    p = _number(value)
+    return "-" if p is None else format(round(p, 4), "g")
+
+
 def _paired(value: Any) -> str:
     paired = _dict(value)
     if not paired:
         return "reference"
-    p = _number(paired.get("p_value"))
-    return (f"{_count(paired.get('only_this'))} vs {_count(paired.get('only_first'))}, "
-            f"p = {'-' if p is None else f'{p:.2f}'}")
+    return f"{_count(paired.get('only_this'))} vs {_count(paired.get('only_reference'))}, p = {_p(paired.get('p_value'))}"
 
 
-def _profile_row(p: Mapping[str, Any]) -> dict[str, Any]:
+def _interval(value: Any) -> str:
+    block = _dict(value)
+    rate, ci = _number(block.get("value")), [_number(v) for v in _list(block.get("ci"))]
+    if rate is None:
+        return "-"
+    return _percent(rate) + (f" ({_percent(ci[0])} \u2013 {_percent(ci[1])})" if len(ci) == 2 and None not in ci else "")
+
+
+def _errors(value: Any) -> dict[str, Any]:
+    errors = _dict(value)
+    kinds = _dict(errors.get("kinds"))
+    runs = [{"case": _text(_dict(r).get("case")), "trial": _count(_dict(r).get("trial")),
+             "kind": _text(_dict(r).get("kind")), "reason": _text(_dict(r).get("reason"))[:400]}
+            for r in _list(errors.get("runs"))]
+    return {"count": _count(errors.get("count") or 0),
+            "kinds": ", ".join(f"{_count(n)} {_text(kind)}" for kind, n in sorted(kinds.items())), "runs": runs}
+
+
+def _arm_row(p: Mapping[str, Any]) -> dict[str, Any]:
+    from orchestrator.evals.report import describe
+
     per = _dict(p.get("per_case"))
     rate, basis = _rate(p)
-    return {"name": _text(p.get("profile")), "rate": rate, "basis": basis, "cases": _count(p.get("cases")),
+    trials = int(_number(p.get("trials")) or 1)
+    budget = _dict(p.get("budget"))
+    unit = "$" if budget.get("by") == "usd" else ""
+    return {"name": _text(p.get("arm")), "workers": _text(describe(dict(_dict(p.get("description"))))),
+            "rate": rate, "basis": basis, "cases": _count(p.get("cases")), "trials": trials,
+            "interval": "Wilson" if trials == 1 else "clustered",
+            "pass_at_k": _interval(p.get("pass_at_k")), "pass_hat_k": _interval(p.get("pass_hat_k")),
+            "variance": _fraction(p.get("variance")), "errors": _errors(p.get("errors")),
+            "cost_per_resolved": _money(p.get("cost_per_resolved")),
+            "tokens_per_resolved": _count(p.get("tokens_per_resolved")),
+            "budget": (f"budget-matched to {_text(budget.get('against'))}: spent {unit}{_fraction(budget.get('spent'))}"
+                       f" of {unit}{_fraction(budget.get('budget'))} ({_fraction(budget.get('attempts'))} attempt(s) a run)"
+                       if budget else ""),
             "paired": _paired(p.get("paired")),
             "tokens_in": _count(per.get("tokens_in")), "tokens_out": _count(per.get("tokens_out")),
             "tokens_in_total": _count(p.get("tokens_in")), "tokens_out_total": _count(p.get("tokens_out")),
@@ -169,14 +210,14 @@ def _tick_label(value: float, step: float, money: bool) -> str:
     return f"{value:,.{_decimals(step)}f}"
 
 
-def _chart(profiles: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _chart(arms: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The cost-versus-resolved chart as numbers for the template; ``points`` empty: nothing to plot."""
     plotted, left_out = [], []
-    for p in profiles:
+    for p in arms:
         if _number(p.get("finished")) and _number(p.get("rate")) is not None:
             plotted.append(p)
         else:
-            left_out.append(_text(p.get("profile")))
+            left_out.append(_text(p.get("arm")))
     def per_case(*keys: str) -> list[float]:
         return [sum(_number(_dict(p.get("per_case")).get(key)) or 0.0 for key in keys) for p in plotted]
 
@@ -210,10 +251,10 @@ def _chart(profiles: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         cx = px(x)
         rate_text, _ = _rate(p)
         x_text = _money(x) if money else f"{x:,.0f} tokens"
-        points.append({"name": _text(p.get("profile")), "cx": cx, "cy": py(rate), "low": py(low), "high": py(high),
+        points.append({"name": _text(p.get("arm")), "cx": cx, "cy": py(rate), "low": py(low), "high": py(high),
                        "label_x": cx - 8 if cx > _LEFT + plot_w * 0.7 else cx + 8,
                        "anchor": "end" if cx > _LEFT + plot_w * 0.7 else "start",
-                       "title": f"{_text(p.get('profile'))}: {rate_text} resolved at {x_text} per case"})
+                       "title": f"{_text(p.get('arm'))}: {rate_text} resolved at {x_text} per case"})
     # Labels of points close together are moved apart vertically, so no name hides another.
     placed: list[tuple[float, float]] = []
     for point in sorted(points, key=lambda q: (q["cy"], q["cx"])):
@@ -245,15 +286,28 @@ def _cell(raw: Any) -> dict[str, Any]:
         tip.append(f"cost {_money(cost)}, {_count(cell.get('calls'))} call(s), {_seconds(cell.get('wall_s'))}")
     if cell.get("run_id"):
         tip.append(f"run {_text(cell.get('run_id'))}")
-    return {"state": state, "mark": mark, "css": css, "outcome": outcome, "title": "\n".join(tip),
-            "href": _link(cell.get("report"))}
+    trials = [_dict(t) for t in _list(cell.get("trials"))]
+    out = {"state": state, "mark": mark, "css": css, "outcome": outcome, "title": "\n".join(tip),
+           "href": _link(cell.get("report")), "trials": [], "count": "",
+           "reason": detail if len(detail) <= REASON_CHARS else detail[:REASON_CHARS - 1] + "\u2026"}
+    if len(trials) > 1:
+        out["count"] = f"{_count(cell.get('resolved'))}/{_count(cell.get('finished'))}"
+        out["reason"] = ""
+        for trial in trials:
+            tstate = trial.get("state") if trial.get("state") in STATES else "pending"
+            reason = _text(trial.get("detail"))
+            out["trials"].append({"n": _count(trial.get("trial")), "state": tstate, "mark": STATES[tstate][0],
+                                  "css": STATES[tstate][1], "href": _link(trial.get("report")),
+                                  "reason": reason if len(reason) <= REASON_CHARS
+                                  else reason[:REASON_CHARS - 1] + "\u2026"})
+    return out
 
 
-def _grid(cases: Sequence[Any], profiles: Sequence[str], cells: Sequence[Any],
+def _grid(cases: Sequence[Any], arms: Sequence[str], cells: Sequence[Any],
           titles: Mapping[str, Any]) -> list[dict[str, Any]]:
-    by_key = {(str(_dict(c).get("case")), str(_dict(c).get("profile"))): c for c in cells}
+    by_key = {(str(_dict(c).get("case")), str(_dict(c).get("arm"))): c for c in cells}
     return [{"case": _text(case), "title": _text(titles.get(str(case)))[:120],
-             "cells": [_cell(by_key.get((str(case), str(name)), {"state": "pending"})) for name in profiles]}
+             "cells": [_cell(by_key.get((str(case), str(name)), {"state": "pending"})) for name in arms]}
             for case in cases]
 
 
@@ -262,16 +316,20 @@ def _grid(cases: Sequence[Any], profiles: Sequence[str], cells: Sequence[Any],
 
 def eval_page_data(report: Mapping[str, Any]) -> dict[str, Any]:
     """The page's view model: plain strings, numbers and lists (every string made safe)."""
-    profiles = [_dict(p) for p in _list(report.get("profiles"))]
-    names = [p.get("profile") for p in profiles]
+    arms = [_dict(p) for p in _list(report.get("arms"))]
+    names = [p.get("arm") for p in arms]
     cells = _list(report.get("cells"))
     counts = {state: sum(1 for c in cells if _dict(c).get("state") == state) for state in STATES}
+    rows = [_arm_row(p) for p in arms]
     return {"eval": _text(report.get("eval")), "suite": _text(report.get("suite")),
-            "created_at": _text(report.get("created_at")),
-            "profiles": [_profile_row(p) for p in profiles], "reference": _text(names[0]) if names else "",
-            "chart": _chart(profiles), "names": [_text(n) for n in names],
+            "created_at": _text(report.get("created_at")), "arms": rows,
+            "reference": _text(report.get("reference") or (names[0] if names else "")),
+            "trials": max([row["trials"] for row in rows], default=1),
+            "errors": [dict(run, arm=row["name"]) for row in rows for run in row["errors"]["runs"]],
+            "chart": _chart(arms), "names": [_text(n) for n in names],
             "grid": _grid(_list(report.get("cases")), names, cells, _dict(report.get("titles"))),
-            "counts": [{"state": s, "mark": STATES[s][0], "css": STATES[s][1], "n": counts[s]} for s in STATES]}
+            "counts": [{"state": s, "mark": STATES[s][0], "css": STATES[s][1], "n": counts[s]} for s in STATES
+                       if counts[s] or s in ("resolved", "unresolved", "error", "pending")]}
 
 
 def render_eval_page(report: Mapping[str, Any]) -> str:

@@ -1,19 +1,25 @@
-"""``mesh eval run`` as a library: every (case, profile) of a suite as a real ``mesh run``, graded.
+"""``mesh eval run`` as a library: every (case, arm, trial) of a suite as a real ``mesh run``, graded.
 
 An eval lives in a folder of its own (by default ``<repo>/.mesh/evals/<suite name>/``):
 
-- ``eval.json``: the suite (path and sha256), the source repository, the profiles in order;
+- ``eval.json``: the suite (path and sha256), the source repository, the arms (each one's
+  description: profile and workers), their order, the reference arm and each arm's trials;
 - ``tracker.db``: the eval's tracker (or the one ``--db`` names, SQLite or PostgreSQL), where
-  each (case, profile) is a task of its own, in a scope of its own (``plan:eval-<case>-<profile>``);
-- ``repos/<case>/<profile>/``: the repository of that run, holding only the case's base history;
+  each run is a task of its own, in a scope of its own (``plan:eval-<case>-<slot>``; a slot names
+  an arm, a trial and an attempt: ``orchestrator.evals.arms.slot``);
+- ``repos/<case>/<slot>/``: the repository of that run, holding only the case's base history;
   its work goes on ``mesh/<task>`` there, never into the user's repository;
-- ``results/<case>/<profile>.json``: the graded result, written at once when the run is graded;
-- ``runs/<case>/<profile>.html``: the run's report page.
+- ``results/<case>/<arm>[.tK].json``: the graded result of a trial, written at once;
+- ``runs/<case>/<arm>[.tK].html``: the graded run's report page.
 
 Each run is a ``mesh run`` process (``mesh resume --force`` for one a killed eval left in
 progress: its checkpoints and calls log make it continue without paying a call twice). A result
-file is the mark of a finished pair: a killed eval run again starts where it stopped. One eval
-process at a time holds a folder (a lock file).
+file is the mark of a finished trial: a killed eval run again starts where it stopped. One eval
+process at a time holds a folder (a lock file). A run that ended in an error (a configuration
+mistake, a missing agent CLI, the API's rate limit or overload after its retries, a sandbox or
+tracker failure) is ``error``, with its kind and reason: never counted as finished. A
+budget-matched arm (``orchestrator.evals.matching``) makes attempts until it spent what its
+reference arm spent on the same case and trial.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,11 +40,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.evals.arms import Arm, ArmError, arms_from, slot
 from orchestrator.evals.cases import Grade, case_repo, grade_run, write_json, write_text
+from orchestrator.evals.matching import matched_pair
+from orchestrator.evals.report import count_kinds
 from orchestrator.evals.suite import Case, read_suite
 from orchestrator.sandbox.lifetime import die_with_parent
 
-__all__ = ["EvalError", "EvalOptions", "EvalRun", "eval_folder", "pair_label"]
+__all__ = ["EvalError", "EvalOptions", "EvalRun", "Pair", "eval_folder", "pair_label"]
 
 PROFILES = ("full", "lite", "single", "candidates")
 ACTOR = "mesh-eval"
@@ -46,10 +56,15 @@ ACTOR = "mesh-eval"
 TYPICAL_CALLS = {"full": 11, "lite": 4, "single": 2}
 # Tokens of one call, when nothing was measured yet: a prompt with its repository context, an answer.
 TYPICAL_TOKENS = (6000, 1500)
+# The kinds of error a run can end in (``error.kind`` of a result): none of them is the arm's doing.
+ERROR_KINDS = ("configuration", "missing_cli", "api", "sandbox", "tracker", "base", "run", "eval", "reference")
+# A failed call's detail that says the API (or an agent CLI's provider) was overloaded or limited.
+_API_TROUBLE = re.compile(r"HTTP (429|5\d\d)\b|overloaded|rate.?limit|too many requests|connection failed|"
+                          r"quota|usage limit", re.I)
 
 
 class EvalError(Exception):
-    """The eval cannot run (a bad suite, a folder another eval holds, a changed suite): exit 2."""
+    """The eval cannot run (a bad suite, a folder another eval holds, a changed suite or arm): exit 2."""
 
 
 @dataclass
@@ -57,7 +72,10 @@ class EvalOptions:
     """What ``mesh eval run`` was asked."""
 
     suite: Path
-    profiles: list[str]
+    profiles: list[str] = field(default_factory=list)  # --profile P: an arm named P
+    arms: list[str] = field(default_factory=list)  # --arm NAME or --arm 'NAME: key=value ...'
+    reference: str | None = None  # the arm every other is compared with (default: the first)
+    trials: int = 1
     repo: Path | None = None
     config_file: Path | None = None
     out: Path | None = None
@@ -66,7 +84,37 @@ class EvalOptions:
     max_usd: float | None = None
     batch: bool = False
     retry_errors: bool = False
-    run_args: list[str] = field(default_factory=list)  # --backend/--worker/--worker-cmd, passed to each run
+    # --backend/--worker/--worker-cmd: the workers of an arm that names none of its own.
+    run_args: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One trial of one arm on one case: a result file of its own."""
+
+    case: Case
+    arm: Arm
+    trial: int = 1
+
+    @property
+    def slot(self) -> str:
+        return slot(self.arm.name, self.trial)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.case.id, self.slot
+
+
+@dataclass
+class Attempt:
+    """One ``mesh run`` of a pair (a budget-matched arm makes several): its slot, repository and task."""
+
+    slot: str
+    repo: Path
+    task: str
+    error: tuple[str, str] | None = None  # (kind, reason) when the run ended in an error
+    status: str = "open"
+    usage: dict[str, float] = field(default_factory=dict)
 
 
 def eval_folder(repo: Path, suite: Path) -> Path:
@@ -75,9 +123,9 @@ def eval_folder(repo: Path, suite: Path) -> Path:
     return repo / ".mesh" / "evals" / name
 
 
-def pair_label(case_id: str, profile: str) -> str:
-    """The plan label of a (case, profile) run: its scope."""
-    return f"plan:eval-{case_id}-{profile}"
+def pair_label(case_id: str, run_slot: str) -> str:
+    """The plan label of one run (``run_slot``: ``orchestrator.evals.arms.slot``): its scope."""
+    return f"plan:eval-{case_id}-{run_slot}"
 
 
 class EvalRun:
@@ -88,15 +136,21 @@ class EvalRun:
         from orchestrator.worktree.gitops import GitError, repo_root
 
         self.options, self.echo = options, echo
-        unknown = [p for p in options.profiles if p not in PROFILES]
-        if unknown or not options.profiles:
-            raise EvalError(f"--profile takes {', '.join(PROFILES)}" + (f"; not {', '.join(unknown)}" if unknown
-                                                                          else ""))
+        if options.trials < 1:
+            raise EvalError("--trials takes 1 or more")
         try:
             self.source = repo_root(Path(options.repo or Path.cwd()).resolve())
             self.config = load_config(self.source, options.config_file)
         except (GitError, ConfigError) as exc:
             raise EvalError(str(exc)) from None
+        try:
+            self.arms: list[Arm] = arms_from(self.config, specs=list(options.arms), profiles=list(options.profiles),
+                                             run_args=dict(options.run_args))
+        except ArmError as exc:
+            raise EvalError(str(exc)) from None
+        if not self.arms:
+            raise EvalError("name what to compare: --arm NAME (an arm of [eval.arms], or 'NAME: profile=...')"
+                            f" or --profile {{{','.join(PROFILES)}}}")
         self.config_file = _config_path(self.source, options.config_file)
         suite = Path(options.suite).resolve()
         try:
@@ -113,7 +167,6 @@ class EvalRun:
             (private / ".gitignore").write_text("# mesh's own files (evals, jobs): never committed\n*\n")
         self._lock = _hold(self.folder / ".lock")
         self.meta = self._meta(suite)
-        self.profiles: list[str] = self.meta["profiles"]
         self.db = options.db or str(self.folder / "tracker.db")
         self._spent_lock = threading.Lock()
         self._stopped_for_budget = False
@@ -121,6 +174,9 @@ class EvalRun:
         self._children: set[subprocess.Popen] = set()
         self._children_lock = threading.Lock()
         self._checks: dict[str, tuple[list[str], bool]] = {}  # case -> (check commands, base passes them)
+        self._done = threading.Condition()
+        self._scheduled: set[tuple[str, str]] = set()
+        self._finished: set[tuple[str, str]] = set()
         self.view = None
 
     # ------------------------------------------------------------------ the plan
@@ -130,31 +186,58 @@ class EvalRun:
         path = self.folder / "eval.json"
         meta = json.loads(path.read_text()) if path.exists() else {
             "eval": f"ev-{self.folder.name}", "suite": str(suite), "suite_sha256": digest, "source": str(self.source),
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "profiles": []}
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "arms": {}, "order": [],
+            "reference": None, "trials": {}}
         if meta["suite_sha256"] != digest:
             raise EvalError(f"{suite} changed since this eval began ({path}); give another --out for the new suite")
-        meta["profiles"] = list(dict.fromkeys([*meta["profiles"], *self.options.profiles]))
+        if "arms" not in meta:  # an eval of an older mesh: its profiles were its arms, their workers unrecorded
+            meta.update(arms={p: {"profile": p, "recorded": False} for p in meta.get("profiles", [])},
+                        order=list(meta.get("profiles", [])), reference=(meta.get("profiles") or [None])[0],
+                        trials={p: 1 for p in meta.get("profiles", [])})
+        for arm in self.arms:
+            described = arm.description(self.config)
+            before = meta["arms"].get(arm.name)
+            if before is not None and before.get("recorded", True) and before != described:
+                raise EvalError(f"arm {arm.name} ran in this eval with other workers: {_difference(before, described)};"
+                                " give the new workers another arm name, or the eval another --out")
+            meta["arms"][arm.name] = described
+            if arm.name not in meta["order"]:
+                meta["order"].append(arm.name)
+            meta["trials"][arm.name] = max(int(meta["trials"].get(arm.name, 0)), self.options.trials)
+        meta["reference"] = self.options.reference or meta.get("reference") or self.arms[0].name
+        if meta["reference"] not in meta["arms"]:
+            raise EvalError(f"--reference {meta['reference']}: no such arm in this eval"
+                            f" (its arms: {', '.join(meta['order'])})")
+        meta["profiles"] = list(meta["order"])  # what an older reader lists
         write_json(path, meta)
         return meta
 
-    def pairs(self) -> list[tuple[Case, str]]:
-        """Every (case, profile) of the eval, case by case (the first profile first)."""
-        return [(case, profile) for case in self.cases for profile in self.options.profiles]
+    def pairs(self) -> list[Pair]:
+        """Every (case, arm, trial) of this run: the arms that spend freely first, then the
+        budget-matched ones (each waits for its reference's spend on the same case and trial)."""
+        free = [a for a in self.arms if not a.config.match]
+        matched = [a for a in self.arms if a.config.match]
+        return [Pair(case, arm, trial) for group in (free, matched) for case in self.cases for arm in group
+                for trial in range(1, self.options.trials + 1)]
 
-    def result_path(self, case_id: str, profile: str) -> Path:
-        return self.folder / "results" / case_id / f"{profile}.json"
+    def result_path(self, case_id: str, run_slot: str) -> Path:
+        return self.folder / "results" / case_id / f"{run_slot}.json"
 
-    def result(self, case_id: str, profile: str) -> dict | None:
-        path = self.result_path(case_id, profile)
+    def result(self, case_id: str, run_slot: str) -> dict | None:
+        path = self.result_path(case_id, run_slot)
         return json.loads(path.read_text()) if path.exists() else None
 
-    def pending(self) -> list[tuple[Case, str]]:
+    def pending(self) -> list[Pair]:
         out = []
-        for case, profile in self.pairs():
-            done = self.result(case.id, profile)
+        for pair in self.pairs():
+            done = self.result(*pair.key)
             if done is None or (self.options.retry_errors and done.get("state") == "error"):
-                out.append((case, profile))
+                out.append(pair)
         return out
+
+    def errors(self) -> list[dict]:
+        """The results of this run's arms that ended in an error (what makes ``mesh eval run`` exit 1)."""
+        return [r for pair in self.pairs() if (r := self.result(*pair.key)) and r.get("state") == "error"]
 
     # ------------------------------------------------------------------ money
 
@@ -186,24 +269,28 @@ class EvalRun:
             return self.usage_of(tracker)["cost_usd"]
 
     def estimate(self) -> dict[str, Any]:
-        """How many runs are left, and what they may cost: per profile, the mean cost of its
-        finished runs in this eval; for a profile with none yet, its typical calls at the mean
-        cost of a call measured here, else at the price table's price of typical tokens."""
+        """How many runs are left, and what they may cost: per arm, the mean cost of its finished
+        runs in this eval; for an arm with none yet, its profile's typical calls at the mean cost
+        of a call measured here, else at the price table's price of typical tokens; a
+        budget-matched arm spends what its reference arm does."""
         pending = self.pending()
-        done = [r for case in self.cases for p in self.profiles if (r := self.result(case.id, p))]
-        by_profile: dict[str, list[float]] = {}
+        done = [r for pair in self.pairs() if (r := self.result(*pair.key)) and r.get("state") != "error"]
+        by_arm: dict[str, list[float]] = {}
         calls = sum(r.get("calls", 0) for r in done)
         cost = sum(r.get("cost_usd", 0.0) for r in done)
         for r in done:
-            by_profile.setdefault(r["profile"], []).append(r.get("cost_usd", 0.0))
+            by_arm.setdefault(r.get("arm") or r["profile"], []).append(r.get("cost_usd", 0.0))
         per_call = cost / calls if calls else self._priced_call()
-        per_run = {p: sum(v) / len(v) if (v := by_profile.get(p)) else per_call * self._typical_calls(p)
-                   for p in self.options.profiles}
-        basis = {p: "measured" if by_profile.get(p) else ("measured per call" if calls else "price table")
-                 for p in self.options.profiles}
-        total = sum(per_run[p] for _, p in pending)
+        per_run = {a.name: sum(v) / len(v) if (v := by_arm.get(a.name)) else per_call * self._typical_calls(a.profile)
+                   for a in self.arms}
+        for arm in self.arms:
+            if arm.config.match and not by_arm.get(arm.name):
+                per_run[arm.name] = per_run.get(arm.config.match, per_run[arm.name])
+        basis = {a.name: "measured" if by_arm.get(a.name) else ("measured per call" if calls else "price table")
+                 for a in self.arms}
+        total = sum(per_run[pair.arm.name] for pair in pending)
         return {"runs": len(pending), "done": len(self.pairs()) - len(pending), "estimated_usd": round(total, 4),
-                "per_run_usd": {p: round(v, 4) for p, v in per_run.items()}, "basis": basis}
+                "per_run_usd": {a: round(v, 4) for a, v in per_run.items()}, "basis": basis}
 
     def _typical_calls(self, profile: str) -> int:
         """Calls of a run of ``profile`` straight through: the candidates profile's grow with its authors."""
@@ -232,10 +319,11 @@ class EvalRun:
         """Run every pending pair (``jobs`` at a time) and grade it; returns a summary."""
         self._prepare_environment()
         pending = self.pending()
+        self._scheduled = {pair.key for pair in pending}
         results: list[dict] = []
         skipped = 0
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
-            futures = {pool.submit(self.pair, case, profile): (case, profile) for case, profile in pending}
+            futures = {pool.submit(self.pair, pair): pair for pair in pending}
             try:
                 for future in concurrent.futures.as_completed(futures):
                     outcome = future.result()
@@ -247,8 +335,10 @@ class EvalRun:
                 self.stop()
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
+        errors = self.errors()
         return {"eval": self.meta["eval"], "folder": str(self.folder), "ran": len(results), "skipped": skipped,
-                "resolved": sum(r["state"] == "resolved" for r in results)}
+                "resolved": sum(r["state"] == "resolved" for r in results),
+                "errors": len(errors), "error_kinds": count_kinds(errors)}
 
     def _prepare_environment(self) -> None:
         """The project's installed environment, found in the user's repository, is the one every
@@ -276,118 +366,164 @@ class EvalRun:
         """Ctrl-C: no pair starts any more, and the runs under way are asked to stop after their
         next checkpoint (SIGINT, as a terminal's Ctrl-C would; ``mesh eval run`` again continues them)."""
         self._stopping.set()
+        with self._done:
+            self._done.notify_all()
         with self._children_lock:
             children = list(self._children)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signal.SIGINT)
 
-    def pair(self, case: Case, profile: str) -> dict | None:
-        """Run (or resume) and grade one (case, profile); None when the budget kept it from
-        starting, or the eval is stopping."""
-        if self._stopping.is_set():
-            raise KeyboardInterrupt
-        if self.over_budget():
-            return None
+    def pair(self, pair: Pair) -> dict | None:
+        """Run (or resume) and grade one pair; None when the budget kept it from starting."""
+        result = None
         try:
-            return self._pair(case, profile)
-        except (ValueError, OSError) as exc:  # git or the file system failed this pair: said, and the eval goes on
-            from redact import scrub
+            if self._stopping.is_set():
+                raise KeyboardInterrupt
+            if self.over_budget():
+                return None
+            try:
+                if pair.arm.config.match:
+                    result = matched_pair(self, pair)
+                else:
+                    attempt = self.attempt(pair, 1)
+                    result = self.grade(pair, attempt, [attempt])
+            except (ValueError, OSError) as exc:  # git or the file system failed this pair: said, and the eval goes on
+                from redact import scrub
 
-            result = {"case": case.id, "profile": profile, "task": None, "state": "error", "outcome": None,
-                      "detail": scrub(f"{type(exc).__name__}: {exc}")[:400], "report": None, "run_id": None}
-            write_json(self.result_path(case.id, profile), result)
-            self.echo(f"{case.id} {profile}: error ({result['detail']})")
+                result = self.error_result(pair, "eval", scrub(f"{type(exc).__name__}: {exc}")[:400])
             return result
+        finally:
+            with self._done:
+                self._finished.add(pair.key)
+                self._done.notify_all()
 
-    def _pair(self, case: Case, profile: str) -> dict:
-        repo = case_repo(self.folder, self.source, case, profile, self.view)
-        task_id = self._task(case, profile)
+    def reference_result(self, pair: Pair) -> dict | None:
+        """The result of the pair a budget-matched ``pair`` matches (its arm's ``match``, the same case
+        and trial), waited for while this eval runs it; None when it is not run."""
+        key = (pair.case.id, slot(pair.arm.config.match or "", pair.trial))
+        with self._done:
+            while key in self._scheduled and key not in self._finished:
+                if self._stopping.is_set():
+                    raise KeyboardInterrupt
+                self._done.wait(timeout=1.0)
+        return self.result(*key)
+
+    def attempt(self, pair: Pair, number: int) -> Attempt:
+        """Run (or resume) the ``number``-th attempt of ``pair``: a task and a repository of its own."""
+        run_slot = slot(pair.arm.name, pair.trial, number)
+        repo = case_repo(self.folder, self.source, pair.case, run_slot, self.view)
+        task_id = self._task(pair.case, run_slot)
         with self.tracker() as tracker:
             status = tracker.get(task_id)["status"]
-        wall = self.folder / "results" / case.id / f"{profile}.wall"
-        error = None
+        attempt = Attempt(run_slot, repo, task_id)
         if status not in ("closed", "blocked"):
-            error = self._mesh_run(case, profile, repo, task_id, resume=status == "in_progress", wall=wall)
-        return self._grade(case, profile, repo, task_id, error, wall)
+            attempt.error = self._mesh_run(pair, attempt, resume=status == "in_progress", number=number)
+        with self.tracker() as tracker:
+            attempt.status = tracker.get(task_id)["status"]
+            attempt.usage = self.usage_of(tracker, task_id)
+        return attempt
 
-    def _task(self, case: Case, profile: str) -> str:
+    def _task(self, case: Case, run_slot: str) -> str:
         with self.tracker() as tracker:
             issue = tracker.create((case.title or case.task.splitlines()[0])[:200], description=case.task,
-                                   labels=[pair_label(case.id, profile)], issue_type="task",
-                                   idempotency_key=f"{self.meta['eval']}:{case.id}:{profile}")
+                                   labels=[pair_label(case.id, run_slot)], issue_type="task",
+                                   idempotency_key=f"{self.meta['eval']}:{case.id}:{run_slot}")
             return issue["id"]
 
-    def _mesh_run(self, case: Case, profile: str, repo: Path, task_id: str, *, resume: bool,
-                  wall: Path) -> str | None:
-        """One ``mesh run`` (``resume --force`` after a kill) of the pair; an error's text, else None.
-        Its wall time so far is written to ``wall`` every few seconds, a line per attempt, so an
-        eval killed during the run still counts the time the run had taken."""
+    def _mesh_run(self, pair: Pair, attempt: Attempt, *, resume: bool, number: int) -> tuple[str, str] | None:
+        """One ``mesh run`` (``resume --force`` after a kill) of an attempt; its error's (kind,
+        reason), else None. Its wall time so far is written beside its result every few seconds,
+        a line per start, so an eval killed during the run still counts the time the run had taken."""
         command = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--db", self.db,
-                   "--actor", ACTOR, *(["resume", task_id, "--force"] if resume else ["run"]),
-                   "--label", pair_label(case.id, profile), "--repo", str(repo), "--json", "--no-land",
-                   "--profile", profile, "--allow-failing-base", *self.options.run_args]
+                   "--actor", ACTOR, *(["resume", attempt.task, "--force"] if resume else ["run"]),
+                   "--label", pair_label(pair.case.id, attempt.slot), "--repo", str(attempt.repo), "--json",
+                   "--no-land", "--allow-failing-base", *pair.arm.run_args(self.config)]
         if self.config_file is not None:
             command += ["--config", str(self.config_file)]
-        if self.options.batch:
+        if self.options.batch and "--batch" not in command:
             command.append("--batch")
-        env = {**os.environ, "MESH_EVAL_CASE": case.id, "MESH_EVAL_PROFILE": profile}
-        done = _timed_run(command, cwd=repo, env=env, wall=wall, children=(self._children, self._children_lock))
+        env = {**os.environ, "MESH_EVAL_CASE": pair.case.id, "MESH_EVAL_PROFILE": pair.arm.profile,
+               "MESH_EVAL_ARM": pair.arm.name, "MESH_EVAL_TRIAL": str(pair.trial), "MESH_EVAL_ATTEMPT": str(number)}
+        done = _timed_run(command, cwd=attempt.repo, env=env, wall=self._wall(pair.case.id, attempt.slot),
+                          children=(self._children, self._children_lock))
         if done.returncode in (0, 3):  # closed (or nothing to run: finished before), blocked
             return None
         if done.returncode == 130:
             raise KeyboardInterrupt
-        from redact import scrub
+        return run_error(done.returncode, done.stderr)
 
-        tail = scrub(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
-        return f"mesh run exited {done.returncode}: {tail[:300]}"
+    def _wall(self, case_id: str, run_slot: str) -> Path:
+        return self.folder / "results" / case_id / f"{run_slot}.wall"
 
-    def _grade(self, case: Case, profile: str, repo: Path, task_id: str, error: str | None, wall: Path) -> dict:
+    def error_result(self, pair: Pair, kind: str, reason: str, **extra: Any) -> dict:
+        """Write and say the result of a pair that ended in an error (never counted as finished)."""
+        result = {"case": pair.case.id, "arm": pair.arm.name, "profile": pair.arm.profile, "trial": pair.trial,
+                  "arm_description": self.meta["arms"][pair.arm.name], "task": None, "state": "error",
+                  "outcome": None, "detail": reason, "error": {"kind": kind, "reason": reason}, "report": None,
+                  "run_id": None, **extra}
+        write_json(self.result_path(*pair.key), result)
+        self.echo(f"{pair.case.id} {pair.slot}: error, {kind} ({reason})")
+        return result
+
+    def grade(self, pair: Pair, chosen: Attempt, attempts: list[Attempt], **extra: Any) -> dict:
+        """Grade ``chosen`` (the pair's run, or the attempt a budget-matched arm keeps) and write
+        the pair's result; its figures are those of every attempt."""
         from orchestrator.evals.cases import _git  # one git runner for the case repositories
         from orchestrator.protocol.checkpoint import load_checkpoints
         from orchestrator.views.report_html import write_report
 
         with self.tracker() as tracker:
-            issue = tracker.get(task_id)
-            checkpoints = load_checkpoints(tracker, task_id)
+            issue = tracker.get(chosen.task)
+            checkpoints = load_checkpoints(tracker, chosen.task)
             outcomes = [cp for cp in checkpoints if cp.kind == "outcome"]
-            cycles = sum(1 for cp in checkpoints if cp.kind == "review-cycle")
-            usage = self.usage_of(tracker, task_id)
             last = (outcomes[-1].payload.get("artifact") or {}) if outcomes else {}
-            report = self.folder / "runs" / case.id / f"{profile}.html"
+            cycles = 0
+            for attempt in attempts:
+                cycles += sum(1 for cp in load_checkpoints(tracker, attempt.task) if cp.kind == "review-cycle")
+            usage = {key: sum(a.usage.get(key, 0) for a in attempts) for key in ("calls", "tokens_in", "tokens_out",
+                                                                                  "cost_usd")}
+            trouble = blocked_error(tracker, chosen.task, last) if issue["status"] == "blocked" else None
+            report = self.folder / "runs" / pair.case.id / f"{pair.slot}.html"
             report.parent.mkdir(parents=True, exist_ok=True)
             try:
-                write_report(tracker, task_id, report, prices=self.config.prices)
+                write_report(tracker, chosen.task, report, prices=self.config.prices)
             except OSError:
                 report = None
-        branch = f"refs/heads/mesh/{task_id}"
+        error = chosen.error if chosen.error and issue["status"] not in ("closed", "blocked") else trouble
+        walls = [sum(_walls(self._wall(pair.case.id, a.slot))) for a in attempts]
+        figures = {**usage, "review_cycles": cycles, "wall_s": round(sum(walls), 3),
+                   "report": str(report.relative_to(self.folder)) if report else None,
+                   "run_id": outcomes[-1].payload.get("run_id") if outcomes else None, "task": chosen.task,
+                   "outcome": last.get("outcome") or issue["status"], "block_reason": last.get("block_reason")}
+        if len(attempts) > 1 or pair.arm.config.match:
+            figures["attempts"] = [{"slot": a.slot, "task": a.task, "status": a.status,
+                                    "error": list(a.error) if a.error else None, **a.usage} for a in attempts]
+        if error is not None:
+            return self.error_result(pair, error[0], error[1], **figures, **extra)
+        branch = f"refs/heads/mesh/{chosen.task}"
         try:
-            head = _git(repo, "rev-parse", "--verify", "-q", branch).strip()
-            head = head if head != _git(repo, "rev-parse", "main").strip() else None
+            head = _git(chosen.repo, "rev-parse", "--verify", "-q", branch).strip()
+            head = head if head != _git(chosen.repo, "rev-parse", "main").strip() else None
         except ValueError:
             head = None
-        if error and issue["status"] not in ("closed", "blocked"):
-            grade, state = Grade(False, error), "error"
-        else:
-            view = self._view(repo)
-            checks, base_passes = self._base_checks(case, repo, view)
-            grade = grade_run(repo, self.source, case, head, settings=self.config.validation, view=view,
-                              checks=checks, base_passes=base_passes)
-            state = "resolved" if grade.resolved else "unresolved"
-            if issue["status"] == "blocked" and last.get("block_reason"):
-                # Why the run stopped is part of the grade's story (a refused patch is no change).
-                grade.detail = f"{grade.detail}; the run ended blocked: {last['block_reason']}"
-        walls = _walls(wall)
-        result = {"case": case.id, "profile": profile, "task": task_id, "state": state, "detail": grade.detail,
-                  "outcome": last.get("outcome") or issue["status"], "block_reason": last.get("block_reason"),
-                  "run_id": outcomes[-1].payload.get("run_id") if outcomes else None,
-                  "review_cycles": cycles,
-                  "wall_s": round(sum(walls), 3), "head": head, "graded_commit": grade.commit,
-                  "hidden": grade.hidden, "existing": grade.existing,
-                  "report": str(report.relative_to(self.folder)) if report else None, **usage}
-        write_json(self.result_path(case.id, profile), result)
-        self.echo(f"{case.id} {profile}: {state} ({result['outcome']}, {usage['calls']} call(s),"
-                  f" ${usage['cost_usd']:.4f}, {result['wall_s']:.1f}s)")
+        view = self._view(chosen.repo)
+        checks, base_passes = self._base_checks(pair.case, chosen.repo, view)
+        grade: Grade = grade_run(chosen.repo, self.source, pair.case, head, settings=self.config.validation, view=view,
+                                 checks=checks, base_passes=base_passes)
+        state = "resolved" if grade.resolved else "unresolved"
+        detail = grade.detail
+        if issue["status"] == "blocked" and last.get("block_reason"):
+            # Why the run stopped is part of the grade's story (a refused patch is no change).
+            detail = f"{detail}; the run ended blocked: {last['block_reason']}"
+        graded = {key: value for key, value in grade.to_dict().items() if key not in ("resolved", "detail", "commit")}
+        result = {"case": pair.case.id, "arm": pair.arm.name, "profile": pair.arm.profile, "trial": pair.trial,
+                  "arm_description": self.meta["arms"][pair.arm.name], "state": state, "detail": detail,
+                  "error": None, "head": head, "graded_commit": grade.commit, **graded, **figures, **extra}
+        write_json(self.result_path(*pair.key), result)
+        self.echo(f"{pair.case.id} {pair.slot}: {state} ({result['outcome']}, {usage['calls']} call(s),"
+                  f" ${usage['cost_usd']:.4f}, {result['wall_s']:.1f}s"
+                  + (f", {len(attempts)} attempts" if len(attempts) > 1 else "") + ")")
         return result
 
     def _view(self, repo: Path):
@@ -411,6 +547,46 @@ class EvalRun:
         passes = all(run(base, command)[0] for command in checks)
         self._checks[case.id] = (checks, passes)
         return checks, passes
+
+
+def run_error(code: int, stderr: str) -> tuple[str, str]:
+    """The (kind, reason) of a ``mesh run`` that exited ``code`` (not closed, blocked or interrupted)."""
+    from redact import scrub
+
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    reason = f"mesh run exited {code}: " + scrub(lines[-1] if lines else "no message")[:300]
+    text = stderr.lower()
+    if code == 2 and any(words in text for words in ("not found or not executable", "not on path",
+                                                     "cannot start worker command")):
+        return "missing_cli", reason
+    if code == 2 and ("in its sandbox" in text or "bwrap" in text or "bubblewrap" in text):
+        return "sandbox", reason
+    return {2: "configuration", 4: "tracker", 5: "base"}.get(code, "run"), reason
+
+
+def blocked_error(tracker: Any, task_id: str, last: dict) -> tuple[str, str] | None:
+    """A blocked run that is no outcome of its arm: its workers never answered because the API (or
+    the agent CLI's provider) was rate-limited or overloaded after every retry, or the tracker
+    refused a checkpoint; None for a run its workers blocked."""
+    from orchestrator.ledger.calls import calls_for, failure_reason
+    from redact import scrub
+
+    reason = last.get("block_reason")
+    if reason == "tampered_checkpoint":
+        return "tracker", f"blocked: {reason}: {scrub(str(last.get('block_detail') or ''))[:300]}"
+    if reason not in ("no_response", "review_no_response"):
+        return None
+    failed = [row["error"] for row in calls_for(tracker, task_id=task_id)
+              if failure_reason(row.get("error")) in ("no_response", "timeout")]
+    if failed and _API_TROUBLE.search(failed[-1]):
+        return "api", f"blocked: {reason} after the retries: {scrub(failed[-1])[:300]}"
+    return None
+
+
+def _difference(before: dict, now: dict) -> str:
+    keys = sorted(set(before) | set(now))
+    return "; ".join(f"{key} was {before.get(key)!r}, now {now.get(key)!r}" for key in keys
+                     if before.get(key) != now.get(key))[:500]
 
 
 _WALL_EVERY_S = 2.0

@@ -6,13 +6,19 @@
 - ``mcnemar_exact``: McNemar's exact test of two profiles run on the same cases: only the
   discordant cases count (``b`` resolved by the first profile alone, ``c`` by the second alone);
   under the null each is equally likely, so the two-sided p-value is a binomial tail with p = 1/2.
+- ``pass_at_k`` and ``pass_hat_k``: per case, the chance that at least one (pass@k) or all (pass^k)
+  of k runs resolve, estimated without bias from the n runs made.
+- ``mean_interval``: a mean of per-case scores with its clustered normal interval.
+- ``sign_flip_exact``: the paired comparison of two arms over every trial: an exact sign-flip
+  permutation test of per-case differences (McNemar's exact test when each case has one run).
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
-__all__ = ["mcnemar_exact", "wilson"]
+__all__ = ["mcnemar_exact", "mean_interval", "pass_at_k", "pass_hat_k", "sign_flip_exact", "wilson"]
 
 _Z95 = 1.959963984540054
 
@@ -44,3 +50,61 @@ def mcnemar_exact(b: int, c: int) -> float:
     k = min(b, c)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
     return min(1.0, 2 * tail)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k for one case (Chen et al. 2021): the chance that at least
+    one of ``k`` runs drawn from the ``n`` made (``c`` of them resolved) resolves, 1 - C(n-c, k)/C(n, k)."""
+    _check_counts(n, c, k)
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """pass^k for one case (tau-bench, Yao et al. 2024): the chance that all of ``k`` runs drawn
+    from the ``n`` made resolve, C(c, k)/C(n, k): how reliably the arm resolves it."""
+    _check_counts(n, c, k)
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def _check_counts(n: int, c: int, k: int) -> None:
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"{c} resolved of {n} runs, k={k}")
+
+
+def mean_interval(values: list[float], z: float = _Z95) -> tuple[float, float, float]:
+    """(mean, lower, upper) of per-case scores in [0, 1]: the mean with the normal interval of its
+    standard error across cases (the clustered standard error of an eval whose cases each have
+    several runs: Miller 2024, "Adding Error Bars to Evals"), clipped to [0, 1]; one case (or none)
+    has no spread to measure: the interval is then [0, 1]."""
+    if not values:
+        return 0.0, 0.0, 1.0
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0, 1.0
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    half = z * math.sqrt(variance / len(values))
+    return mean, max(0.0, mean - half), min(1.0, mean + half)
+
+
+def sign_flip_exact(differences: list[Fraction | int]) -> float:
+    """The two-sided exact p-value of the paired sign-flip (permutation) test of per-case
+    differences between two arms (each case's resolved rate in one arm minus the other's): under
+    the null the sign of each case's difference is a fair coin, so the p-value is the share of the
+    2^m sign assignments (m nonzero differences) whose sum is at least as far from zero as the one
+    observed. With one trial per case the differences are -1, 0 or 1 and this is McNemar's exact
+    test. Computed exactly (rational differences, the distribution of sums built case by case)."""
+    values = [Fraction(d) for d in differences if d != 0]
+    if not values:
+        return 1.0
+    observed = abs(sum(values))
+    sums: dict[Fraction, int] = {Fraction(0): 1}
+    for value in values:
+        grown: dict[Fraction, int] = {}
+        for total, count in sums.items():
+            for signed in (total + value, total - value):
+                grown[signed] = grown.get(signed, 0) + count
+        sums = grown
+    extreme = sum(count for total, count in sums.items() if abs(total) >= observed)
+    return min(1.0, extreme / 2 ** len(values))

@@ -3,7 +3,7 @@ same offline page ``mesh eval report`` writes) and the run reports its grid link
 
 An eval is a folder of ``<repo>/.mesh/evals/`` holding ``eval.json`` (``orchestrator.evals``).
 Names and paths from the URL are checked against what is there: a folder name of that list, a
-run report ``runs/<case>/<profile>.html`` inside it; nothing else is read.
+run report ``runs/<case>/<arm>[.tK].html`` inside it; nothing else is read.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _folders(root: Path | None) -> dict[str, Path]:
 
 
 def eval_list(root: Path | None) -> list[dict[str, Any]]:
-    """Every eval of ``root``: its name, suite, cases and per profile resolved/finished."""
+    """Every eval of ``root``: its name, suite, cases and per arm resolved/finished and errors."""
     from orchestrator.evals.report import ReportError, report_data
 
     out = []
@@ -32,12 +32,12 @@ def eval_list(root: Path | None) -> list[dict[str, Any]]:
         try:
             report = report_data(folder)
         except (ReportError, OSError, ValueError, KeyError) as exc:
-            out.append({"name": name, "error": str(exc)[:200], "profiles": [], "cases": 0, "created_at": ""})
+            out.append({"name": name, "error": str(exc)[:200], "arms": [], "cases": 0, "created_at": ""})
             continue
         out.append({"name": name, "suite": Path(report["suite"]).name, "cases": len(report["cases"]),
                     "created_at": report["created_at"], "error": None,
-                    "profiles": [{"profile": row["profile"], "resolved": row["resolved"], "finished": row["finished"]}
-                                 for row in report["profiles"]]})
+                    "arms": [{"arm": row["arm"], "resolved": row["resolved"], "finished": row["finished"],
+                              "errors": row["errors"]["count"]} for row in report["arms"]]})
     return out
 
 
@@ -53,7 +53,7 @@ def eval_page(root: Path | None, name: str) -> str | None:
 def run_report(root: Path | None, name: str, case: str, page: str) -> str | None:
     """A run's report page of the eval ``name`` (``runs/<case>/<page>``), None when there is none."""
     folder = _folders(root).get(name)
-    if folder is None or not _NAME.match(case) or not re.fullmatch(r"[a-z]+\.html", page):
+    if folder is None or not _NAME.match(case) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}(\.t[0-9]{1,2})?\.html", page):
         return None
     path = folder / "runs" / case / page
     if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(folder.resolve()):
