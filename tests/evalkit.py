@@ -69,9 +69,12 @@ if table.get("search"):
                             seen.append(path)
                 except OSError:
                     pass
-solves = case in table["solve"].get(profile, [])
+# Solved per arm (a --profile P arm is named P): a list of cases, or case -> the trials it solves.
+arm, trial = os.environ.get("MESH_EVAL_ARM") or profile, int(os.environ.get("MESH_EVAL_TRIAL") or 1)
+solved = table["solve"].get(arm, [])
+solves = trial in solved.get(case, []) if isinstance(solved, dict) else case in solved
 # A reviewer that never approves: the run ends blocked with whatever tree it wrote.
-rejects = case in table.get("reject", {}).get(profile, [])
+rejects = case in table.get("reject", {}).get(arm, [])
 finding = {"finding_id": "F1", "location": "README.md:1", "severity": "High", "label": "MUST_FIX",
            "issue": "not convinced", "evidence": "none", "minimal_fix": "convince me", "code_context": "x"}
 patch = table["patches"][case] if solves else "NO_DIFF: nothing to change"
@@ -126,7 +129,8 @@ def make_library(root: Path) -> Path:
     (repo / ".gitignore").write_text("__pycache__/\n")
     (repo / "mesh.toml").write_text(
         # The worker's network namespace is not what these tests are about: the host's.
-        f'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE"]\nworker_timeout_s = 120\nworker_network = "host"\n\n'
+        f'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE", "MESH_EVAL_ARM", "MESH_EVAL_TRIAL"]\n'
+        f'worker_timeout_s = 120\nworker_network = "host"\n\n'
         f'[validation]\nallow = ["{CHECK}"]\ntimeout_s = 60\n')
     _commit(repo, "Start the library")
     for index, (name, body, assertion) in enumerate(_FUNCTIONS):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -64,10 +65,15 @@ def suite_command(ctx: click.Context, from_git: bool, repo, config_file, out, co
 
 @eval_group.command("run")
 @click.argument("suite", type=click.Path(exists=True, dir_okay=False))
-@click.option("--profile", "profiles", multiple=True, required=True,
-              type=click.Choice(["full", "lite", "single", "candidates"]),
-              help="A profile to run every case with (repeat: --profile full --profile single); the first is"
-                   " the reference of the paired comparison.")
+@click.option("--arm", "arms", multiple=True, metavar="NAME[: key=value ...]",
+              help="An arm to run every case with: a name of [eval.arms] in mesh.toml, or NAME: and its settings"
+                   " (profile=single worker-cmd='...' model=M models.ROLE=M backend=B worker=W match=ARM"
+                   " match-by=tokens|usd). Repeat; the first is the reference unless --reference says.")
+@click.option("--profile", "profiles", multiple=True, type=click.Choice(["full", "lite", "single", "candidates"]),
+              help="Shorthand for an arm of that name running that profile with --backend/--worker/--worker-cmd.")
+@click.option("--reference", metavar="ARM", help="The arm every other is compared with (default: the first).")
+@click.option("--trials", type=click.IntRange(1, 20), default=1, show_default=True,
+              help="Runs of each (case, arm): the report gives pass@1, pass@k and pass^k.")
 @click.option("--jobs", type=click.IntRange(1, 32), default=1, show_default=True, help="Runs at the same time.")
 @click.option("--out", type=click.Path(file_okay=False),
               help="The eval's folder (default: <repo>/.mesh/evals/<suite name>/); run again to continue it.")
@@ -76,36 +82,41 @@ def suite_command(ctx: click.Context, from_git: bool, repo, config_file, out, co
 @click.option("--max-usd", type=click.FloatRange(min=0), help="Stop starting runs once the eval spent this much.")
 @click.option("--batch", is_flag=True, help="The anthropic backend's calls as Message Batches (half price, slower).")
 @click.option("--retry-errors", is_flag=True, help="Run again the pairs whose run ended in an error.")
-@click.option("--backend", type=click.Choice(["replay", "command", "anthropic", "llm"]), help="Worker backend.")
-@click.option("--worker", type=click.Choice(["claude-code", "codex", "opencode"]), help="An agent CLI preset.")
-@click.option("--worker-cmd", "worker_cmd", help="An agent CLI reading the prompt on stdin, for every role.")
+@click.option("--backend", type=click.Choice(["replay", "command", "anthropic", "llm"]),
+              help="Worker backend of the arms that name no worker.")
+@click.option("--worker", type=click.Choice(["claude-code", "codex", "opencode"]),
+              help="An agent CLI preset for the arms that name no worker.")
+@click.option("--worker-cmd", "worker_cmd", help="An agent CLI reading the prompt on stdin, for the arms that name"
+                                                 " no worker.")
 @click.option("--yes", is_flag=True, help="Start without asking, after printing the estimate.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object (progress stays on"
+                                                      " stderr).")
 @click.pass_context
-def run_command(ctx: click.Context, suite, profiles, jobs, out, repo, config_file, max_usd, batch, retry_errors,
-                backend, worker, worker_cmd, yes: bool, as_json: bool) -> None:
-    """Run every case of SUITE with each profile as a real mesh run, each in a repository of its
-    own holding only the case's base; grade each with its hidden tests."""
+def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jobs, out, repo, config_file, max_usd,
+                batch, retry_errors, backend, worker, worker_cmd, yes: bool, as_json: bool) -> None:
+    """Run every case of SUITE with each arm (a profile with its workers) as real mesh runs, each in
+    a repository of its own holding only the case's base; grade each with its hidden tests.
+    Exit 1 while a run is in error (a missing CLI, the API's rate limit, ...: --retry-errors)."""
     from orchestrator.cli.common import _fail
     from orchestrator.evals.runs import EvalError, EvalOptions, EvalRun
 
     root = ctx.find_root().obj or {}
-    run_args = [*(["--backend", backend] if backend else []), *(["--worker", worker] if worker else []),
-                *(["--worker-cmd", worker_cmd] if worker_cmd else [])]
-    options = EvalOptions(suite=Path(suite), profiles=list(profiles), repo=Path(repo) if repo else None,
+    options = EvalOptions(suite=Path(suite), profiles=list(profiles), arms=list(arms), reference=reference,
+                          trials=trials, repo=Path(repo) if repo else None,
                           config_file=Path(config_file) if config_file else None, out=Path(out) if out else None,
                           db=root.get("db"), jobs=jobs, max_usd=max_usd, batch=batch, retry_errors=retry_errors,
-                          run_args=run_args)
+                          run_args={"backend": backend, "worker": worker, "worker_cmd": worker_cmd})
     try:
-        evaluation = EvalRun(options, echo=lambda line: _say(line, err=True))
-        estimate = evaluation.estimate()
-        _say(f"{estimate['runs']} run(s) to make ({estimate['done']} done) in {evaluation.folder};"
-             f" estimated cost ${estimate['estimated_usd']:.2f} ("
-             + ", ".join(f"{p} ${v:.4f}/run, {estimate['basis'][p]}" for p, v in estimate["per_run_usd"].items())
-             + ")" + (f"; budget ${max_usd:.2f}" if max_usd is not None else ""), err=True)
-        if estimate["runs"] and not yes and not as_json and sys.stdin.isatty():
-            click.confirm("Start?", default=True, abort=True, err=True)
-        summary = evaluation.run()
+        with _interruptible():
+            evaluation = EvalRun(options, echo=lambda line: _say(line, err=True))
+            estimate = evaluation.estimate()
+            _say(f"{estimate['runs']} run(s) to make ({estimate['done']} done) in {evaluation.folder};"
+                 f" estimated cost ${estimate['estimated_usd']:.2f} ("
+                 + ", ".join(f"{a} ${v:.4f}/run, {estimate['basis'][a]}" for a, v in estimate["per_run_usd"].items())
+                 + ")" + (f"; budget ${max_usd:.2f}" if max_usd is not None else ""), err=True)
+            if estimate["runs"] and not yes and not as_json and sys.stdin.isatty():
+                click.confirm("Start?", default=True, abort=True, err=True)
+            summary = evaluation.run()
     except EvalError as exc:
         _fail(ctx, str(exc), 2, as_json)
         return
@@ -118,6 +129,30 @@ def run_command(ctx: click.Context, suite, profiles, jobs, out, repo, config_fil
     else:
         _say(f"{summary['ran']} run(s) graded, {summary['resolved']} resolved, {summary['skipped']} not started"
              f" (budget); the report: mesh eval report {evaluation.folder}")
+    if summary["errors"]:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(summary["error_kinds"].items()))
+        _say(f"{summary['errors']} run(s) in error ({kinds}): not counted as finished; fix the cause, then"
+             " mesh eval run --retry-errors", err=True)
+        ctx.exit(1)
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """Ctrl-C semantics whatever the eval was started from: SIGINT and SIGTERM both stop it as
+    Ctrl-C does (no new run starts, the runs under way stop after their next checkpoint, exit 130),
+    even when a script started it with SIGINT ignored (a shell's ``&`` does that), which would
+    leave Python without its KeyboardInterrupt."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 @eval_group.command("report")
@@ -126,11 +161,13 @@ def run_command(ctx: click.Context, suite, profiles, jobs, out, repo, config_fil
 @click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Also write the report page there (default: FOLDER/report.html).")
+@click.option("--reference", metavar="ARM", help="Compare every arm with this one (default: the eval's reference).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.pass_context
-def report_command(ctx: click.Context, folder, suite, repo, html_path, as_json: bool) -> None:
-    """Per profile: resolved rate with its 95% interval, the paired test against the first profile,
-    tokens, cost, wall time, calls and review cycles per case; and the report page (HTML, offline)."""
+def report_command(ctx: click.Context, folder, suite, repo, html_path, reference, as_json: bool) -> None:
+    """Per arm: resolved rate with its 95% interval, runs in error apart with their reasons, the
+    paired test against the reference arm, pass@k and pass^k with trials, tokens, cost per run and
+    per resolved run, wall time, calls and review cycles; and the report page (HTML, offline)."""
     from orchestrator.cli.common import _fail
     from orchestrator.evals.page import render_eval_page
     from orchestrator.evals.report import ReportError, lines, report_data
@@ -152,7 +189,7 @@ def report_command(ctx: click.Context, folder, suite, repo, html_path, as_json: 
             return
         folder = found[-1].parent if not suite else found[0]
     try:
-        report = report_data(Path(folder))
+        report = report_data(Path(folder), reference)
     except ReportError as exc:
         _fail(ctx, str(exc), 2, as_json)
         return
