@@ -38,13 +38,13 @@ case, profile = os.environ.get("MESH_EVAL_CASE", ""), os.environ.get("MESH_EVAL_
 check = table["check"]
 seen = []
 if table.get("search"):
-    # Everything this worker can see: the prompt, its environment, every file it may read.
-    mark = table["search"]
+    # Everything this worker can see: the prompt, its environment, every file it may read; the
+    # marks: a hidden test's, the reference commit's id (whole, 12 and 7 characters).
+    marks = table["search"] if isinstance(table["search"], list) else [table["search"]]
     SYSTEM = {"/proc", "/sys", "/dev", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/boot",
               "/var/lib", "/var/cache", "/snap", "/opt", sys.prefix, sys.base_prefix}
-    if mark in prompt:
-        seen.append("prompt")
-    seen += [f"env:{k}" for k, v in os.environ.items() if mark in v]
+    seen += [f"prompt:{mark}" for mark in marks if mark in prompt]
+    seen += [f"env:{k}:{mark}" for k, v in os.environ.items() for mark in marks if mark in v]
     # Bounded by count, not by time: a slow machine searches as far as a fast one.
     budget = table.get("search_files", 200_000)
     for top in ("/",):
@@ -65,8 +65,8 @@ if table.get("search"):
                     if not stat.S_ISREG(info.st_mode) or info.st_size > 2_000_000:
                         continue
                     with open(path, "rb") as fh:
-                        if mark.encode() in fh.read():
-                            seen.append(path)
+                        data = fh.read()
+                    seen += [f"{path}:{mark}" for mark in marks if mark.encode() in data]
                 except OSError:
                     pass
 # Solved per arm (a --profile P arm is named P): a list of cases, or case -> the trials it solves.
@@ -162,10 +162,10 @@ def reference_patch(repo: Path, base: str, reference: str, tests: str = "tests")
 
 
 def write_worker(root: Path, repo: Path, cases: list, solve: dict[str, list[str]], *,
-                 search: str | None = None, check: str = CHECK, tests: str = "tests",
+                 search: str | list[str] | None = None, check: str = CHECK, tests: str = "tests",
                  reject: dict[str, list[str]] | None = None) -> str:
-    """The scripted worker and its table (``reject``: the cases whose reviewer never approves, per
-    profile); returns the --worker-cmd."""
+    """The scripted worker and its table (``search``: the marks it looks for everywhere it can;
+    ``reject``: the cases whose reviewer never approves, per profile); returns the --worker-cmd."""
     table = {"check": check, "solve": solve, "search": search, "reject": reject or {},
              "patches": {case.id: reference_patch(repo, case.base, case.reference, tests) for case in cases}}
     folder = root / "worker"

@@ -97,7 +97,7 @@ def test_a_suite_from_history_keeps_the_cases_its_tests_prove(history, tmp_path)
     assert why[made["root"]].startswith("the root commit")
     assert why[made["docs"]] == "it adds or changes no test file"
     assert why[made["tests-only"]] == "it changes tests only"
-    assert why[made["merge"]] == "a merge"
+    assert why[made["merge"]] == "a merge; --merges makes cases of merges"
     assert why[made["big"]].startswith("too large")
     assert why[made["already"]] == "its hidden tests pass on the base already"
     assert why[made["wrong"]].startswith("its hidden tests fail with the reference (exit 1: failing tests.test_neg.T.test_neg: AssertionError: -1 != 1")
