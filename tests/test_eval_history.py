@@ -32,8 +32,8 @@ def unit_test(module: str, name: str, body: str, head: str = "") -> str:
 def history(tmp_path, monkeypatch):
     """root; div (its test needs CALC_MODE=old and the _built module tools/gen.py writes); modern
     (the test no longer needs them: the range's ``before``); x (no test); on a branch, the fix of
-    x for empty input with its test, merged as pull request #12; sub (with trailers, a cherry-pick
-    line, the branch commit's id and the root's); mul (closes calc-7)."""
+    x for empty input with its test; on main, sub (with trailers, a cherry-pick line, the branch
+    commit's id and the root's); the branch merged as pull request #12; mul (closes calc-7)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     repo = tmp_path / "calc"
     repo.mkdir()
