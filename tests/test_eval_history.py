@@ -173,6 +173,29 @@ def test_the_task_text_is_the_message_the_subject_or_the_issue(history, tmp_path
     assert result.exit_code == 2 and "no tracker found" in result.output
 
 
+def test_task_text_issue_reads_the_tracker_a_commit_names(history, tmp_path):
+    """``mesh --db T eval suite --task-text issue``: the case's task is the tracker issue its
+    commit names, the other commits are dropped for naming none."""
+    from tracker.store import Tracker
+
+    repo, made, _ = history
+    with Tracker.init(tmp_path, db_path=tmp_path / "tracker.db", prefix="calc") as tracker:
+        issue = tracker.create("Negate numbers", description="neg(a) returns -a",
+                               acceptance_criteria="neg(2) == -2")["id"]
+    neg = commit(repo, f"Add neg() (closes {issue})", {
+        "ops.py": (repo / "ops.py").read_text() + "\n\ndef neg(a):\n    return -a\n",
+        "tests/test_neg.py": unit_test("ops", "neg", "self.assertEqual(ops.neg(2), -2)")})
+    result = CliRunner().invoke(cli, ["--db", str(tmp_path / "tracker.db"), "eval", "suite", "--from-git", "--repo",
+                                      str(repo), "-o", str(tmp_path / "s.jsonl"), "--command", COMMAND,
+                                      "--task-text", "issue", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [case] = read_suite(tmp_path / "s.jsonl")
+    assert (case.id, case.reference, case.title) == ("case-001", neg, "Negate numbers")
+    assert case.task == "Negate numbers\n\nneg(a) returns -a\n\nneg(2) == -2"
+    why = {d["commit"]: d["why"] for d in json.loads(result.stdout)["dropped"]}
+    assert why[made["mul"]] == "it names no tracker issue (--task-text issue)"
+
+
 @pytest.mark.parametrize("message, merge, cleaned", [
     ("Fix y\n\nThe body.\n\nSigned-off-by: A <a@x>\nAcked-by: B <b@x>\nTested-by: C\nChange-Id: I0123abcd\n"
      "Bug-Id: 42\nPiperOrigin-RevId: 1234\nDifferential Revision: https://reviews.example.org/D12", False,
