@@ -38,10 +38,21 @@ def eval_group() -> None:
 @click.option("--until", metavar="REV", default="HEAD", show_default=True, help="The newest commit to look at.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), metavar="SECONDS",
               help="Time limit of each hidden test run (default: validation.timeout_s).")
-@click.option("--json", "as_json", is_flag=True, help="Print the kept and dropped cases as one JSON object.")
+@click.option("--merges", is_flag=True,
+              help="A merge of the first-parent history is a case too: its diff against its first parent"
+                   " (repositories that merge pull requests).")
+@click.option("--task-text", "task_text", type=click.Choice(["message", "subject", "issue"]), default="message",
+              show_default=True,
+              help="A case's task: the commit message without trailers (or the tracker issue it names), its"
+                   " subject line alone, or the tracker issue it names (a commit naming none is dropped).")
+@click.option("--runs", type=click.IntRange(1), default=3, show_default=True,
+              help="Runs of each case's base and reference: a test whose outcome varies between them is flaky,"
+                   " left out of the case's FAIL_TO_PASS and PASS_TO_PASS tests and named.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the kept and dropped cases as one JSON object (progress stays on stderr).")
 @click.pass_context
 def suite_command(ctx: click.Context, from_git: bool, repo, config_file, out, command, max_files, max_lines, limit,
-                  since, until, timeout_s, as_json: bool) -> None:
+                  since, until, timeout_s, merges: bool, task_text: str, runs: int, as_json: bool) -> None:
     """Build an evaluation suite: commits that change source and tests become cases, kept only
     when their tests fail on the base and pass with the commit, in the validation sandbox."""
     from orchestrator.cli.common import _fail
@@ -52,7 +63,8 @@ def suite_command(ctx: click.Context, from_git: bool, repo, config_file, out, co
         built = build_suite(Path(repo) if repo else Path.cwd(), Path(config_file) if config_file else None,
                             out=Path(out), command=command, max_files=max_files, max_lines=max_lines, limit=limit,
                             db=root.get("db"), since=since, until=until, timeout_s=timeout_s,
-                            progress=None if as_json else lambda line: _say(line, err=True))
+                            progress=lambda line: _say(line, err=True), merges=merges, task_text=task_text,
+                            runs=runs)
     except SuiteError as exc:
         _fail(ctx, str(exc), 2, as_json)
         return

@@ -11,8 +11,9 @@ from typing import Any, Callable
 
 from tracker.errors import TrackerError
 
-from orchestrator.evals.history import candidates
-from orchestrator.evals.suite import Case, CommandUnusable, Dropped, sandbox_run, verify_case, write_suite
+from orchestrator.evals.history import TASK_TEXTS, candidates, ranges_of, seal
+from orchestrator.evals.curation import curate, kept_note, whole_check
+from orchestrator.evals.suite import Case, CommandUnusable, Dropped, sandbox_results, write_suite
 
 __all__ = ["BuiltSuite", "SuiteError", "build_suite", "hidden_command_for"]
 
@@ -35,9 +36,10 @@ class BuiltSuite:
     def lines(self) -> list[str]:
         """The outcome as terminal lines: one per kept case, one per dropped commit."""
         out = [f"hidden tests run with: {self.command}"]
-        out += [f"kept    {case.id}  {case.title[:70]}  ({len(case.hidden_tests)} test file(s)"
+        out += [f"kept    {case.id}  {(case.reference or '')[:12]}  {case.title[:60]}"
+                f"  ({len(case.hidden_tests)} test file(s)"
                 + ("" if any(path in (case.hidden_command or "") for path in case.hidden_tests)
-                   else f"; run by the whole check: {case.hidden_command}") + ")" for case in self.kept]
+                   else f"; run by the whole check: {case.hidden_command}") + kept_note(case) + ")" for case in self.kept]
         out += [f"dropped {d.commit[:12]}  {d.subject[:50]}: {d.why}" for d in self.dropped]
         tail = "; the limit was reached: older commits were not looked at" if self.stopped_at_limit else ""
         out.append(f"{len(self.kept)} case(s) written to {self.out}; {len(self.dropped)} commit(s) dropped"
@@ -70,11 +72,16 @@ def hidden_command_for(found: list[Any]) -> str | None:
 def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str | None = None, max_files: int = 20,
                 max_lines: int = 400, limit: int | None = None, db: Any = None, since: str | None = None,
                 until: str = "HEAD", timeout_s: float | None = None,
-                progress: Callable[[str], None] | None = None) -> BuiltSuite:
+                progress: Callable[[str], None] | None = None, merges: bool = False,
+                task_text: str = "message", runs: int = 3) -> BuiltSuite:
     """Build and write the suite of ``repo`` (see ``orchestrator.evals.suite``): the history of
     ``until`` after ``since`` is walked newest first, each candidate verified as it comes, until
-    ``limit`` cases are kept; the suite lists them oldest first. ``progress`` hears of each
-    candidate before its tests run (a hidden test that hangs is then seen at once)."""
+    ``limit`` cases are kept; the suite lists them oldest first, sealed (``case-001``, ...).
+    ``progress`` hears of each candidate before its tests run (a hidden test that hangs is then
+    seen at once). ``merges``: merges are cases too; ``task_text``: ``message``, ``subject`` or
+    ``issue`` (``history.task_text``). A case whose base comes before an ``[[eval.history]]``
+    range's ``before`` runs with its setup and environment. The base and the reference of each
+    case run ``runs`` times with the hidden command and the whole check (``curation.curate``)."""
     from orchestrator.config import ConfigError, load_config
     from orchestrator.toolchains.base import DependenciesMissing, ToolchainMissing
     from orchestrator.toolchains.view import inspect
@@ -95,11 +102,20 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
     for rev in (since, until):
         if rev is not None and not _is_commit(root, rev):
             raise SuiteError(f"{rev!r} names no commit of {root}")
+    if task_text not in TASK_TEXTS:
+        raise SuiteError(f"--task-text {task_text!r}: one of {', '.join(TASK_TEXTS)}")
+    try:
+        ranges = ranges_of(root, config.eval.history)
+    except ValueError as exc:
+        raise SuiteError(str(exc)) from None
     tracker = None
     try:
         tracker = open_found_tracker(db, None, config.tracker.url, repo=root)
     except TrackerUnavailable:
         tracker = None
+    if task_text == "issue" and tracker is None:
+        raise SuiteError("--task-text issue takes each case's text from the tracker issue its commit names;"
+                         " no tracker found here (--db names one)")
 
     def issue_of(word: str) -> dict | None:
         try:
@@ -107,16 +123,19 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
         except TrackerError:  # any word of a message may look like an id; a miss is no issue
             return None
 
-    from orchestrator.toolchains.base_check import check_commands
-
-    # A commit whose test changes are data only is checked by the project's whole check.
-    whole = next(iter(check_commands(config.validation, list(inspection.view.checks))), None)
+    # The whole check gives each case's PASS_TO_PASS tests, and checks a commit whose test
+    # changes are data only.
+    whole = whole_check(config.validation, list(inspection.view.checks), command)
+    if not whole:
+        raise SuiteError("no whole check: the project's tests as a whole cannot be run, so no case could say which"
+                         " tests a run must not break (PASS_TO_PASS); set validation.check")
     built = BuiltSuite(out=out, command=command)
-    run = sandbox_run(root, config.validation, inspection.view, timeout_s)
+    run = sandbox_results(root, config.validation, inspection.view, timeout_s)
     policy = PatchPolicy.from_config(config.patch)
     try:
         for found in candidates(root, max_files=max_files, max_lines=max_lines, command=command, since=since,
-                                until=until, issue_of=issue_of if tracker is not None else None, whole=whole):
+                                until=until, issue_of=issue_of if tracker is not None else None, whole=whole,
+                                merges=merges, task=task_text, ranges=ranges):
             if limit is not None and len(built.kept) >= limit:
                 built.stopped_at_limit = True
                 break
@@ -124,19 +143,22 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
             if isinstance(found, Dropped):
                 built.dropped.append(found)
                 continue
-            if progress is not None:
-                progress(f"checking {found.id}  {found.title[:60]} ({len(built.kept)} kept so far)")
-            why = verify_case(root, found, run, policy)
-            if why is None:
-                built.kept.append(found)
+            if progress is not None:  # the user's screen: the commit, not the case's (sealed) id
+                progress(f"checking {(found.reference or '')[:12]}  {found.title[:60]} ({len(built.kept)} kept so far)")
+            case_run = sandbox_results(root, config.validation, inspection.view, timeout_s, setup=found.setup,
+                                       env=found.env) if found.setup or found.env else run
+            kept, why = curate(root, found, case_run, whole=whole, runs=runs, policy=policy)
+            if kept is not None:
+                built.kept.append(kept)
             else:
                 built.dropped.append(Dropped(found.reference or found.base, found.title, why))
     except CommandUnusable as exc:
-        raise SuiteError(f"the hidden tests' command {exc}; fix --command, or validation.allow / check") from None
+        what = "the whole check" if str(exc).startswith(repr(whole)) else "the hidden tests' command"
+        raise SuiteError(f"{what} {exc}; fix --command, or validation.allow / check") from None
     finally:
         if tracker is not None:
             tracker.close()
-    built.kept.reverse()  # oldest first, as history reads
+    built.kept = seal(built.kept[::-1])  # oldest first, as history reads; ids that name no commit
     built.dropped.reverse()
     write_suite(out, built.kept)
     return built

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.evals.suite import Case, build_tree, sandbox_run
+from orchestrator.evals.suite import Case, build_tree, describe, sandbox_results, sandbox_run
 from orchestrator.toolchains.view import VALIDATE_AT_KEY
 
 __all__ = ["Grade", "case_repo", "grade_run", "write_json", "write_text"]
@@ -110,6 +110,9 @@ class Grade:
     commit: str | None = None  # the graded commit: the final tree with the hidden tests added
     hidden: dict[str, Any] = field(default_factory=dict)
     existing: list[dict[str, Any]] = field(default_factory=list)
+    # A case graded by test: {"fail_to_pass": {"passed": n, "failed": [ids]},
+    # "pass_to_pass": {"checked": n, "failed": [ids]}}.
+    tests: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,11 +122,15 @@ def grade_run(repo: Path, source: Path, case: Case, head: str | None, *, setting
               checks: list[str], base_passes: bool) -> Grade:
     """Grade the tree at ``head`` (the run's task branch; None: the run changed nothing): the
     hidden tests added to it must pass, and so must the project's check commands (``checks``),
-    unless the base failed them already (``base_passes`` False: then only the hidden tests judge)."""
+    unless the base failed them already (``base_passes`` False: then only the hidden tests judge).
+    A case curated at suite build (``case.grading``) is graded by its lists instead: every
+    FAIL_TO_PASS test passes and no PASS_TO_PASS test fails (``curation.grade_listed``)."""
     if head is None:
         return Grade(False, "the run committed no change")
     commit = build_tree(repo, case, head, source=source)
-    run = sandbox_run(repo, settings, view)
+    if case.grading:
+        return _graded_by_lists(repo, case, commit, settings, view)
+    run = sandbox_run(repo, settings, view, setup=case.setup, env=case.env)  # its range's, if any
     passed, why = run(commit, case.hidden_command or "")
     hidden = {"command": case.hidden_command, "passed": passed, "detail": why}
     if not passed:
@@ -139,6 +146,20 @@ def grade_run(repo: Path, source: Path, case: Case, head: str | None, *, setting
             "the base fails the project's own check, so only the hidden tests judge" if checks else
             "no project check to run")
     return Grade(True, f"the hidden tests pass; {tail}", commit, hidden, existing)
+
+
+def _graded_by_lists(repo: Path, case: Case, commit: str, settings: Any, view: Any) -> Grade:
+    """The hidden command and the case's whole check on ``commit`` (one tree copy), judged by
+    the case's FAIL_TO_PASS and PASS_TO_PASS tests (or by exit status, ``grading == "exit"``)."""
+    from orchestrator.evals.curation import grade_listed
+
+    results = sandbox_results(repo, settings, view, setup=case.setup, env=case.env)
+    commands = list(dict.fromkeys([case.hidden_command or "", *([case.check_command] if case.check_command else [])]))
+    by_command = dict(zip(commands, results(commit, commands)))
+    resolved, detail, tests = grade_listed(case, by_command, results.timeout_s)
+    shown = [{"command": command, "passed": passed, "detail": why}
+             for command, (passed, why) in ((c, describe(r, results.timeout_s)) for c, r in by_command.items())]
+    return Grade(resolved, detail, commit, shown[0], shown[1:], tests)
 
 
 def write_json(path: Path, data: Any) -> None:

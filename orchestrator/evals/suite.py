@@ -10,7 +10,8 @@ file, one case a line (``Case``'s fields; docs/eval.md).
 commit's parent, task = its message or the tracker issue it names, hidden tests = the test files
 it added or changed, reference = the commit). ``verify`` keeps a case only when, in
 the validation sandbox, its hidden tests fail on the base (with the tests added) and pass on the
-reference; each dropped case says why.
+reference; each dropped case says why. ``orchestrator.evals.curation`` does the same by test, for
+``mesh eval suite``: it records which tests a run must make pass and must not break.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Annotated, Any, Iterable, Literal, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["Case", "CommandUnusable", "Dropped", "build_tree", "failure_line", "policy_refusal", "read_suite",
-           "reference_patch", "sandbox_run", "verify", "verify_case", "write_suite"]
+__all__ = ["Case", "CommandUnusable", "Dropped", "build_tree", "describe", "failure_line", "policy_refusal",
+           "read_suite", "reference_patch", "sandbox_results", "sandbox_run", "verify", "verify_case", "write_suite"]
 
 
 class Case(BaseModel):
@@ -45,6 +46,22 @@ class Case(BaseModel):
     hidden_command: str | None = None
     reference: str | None = None
     source: Literal["git", "hand"] = "hand"
+    # Grading by test (a case from history, curated at suite build: ``orchestrator.evals.curation``).
+    # ``grading`` None: the hidden command and the project's check judge by exit status (a
+    # hand-written case, an older suite). "tests": every FAIL_TO_PASS test must pass and no
+    # PASS_TO_PASS test fail; "exit": the runner gives no per-test results, so the hidden command
+    # and ``check_command`` judge by their exit status.
+    grading: Literal["tests", "exit"] | None = None
+    fail_to_pass: list[str] = Field(default_factory=list)  # fail on the base (hidden tests added), pass on the reference
+    pass_to_pass: list[str] = Field(default_factory=list)  # pass on both
+    # The whole check whose tests give PASS_TO_PASS; None: the hidden command's own run gives them.
+    check_command: str | None = None
+    flaky: list[str] = Field(default_factory=list)  # left out of both lists: their outcome varied between runs
+    # The [[eval.history]] range of its base: a command run before each test command (same sandbox,
+    # same tree), and variables for both.
+    setup: str | None = None
+    env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = \
+        Field(default_factory=dict)
 
     def hidden_paths(self) -> list[str]:
         """Every hidden test file's path."""
@@ -204,35 +221,69 @@ def failure_line(output: str) -> str:
     return found if len(found) <= 200 else found[:199] + "…"
 
 
-def sandbox_run(repo: Path, settings: Any, view: Any, timeout_s: float | None = None) -> Any:
-    """``run`` for ``verify``: one command on one commit of ``repo`` in the validation sandbox,
-    with the ``[validation]`` table's limits (``timeout_s``: its own time limit) and the project's
-    view (its toolchains). The command is the suite's own, so it is admitted as it is. The
-    detail of a failure names its reason and the line of output that says why."""
+def sandbox_results(repo: Path, settings: Any, view: Any, timeout_s: float | None = None, *,
+                    setup: str | None = None, env: Mapping[str, str] | None = None) -> Any:
+    """``run(commit, commands) -> [ValidationResult]``: ``commands`` on one commit of ``repo``
+    in the validation sandbox (one tree copy), with the ``[validation]`` table's limits
+    (``timeout_s``: its own time limit) and the project's view (its toolchains); each result
+    holds its runner's per-test results (``.run``, None when mesh does not read that runner).
+    ``setup`` runs before the commands in the same tree, ``env`` is given to both (a case's
+    history range). The commands are the suite's own, so they are admitted as they are.
+    ``CommandUnusable`` when one cannot run on any commit."""
+    from dataclasses import replace
+
     from orchestrator.sandbox.allowlist import split
+    from orchestrator.sandbox.project_view import ProjectView
     from orchestrator.sandbox.validation import run_validation
 
     limit = timeout_s or settings.timeout_s
+    if setup or env:
+        view = view or ProjectView(project_root=str(repo))
+        view = replace(view, setup=(*view.setup, *([setup] if setup else [])), env=(*view.env, *(env or {}).items()))
+
+    def run(commit: str, commands: Sequence[str]) -> list[Any]:
+        # The setup commands (the project's, the range's) are the user's own too.
+        results = run_validation(list(commands), cwd=repo, allow=[*commands, *(view.setup if view else ())],
+                                 timeout_s=limit, max_output_bytes=settings.max_output_bytes, commit=commit,
+                                 env_names=settings.env, limits=settings.limits, environment=view)
+        for command, result in zip(commands, results):
+            program = (split(command) or [""])[0]
+            if result.rejected or (result.reason == "not_found" and "/" not in program):
+                # Not the case's doing: the same on every commit (a program not installed, a command
+                # that does not parse): said once, not blamed on each case.
+                raise CommandUnusable(f"{command!r} cannot run: {result.reason}: {result.stderr_tail.strip()[:300]}")
+        return results
+
+    run.timeout_s = limit  # type: ignore[attr-defined]
+    return run
+
+
+def describe(result: Any, timeout_s: float | None = None) -> tuple[bool, str]:
+    """(passed, detail) of one ``ValidationResult``: the detail of a failure names its reason
+    and the line of output that says why (the failing tests by name, the first one's message)."""
+    if result.passed:
+        return True, f"passed ({result.tests.line()})" if result.tests else "passed"
+    if result.reason == "timeout":
+        return False, (f"timed out after {timeout_s:g}s" if timeout_s else "timed out") + \
+            " (a test that hangs; --timeout sets the limit)"
+    why = result.reason or (f"exit {result.exit_code}" if result.exit_code is not None else "did not run")
+    failing = result.run.failures() if result.run is not None else []
+    if failing:  # the tests by name, and the first one's own message
+        names = ", ".join(case.id for case in failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
+        return False, f"{why}: failing {names}: {failure_line(failing[0].message) or failing[0].status}"
+    line = failure_line(f"{result.stdout_tail}\n{result.stderr_tail}")
+    return False, f"{why}: {line}" if line else why
+
+
+def sandbox_run(repo: Path, settings: Any, view: Any, timeout_s: float | None = None, *,
+                setup: str | None = None, env: Mapping[str, str] | None = None) -> Any:
+    """``run`` for ``verify``: ``run(commit, command) -> (passed, detail)``, one command on one
+    commit of ``repo`` in the validation sandbox (``sandbox_results``). The detail of a failure
+    names its reason and the line of output that says why."""
+    results = sandbox_results(repo, settings, view, timeout_s, setup=setup, env=env)
 
     def run(commit: str, command: str) -> tuple[bool, str]:
-        [result] = run_validation([command], cwd=repo, allow=[command], timeout_s=limit,
-                                  max_output_bytes=settings.max_output_bytes, commit=commit,
-                                  env_names=settings.env, limits=settings.limits, environment=view)
-        if result.passed:
-            return True, f"passed ({result.tests.line()})" if result.tests else "passed"
-        program = (split(command) or [""])[0]
-        if result.rejected or (result.reason == "not_found" and "/" not in program):
-            # Not the case's doing: the same on every commit (a program not installed, a command
-            # that does not parse): said once, not blamed on each case.
-            raise CommandUnusable(f"{command!r} cannot run: {result.reason}: {result.stderr_tail.strip()[:300]}")
-        if result.reason == "timeout":
-            return False, f"timed out after {limit:g}s (a test that hangs; --timeout sets the limit)"
-        why = result.reason or (f"exit {result.exit_code}" if result.exit_code is not None else "did not run")
-        failing = result.run.failures() if result.run is not None else []
-        if failing:  # the tests by name, and the first one's own message
-            names = ", ".join(case.id for case in failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
-            return False, f"{why}: failing {names}: {failure_line(failing[0].message) or failing[0].status}"
-        line = failure_line(f"{result.stdout_tail}\n{result.stderr_tail}")
-        return False, f"{why}: {line}" if line else why
+        [result] = results(commit, [command])
+        return describe(result, results.timeout_s)
 
     return run
