@@ -37,7 +37,7 @@ def main() -> None:
         root = Path(tmp)
         repo = make_library(root)
         suite = root / "suite.jsonl"
-        built = mesh("eval", "suite", "--from-git", "--limit", str(args.cases), "--command",
+        built = mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", str(args.cases), "--command",
                      "python3 -m unittest {tests}", "-o", str(suite), cwd=repo)
         if built.returncode:
             sys.exit(built.stderr)

@@ -30,7 +30,7 @@ def library(tmp_path_factory):
     """The kit's library and a suite of its three newest cases."""
     root = tmp_path_factory.mktemp("arms")
     repo = make_library(root)
-    built = mesh("eval", "suite", "--from-git", "--limit", "3", "--command", "python3 -m unittest {tests}",
+    built = mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", "3", "--command", "python3 -m unittest {tests}",
                  "-o", str(root / "suite.jsonl"), cwd=repo)
     assert built.returncode == 0, built.stderr
     return root, repo, read_suite(root / "suite.jsonl")

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 def library(tmp_path_factory):
     root = tmp_path_factory.mktemp("evals")
     repo = make_library(root)
-    built = mesh("eval", "suite", "--from-git", "--command", "python3 -m unittest {tests}",
+    built = mesh("eval", "suite", "--from-git", "--runs", "1", "--command", "python3 -m unittest {tests}",
                  "-o", str(root / "suite.jsonl"), cwd=repo)
     assert built.returncode == 0, built.stderr
     return root, repo, read_suite(root / "suite.jsonl")
@@ -294,7 +294,7 @@ batch_poll_s = 0.05
 """)
     git(repo, "commit", "-qam", "Use the Messages API")
     suite = tmp_path / "suite.jsonl"
-    assert mesh("eval", "suite", "--from-git", "--limit", "2", "--command", "python3 -m unittest {tests}",
+    assert mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", "2", "--command", "python3 -m unittest {tests}",
                 "-o", str(suite), cwd=repo).returncode == 0
     hydration = {"acceptance": "it works", "design": "", "notes": ""}
     one = {"proposer": [r("hydration", hydration), r("proposal", proposal())], "skeptic": [r("critique", critique())],
@@ -384,7 +384,7 @@ def test_a_node_project_is_evaluated_with_its_installed_node_modules(tmp_path_fa
         "test('minutes', () => { assert.strictEqual(minutes('2h'), 120); });\n")
     commit_all(repo, "Add minutes")
     suite = tmp_path / "node.jsonl"
-    built = mesh("eval", "suite", "--from-git", "-o", str(suite), cwd=repo)
+    built = mesh("eval", "suite", "--from-git", "--runs", "1", "-o", str(suite), cwd=repo)
     assert built.returncode == 0, built.stderr
     cases = read_suite(suite)
     assert [c.title for c in cases] == ["Add minutes"]
@@ -442,7 +442,7 @@ def test_a_src_layout_package_installed_editable_is_graded_on_the_case_tree(tmp_
     git(repo, "clean", "-qfdX", "-e", "!.venv")  # the egg-info it leaves
     assert any(str(repo) in p.read_text() for p in venv.glob("lib/python*/site-packages/*.pth"))
     suite = tmp_path / "suite.jsonl"
-    built = mesh("eval", "suite", "--from-git", "--command", "python -m unittest {tests}", "-o", str(suite), cwd=repo)
+    built = mesh("eval", "suite", "--from-git", "--runs", "1", "--command", "python -m unittest {tests}", "-o", str(suite), cwd=repo)
     assert built.returncode == 0, built.stderr
     cases = read_suite(suite)
     assert [c.title for c in cases] == ["Add shout", "Add whisper"], built.stdout

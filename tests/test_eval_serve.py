@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def test_the_evals_page_lists_the_eval_and_its_grid_opens_each_run(tmp_path):
     repo = make_library(tmp_path)
     suite = tmp_path / "small.jsonl"
-    assert mesh("eval", "suite", "--from-git", "--limit", "2", "--command", "python3 -m unittest {tests}",
+    assert mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", "2", "--command", "python3 -m unittest {tests}",
                 "-o", str(suite), cwd=repo).returncode == 0
     cases = read_suite(suite)
     command = write_worker(tmp_path, repo, cases, {"single": [cases[0].id]})

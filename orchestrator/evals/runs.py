@@ -159,6 +159,11 @@ class EvalRun:
             raise EvalError(f"the suite: {exc}") from None
         if not self.cases:
             raise EvalError(f"{suite} holds no case")
+        named = [case.id for case in self.cases if case.reference and len(case.id) >= 7
+                 and case.reference.startswith(case.id.lower())]
+        if named:
+            echo(f"warning: {len(named)} case id(s) name their reference commit ({named[0]}, ...): a worker that"
+                 " sees its id can look the fix up; build the suite again (mesh eval suite --from-git) to seal them")
         self.folder = Path(options.out).resolve() if options.out else eval_folder(self.source, suite)
         self.folder.mkdir(parents=True, exist_ok=True)
         private = self.source / ".mesh"
@@ -508,7 +513,8 @@ class EvalRun:
         except ValueError:
             head = None
         view = self._view(chosen.repo)
-        checks, base_passes = self._base_checks(pair.case, chosen.repo, view)
+        # A case curated at suite build is graded by its lists: the base's check says nothing more.
+        checks, base_passes = ([], False) if pair.case.grading else self._base_checks(pair.case, chosen.repo, view)
         grade: Grade = grade_run(chosen.repo, self.source, pair.case, head, settings=self.config.validation, view=view,
                                  checks=checks, base_passes=base_passes)
         state = "resolved" if grade.resolved else "unresolved"
@@ -542,7 +548,7 @@ class EvalRun:
 
         cfg = self.config.validation
         checks = check_commands(cfg, list(view.checks) if view else [])
-        run = sandbox_run(repo, cfg, view)
+        run = sandbox_run(repo, cfg, view, setup=case.setup, env=case.env)  # its history range's, if any
         base = _git(repo, "rev-parse", "main").strip()
         passes = all(run(base, command)[0] for command in checks)
         self._checks[case.id] = (checks, passes)
