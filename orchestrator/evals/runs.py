@@ -43,6 +43,7 @@ from typing import Any, Callable
 from orchestrator.evals.arms import Arm, ArmError, arms_from, slot
 from orchestrator.evals.cases import Grade, case_repo, grade_run, write_json, write_text
 from orchestrator.evals.matching import matched_pair
+from orchestrator.evals.progress import Progress
 from orchestrator.evals.report import count_kinds
 from orchestrator.evals.suite import Case, read_suite
 from orchestrator.sandbox.lifetime import die_with_parent
@@ -325,6 +326,8 @@ class EvalRun:
         self._prepare_environment()
         pending = self.pending()
         self._scheduled = {pair.key for pair in pending}
+        self.progress = self._progress(pending)
+        self.progress.write()
         results: list[dict] = []
         skipped = 0
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
@@ -339,11 +342,25 @@ class EvalRun:
             except KeyboardInterrupt:
                 self.stop()
                 pool.shutdown(wait=True, cancel_futures=True)
+                self.progress.write("stopped")
                 raise
+        self.progress.write("finished" if not self.pending() else "stopped")
         errors = self.errors()
         return {"eval": self.meta["eval"], "folder": str(self.folder), "ran": len(results), "skipped": skipped,
                 "resolved": sum(r["state"] == "resolved" for r in results),
                 "errors": len(errors), "error_kinds": count_kinds(errors)}
+
+    def _progress(self, pending: list[Pair]) -> Progress:
+        """The progress of this run of the eval, from the results already written."""
+        every = self.pairs()
+        waiting = {pair.key for pair in pending}
+        done = [r for pair in every if pair.key not in waiting and (r := self.result(*pair.key))]
+        per_run = self.estimate()["per_run_usd"]
+        return Progress(self.folder, total=len(every), done=len(done),
+                        errors=sum(r.get("state") == "error" for r in done), jobs=self.options.jobs,
+                        walls=[float(r["wall_s"]) for r in done if r.get("state") != "error" and r.get("wall_s")],
+                        cost_left={pair.key: per_run.get(pair.arm.name, 0.0) for pair in pending},
+                        spent=self.spent())
 
     def _prepare_environment(self) -> None:
         """The project's installed environment, found in the user's repository, is the one every
@@ -382,11 +399,15 @@ class EvalRun:
     def pair(self, pair: Pair) -> dict | None:
         """Run (or resume) and grade one pair; None when the budget kept it from starting."""
         result = None
+        started = False
         try:
             if self._stopping.is_set():
                 raise KeyboardInterrupt
             if self.over_budget():
+                self.progress.finish(pair.key, None)
                 return None
+            self.progress.start(pair.key)
+            started = True
             try:
                 if pair.arm.config.match:
                     result = matched_pair(self, pair)
@@ -402,6 +423,10 @@ class EvalRun:
             with self._done:
                 self._finished.add(pair.key)
                 self._done.notify_all()
+            if started or result is not None:
+                self.progress.finish(pair.key, result, self.spent() if result is not None else None)
+                if result is not None:
+                    self.echo("  " + self.progress.line())
 
     def reference_result(self, pair: Pair) -> dict | None:
         """The result of the pair a budget-matched ``pair`` matches (its arm's ``match``, the same case

@@ -8,6 +8,7 @@ run report ``runs/<case>/<arm>[.tK].html`` inside it; nothing else is read.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -24,20 +25,25 @@ def _folders(root: Path | None) -> dict[str, Path]:
 
 
 def eval_list(root: Path | None) -> list[dict[str, Any]]:
-    """Every eval of ``root``: its name, suite, cases and per arm resolved/finished and errors."""
-    from orchestrator.evals.report import ReportError, report_data
+    """Every eval of ``root``: its name, suite, cases, where it stands (running, stopped, finished:
+    runs done of all, running, in error, time and cost left) and per arm resolved/finished and errors."""
+    from orchestrator.evals.progress import progress_text, status_data
+    from orchestrator.evals.report import ReportError
 
     out = []
     for name, folder in _folders(root).items():
         try:
-            report = report_data(folder)
+            status = status_data(folder)
+            meta = json.loads((folder / "eval.json").read_text(encoding="utf-8"))
         except (ReportError, OSError, ValueError, KeyError) as exc:
-            out.append({"name": name, "error": str(exc)[:200], "arms": [], "cases": 0, "created_at": ""})
+            out.append({"name": name, "error": str(exc)[:200], "arms": [], "cases": 0, "created_at": "",
+                        "state": "", "progress": ""})
             continue
-        out.append({"name": name, "suite": Path(report["suite"]).name, "cases": len(report["cases"]),
-                    "created_at": report["created_at"], "error": None,
+        out.append({"name": name, "suite": Path(meta["suite"]).name, "cases": status["cases"],
+                    "created_at": meta["created_at"], "error": None, "state": status["state"],
+                    "progress": progress_text(status),
                     "arms": [{"arm": row["arm"], "resolved": row["resolved"], "finished": row["finished"],
-                              "errors": row["errors"]["count"]} for row in report["arms"]]})
+                              "errors": row["errors"]} for row in status["arms"]]})
     return out
 
 
