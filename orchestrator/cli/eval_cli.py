@@ -183,23 +183,11 @@ def report_command(ctx: click.Context, folder, suite, repo, html_path, reference
     from orchestrator.cli.common import _fail
     from orchestrator.evals.page import render_eval_page
     from orchestrator.evals.report import ReportError, lines, report_data
-    from orchestrator.evals.runs import eval_folder
     from orchestrator.evals.cases import write_text
 
+    folder = _eval_folder(ctx, folder, suite, repo, as_json)
     if folder is None:
-        from orchestrator.worktree.gitops import GitError, repo_root
-
-        try:
-            base = repo_root(Path(repo or Path.cwd()).resolve())
-        except GitError as exc:
-            _fail(ctx, str(exc), 2, as_json)
-            return
-        found = [eval_folder(base, Path(suite))] if suite else sorted(
-            (base / ".mesh" / "evals").glob("*/eval.json"), key=lambda p: p.stat().st_mtime)
-        if not found:
-            _fail(ctx, f"no eval in {base / '.mesh' / 'evals'}; name its folder", 2, as_json)
-            return
-        folder = found[-1].parent if not suite else found[0]
+        return
     try:
         report = report_data(Path(folder), reference)
     except ReportError as exc:
@@ -213,3 +201,85 @@ def report_command(ctx: click.Context, folder, suite, repo, html_path, reference
     for line in lines(report):
         _say(line)
     _say(f"the page: {page}")
+
+
+def _eval_folder(ctx: click.Context, folder, suite, repo, as_json: bool) -> Path | None:
+    """The eval folder a command reads: FOLDER, else the default folder of --suite, else the
+    repository's newest eval; None (after saying why, exit 2) when there is none."""
+    from orchestrator.cli.common import _fail
+    from orchestrator.evals.runs import eval_folder
+
+    if folder is not None:
+        return Path(folder)
+    from orchestrator.worktree.gitops import GitError, repo_root
+
+    try:
+        base = repo_root(Path(repo or Path.cwd()).resolve())
+    except GitError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return None
+    found = [eval_folder(base, Path(suite))] if suite else sorted(
+        (base / ".mesh" / "evals").glob("*/eval.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        _fail(ctx, f"no eval in {base / '.mesh' / 'evals'}; name its folder", 2, as_json)
+        return None
+    return found[-1].parent if not suite else found[0]
+
+
+@eval_group.command("status")
+@click.argument("folder", required=False, type=click.Path(file_okay=False))
+@click.option("--suite", type=click.Path(dir_okay=False), help="The suite whose default folder to read.")
+@click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
+@click.pass_context
+def status_command(ctx: click.Context, folder, suite, repo, as_json: bool) -> None:
+    """Where an eval stands, while it runs or after: runs done, running, in error and left per arm,
+    the spend so far, and the time and cost its last progress estimated to be left."""
+    from orchestrator.cli.common import _fail
+    from orchestrator.evals.progress import status_data, status_lines
+    from orchestrator.evals.report import ReportError
+
+    folder = _eval_folder(ctx, folder, suite, repo, as_json)
+    if folder is None:
+        return
+    try:
+        data = status_data(Path(folder))
+    except ReportError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for line in status_lines(data):
+        _say(line)
+
+
+@eval_group.command("export")
+@click.argument("folder", required=False, type=click.Path(file_okay=False))
+@click.option("--suite", type=click.Path(dir_okay=False), help="The suite whose default folder to read.")
+@click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
+@click.option("--arm", "arms", multiple=True, metavar="ARM", help="Export this arm only (repeat; default: every arm).")
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False), help="Where to write (default: FOLDER/export).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
+@click.pass_context
+def export_command(ctx: click.Context, folder, suite, repo, arms, out, as_json: bool) -> None:
+    """SWE-bench predictions per arm and trial (instance_id, model_name_or_path, model_patch: each
+    run's final diff against its base) and results.jsonl (a line per case, arm and trial: state,
+    error, resolved, tests, cost, tokens), for another harness to grade mesh's patches again."""
+    from orchestrator.cli.common import _fail
+    from orchestrator.evals.export import export_eval
+    from orchestrator.evals.report import ReportError
+
+    folder = _eval_folder(ctx, folder, suite, repo, as_json)
+    if folder is None:
+        return
+    try:
+        exported = export_eval(Path(folder), arms=list(arms), out=Path(out) if out else None)
+    except ReportError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return
+    if as_json:
+        click.echo(json.dumps(exported.to_dict(), indent=2))
+        return
+    for line in exported.lines():
+        _say(line)
