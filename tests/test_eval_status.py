@@ -25,11 +25,7 @@ pytestmark = pytest.mark.slow
 
 @needs_chromium
 def test_status_and_the_evals_page_follow_a_running_eval(tmp_path):
-    repo = make_library(tmp_path)
-    suite = tmp_path / "small.jsonl"
-    assert mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", "2", "--command",
-                "python3 -m unittest {tests}", "-o", str(suite), cwd=repo).returncode == 0
-    cases = read_suite(suite)
+    repo, suite, cases = _small_suite(tmp_path)
     command = write_worker(tmp_path, repo, cases, {"single": [c.id for c in cases]})
     gate = Gate()
     (tmp_path / "worker" / "gate.py").write_text(GATE)
@@ -117,6 +113,15 @@ class Gate:
         self._opened.set()
 
 
+def _small_suite(tmp_path):
+    """The kit's library and a suite of its two newest cases."""
+    repo = make_library(tmp_path)
+    suite = tmp_path / "small.jsonl"
+    assert mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", "2", "--command",
+                "python3 -m unittest {tests}", "-o", str(suite), cwd=repo).returncode == 0
+    return repo, suite, read_suite(suite)
+
+
 def _running(folder) -> bool:
     try:
         return bool(json.loads((folder / "progress.json").read_text())["running"])
@@ -128,11 +133,7 @@ def test_a_stopped_eval_says_so(tmp_path):
     """An eval whose process ended before its last run (a kill, a budget) is stopped, not running."""
     from orchestrator.evals.progress import status_data, status_lines
 
-    repo = make_library(tmp_path)
-    suite = tmp_path / "small.jsonl"
-    assert mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", "2", "--command",
-                "python3 -m unittest {tests}", "-o", str(suite), cwd=repo).returncode == 0
-    cases = read_suite(suite)
+    repo, suite, cases = _small_suite(tmp_path)
     command = write_worker(tmp_path, repo, cases, {"single": []})
     done = mesh("eval", "run", str(suite), "--profile", "single", "--profile", "lite", "--worker-cmd", command,
                 "--max-usd", "0", "--yes", cwd=repo)
