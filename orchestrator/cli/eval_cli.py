@@ -20,8 +20,11 @@ def eval_group() -> None:
 
 
 @eval_group.command("suite")
-@click.option("--from-git", "from_git", is_flag=True, required=True,
+@click.option("--from-git", "from_git", is_flag=True,
               help="Build the suite from the first-parent history of the repository.")
+@click.option("--from-swebench", "from_swebench", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Build the suite from SWE-bench instances of this repository (JSON or JSONL), each checked:"
+                   " its FAIL_TO_PASS tests fail on its base and pass with its gold patch.")
 @click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="mesh.toml to use.")
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default="mesh-eval-suite.jsonl",
@@ -51,20 +54,38 @@ def eval_group() -> None:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the kept and dropped cases as one JSON object (progress stays on stderr).")
 @click.pass_context
-def suite_command(ctx: click.Context, from_git: bool, repo, config_file, out, command, max_files, max_lines, limit,
-                  since, until, timeout_s, merges: bool, task_text: str, runs: int, as_json: bool) -> None:
-    """Build an evaluation suite: commits that change source and tests become cases, kept only
-    when their tests fail on the base and pass with the commit, in the validation sandbox."""
+def suite_command(ctx: click.Context, from_git: bool, from_swebench, repo, config_file, out, command, max_files,
+                  max_lines, limit, since, until, timeout_s, merges: bool, task_text: str, runs: int,
+                  as_json: bool) -> None:
+    """Build an evaluation suite: commits that change source and tests become cases (--from-git),
+    or SWE-bench instances of the repository do (--from-swebench), kept only when their tests fail
+    on the base and pass with the commit (the gold patch), in the validation sandbox."""
     from orchestrator.cli.common import _fail
     from orchestrator.evals.builder import SuiteError, build_suite
+    from orchestrator.evals.swebench import import_swebench
 
     root = ctx.find_root().obj or {}
+    if from_git == bool(from_swebench):
+        _fail(ctx, "name where the cases come from: --from-git or --from-swebench FILE (one of them)", 2, as_json)
+        return
+    history_only = [f"--{name.replace('_', '-')}" for name in ("max_files", "max_lines", "since", "until", "merges",
+                                                                "task_text")
+                    if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if from_swebench and history_only:
+        _fail(ctx, f"{', '.join(history_only)}: for --from-git only (an instance names its base commit)", 2, as_json)
+        return
+    where = Path(repo) if repo else Path.cwd()
+    config = Path(config_file) if config_file else None
     try:
-        built = build_suite(Path(repo) if repo else Path.cwd(), Path(config_file) if config_file else None,
-                            out=Path(out), command=command, max_files=max_files, max_lines=max_lines, limit=limit,
-                            db=root.get("db"), since=since, until=until, timeout_s=timeout_s,
-                            progress=lambda line: _say(line, err=True), merges=merges, task_text=task_text,
-                            runs=runs)
+        if from_swebench:
+            built = import_swebench(where, config, instances=Path(from_swebench), out=Path(out), command=command,
+                                    limit=limit, timeout_s=timeout_s, runs=runs,
+                                    progress=lambda line: _say(line, err=True))
+        else:
+            built = build_suite(where, config, out=Path(out), command=command, max_files=max_files,
+                                max_lines=max_lines, limit=limit, db=root.get("db"), since=since, until=until,
+                                timeout_s=timeout_s, progress=lambda line: _say(line, err=True), merges=merges,
+                                task_text=task_text, runs=runs)
     except SuiteError as exc:
         _fail(ctx, str(exc), 2, as_json)
         return

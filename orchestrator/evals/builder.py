@@ -15,7 +15,7 @@ from orchestrator.evals.history import TASK_TEXTS, candidates, ranges_of, seal
 from orchestrator.evals.curation import curate, kept_note, whole_check
 from orchestrator.evals.suite import Case, CommandUnusable, Dropped, sandbox_results, write_suite
 
-__all__ = ["BuiltSuite", "SuiteError", "build_suite", "hidden_command_for"]
+__all__ = ["BuiltSuite", "SuiteError", "build_suite", "hidden_command_for", "project"]
 
 
 class SuiteError(Exception):
@@ -32,18 +32,23 @@ class BuiltSuite:
     command: str = ""
     looked_at: int = 0
     stopped_at_limit: bool = False
+    notes: dict[str, str] = field(default_factory=dict)  # a kept SWE-bench instance's line: what it adds
+    unit: str = "commit"  # what a dropped line names: a commit, or a SWE-bench instance
+    order: str = "newest first"
 
     def lines(self) -> list[str]:
         """The outcome as terminal lines: one per kept case, one per dropped commit."""
         out = [f"hidden tests run with: {self.command}"]
-        out += [f"kept    {case.id}  {(case.reference or '')[:12]}  {case.title[:60]}"
-                f"  ({len(case.hidden_tests)} test file(s)"
-                + ("" if any(path in (case.hidden_command or "") for path in case.hidden_tests)
-                   else f"; run by the whole check: {case.hidden_command}") + kept_note(case) + ")" for case in self.kept]
-        out += [f"dropped {d.commit[:12]}  {d.subject[:50]}: {d.why}" for d in self.dropped]
-        tail = "; the limit was reached: older commits were not looked at" if self.stopped_at_limit else ""
-        out.append(f"{len(self.kept)} case(s) written to {self.out}; {len(self.dropped)} commit(s) dropped"
-                   f" ({self.looked_at} looked at, newest first{tail})")
+        out += [f"kept    {case.id}  {case.instance_id or (case.reference or '')[:12]}  {case.title[:60]}"
+                f"  ({len(case.hidden_paths())} test file(s)"
+                + ("" if any(path in (case.hidden_command or "") for path in case.hidden_paths())
+                   else f"; run by the whole check: {case.hidden_command}") + kept_note(case)
+                + self.notes.get(case.instance_id or "", "") + ")" for case in self.kept]
+        out += [f"dropped {_short(d.commit)}  {d.subject[:50]}: {d.why}" for d in self.dropped]
+        tail = (f"; the limit was reached: {'older commits' if self.unit == 'commit' else 'the others'} were not"
+                " looked at") if self.stopped_at_limit else ""
+        out.append(f"{len(self.kept)} case(s) written to {self.out}; {len(self.dropped)} {self.unit}(s) dropped"
+                   f" ({self.looked_at} looked at, {self.order}{tail})")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +74,32 @@ def hidden_command_for(found: list[Any]) -> str | None:
     return None
 
 
+def _short(name: str) -> str:
+    """A commit's short id; any other name (a SWE-bench instance's) whole."""
+    return name[:12] if len(name) == 40 and all(c in "0123456789abcdef" for c in name) else name
+
+
+def project(repo: Path, config_file: Path | None, command: str | None) -> tuple[Path, Any, Any, str]:
+    """(the repository's root, its config, its toolchains' inspection, the hidden tests' command:
+    ``command``, else the project's test runner on ``{tests}``); SuiteError when one is missing."""
+    from orchestrator.config import ConfigError, load_config
+    from orchestrator.toolchains.base import DependenciesMissing, ToolchainMissing
+    from orchestrator.toolchains.view import inspect
+    from orchestrator.worktree.gitops import GitError, repo_root
+
+    try:
+        root = repo_root(Path(repo))
+        config = load_config(root, config_file)
+        inspection = inspect(root, config.validation)
+    except (GitError, ConfigError, DependenciesMissing, ToolchainMissing) as exc:
+        raise SuiteError(str(exc)) from None
+    command = command or hidden_command_for(inspection.found)
+    if not command:
+        raise SuiteError("no test runner found for this project; name the hidden tests' command with --command"
+                         " (e.g. --command 'python -m pytest {tests}')")
+    return root, config, inspection, command
+
+
 def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str | None = None, max_files: int = 20,
                 max_lines: int = 400, limit: int | None = None, db: Any = None, since: str | None = None,
                 until: str = "HEAD", timeout_s: float | None = None,
@@ -82,23 +113,10 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
     ``issue`` (``history.task_text``). A case whose base comes before an ``[[eval.history]]``
     range's ``before`` runs with its setup and environment. The base and the reference of each
     case run ``runs`` times with the hidden command and the whole check (``curation.curate``)."""
-    from orchestrator.config import ConfigError, load_config
-    from orchestrator.toolchains.base import DependenciesMissing, ToolchainMissing
-    from orchestrator.toolchains.view import inspect
     from orchestrator.workspace import TrackerUnavailable, open_found_tracker
-    from orchestrator.worktree.gitops import GitError, repo_root
     from orchestrator.worktree.policy import PatchPolicy
 
-    try:
-        root = repo_root(Path(repo))
-        config = load_config(root, config_file)
-        inspection = inspect(root, config.validation)
-    except (GitError, ConfigError, DependenciesMissing, ToolchainMissing) as exc:
-        raise SuiteError(str(exc)) from None
-    command = command or hidden_command_for(inspection.found)
-    if not command:
-        raise SuiteError("no test runner found for this project; name the hidden tests' command with --command"
-                         " (e.g. --command 'python -m pytest {tests}')")
+    root, config, inspection, command = project(repo, config_file, command)
     for rev in (since, until):
         if rev is not None and not _is_commit(root, rev):
             raise SuiteError(f"{rev!r} names no commit of {root}")

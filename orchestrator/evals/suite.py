@@ -2,9 +2,10 @@
 
 A case is a task on a base commit with hidden tests: ``base`` (the commit a run starts from),
 ``task`` (what the run is asked to do), ``hidden_tests`` (test files, whose content is taken from
-``tests_from``, or given inline in ``hidden_files``), ``hidden_command`` (the command that runs
-them), and for a case from history its ``reference`` (the commit that did it). A suite is a JSONL
-file, one case a line (``Case``'s fields; docs/eval.md).
+``tests_from``, or given inline in ``hidden_files``, or as a patch in ``test_patch``: a SWE-bench
+instance's), ``hidden_command`` (the command that runs them), and for a case from history its
+``reference`` (the commit that did it). A suite is a JSONL file, one case a line (``Case``'s
+fields; docs/eval.md).
 
 ``orchestrator.evals.history`` makes candidate cases from the first-parent history (base = a
 commit's parent, task = its message or the tracker issue it names, hidden tests = the test files
@@ -27,8 +28,9 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["Case", "CommandUnusable", "Dropped", "build_tree", "describe", "failure_line", "policy_refusal",
-           "read_suite", "reference_patch", "sandbox_results", "sandbox_run", "verify", "verify_case", "write_suite"]
+__all__ = ["Case", "CommandUnusable", "Dropped", "build_tree", "describe", "failure_line", "patch_paths",
+           "patched_commit", "policy_refusal", "read_suite", "reference_patch", "sandbox_results", "sandbox_run",
+           "verify", "verify_case", "write_suite"]
 
 
 class Case(BaseModel):
@@ -45,7 +47,11 @@ class Case(BaseModel):
     hidden_files: dict[str, str] = Field(default_factory=dict)
     hidden_command: str | None = None
     reference: str | None = None
-    source: Literal["git", "hand"] = "hand"
+    source: Literal["git", "hand", "swebench"] = "hand"
+    # A SWE-bench instance's (``orchestrator.evals.swebench``): its id (the case's own id is sealed)
+    # and its test patch, applied to the tree graded after the files it touches are reset to the base.
+    instance_id: str | None = None
+    test_patch: str | None = None
     # Grading by test (a case from history, curated at suite build: ``orchestrator.evals.curation``).
     # ``grading`` None: the hidden command and the project's check judge by exit status (a
     # hand-written case, an older suite). "tests": every FAIL_TO_PASS test must pass and no
@@ -65,7 +71,7 @@ class Case(BaseModel):
 
     def hidden_paths(self) -> list[str]:
         """Every hidden test file's path."""
-        return list(dict.fromkeys([*self.hidden_tests, *self.hidden_files]))
+        return list(dict.fromkeys([*self.hidden_tests, *self.hidden_files, *patch_paths(self.test_patch or "")]))
 
 
 class CommandUnusable(ValueError):
@@ -92,10 +98,69 @@ def _git(repo: Path, *args: str, env: Mapping[str, str] | None = None, data: byt
     return done.stdout
 
 
+_PATCH_PATH = re.compile(r'(--- |\+\+\+ |rename from |rename to |copy from |copy to )("(?:[^"\\]|\\.)*"|.+?)\t?')
+
+
+def patch_paths(patch: str, *, after: bool = False) -> list[str]:
+    """The paths a unified diff (git's form) touches, old and new names of a rename both (``after``:
+    only the paths the patch leaves, not a deleted file or a rename's old name): read from each
+    file's header lines only (a removed line ``-- x`` is ``--- x`` in a hunk)."""
+    found, header = [], False
+    lines = patch.splitlines()
+    plain = not any(line.startswith("diff --git ") for line in lines)
+    for index, line in enumerate(lines):
+        if line.startswith("diff "):
+            header = True
+        elif line.startswith("@@"):
+            header = False
+        elif plain and line.startswith("--- ") and index + 1 < len(lines) and lines[index + 1].startswith("+++ "):
+            header = True  # a plain unified diff's header
+        if not header or not (match := _PATCH_PATH.fullmatch(line)):
+            continue
+        word, path = match.groups()
+        if after and word in ("--- ", "rename from ", "copy from "):
+            continue
+        if path.startswith('"'):  # git quotes a path with unusual characters, C-style (UTF-8 bytes in octal)
+            path = path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape").encode(
+                "latin-1", "replace").decode("utf-8", "replace")
+        if word in ("--- ", "+++ "):
+            if path == "/dev/null":
+                continue
+            path = path[2:] if path[:2] in ("a/", "b/") else path
+        found.append(path)
+    return list(dict.fromkeys(found))
+
+
+def _apply_in_index(repo: Path, patch: str, env: Mapping[str, str], what: str) -> None:
+    try:
+        _git(repo, "apply", "--cached", "--whitespace=nowarn", "-", env=env, data=patch.encode())
+    except ValueError as exc:
+        raise ValueError(f"{what} does not apply: {str(exc).removeprefix('git apply: ')}") from None
+
+
+def _commit_index(repo: Path, env: Mapping[str, str], onto: str, message: str) -> str:
+    tree = _git(repo, "write-tree", env=env).decode().strip()
+    return _git(repo, "commit-tree", tree, "-p", onto, "-m", message,
+                env={"GIT_AUTHOR_NAME": "mesh", "GIT_AUTHOR_EMAIL": "mesh@localhost",
+                     "GIT_COMMITTER_NAME": "mesh", "GIT_COMMITTER_EMAIL": "mesh@localhost"}).decode().strip()
+
+
+def patched_commit(repo: Path, onto: str, patch: str, message: str = "mesh eval: a patch applied") -> str:
+    """A commit (unreferenced) whose tree is ``onto``'s with ``patch`` applied (private index);
+    ValueError when it does not apply."""
+    with tempfile.TemporaryDirectory(prefix="mesh-eval-index-") as folder:
+        env = {"GIT_INDEX_FILE": os.path.join(folder, "index")}
+        _git(repo, "read-tree", onto, env=env)
+        _apply_in_index(repo, patch, env, "the patch")
+        return _commit_index(repo, env, onto, message)
+
+
 def build_tree(repo: Path, case: Case, onto: str, *, source: Path | None = None) -> str:
     """A commit (unreferenced) whose tree is ``onto``'s with the case's hidden tests written in:
-    from ``tests_from`` (a commit of ``source``, by default ``repo`` itself) and ``hidden_files``.
-    Made with plumbing in a private index: no worktree, no ref, nothing the user sees."""
+    from ``tests_from`` (a commit of ``source``, by default ``repo`` itself) and ``hidden_files``;
+    a ``test_patch`` is applied after the files it touches are put back as the base has them (as
+    SWE-bench's harness does: a run's own edits of those files do not count). Made with plumbing
+    in a private index: no worktree, no ref, nothing the user sees."""
     origin = source or repo
     with tempfile.TemporaryDirectory(prefix="mesh-eval-index-") as folder:
         env = {"GIT_INDEX_FILE": os.path.join(folder, "index")}
@@ -113,10 +178,16 @@ def build_tree(repo: Path, case: Case, onto: str, *, source: Path | None = None)
         for path, text in case.hidden_files.items():
             blob = _git(repo, "hash-object", "-w", "--stdin", data=text.encode()).decode().strip()
             _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
-        tree = _git(repo, "write-tree", env=env).decode().strip()
-    return _git(repo, "commit-tree", tree, "-p", onto, "-m", f"mesh eval: {case.id} with its hidden tests",
-                env={"GIT_AUTHOR_NAME": "mesh", "GIT_AUTHOR_EMAIL": "mesh@localhost",
-                     "GIT_COMMITTER_NAME": "mesh", "GIT_COMMITTER_EMAIL": "mesh@localhost"}).decode().strip()
+        if case.test_patch:
+            for path in patch_paths(case.test_patch):
+                entry = _git(repo, "ls-tree", "-z", case.base, "--", path).split(b"\0")[0]
+                if entry:
+                    mode, _kind, blob = entry.split(b"\t", 1)[0].decode().split(" ")
+                    _git(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
+                else:
+                    _git(repo, "update-index", "--force-remove", "--", path, env=env)
+            _apply_in_index(repo, case.test_patch, env, f"case {case.id}: its test patch")
+        return _commit_index(repo, env, onto, f"mesh eval: {case.id} with its hidden tests")
 
 
 def reference_patch(repo: Path, case: Case) -> str:
@@ -128,14 +199,14 @@ def reference_patch(repo: Path, case: Case) -> str:
                 "--", ".", *excluded).decode("utf-8", "replace")
 
 
-def policy_refusal(repo: Path, case: Case, policy: Any) -> str | None:
-    """Why ``policy`` (a ``PatchPolicy``) would refuse the case's reference patch, if it would: no
-    run could land that change, so the case measures nothing. Judged against the base's tree,
-    as a run's patch is against its worktree."""
+def policy_refusal(repo: Path, case: Case, policy: Any, patch: str | None = None) -> str | None:
+    """Why ``policy`` (a ``PatchPolicy``) would refuse the case's reference patch (or ``patch``,
+    a SWE-bench instance's gold patch), if it would: no run could land that change, so the case
+    measures nothing. Judged against the base's tree, as a run's patch is against its worktree."""
     from orchestrator.sandbox.tree_copy import materialize_tree
     from orchestrator.worktree.patchcheck import PatchRefused, check_patch
 
-    patch = reference_patch(repo, case)
+    patch = reference_patch(repo, case) if patch is None else patch
     if not patch.strip():
         return None
     try:
@@ -213,10 +284,13 @@ _WHY = re.compile(r"(\w*(Error|Exception)\b|panicked at|^--- FAIL|Cannot find mo
 
 def failure_line(output: str) -> str:
     """The line of ``output`` (a failing command's tail) that best says why it failed: the last one
-    naming an error, else the last non-empty one; at most 200 characters."""
+    naming an error (pytest's ``E   AssertionError: 12 != 8`` rather than its ``tests/test_x.py:9:
+    AssertionError`` after it), else the last non-empty one; at most 200 characters."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    found = next((line for line in reversed(lines) if _WHY.search(line)
-                  and not re.fullmatch(r"FAILED \((failures|errors)=.*\)", line)), lines[-1] if lines else "")
+    said = [line for line in lines if _WHY.search(line) and not re.fullmatch(r"FAILED \((failures|errors)=.*\)", line)]
+    if any(re.match(r"E\s{2,}\S", line) for line in said):
+        said = [line for line in said if not re.fullmatch(r"\S+:\d+: \w+", line)]
+    found = said[-1] if said else lines[-1] if lines else ""
     found = re.sub(r"^E\s+", "", found)
     return found if len(found) <= 200 else found[:199] + "…"
 

@@ -1,0 +1,324 @@
+"""SWE-bench tasks in: ``mesh eval suite --from-swebench FILE`` as a library.
+
+A SWE-bench instance (``instance_id``, ``repo``, ``base_commit``, ``problem_statement``,
+``test_patch``, ``patch``: the gold fix, ``FAIL_TO_PASS``, ``PASS_TO_PASS``: lists, or JSON
+strings of lists as in the Hugging Face dataset; ``hints_text``, ``created_at``, ``version``,
+``environment_setup_commit`` are read and not used) of this repository becomes a case:
+
+- ``base`` its ``base_commit``, ``task`` its problem statement (no hints, as SWE-bench's default);
+- its ``test_patch`` kept whole in the case (``Case.test_patch``): ``build_tree`` applies it to the
+  tree graded, after the files it touches are put back as the base has them, in a private index.
+  Nothing enters the user's repository but unreferenced objects, and no run sees it;
+- ``hidden_command``: the project's test runner on the patch's test files (or ``--command``);
+  PASS_TO_PASS comes from that same command (``check_command`` None), as SWE-bench runs them;
+- its test ids mapped to the ones mesh's reader names (``mesh_test_id``): pytest's node id
+  ``tests/test_x.py::T::test_a[1]`` is ``tests.test_x.T::test_a[1]`` (pytest's JUnit report),
+  or ``tests.test_x.T.test_a`` under unittest; Django's ``test_a (tests.test_x.T)`` is
+  ``tests.test_x.T.test_a``; a bare name is matched to the one test the runner reports by it;
+- its id sealed (``case-001``, ... in the file's order; the instance's is ``Case.instance_id``).
+
+An instance is kept only when, in the validation sandbox, run ``--runs`` times on the base with
+the test patch and on the base with the gold patch and the test patch, every FAIL_TO_PASS test
+fails (or does not run) on the base, and, the gold patch given, every FAIL_TO_PASS and
+PASS_TO_PASS test passes with it and every PASS_TO_PASS test on the base too. A test whose
+outcome varies is left out of both lists and named (``flaky``). Each dropped instance says why:
+another repository, a base commit not here, a patch that does not apply, a test id mesh's runner
+does not report (with the ids it does), a test that fails with the gold patch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.evals.builder import BuiltSuite, SuiteError, project
+from orchestrator.evals.suite import (Case, CommandUnusable, Dropped, build_tree, describe, patch_paths,
+                                      patched_commit, policy_refusal, sandbox_results, write_suite)
+
+__all__ = ["Instance", "import_swebench", "mesh_test_id", "read_instances", "repository_names"]
+
+
+class Instance(BaseModel):
+    """One SWE-bench instance (the fields mesh reads; others are ignored: datasets add their own)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    instance_id: str = Field(min_length=1)
+    base_commit: str = Field(min_length=4)
+    problem_statement: str = Field(min_length=1)
+    test_patch: str = Field(min_length=1)
+    FAIL_TO_PASS: list[str] = Field(min_length=1)
+    PASS_TO_PASS: list[str] = Field(default_factory=list)
+    patch: str | None = None
+    repo: str | None = None
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        """The Hugging Face dataset holds the lists as JSON strings; some exports as lists."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else []
+            except ValueError:
+                raise ValueError("neither a list nor a JSON string of one") from None
+        return value
+
+
+def read_instances(path: Path) -> tuple[list[Instance], list[Dropped]]:
+    """The instances of a SWE-bench file: a JSON list (or one object), or JSONL; an entry that is
+    no instance is dropped naming its place and the field at fault. SuiteError when the file
+    cannot be read or is neither JSON nor JSONL (naming the line)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"{path}: {exc}") from None
+    try:
+        whole = json.loads(text)
+        entries = [(f"entry {n}", e) for n, e in enumerate(whole if isinstance(whole, list) else [whole], 1)]
+    except ValueError:
+        entries = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entries.append((f"line {number}", json.loads(line)))
+            except ValueError as exc:
+                raise SuiteError(f"{path}:{number}: neither JSON nor JSONL ({exc})") from None
+    kept: list[Instance] = []
+    dropped: list[Dropped] = []
+    for place, entry in entries:
+        try:
+            kept.append(Instance.model_validate(entry))
+        except ValidationError as exc:
+            named = entry.get("instance_id") if isinstance(entry, dict) else None
+            fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the entry'}: {e['msg']}" for e in exc.errors()[:3])
+            dropped.append(Dropped(str(named or place), "", f"not a SWE-bench instance ({place}: {fields})"))
+    return kept, dropped
+
+
+# A forge remote's owner/name: https://github.com/o/n(.git), git@github.com:o/n.git, ssh://git@h/o/n.
+_REMOTE = re.compile(r"[:/]([^/:]+)/([^/]+?)(?:\.git)?/?$")
+
+
+def repository_names(root: Path) -> set[str]:
+    """``owner/name`` of each remote of ``root`` (lower case): what an instance's ``repo`` must be."""
+    done = subprocess.run(["git", "-C", str(root), "config", "--get-regexp", r"^remote\..*\.url$"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    names = set()
+    for line in done.stdout.splitlines():
+        found = _REMOTE.search(line.split(" ", 1)[-1].strip())
+        if found:
+            names.add(f"{found.group(1)}/{found.group(2)}".lower())
+    return names
+
+
+def _commit_of(root: Path, rev: str) -> str | None:
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "-q", "--end-of-options",
+                           f"{rev}^{{commit}}"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+# Django's (and unittest's) description of a test: ``test_a (module.Class)`` or, since Python
+# 3.11, ``test_a (module.Class.test_a)``; a docstring's first line may follow.
+_DJANGO = re.compile(r"^(\w+) \(([\w.]+)\)")
+
+
+def mesh_test_id(test: str, runner: str) -> str | None:
+    """The id mesh's ``runner`` reader (``pytest``, ``unittest``) gives the SWE-bench test
+    ``test``; None when its form says nothing of where the test is (a bare name)."""
+    test = test.strip()
+    if found := _DJANGO.match(test):
+        name, owner = found.groups()
+        dotted = owner if owner.endswith(f".{name}") else f"{owner}.{name}"
+        if runner == "pytest":
+            module_class, _, method = dotted.rpartition(".")
+            return f"{module_class}::{method}"
+        return dotted
+    head, sep, params = test.partition("[")
+    if "::" not in head:
+        return None
+    path, *owners = head.split("::")
+    module = re.sub(r"\.py$", "", path).replace("/", ".")
+    if runner == "pytest":
+        return ".".join([module, *owners[:-1]]) + "::" + owners[-1] + sep + params
+    return ".".join([module, *owners]) + (sep + params if sep else "")
+
+
+def _resolved(test: str, runner: str, reported: Sequence[str]) -> str | None:
+    """``test`` when the runner reports it so, else ``mesh_test_id`` (pytest's and unittest's
+    readers), else the one reported test whose name is ``test`` (its last part)."""
+    mapped = test if test in reported else mesh_test_id(test, runner) if runner in ("pytest", "unittest") else None
+    if mapped is not None:
+        return mapped
+    named = [r for r in reported if re.split(r"::|\.", r.split("[", 1)[0])[-1] == test.split("[", 1)[0]
+             and r.endswith(test[len(test.split("[", 1)[0]):])]
+    return named[0] if len(named) == 1 else None
+
+
+def _outcomes(results: Sequence[Any]) -> list[dict[str, str]]:
+    from orchestrator.evals.curation import _outcome
+
+    return [{c.id: _outcome(c.status) for c in result.run.cases} for result in results]
+
+
+def _names(ids: Sequence[str], limit: int = 3) -> str:
+    return ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def _title(instance: Instance) -> str:
+    return next((line.strip() for line in instance.problem_statement.splitlines() if line.strip()),
+                instance.instance_id)
+
+
+def _case_of(instance: Instance, root: Path, command: str, whole: str | None, ranges: Sequence[Any]) -> Case:
+    from orchestrator.evals.history import hidden_command, range_for
+
+    where = range_for(root, instance.base_commit, ranges)
+    return Case(id="candidate", base=instance.base_commit, title=_title(instance)[:200],
+                task=instance.problem_statement,
+                hidden_command=hidden_command(command, patch_paths(instance.test_patch, after=True), whole),
+                source="swebench",
+                instance_id=instance.instance_id, test_patch=instance.test_patch,
+                **({"setup": where.setup, "env": where.env} if where else {}))
+
+
+def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[str, Sequence[str]], list[Any]], *,
+                   runs: int = 3, policy: Any = None) -> tuple[Case | None, str]:
+    """(the case with its lists, a note for its line) or (None, why the instance is dropped):
+    its base with the test patch, and with the gold patch too, ``runs`` times each."""
+    from orchestrator.evals.curation import UNTRUSTED, _varied, environment_cause
+    from orchestrator.sandbox.allowlist import split
+    from orchestrator.testruns.table import reader_for
+
+    if not case.hidden_command:
+        return None, "its test patch holds no test file a runner takes, and there is no whole check"
+    if policy is not None and instance.patch and (refused := policy_refusal(root, case, policy, instance.patch)):
+        return None, refused.replace("its reference", "its gold patch")
+    try:
+        trees = [build_tree(root, case, case.base)]
+        if instance.patch:
+            trees.append(build_tree(root, case, patched_commit(root, case.base, instance.patch, "the gold patch")))
+    except ValueError as exc:
+        return None, str(exc).replace(f"case {case.id}: ", "").replace("the patch does", "its gold patch does")
+    limit = getattr(run, "timeout_s", None)
+    on: list[list[Any]] = [[], []]
+    for index in range(runs):
+        for which, tree in enumerate(trees):
+            [result] = run(tree, [case.hidden_command])
+            if index == which == 0 and result.passed:
+                return None, "its tests pass on the base already (with the test patch)"
+            if result.reason in UNTRUSTED:
+                return None, f"{UNTRUSTED[result.reason]} ({result.reason})"
+            if result.run is None:
+                return None, (f"mesh reads no per-test results of `{case.hidden_command}`: SWE-bench's"
+                              " FAIL_TO_PASS and PASS_TO_PASS tests cannot be checked (--command names a runner"
+                              " mesh reads: pytest, unittest, go test, cargo test, jest, vitest, node --test)")
+            on[which].append(result)
+    if on[1] and not on[1][0].passed and (on[1][0].run.collection_errors or not on[1][0].run.failures()):
+        # Not a test that failed: the tests could not run with the gold patch (the environment, a crash).
+        cause = environment_cause(on[1][0], str(root))
+        return None, (f"its tests fail with the gold patch because of {cause}" if cause else
+                      f"its tests cannot run with the gold patch ({describe(on[1][0], limit)[1]})")
+    runner = getattr(reader_for(split(case.hidden_command) or [], None), "name", "")
+    base, gold = _outcomes(on[0]), _outcomes(on[1])
+    reported = list(dict.fromkeys(t for outcomes in (*base, *gold) for t in outcomes))
+    flaky = list(dict.fromkeys([*_varied(base), *_varied(gold)]))
+    unmatched, failing, f2p, p2p, unseen = [], [], [], [], []
+    for kind, tests in (("FAIL_TO_PASS", instance.FAIL_TO_PASS), ("PASS_TO_PASS", instance.PASS_TO_PASS)):
+        for test in tests:
+            mapped = _resolved(test, runner, reported)
+            if mapped is None or (mapped not in reported and (gold or kind == "PASS_TO_PASS")):
+                unmatched.append(test)
+            elif mapped in flaky:
+                continue
+            elif kind == "FAIL_TO_PASS" and base[0].get(mapped) == "passed":
+                failing.append(f"the FAIL_TO_PASS test {test} passes on the base already")
+            elif gold and gold[0].get(mapped) != "passed":
+                failing.append(f"the {kind} test {test} fails with the gold patch: {_why(on[1][0], mapped, limit)}")
+            elif kind == "PASS_TO_PASS" and base[0].get(mapped) != "passed":
+                failing.append(f"the PASS_TO_PASS test {test} fails on the base: {_why(on[0][0], mapped, limit)}")
+            else:
+                (f2p if kind == "FAIL_TO_PASS" else p2p).append(mapped)
+                if kind == "FAIL_TO_PASS" and mapped not in reported:
+                    unseen.append(test)
+    if unmatched:
+        return None, (f"{len(unmatched)} of its test id(s) are not among the tests `{case.hidden_command}` reports"
+                      f" ({_names(unmatched)}); mesh's {runner or 'runner'} names them like"
+                      f" {_names(reported) or 'nothing'}")
+    if failing:
+        cause = environment_cause(on[1][0] if gold else on[0][0], str(root))
+        return None, (f"{failing[0]}" + (f" and {len(failing) - 1} more" if len(failing) > 1 else "")
+                      + (f" (because of {cause})" if cause else ""))
+    if not f2p:
+        return None, f"no stable FAIL_TO_PASS test: the outcome of {_names(flaky)} varies between runs (flaky)"
+    note = (f"; {len(unseen)} FAIL_TO_PASS test(s) not reported on the base, and no gold patch shows that"
+            f" the runner names them so: {_names(unseen)}") if unseen else ""
+    note += "" if gold else "; no gold patch: checked on the base only"
+    return case.model_copy(update={"grading": "tests", "fail_to_pass": f2p, "pass_to_pass": p2p, "flaky": flaky,
+                                   "check_command": None}), note
+
+
+def _why(result: Any, test: str, limit: float | None) -> str:
+    from orchestrator.evals.curation import _message
+
+    return _message(test, {c.id: c for c in result.run.cases}, result, limit)
+
+
+def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, out: Path, command: str | None = None,
+                    limit: int | None = None, timeout_s: float | None = None, runs: int = 3,
+                    progress: Callable[[str], None] | None = None) -> BuiltSuite:
+    """Build and write the suite of the SWE-bench instances in ``instances`` that are of ``repo``
+    and pass their checks (``check_instance``), at most ``limit``; sealed ids in the file's order."""
+    from orchestrator.evals.curation import whole_check
+    from orchestrator.evals.history import ranges_of, seal
+    from orchestrator.worktree.policy import PatchPolicy
+
+    root, config, inspection, command = project(repo, config_file, command)
+    read, dropped = read_instances(instances)
+    try:
+        ranges = ranges_of(root, config.eval.history)
+    except ValueError as exc:
+        raise SuiteError(str(exc)) from None
+    whole = whole_check(config.validation, list(inspection.view.checks), command)
+    built = BuiltSuite(out=out, command=command, dropped=dropped, looked_at=len(dropped), unit="instance",
+                       order="in the file's order")
+    names = repository_names(root)
+    policy = PatchPolicy.from_config(config.patch)
+    try:
+        for instance in read:
+            if limit is not None and len(built.kept) >= limit:
+                built.stopped_at_limit = True
+                break
+            built.looked_at += 1
+            title = _title(instance)[:60]
+            base = _commit_of(root, instance.base_commit)
+            if instance.repo and names and instance.repo.lower() not in names:
+                why = f"an instance of another repository ({instance.repo}; this one is {', '.join(sorted(names))})"
+            elif base is None:
+                why = (f"its base_commit {instance.base_commit[:12]} is not in this repository (an instance of"
+                       " another repository, or a commit to fetch)")
+            else:
+                why = ""
+            if why:
+                built.dropped.append(Dropped(instance.instance_id, title, why))
+                continue
+            if progress is not None:
+                progress(f"checking {instance.instance_id}  {title} ({len(built.kept)} kept so far)")
+            case = _case_of(instance.model_copy(update={"base_commit": base}), root, command, whole, ranges)
+            run = sandbox_results(root, config.validation, inspection.view, timeout_s, setup=case.setup, env=case.env)
+            kept, note = check_instance(root, instance, case, run, runs=runs, policy=policy)
+            if kept is None:
+                built.dropped.append(Dropped(instance.instance_id, title, note))
+            else:
+                built.kept.append(kept)
+                built.notes[instance.instance_id] = note
+    except CommandUnusable as exc:
+        raise SuiteError(f"the hidden tests' command {exc}; fix --command, or validation.allow") from None
+    built.kept = seal(built.kept)
+    write_suite(out, built.kept)
+    return built
