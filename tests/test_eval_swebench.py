@@ -246,3 +246,48 @@ def test_pytest_node_ids_are_matched_to_unittest_ids_when_unittest_runs_the_test
     assert (case["fail_to_pass"], case["pass_to_pass"]) == (["tests.test_mean.T.test_empty"],
                                                             ["tests.test_mean.T.test_mean"])
     assert case["hidden_command"] == "python3 -m unittest tests/test_mean.py" and "flaky" not in case
+
+
+def test_export_of_trials_errors_pending_runs_and_an_attempts_repository(tmp_path):
+    """An eval folder written by hand: trial 1 of case-001 resolved in its chosen attempt's
+    repository (a budget-matched arm's ``a.a2``), trial 2 in error, case-002 never run. The
+    prediction excludes the hidden test file the run also changed; errors and pending runs are no
+    predictions, and every (case, arm, trial) has its line in results.jsonl."""
+    from orchestrator.evals.suite import Case, write_suite
+
+    repo = make_library(tmp_path)
+    base = git(repo, "rev-parse", "HEAD~1").strip()
+    cases = [Case(id="case-001", base=base, task="t", hidden_files={"tests/test_mean.py": "x"}),
+             Case(id="case-002", base=base, task="u", instance_id="ada__mathlib-2")]
+    write_suite(tmp_path / "suite.jsonl", cases)
+    folder = tmp_path / "ev"
+    work = folder / "repos" / "case-001" / "a.a2"
+    work.parent.mkdir(parents=True)
+    git(tmp_path, "clone", "-q", str(repo), str(work))
+    git(work, "checkout", "-q", base)
+    (work / "mathlib.py").write_text((work / "mathlib.py").read_text() + "\n\ndef tenfold(x):\n    return 10 * x\n")
+    (work / "tests" / "test_mean.py").write_text("# the run's own edit of a hidden file\n")
+    git(work, "commit", "-qam", "the run's work")
+    head = git(work, "rev-parse", "HEAD").strip()
+    (folder / "eval.json").write_text(json.dumps({"eval": "ev-x", "suite": str(tmp_path / "suite.jsonl"),
+                                                  "order": ["a"], "trials": {"a": 2}, "arms": {"a": {}}}))
+    results = folder / "results" / "case-001"
+    results.mkdir(parents=True)
+    (results / "a.json").write_text(json.dumps({"arm": "a", "trial": 1, "state": "resolved", "head": head,
+                                                "attempts": [{"slot": "a"}, {"slot": "a.a2"}], "cost_usd": 0.5,
+                                                "tests": {"fail_to_pass": {"passed": 1, "failed": []}}}))
+    (results / "a.t2.json").write_text(json.dumps({"arm": "a", "trial": 2, "state": "error",
+                                                   "error": {"kind": "api", "reason": "HTTP 529"}}))
+    done = mesh("eval", "export", str(folder), cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert f"{folder / 'export' / 'predictions-a.jsonl'}: 1 prediction(s) (1 not run yet: no prediction)" in done.stdout
+    assert "predictions-a.t2.jsonl: 0 prediction(s) (1 run(s) in error, 1 not run yet: no prediction)" in done.stdout
+    [prediction] = [json.loads(line) for line in (folder / "export" / "predictions-a.jsonl").read_text().splitlines()]
+    assert prediction["instance_id"] == "case-001" and prediction["model_name_or_path"] == "a"
+    assert "+def tenfold(x):" in prediction["model_patch"] and "tests/test_mean.py" not in prediction["model_patch"]
+    assert (folder / "export" / "predictions-a.t2.jsonl").read_text() == ""
+    rows = [json.loads(line) for line in (folder / "export" / "results.jsonl").read_text().splitlines()]
+    assert [(r["instance_id"], r["trial"], r["state"], r["resolved"], r["error_kind"]) for r in rows] == [
+        ("case-001", 1, "resolved", True, None), ("ada__mathlib-2", 1, "pending", None, None),
+        ("case-001", 2, "error", None, "api"), ("ada__mathlib-2", 2, "pending", None, None)]
+    assert rows[0]["cost_usd"] == 0.5 and rows[0]["head"] == head and rows[0]["base"] == base

@@ -40,11 +40,13 @@ class Exported:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # slot -> {"predictions", "errors", "pending"}
 
     def lines(self) -> list[str]:
-        out = [f"{path}: {self.counts[run_slot]['predictions']} prediction(s)"
-               + "".join(f", {n} run(s) {what} left out" for what, n in
-                         (("in error", self.counts[run_slot]["errors"]), ("not run", self.counts[run_slot]["pending"]))
-                         if n)
-               for run_slot, path in self.predictions.items()]
+        out = []
+        for run_slot, path in self.predictions.items():
+            counts = self.counts[run_slot]
+            apart = [f"{n} {what}" for what, n in (("run(s) in error", counts["errors"]),
+                                                   ("not run yet", counts["pending"])) if n]
+            out.append(f"{path}: {counts['predictions']} prediction(s)"
+                       + (f" ({', '.join(apart)}: no prediction)" if apart else ""))
         return [*out, f"{self.results}: a line per (case, arm, trial)"]
 
     def to_dict(self) -> dict[str, Any]:
