@@ -79,6 +79,7 @@ def test_the_instances_of_this_repository_are_imported_checked_and_sealed(import
     assert [c.fail_to_pass for c in cases] == [["tests.test_cube.T::test_cube"], ["tests.test_sign.T::test_sign"],
                                                ["tests.test_mean.T::test_empty"]]
     assert cases[2].pass_to_pass == ["tests.test_mean.T::test_mean"]
+    assert cases[1].swebench_ids == {"tests.test_sign.T::test_sign": "test_sign (tests.test_sign.T)"}
     assert cases[0].hidden_command == COMMAND.replace("{tests}", "tests/test_cube.py")
     assert cases[0].hidden_paths() == ["tests/test_cube.py"] and cases[0].test_patch == good[0]["test_patch"]
     assert cases[2].task.startswith("Fix mean of an empty list") and cases[0].base == good[0]["base_commit"]
@@ -165,6 +166,9 @@ def test_the_exported_predictions_grade_again_as_the_eval_graded_them(imported, 
             assert git(repo, "rev-parse", f"{head}^{{tree}}") == git(out / "repos" / case.id / "single", "rev-parse",
                                                                      f"{result['head']}^{{tree}}")
             assert row["tests"] == result["tests"] and row["tests"]["fail_to_pass"]["failed"] == []
+            # SWE-bench's report shape, with the instance's own test ids.
+            assert row["tests_status"]["FAIL_TO_PASS"] == {"success": good[cases.index(case)]["FAIL_TO_PASS"],
+                                                           "failure": []}
     assert mesh("eval", "export", str(out), "--arm", "team", cwd=repo).returncode == 2
 
 

@@ -135,6 +135,21 @@ def _row(case: Case, arm: str, trial: int, run_slot: str, result: dict | None) -
             "resolved": state == "resolved" if state in ("resolved", "unresolved") else None,
             "error_kind": error.get("kind"), "error": error.get("reason"), "detail": result.get("detail"),
             "outcome": result.get("outcome"), "tests": result.get("tests") or {},
+            "tests_status": _tests_status(case, result.get("tests") or {}),
             **{key: result.get(key) for key in ("cost_usd", "tokens_in", "tokens_out", "calls", "wall_s",
                                                 "review_cycles", "head")},
             "base": case.base, "arm_description": result.get("arm_description")}
+
+
+def _tests_status(case: Case, tests: dict) -> dict[str, dict[str, list[str]]] | None:
+    """The grade's tests in the shape of SWE-bench's report (``tests_status``), named as the
+    instance names them; None for a run graded by no list (not graded, graded by exit status)."""
+    if case.grading != "tests" or not tests:
+        return None
+    status = {}
+    for kind, listed, key in (("FAIL_TO_PASS", case.fail_to_pass, "fail_to_pass"),
+                              ("PASS_TO_PASS", case.pass_to_pass, "pass_to_pass")):
+        failed = set((tests.get(key) or {}).get("failed") or [])
+        status[kind] = {"success": [case.swebench_ids.get(t, t) for t in listed if t not in failed],
+                        "failure": [case.swebench_ids.get(t, t) for t in listed if t in failed]}
+    return status

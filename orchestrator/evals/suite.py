@@ -52,6 +52,8 @@ class Case(BaseModel):
     # and its test patch, applied to the tree graded after the files it touches are reset to the base.
     instance_id: str | None = None
     test_patch: str | None = None
+    # A test's id as mesh's reader names it -> as the instance names it, where they differ.
+    swebench_ids: dict[str, str] = Field(default_factory=dict)
     # Grading by test (a case from history, curated at suite build: ``orchestrator.evals.curation``).
     # ``grading`` None: the hidden command and the project's check judge by exit status (a
     # hand-written case, an older suite). "tests": every FAIL_TO_PASS test must pass and no

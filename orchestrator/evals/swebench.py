@@ -229,6 +229,7 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
     reported = list(dict.fromkeys(t for outcomes in (*base, *gold) for t in outcomes))
     flaky = list(dict.fromkeys([*_varied(base), *_varied(gold)]))
     unmatched, failing, f2p, p2p, unseen = [], [], [], [], []
+    named: dict[str, str] = {}
     for kind, tests in (("FAIL_TO_PASS", instance.FAIL_TO_PASS), ("PASS_TO_PASS", instance.PASS_TO_PASS)):
         for test in tests:
             mapped = _resolved(test, runner, reported)
@@ -244,6 +245,8 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
                 failing.append(f"the PASS_TO_PASS test {test} fails on the base: {_why(on[0][0], mapped, limit)}")
             else:
                 (f2p if kind == "FAIL_TO_PASS" else p2p).append(mapped)
+                if mapped != test:
+                    named[mapped] = test
                 if kind == "FAIL_TO_PASS" and mapped not in reported:
                     unseen.append(test)
     if unmatched:
@@ -260,7 +263,7 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
             f" the runner names them so: {_names(unseen)}") if unseen else ""
     note += "" if gold else "; no gold patch: checked on the base only"
     return case.model_copy(update={"grading": "tests", "fail_to_pass": f2p, "pass_to_pass": p2p, "flaky": flaky,
-                                   "check_command": None}), note
+                                   "check_command": None, "swebench_ids": named}), note
 
 
 def _why(result: Any, test: str, limit: float | None) -> str:
