@@ -55,9 +55,11 @@ def test_two_arms_are_compared_and_a_missing_cli_is_an_error_apart(library, tmp_
                 "--yes", cwd=repo)
     # Runs in error make the eval exit 1, and each console line says why.
     assert done.returncode == 1, done.stderr
-    assert done.stderr.count("gone: error, missing_cli (mesh run exited 2:") == 3
-    assert "not found or not executable: /nonexistent/agent-cli" in done.stderr
+    assert done.stderr.count("gone: error, missing_cli (mesh run exited 2: worker command not found or not"
+                             " executable: /nonexistent/agent-cli)") == 3
+    assert "warning: arm gone: its worker command /nonexistent/agent-cli is not installed" in done.stderr
     assert "3 run(s) in error (3 missing_cli): not counted as finished" in done.stderr
+    assert "6 run(s) graded, 4 resolved, 3 in error" in done.stdout
     report = json.loads(mesh("eval", "report", str(out), "--json", cwd=repo).stdout)
     rows = {row["arm"]: row for row in report["arms"]}
     assert report["reference"] == "strong"
@@ -69,6 +71,9 @@ def test_two_arms_are_compared_and_a_missing_cli_is_an_error_apart(library, tmp_
     assert (rows["weak"]["paired"]["only_this"], rows["weak"]["paired"]["only_reference"],
             rows["weak"]["paired"]["p_value"]) == (0, 2, 0.5)
     assert rows["gone"]["paired"]["cases"] == 0 and rows["gone"]["paired"]["p_value"] == 1.0
+    # A run that never started links to no report; a command worker's cost is unknown, not $0.
+    assert all(c["report"] is None for c in report["cells"] if c["arm"] == "gone")
+    assert rows["strong"]["cost_known"] is False and rows["strong"]["per_case"]["cost_usd"] is None
     # Each arm's workers are recorded in the eval and in each of its results.
     meta = json.loads((out / "eval.json").read_text())
     assert meta["arms"]["strong"] == {"profile": "single", "backend": "command", "worker": None,
@@ -80,6 +85,7 @@ def test_two_arms_are_compared_and_a_missing_cli_is_an_error_apart(library, tmp_
     text = mesh("eval", "report", str(out), cwd=repo).stdout
     assert "gone: single, command, worker-cmd /nonexistent/agent-cli" in text
     assert "error " + ids[0] + ": missing_cli: mesh run exited 2" in text and "0 vs 2, p=0.5" in text
+    assert "no common case" in text and "None" not in text and "cost and tokens unknown" in text
     # The same arm with other workers in the same folder is refused, naming what changed.
     again = mesh("eval", "run", str(root / "suite.jsonl"), "--arm", f"strong: profile=single worker-cmd='{weak}'",
                  "--out", str(out), "--yes", cwd=repo)
@@ -110,7 +116,8 @@ def test_five_trials_give_pass_at_k_pass_hat_k_and_the_paired_test_computed_by_h
     assert (s["resolved"], s["finished"], r["resolved"], r["finished"]) == (7, 10, 1, 10)
     # pass@1: the mean of the per-case shares: s (5/5 + 2/5) / 2 = 0.7; r (0 + 1/5) / 2 = 0.1.
     assert s["rate"] == 0.7 and r["rate"] == 0.1
-    # Its interval: sd of (1, 0.4) = 0.4243, se = 0.3, 0.7 -+ 1.96 * 0.3 = [0.112, 1.288] clipped to 1.
+    # Its interval: sd of (1, 0.4) = 0.4243, se = 0.3, 0.7 -+ 1.96 * 0.3 = [0.112, 1.288] clipped to 1
+    # (wider than Wilson's for 1.4 of 2 cases, 0.174..0.963, which it must never be narrower than).
     assert s["ci"] == [0.112, 1.0]
     # pass@5 = 1 - C(n-c, 5) / C(n, 5) per case: s 1 and 1 -> 1; r 0 and 1 -> 0.5.
     # pass^5 = C(c, 5) / C(n, 5): s 1 and 0 -> 0.5; r 0 and 0 -> 0.
@@ -129,6 +136,8 @@ def test_five_trials_give_pass_at_k_pass_hat_k_and_the_paired_test_computed_by_h
     cell = cells[(cases[1].id, "s")]
     assert (cell["state"], cell["count"]) == ("partly", "2/5")
     assert [t["state"] for t in cell["trials"]] == ["unresolved", "resolved", "unresolved", "resolved", "unresolved"]
+    # Each trial says its own outcome and reason; the cell takes none of them for itself.
+    assert cell["outcome"] == "" and all(t["outcome"] == "closed" and t["reason"] for t in cell["trials"])
     text = mesh("eval", "report", str(out), cwd=repo).stdout
     assert "5 trials: pass@1 70%, pass@5 100%" in text and "pass^5 50%" in text
 
@@ -262,3 +271,14 @@ def test_an_eval_started_with_sigint_ignored_still_stops_on_ctrl_c(library, tmp_
     assert proc.returncode == 130, err
     assert "stopped: mesh eval run continues where it stopped" in err
     _no_run_alive(out, "a run of the stopped eval kept running")
+
+
+def test_an_interval_of_cases_that_all_agree_is_never_a_point():
+    """Four cases resolved on every trial have no spread: the interval is Wilson's for 4 of 4
+    (0.5101..1), not 100-100%."""
+    from orchestrator.evals.stats import mean_interval, wilson
+
+    assert mean_interval([1.0, 1.0, 1.0, 1.0]) == (1.0, wilson(4, 4)[0], 1.0)
+    assert round(wilson(4, 4)[0], 4) == 0.5101
+    mean, low, high = mean_interval([0.0, 0.2])
+    assert (mean, low) == (0.1, 0.0) and round(high, 4) == round(wilson(0.2, 2)[1], 4)

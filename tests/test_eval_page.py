@@ -58,7 +58,8 @@ def make_report(*, cost: dict[str, float] = COST, states: dict[str, str] = STATE
             first = solved
         else:
             b, c = len(solved - first), len(first - solved)
-            paired = {"against": "full", "only_this": b, "only_reference": c, "p_value": mcnemar_exact(b, c),
+            paired = {"against": "full", "cases": len(row), "only_this": b, "only_reference": c,
+                      "p_value": mcnemar_exact(b, c),
                       "test": "McNemar exact"}
         per = {"tokens_in": 9000.0, "tokens_out": 2000.0, "cost_usd": cost[name], "wall_s": 25.0, "calls": 11.0,
                "review_cycles": 1.0} if ran else {}

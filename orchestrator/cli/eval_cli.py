@@ -160,8 +160,8 @@ def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jo
     if as_json:
         click.echo(json.dumps({**summary, "estimate": estimate}, indent=2))
     else:
-        _say(f"{summary['ran']} run(s) graded, {summary['resolved']} resolved, {summary['skipped']} not started"
-             f" (budget); the report: mesh eval report {evaluation.folder}")
+        _say(f"{summary['ran']} run(s) graded, {summary['resolved']} resolved, {summary['errors_now']} in error,"
+             f" {summary['skipped']} not started (budget); the report: mesh eval report {evaluation.folder}")
     if summary["errors"]:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(summary["error_kinds"].items()))
         _say(f"{summary['errors']} run(s) in error ({kinds}): not counted as finished; fix the cause, then"

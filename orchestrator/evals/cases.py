@@ -168,8 +168,9 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, replacing the file at once."""
+    """Write ``text`` to ``path``, replacing the file at once (each writer, process or thread,
+    through a temporary file of its own: two writers of one file never take each other's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -132,6 +132,8 @@ def _paired(value: Any) -> str:
     paired = _dict(value)
     if not paired:
         return "reference"
+    if not _number(paired.get("cases")):
+        return "no common case"
     return f"{_count(paired.get('only_this'))} vs {_count(paired.get('only_reference'))}, p = {_p(paired.get('p_value'))}"
 
 
@@ -298,6 +300,7 @@ def _cell(raw: Any) -> dict[str, Any]:
             reason = _text(trial.get("detail"))
             out["trials"].append({"n": _count(trial.get("trial")), "state": tstate, "mark": STATES[tstate][0],
                                   "css": STATES[tstate][1], "href": _link(trial.get("report")),
+                                  "outcome": _text(trial.get("outcome")),
                                   "reason": reason if len(reason) <= REASON_CHARS
                                   else reason[:REASON_CHARS - 1] + "\u2026"})
     return out

@@ -37,6 +37,7 @@ class Progress:
         self.running: dict[str, str] = {}  # "case slot" -> when it started
         self.started_at = _now()
         self._lock = threading.Lock()
+        self._writing = threading.Lock()
 
     def start(self, key: tuple[str, str]) -> None:
         with self._lock:
@@ -70,7 +71,8 @@ class Progress:
     def write(self, state: str = "running") -> None:
         from orchestrator.evals.cases import write_json
 
-        write_json(self.folder / "progress.json", self.figures(state))
+        with self._writing:  # the last figures written are the last figures made
+            write_json(self.folder / "progress.json", self.figures(state))
 
     def line(self) -> str:
         """One line for a terminal: ``[12/40 done, 2 running, 1 in error; $0.42 spent; about 18 min and $1.10 left]``."""

@@ -92,11 +92,14 @@ def _cell(case_id: str, arm: str, results: list[dict | None]) -> dict[str, Any]:
     finished = _finished(results)
     resolved = sum(r["state"] == "resolved" for r in finished)
     errors = sum(t["state"] == "error" for t in trials)
+    if len(trials) > 1:  # each trial says its own outcome and reason: none stands for the cell
+        first = {"outcome": None, "detail": "", "report": None}
+    else:
+        first = trials[0]
     if not finished:
         state = "error" if errors else "pending"
     else:
         state = "resolved" if resolved == len(finished) else "unresolved" if resolved == 0 else "partly"
-    first = next((t for t in trials if t["state"] != "pending"), trials[0])
     n = len(finished)
     return {"case": case_id, "arm": arm, "state": state, "resolved": resolved, "finished": n, "errors": errors,
             "trials": trials, "variance": round(resolved * (n - resolved) / (n * (n - 1)), 4) if n > 1 else None,
@@ -125,6 +128,12 @@ def _arm_row(arm: str, description: dict, trials: int, reference: str, case_ids:
         totals[key] = int(totals[key])
     totals["cost_usd"] = round(totals["cost_usd"], 6)
     totals["wall_s"] = round(totals["wall_s"], 3)
+    # An agent CLI that reports neither cost nor tokens to mesh (a plain worker command): unknown, not $0.
+    known = any(float(r.get("cost_usd") or 0) > 0 or float(r.get("tokens_in") or 0) + float(r.get("tokens_out") or 0)
+                > 0 for r in every)
+    per_run = {key: round(totals[key] / len(finished), 4) if finished else None for key in FIGURES}
+    if not known:
+        per_run.update(tokens_in=None, tokens_out=None, cost_usd=None)
     row: dict[str, Any] = {
         "arm": arm, "profile": description.get("profile", arm), "description": description, "trials": trials,
         "cases": len(case_ids), "cases_finished": len(per_case), "runs": len(case_ids) * trials,
@@ -136,11 +145,11 @@ def _arm_row(arm: str, description: dict, trials: int, reference: str, case_ids:
                             for r in errors]},
         "rate": round(rate, 4) if rate is not None else None,
         "ci": [round(low, 4), round(high, 4)] if rate is not None else None,
-        "paired": None, **totals,
-        "per_case": {key: round(totals[key] / len(finished), 4) if finished else None for key in FIGURES},
+        "paired": None, **totals, "cost_known": known, "per_case": per_run,
         # What one resolved run cost: everything the arm spent here (its runs in error too).
-        "cost_per_resolved": round(spent["cost_usd"] / resolved, 6) if resolved else None,
-        "tokens_per_resolved": round((spent["tokens_in"] + spent["tokens_out"]) / resolved, 1) if resolved else None,
+        "cost_per_resolved": round(spent["cost_usd"] / resolved, 6) if resolved and known else None,
+        "tokens_per_resolved": (round((spent["tokens_in"] + spent["tokens_out"]) / resolved, 1) if resolved and known
+                                else None),
     }
     if trials > 1:
         complete = [(n, c) for n, c in per_case.values() if n >= trials]
@@ -229,10 +238,11 @@ def lines(report: dict[str, Any]) -> list[str]:
         per = row["per_case"]
         ci = f"{row['ci'][0] * 100:.0f}-{row['ci'][1] * 100:.0f}%" if row["ci"] else "-"
         paired = row["paired"]
-        versus = (f"{paired['only_this']} vs {paired['only_reference']}, p={p_text(paired['p_value'])}" if paired
-                  else "(reference)")
+        versus = ("(reference)" if not paired else "no common case" if not paired["cases"] else
+                  f"{paired['only_this']} vs {paired['only_reference']}, p={p_text(paired['p_value'])}")
         figure = (lambda key, fmt: format(per[key], fmt) if per[key] is not None else "-")
-        per_resolved = f"{row['cost_per_resolved']:.4f}" if row["cost_per_resolved"] is not None else "-"
+        per_resolved = (f"{row['cost_per_resolved']:.4f}" if row["cost_per_resolved"] is not None else
+                        "unknown" if not row.get("cost_known", True) and row["resolved"] else "-")
         out.append(f"{row['arm'][:14]:<14} {row['resolved']:>4}/{row['finished']:<4} {row['resolved_closed']:>6}"
                    f" {row['errors']['count']:>6} {_percent(row['rate']):>6} {ci:>13} {versus:>22}"
                    f" {figure('tokens_in', '.0f'):>10} {figure('tokens_out', '.0f'):>8}"
@@ -241,7 +251,9 @@ def lines(report: dict[str, Any]) -> list[str]:
     out.append("")
     for row in report["arms"]:
         out.append(f"{row['arm']}: {describe(row['description'])}")
-        if row["trials"] > 1:
+        if not row.get("cost_known", True) and row["finished"]:
+            out.append("  cost and tokens unknown: its workers report neither to mesh (an agent CLI's own command)")
+        if row["trials"] > 1 and row["pass_at_k"]["value"] is not None:
             k = row["trials"]
             at, hat = row["pass_at_k"], row["pass_hat_k"]
             out.append(f"  {k} trials: pass@1 {_percent(row['rate'])}, pass@{k} {_percent(at['value'])}"
@@ -253,7 +265,7 @@ def lines(report: dict[str, Any]) -> list[str]:
             unit = "$" if b["by"] == "usd" else "tokens "
             out.append(f"  budget-matched to {b['against']}: spent {unit}{b['spent']:g} against {unit}{b['budget']:g}"
                        f" ({b['runs']} run(s), {b['attempts']:g} attempt(s) per run)")
-        if row["paired"] and row["paired"]["test"] != "McNemar exact":
+        if row["paired"] and row["paired"]["cases"] and row["paired"]["test"] != "McNemar exact":
             out.append(f"  vs {row['paired']['against']}: mean difference {row['paired']['mean_difference']}"
                        f" over {row['paired']['cases']} case(s), {row['paired']['test']}")
         for error in row["errors"]["runs"]:

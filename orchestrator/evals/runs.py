@@ -324,6 +324,7 @@ class EvalRun:
     def run(self) -> dict[str, Any]:
         """Run every pending pair (``jobs`` at a time) and grade it; returns a summary."""
         self._prepare_environment()
+        self._warn_missing_workers()
         pending = self.pending()
         self._scheduled = {pair.key for pair in pending}
         self.progress = self._progress(pending)
@@ -346,8 +347,10 @@ class EvalRun:
                 raise
         self.progress.write("finished" if not self.pending() else "stopped")
         errors = self.errors()
-        return {"eval": self.meta["eval"], "folder": str(self.folder), "ran": len(results), "skipped": skipped,
-                "resolved": sum(r["state"] == "resolved" for r in results),
+        graded = [r for r in results if r["state"] != "error"]
+        return {"eval": self.meta["eval"], "folder": str(self.folder), "ran": len(graded), "skipped": skipped,
+                "resolved": sum(r["state"] == "resolved" for r in graded),
+                "errors_now": len(results) - len(graded),
                 "errors": len(errors), "error_kinds": count_kinds(errors)}
 
     def _progress(self, pending: list[Pair]) -> Progress:
@@ -361,6 +364,23 @@ class EvalRun:
                         walls=[float(r["wall_s"]) for r in done if r.get("state") != "error" and r.get("wall_s")],
                         cost_left={pair.key: per_run.get(pair.arm.name, 0.0) for pair in pending},
                         spent=self.spent())
+
+    def _warn_missing_workers(self) -> None:
+        """Say at once which arm's worker command is not installed: its runs will end in error
+        (``missing_cli``), which the eval records apart rather than stopping the other arms."""
+        import shutil
+        import shlex
+
+        for arm in self.arms:
+            command = arm.config.worker_cmd or (self.config.worker_cmd if arm.backend(self.config) == "command"
+                                                and not arm.config.worker and not self.config.worker else None)
+            try:
+                program = shlex.split(command)[0] if command else None
+            except (ValueError, IndexError):
+                program = None
+            if program and shutil.which(program) is None:
+                self.echo(f"warning: arm {arm.name}: its worker command {program} is not installed or not"
+                          " executable: its runs will end in error (missing_cli)")
 
     def _prepare_environment(self) -> None:
         """The project's installed environment, found in the user's repository, is the one every
@@ -517,7 +537,10 @@ class EvalRun:
             report = self.folder / "runs" / pair.case.id / f"{pair.slot}.html"
             report.parent.mkdir(parents=True, exist_ok=True)
             try:
-                write_report(tracker, chosen.task, report, prices=self.config.prices)
+                if checkpoints:  # a run that never started (a missing CLI) has no report to link
+                    write_report(tracker, chosen.task, report, prices=self.config.prices)
+                else:
+                    report = None
             except OSError:
                 report = None
         error = chosen.error if chosen.error and issue["status"] not in ("closed", "blocked") else trouble
@@ -585,7 +608,13 @@ def run_error(code: int, stderr: str) -> tuple[str, str]:
     from redact import scrub
 
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    reason = f"mesh run exited {code}: " + scrub(lines[-1] if lines else "no message")[:300]
+    last = lines[-1] if lines else "no message"
+    try:  # mesh run --json says its error as {"error": ..., "code": ...}
+        said = json.loads(last)
+        last = str(said["error"]) if isinstance(said, dict) and said.get("error") else last
+    except ValueError:
+        pass
+    reason = f"mesh run exited {code}: " + scrub(last)[:300]
     text = stderr.lower()
     if code == 2 and any(words in text for words in ("not found or not executable", "not on path",
                                                      "cannot start worker command")):

@@ -8,7 +8,8 @@
   under the null each is equally likely, so the two-sided p-value is a binomial tail with p = 1/2.
 - ``pass_at_k`` and ``pass_hat_k``: per case, the chance that at least one (pass@k) or all (pass^k)
   of k runs resolve, estimated without bias from the n runs made.
-- ``mean_interval``: a mean of per-case scores with its clustered normal interval.
+- ``mean_interval``: a mean of per-case scores with its clustered normal interval, never narrower
+  than the Wilson interval of as many cases.
 - ``sign_flip_exact``: the paired comparison of two arms over every trial: an exact sign-flip
   permutation test of per-case differences (McNemar's exact test when each case has one run).
 """
@@ -23,9 +24,9 @@ __all__ = ["mcnemar_exact", "mean_interval", "pass_at_k", "pass_hat_k", "sign_fl
 _Z95 = 1.959963984540054
 
 
-def wilson(successes: int, trials: int, z: float = _Z95) -> tuple[float, float]:
+def wilson(successes: float, trials: int, z: float = _Z95) -> tuple[float, float]:
     """The Wilson score interval (lower, upper) of ``successes`` out of ``trials`` (95% by
-    default); (0.0, 1.0) for no trial."""
+    default; ``successes`` may be a mean times the trials); (0.0, 1.0) for no trial."""
     if trials < 0 or not 0 <= successes <= trials:
         raise ValueError(f"{successes} successes out of {trials} trials")
     if trials == 0:
@@ -76,16 +77,20 @@ def _check_counts(n: int, c: int, k: int) -> None:
 def mean_interval(values: list[float], z: float = _Z95) -> tuple[float, float, float]:
     """(mean, lower, upper) of per-case scores in [0, 1]: the mean with the normal interval of its
     standard error across cases (the clustered standard error of an eval whose cases each have
-    several runs: Miller 2024, "Adding Error Bars to Evals"), clipped to [0, 1]; one case (or none)
-    has no spread to measure: the interval is then [0, 1]."""
+    several runs: Miller 2024, "Adding Error Bars to Evals"), widened to at least the Wilson
+    interval of as many cases at that rate: with few cases that all agree the standard error is 0,
+    and an interval of one point would claim a certainty that four cases cannot give. None of
+    them: (0, 0, 1)."""
     if not values:
         return 0.0, 0.0, 1.0
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0, 1.0
-    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    half = z * math.sqrt(variance / len(values))
-    return mean, max(0.0, mean - half), min(1.0, mean + half)
+    n = len(values)
+    mean = sum(values) / n
+    low, high = wilson(mean * n, n, z)
+    if n >= 2:
+        variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+        half = z * math.sqrt(variance / n)
+        low, high = min(low, max(0.0, mean - half)), max(high, min(1.0, mean + half))
+    return mean, low, high
 
 
 def sign_flip_exact(differences: list[Fraction | int]) -> float:
