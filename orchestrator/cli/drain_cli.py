@@ -52,7 +52,7 @@ def install_interrupts(control: DrainControl, say) -> None:
 def run_drain_command(root: dict, *, jobs, max_tasks, max_usd, label, parent, ids, no_integrate, strict_output,
                       backend, script, worker_cmd, repo, config_file, as_json, onto, take_over, remote=None,
                       worker=None, no_land=False, reviewer=None, allow_failing_base=None, profile=None,
-                      batch=False) -> int:
+                      batch=False, models=()) -> int:
     """Run ``mesh drain`` with the CLI's options; returns the exit code."""
     options = DrainOptions(
         run=RunOptions(label=label, parent=parent, ids=[i.strip() for i in (ids or "").split(",") if i.strip()],
@@ -61,7 +61,7 @@ def run_drain_command(root: dict, *, jobs, max_tasks, max_usd, label, parent, id
                        repo=Path(repo) if repo else None, config_file=Path(config_file) if config_file else None,
                        db=root.get("db"), actor=root.get("actor"), onto=onto,
                        take_over=take_over, remote=remote, land=not no_land, reviewer=reviewer,
-                       allow_failing_base=allow_failing_base, profile=profile, batch=batch),
+                       allow_failing_base=allow_failing_base, profile=profile, batch=batch, models=list(models)),
         jobs=jobs, max_tasks=max_tasks, max_usd=max_usd)
 
     def say(text: str) -> None:
