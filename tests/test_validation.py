@@ -240,6 +240,21 @@ def test_a_missing_program_is_not_found(tmp_path, mode):
     assert (result.reason, result.rejected, result.passed, result.exit_code) == ("not_found", False, False, None)
     [relative] = run(["./missing.sh"], tmp_path, sandbox=mode)
     assert relative.reason == "not_found"
+    # A bare name says where it was looked for: a shell finds programs (a pyenv shim) the sandbox does not.
+    assert "looked for on the sandbox's PATH /" in result.stderr_tail
+    assert "looked for" not in relative.stderr_tail
+
+
+def test_a_python_the_sandbox_lacks_names_python3_when_that_is_there(tmp_path):
+    """``mesh init`` on a machine whose ``python`` is a shim outside the sandbox's PATH (pyenv):
+    the failure says which name the sandbox has."""
+    import shutil
+
+    if shutil.which("python", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"):
+        pytest.skip("this machine has a python on the sandbox's PATH")
+    [result] = run(["python -m unittest"], tmp_path)
+    assert result.reason == "not_found"
+    assert "python3 is there: name it in the command and in validation.allow" in result.stderr_tail
 
 
 def test_timeout_kills_every_process_the_command_started(tmp_path, mode):

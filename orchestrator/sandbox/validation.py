@@ -543,6 +543,18 @@ def run_configured(commands: Sequence[str], cfg, *, cwd: Path, commit: str | Non
                           select=select)
 
 
+def _where_searched(name: str, place: _Place) -> str:
+    """Where a bare program name was looked for, and the name that is there when ``python`` is
+    not: a shell finds programs the sandbox does not show (a pyenv shim, a user's own bin)."""
+    if "/" in name:
+        return ""
+    said = f" (looked for on the sandbox's PATH {place.env['PATH']})"
+    view = place.view if place.bwrap else None
+    if name == "python" and _resolve_program("python3", place.root, place.env["PATH"], view) is not None:
+        said += "; python3 is there: name it in the command and in validation.allow, or set validation.python"
+    return said
+
+
 def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout_s: float,
                    max_output_bytes: int, hidden_values: Sequence[str], test_id: str | None = None) -> ValidationResult:
     started = time.monotonic()
@@ -559,7 +571,7 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         return ValidationResult(
             command=scrub(command), exit_code=None, passed=False, rejected=False,
             reason="not_found", duration_s=time.monotonic() - started,
-            stderr_tail=scrub(f"program not found: {argv[0]}"),
+            stderr_tail=scrub(f"program not found: {argv[0]}{_where_searched(argv[0], place)}"),
         )
     if test_id is not None:
         # The one test to run again, selected by mesh after the allowlist admitted the command.
