@@ -19,6 +19,14 @@ def eval_group() -> None:
     """Measure on your repository's history whether a team beats one agent."""
 
 
+def _eval_folder_options(f):
+    """FOLDER, --suite and --repo: which eval a command reads (``_eval_folder``)."""
+    f = click.option("--repo", type=click.Path(file_okay=False),
+                     help="The repository (default: the current folder's).")(f)
+    f = click.option("--suite", type=click.Path(dir_okay=False), help="The suite whose default folder to read.")(f)
+    return click.argument("folder", required=False, type=click.Path(file_okay=False))(f)
+
+
 @eval_group.command("suite")
 @click.option("--from-git", "from_git", is_flag=True,
               help="Build the suite from the first-parent history of the repository.")
@@ -189,9 +197,7 @@ def _interruptible():
 
 
 @eval_group.command("report")
-@click.argument("folder", required=False, type=click.Path(file_okay=False))
-@click.option("--suite", type=click.Path(dir_okay=False), help="The suite whose default folder to read.")
-@click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
+@_eval_folder_options
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Also write the report page there (default: FOLDER/report.html).")
 @click.option("--reference", metavar="ARM", help="Compare every arm with this one (default: the eval's reference).")
@@ -248,9 +254,7 @@ def _eval_folder(ctx: click.Context, folder, suite, repo, as_json: bool) -> Path
 
 
 @eval_group.command("status")
-@click.argument("folder", required=False, type=click.Path(file_okay=False))
-@click.option("--suite", type=click.Path(dir_okay=False), help="The suite whose default folder to read.")
-@click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
+@_eval_folder_options
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
 @click.pass_context
 def status_command(ctx: click.Context, folder, suite, repo, as_json: bool) -> None:
@@ -276,9 +280,7 @@ def status_command(ctx: click.Context, folder, suite, repo, as_json: bool) -> No
 
 
 @eval_group.command("export")
-@click.argument("folder", required=False, type=click.Path(file_okay=False))
-@click.option("--suite", type=click.Path(dir_okay=False), help="The suite whose default folder to read.")
-@click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
+@_eval_folder_options
 @click.option("--arm", "arms", multiple=True, metavar="ARM", help="Export this arm only (repeat; default: every arm).")
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False), help="Where to write (default: FOLDER/export).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")

@@ -368,12 +368,11 @@ class EvalRun:
     def _warn_missing_workers(self) -> None:
         """Say at once which arm's worker command is not installed: its runs will end in error
         (``missing_cli``), which the eval records apart rather than stopping the other arms."""
-        import shutil
         import shlex
+        import shutil
 
         for arm in self.arms:
-            command = arm.config.worker_cmd or (self.config.worker_cmd if arm.backend(self.config) == "command"
-                                                and not arm.config.worker and not self.config.worker else None)
+            command = self.meta["arms"][arm.name].get("worker_cmd")  # its effective worker command, if any
             try:
                 program = shlex.split(command)[0] if command else None
             except (ValueError, IndexError):
