@@ -24,8 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.evals.suite import read_suite  # noqa: E402
-from tests.evalkit import make_library, mesh, write_worker  # noqa: E402
+from tests.evalkit import library_suite, mesh, write_worker  # noqa: E402
 
 
 def main() -> None:
@@ -35,13 +34,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mesh-bench-eval-") as tmp:
         root = Path(tmp)
-        repo = make_library(root)
-        suite = root / "suite.jsonl"
-        built = mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", str(args.cases), "--command",
-                     "python3 -m unittest {tests}", "-o", str(suite), cwd=repo)
-        if built.returncode:
-            sys.exit(built.stderr)
-        cases = read_suite(suite)
+        try:
+            repo, suite, cases = library_suite(root, args.cases)
+        except RuntimeError as exc:
+            sys.exit(str(exc))
         command = write_worker(root, repo, cases, {args.profile: [c.id for c in cases[::2]]})
         out = root / "ev"
         started = time.monotonic()

@@ -178,3 +178,47 @@ def write_worker(root: Path, repo: Path, cases: list, solve: dict[str, list[str]
 def mesh(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
     return subprocess.run([*MESH, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def library_suite(root: Path, limit: int, name: str = "suite.jsonl"):
+    """The kit's library in ``root`` and a suite of its ``limit`` newest cases (one run each):
+    (repository, suite file, cases). RuntimeError with mesh's message when the suite fails."""
+    from orchestrator.evals.suite import read_suite
+
+    repo = make_library(root)
+    suite = root / name
+    built = mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", str(limit), "--command",
+                 "python3 -m unittest {tests}", "-o", str(suite), cwd=repo)
+    if built.returncode:
+        raise RuntimeError(built.stderr)
+    return repo, suite, read_suite(suite)
+
+
+class Loopback:
+    """A server on a loopback port that hands each connection to ``handle`` in a thread of its own
+    (the scripted workers share the host's network and reach it)."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._server.close()
+

@@ -16,8 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.evals.suite import read_suite
-from tests.evalkit import MESH, make_library, mesh, write_worker
+from tests.evalkit import MESH, Loopback, library_suite, mesh, write_worker
 from tests.servekit import Server, needs_chromium, open_browser
 
 pytestmark = pytest.mark.slow
@@ -82,29 +81,16 @@ os.execvp(sys.argv[2], sys.argv[2:])
 """
 
 
-class Gate:
-    """A loopback port whose connections wait until ``open()`` (the worker shares the host's network)."""
+class Gate(Loopback):
+    """A loopback port whose connections wait until ``open()``."""
 
     def __init__(self):
-        import socket
         import threading
 
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = self._server.getsockname()[1]
         self._opened = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        import threading
-
-        while True:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
-
-    def _hold(self, conn) -> None:
+    def handle(self, conn) -> None:
         self._opened.wait()
         with conn:
             conn.sendall(b"x")
@@ -115,11 +101,7 @@ class Gate:
 
 def _small_suite(tmp_path):
     """The kit's library and a suite of its two newest cases."""
-    repo = make_library(tmp_path)
-    suite = tmp_path / "small.jsonl"
-    assert mesh("eval", "suite", "--from-git", "--runs", "1", "--limit", "2", "--command",
-                "python3 -m unittest {tests}", "-o", str(suite), cwd=repo).returncode == 0
-    return repo, suite, read_suite(suite)
+    return library_suite(tmp_path, 2, "small.jsonl")
 
 
 def _running(folder) -> bool:

@@ -120,6 +120,10 @@ def suite_command(ctx: click.Context, from_git: bool, from_swebench, repo, confi
               help="The eval's folder (default: <repo>/.mesh/evals/<suite name>/); run again to continue it.")
 @click.option("--repo", type=click.Path(file_okay=False), help="The repository (default: the current folder's).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="mesh.toml to use.")
+@click.option("--remote", metavar="URL",
+              help="The git remote the cases' repositories are built from (every machine of a shared eval"
+                   " fetches the bases there; default: the checkout itself, or, with --db postgresql://...,"
+                   " its origin).")
 @click.option("--max-usd", type=click.FloatRange(min=0), help="Stop starting runs once the eval spent this much.")
 @click.option("--batch", is_flag=True, help="The anthropic backend's calls as Message Batches (half price, slower).")
 @click.option("--retry-errors", is_flag=True, help="Run again the pairs whose run ended in an error.")
@@ -133,11 +137,15 @@ def suite_command(ctx: click.Context, from_git: bool, from_swebench, repo, confi
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object (progress stays on"
                                                       " stderr).")
 @click.pass_context
-def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jobs, out, repo, config_file, max_usd,
-                batch, retry_errors, backend, worker, worker_cmd, yes: bool, as_json: bool) -> None:
+def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jobs, out, repo, config_file, remote,
+                max_usd, batch, retry_errors, backend, worker, worker_cmd, yes: bool, as_json: bool) -> None:
     """Run every case of SUITE with each arm (a profile with its workers) as real mesh runs, each in
     a repository of its own holding only the case's base; grade each with its hidden tests.
-    Exit 1 while a run is in error (a missing CLI, the API's rate limit, ...: --retry-errors)."""
+    Exit 1 while a run is in error (a missing CLI, the API's rate limit, ...: --retry-errors).
+
+    With ``mesh --db postgresql://...`` the eval is shared: run it on several machines (or several
+    times on one) and each run claims the pairs left, continues those of a runner that died, and
+    ends when every pair has its result."""
     from orchestrator.cli.common import _fail
     from orchestrator.evals.runs import EvalError, EvalOptions, EvalRun
 
@@ -145,7 +153,7 @@ def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jo
     options = EvalOptions(suite=Path(suite), profiles=list(profiles), arms=list(arms), reference=reference,
                           trials=trials, repo=Path(repo) if repo else None,
                           config_file=Path(config_file) if config_file else None, out=Path(out) if out else None,
-                          db=root.get("db"), jobs=jobs, max_usd=max_usd, batch=batch, retry_errors=retry_errors,
+                          db=root.get("db"), remote=remote, jobs=jobs, max_usd=max_usd, batch=batch, retry_errors=retry_errors,
                           run_args={"backend": backend, "worker": worker, "worker_cmd": worker_cmd})
     try:
         with _interruptible():
@@ -213,7 +221,7 @@ def report_command(ctx: click.Context, folder, suite, repo, html_path, reference
     from orchestrator.evals.cases import write_text
 
     folder = _eval_folder(ctx, folder, suite, repo, as_json)
-    if folder is None:
+    if folder is None or _synced(ctx, folder, as_json) is False:
         return
     try:
         report = report_data(Path(folder), reference)
@@ -253,6 +261,34 @@ def _eval_folder(ctx: click.Context, folder, suite, repo, as_json: bool) -> Path
     return found[-1].parent if not suite else found[0]
 
 
+def _synced(ctx: click.Context, folder: Path, as_json: bool):
+    """A shared eval's folder brought up to its database's rows (``mesh --db postgresql://...``, or
+    the database the folder's eval recorded; a password comes from the environment or .pgpass):
+    what runs now, or None for an eval of this machine alone; False after failing (exit 2). A
+    database out of reach leaves the folder as it was, said on stderr."""
+    from orchestrator.cli.common import _fail
+    from orchestrator.evals.shared import is_shared, meta_url, sync_folder
+    from redact import scrub
+
+    given = (ctx.find_root().obj or {}).get("db")
+    db = given if is_shared(given) else None
+    if db is None:
+        try:
+            db = json.loads((Path(folder) / "eval.json").read_text(encoding="utf-8")).get("db")
+        except (OSError, ValueError, AttributeError):
+            db = None
+    if not is_shared(db):
+        return None
+    try:
+        return sync_folder(Path(folder), db)
+    except LookupError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return False
+    except Exception as exc:  # the server is out of reach: this machine's copy, said
+        _say(f"warning: {meta_url(db)}: {scrub(str(exc))[:300]}; showing this machine's copy of the eval", err=True)
+        return None
+
+
 @eval_group.command("status")
 @_eval_folder_options
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
@@ -265,10 +301,10 @@ def status_command(ctx: click.Context, folder, suite, repo, as_json: bool) -> No
     from orchestrator.evals.report import ReportError
 
     folder = _eval_folder(ctx, folder, suite, repo, as_json)
-    if folder is None:
+    if folder is None or (shared := _synced(ctx, folder, as_json)) is False:
         return
     try:
-        data = status_data(Path(folder))
+        data = status_data(Path(folder), running=shared["running"] if shared else None)
     except ReportError as exc:
         _fail(ctx, str(exc), 2, as_json)
         return
@@ -294,7 +330,7 @@ def export_command(ctx: click.Context, folder, suite, repo, arms, out, as_json: 
     from orchestrator.evals.report import ReportError
 
     folder = _eval_folder(ctx, folder, suite, repo, as_json)
-    if folder is None:
+    if folder is None or _synced(ctx, folder, as_json) is False:
         return
     try:
         exported = export_eval(Path(folder), arms=list(arms), out=Path(out) if out else None)

@@ -20,7 +20,7 @@ from typing import Any
 from orchestrator.evals.suite import Case, build_tree, describe, sandbox_results, sandbox_run
 from orchestrator.toolchains.view import VALIDATE_AT_KEY
 
-__all__ = ["Grade", "case_repo", "grade_run", "write_json", "write_text"]
+__all__ = ["Grade", "case_repo", "grade_run", "mirror_of", "write_json", "write_text"]
 
 _IDENTITY = {"GIT_AUTHOR_NAME": "mesh eval", "GIT_AUTHOR_EMAIL": "mesh-eval@localhost",
              "GIT_COMMITTER_NAME": "mesh eval", "GIT_COMMITTER_EMAIL": "mesh-eval@localhost"}
@@ -35,24 +35,27 @@ def _git(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
-def case_repo(folder: Path, source: Path, case: Case, profile: str, view: Any = None) -> Path:
+def case_repo(folder: Path, source: Path, case: Case, profile: str, view: Any = None, *,
+              origin: Path | None = None) -> Path:
     """The repository a (case, profile) run works in, made once: ``main`` at the case's base,
-    with the base's history and nothing after it. What the project installed in the user's
-    checkout (``view``: its dependency folders such as ``node_modules/``, its generated files) is
-    put at the same places, as hard links where the file system allows: a case's repository is
-    validated like the checkout."""
+    with the base's history and nothing after it, fetched from ``origin`` (default: the user's
+    checkout, ``source``; a shared eval's: the mirror of its remote). What the project installed
+    in the user's checkout (``view``: its dependency folders such as ``node_modules/``, its
+    generated files) is put at the same places, as hard links where the file system allows: a
+    case's repository is validated like the checkout. Runners of one machine may share the
+    folder: each builds in a place of its own, and the first whole one stays."""
     bare = folder / "repos" / case.id / "base.git"
     with _lock_of(bare):  # the profiles of one case share it, and may start at once
         if not bare.exists():
-            partial = bare.with_name(".base.git.partial")
+            partial = bare.with_name(f".base.git.{os.getpid()}.partial")
             _remove(partial)
             partial.mkdir(parents=True)
             _git(partial, "init", "-q", "--bare", "-b", "main")
-            _git(partial, "fetch", "-q", "--no-tags", str(source), f"{case.base}:refs/heads/main")
-            os.replace(partial, bare)
+            _git(partial, "fetch", "-q", "--no-tags", str(origin or source), f"{case.base}:refs/heads/main")
+            _settle(partial, bare)
     work = folder / "repos" / case.id / profile
     if not (work / ".git").exists():
-        partial = work.with_name(f".{profile}.partial")
+        partial = work.with_name(f".{profile}.{os.getpid()}.partial")
         if partial.exists():
             _remove(partial)
         _git(folder, "clone", "-q", "--no-tags", str(bare), str(partial))
@@ -62,8 +65,50 @@ def case_repo(folder: Path, source: Path, case: Case, profile: str, view: Any = 
             _git(partial, "config", key, value)
         if view is not None:
             _installed_into(view, source, partial)
-        os.replace(partial, work)  # whole or not at all: a killed clone is made again
+        _settle(partial, work)  # whole or not at all: a killed clone is made again
     return work
+
+
+def _settle(partial: Path, final: Path) -> None:
+    """``partial`` becomes ``final``, unless another process made ``final`` first (then it is dropped)."""
+    try:
+        os.replace(partial, final)
+    except OSError:
+        if not final.exists():
+            raise
+        _remove(partial)
+
+
+def mirror_of(mirror: Path, remote: str, commits: list[str]) -> Path:
+    """A bare repository at ``mirror`` holding ``commits`` (and their history) of the git remote
+    ``remote``: the remote's branches and tags are fetched when one is missing, then each commit
+    still missing by its id. ValueError naming the first commit the remote does not hold."""
+    import fcntl
+
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    with open(mirror.with_name(f".{mirror.name}.lock"), "a") as lock, _lock_of(mirror):
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the runners of one machine may share the folder
+        if not (mirror / "HEAD").exists():
+            mirror.mkdir(exist_ok=True)
+            _git(mirror, "init", "-q", "--bare")
+
+        def missing() -> list[str]:
+            out = []
+            for commit in dict.fromkeys(commits):
+                try:
+                    _git(mirror, "cat-file", "-e", f"{commit}^{{commit}}")
+                except ValueError:
+                    out.append(commit)
+            return out
+
+        if missing():
+            _git(mirror, "fetch", "-q", "--tags", remote, "+refs/heads/*:refs/remotes/eval/*")
+        for commit in missing():
+            try:
+                _git(mirror, "fetch", "-q", "--no-tags", remote, commit)
+            except ValueError:
+                raise ValueError(f"it does not hold commit {commit} (push it, or name another --remote)") from None
+    return mirror
 
 
 def _installed_into(view: Any, source: Path, repo: Path) -> None:

@@ -6,7 +6,8 @@ For each arm (and trial) of an eval, a SWE-bench predictions file, ``predictions
 instance's (a case imported with ``--from-swebench``), else the case's id, ``model_name_or_path``
 is the slot, and ``model_patch`` is ``git diff <base> <head>`` of the run's repository (its final
 commit, the result's ``head``) without the case's hidden test files: empty for a run that
-committed nothing. A run in error is no prediction (errors stand apart, as in the report).
+committed nothing. The grading keeps it in the result (``model_patch``), which is read first:
+a machine of a shared eval exports the runs other machines made. A run in error is no prediction (errors stand apart, as in the report).
 
 ``results.jsonl``: a line per (case, arm, trial) of the eval, pending ones too: the state, the
 error's kind and reason, resolved (None when not graded), the graded tests, cost, tokens, calls,
@@ -111,7 +112,9 @@ def export_eval(folder: Path, *, arms: Sequence[str] = (), out: Path | None = No
                 if result is None or result.get("state") not in ("resolved", "unresolved"):
                     counts["pending" if result is None else "errors"] += 1
                 else:
-                    patch = model_patch(folder, case, result)
+                    # Kept in the result when graded (a shared eval's other machines hold no repository of it).
+                    kept = result.get("model_patch")
+                    patch = kept if isinstance(kept, str) else model_patch(folder, case, result)
                     row["model_patch_bytes"] = len(patch.encode())
                     predictions.append({"instance_id": row["instance_id"], "model_name_or_path": run_slot,
                                         "model_patch": patch})

@@ -44,6 +44,12 @@ class Progress:
             self.running[" ".join(key)] = _now()
         self.write()
 
+    def recount(self, done: int, errors: int) -> None:
+        """The pairs done and in error as the eval's results say (a shared eval: every runner's)."""
+        with self._lock:
+            self.done, self.errors = done, errors
+        self.write()
+
     def finish(self, key: tuple[str, str], result: dict | None, spent: float | None = None) -> None:
         """A run ended: graded, in error, or (``result`` None) not started (the budget)."""
         with self._lock:
@@ -114,11 +120,13 @@ def _running(folder: Path) -> bool:
     return False
 
 
-def status_data(folder: Path) -> dict[str, Any]:
+def status_data(folder: Path, running: dict[str, str] | None = None) -> dict[str, Any]:
     """The state of the eval in ``folder``: ``running`` (a process holds it), ``stopped`` (its last
     process ended before every run was done) or ``finished``; its runs done, in error and left per
     arm, what is running, the spend, and the estimates of time and cost left of the last progress
-    written. ``ReportError`` when the folder holds no eval."""
+    written. A shared eval's ``running`` (its live claims, ``orchestrator.evals.shared``) says what
+    every runner works now: the time left is then the mean wall time of its runs, times the runs
+    left, over the runs under way. ``ReportError`` when the folder holds no eval."""
     from orchestrator.evals.report import ReportError, report_data
 
     report = report_data(Path(folder))
@@ -130,16 +138,23 @@ def status_data(folder: Path) -> dict[str, Any]:
         last = json.loads((Path(folder) / "progress.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         last = {}
-    live = _running(Path(folder))
+    live = _running(Path(folder)) if running is None else bool(running)
     state = "running" if live else ("finished" if done >= total else "stopped")
+    spent = sum(c.get("cost_usd") or 0 for c in _trials(report))
     out = {"eval": report["eval"], "folder": str(folder), "state": state, "cases": len(report["cases"]),
            "total": total, "done": done,
            "errors": sum(a["errors"] for a in arms), "arms": arms,
            "running": (last.get("running") or {}) if live else {},
-           "spent_usd": last.get("spent_usd", sum(c.get("cost_usd") or 0 for c in _trials(report))),
+           "spent_usd": last.get("spent_usd", spent),
            "eta_s": last.get("eta_s") if live else None,
            "cost_left_usd": last.get("cost_left_usd") if live else None,
            "jobs": last.get("jobs"), "updated_at": last.get("updated_at")}
+    if running is not None:  # a shared eval: every runner's figures, from its rows
+        walls = [float(c["wall_s"]) for c in _trials(report) if c.get("wall_s") and c.get("state") != "error"]
+        mean = sum(walls) / len(walls) if walls else None
+        out.update(running=dict(running), spent_usd=max(spent, float(last.get("spent_usd") or 0)),
+                   jobs=len(running) or None, updated_at=_now(),
+                   eta_s=round((total - done) * mean / len(running), 1) if live and mean is not None else None)
     if not isinstance(out["running"], dict):
         raise ReportError(f"{folder}/progress.json is not mesh's")
     return out

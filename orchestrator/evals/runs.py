@@ -29,24 +29,23 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.evals.arms import Arm, ArmError, arms_from, slot
-from orchestrator.evals.cases import Grade, case_repo, grade_run, write_json, write_text
+from orchestrator.evals.cases import Grade, case_repo, grade_run, write_json
+from orchestrator.evals.launch import blocked_error, run_error, timed_run
 from orchestrator.evals.matching import matched_pair
 from orchestrator.evals.progress import Progress
 from orchestrator.evals.report import count_kinds
+from orchestrator.evals.shared import board_for, meta_url
 from orchestrator.evals.suite import Case, read_suite
-from orchestrator.sandbox.lifetime import die_with_parent
 
 __all__ = ["EvalError", "EvalOptions", "EvalRun", "Pair", "eval_folder", "pair_label"]
 
@@ -59,9 +58,9 @@ TYPICAL_CALLS = {"full": 11, "lite": 4, "single": 2}
 TYPICAL_TOKENS = (6000, 1500)
 # The kinds of error a run can end in (``error.kind`` of a result): none of them is the arm's doing.
 ERROR_KINDS = ("configuration", "missing_cli", "api", "sandbox", "tracker", "base", "run", "eval", "reference")
-# A failed call's detail that says the API (or an agent CLI's provider) was overloaded or limited.
-_API_TROUBLE = re.compile(r"HTTP (429|5\d\d)\b|overloaded|rate.?limit|too many requests|connection failed|"
-                          r"quota|usage limit", re.I)
+
+
+_POLL_S = 1.0  # how often a shared eval's runner looks again when the pairs left are other runners'
 
 
 class EvalError(Exception):
@@ -81,6 +80,7 @@ class EvalOptions:
     config_file: Path | None = None
     out: Path | None = None
     db: str | None = None
+    remote: str | None = None  # --remote: the git remote the case repositories are built from
     jobs: int = 1
     max_usd: float | None = None
     batch: bool = False
@@ -116,6 +116,7 @@ class Attempt:
     error: tuple[str, str] | None = None  # (kind, reason) when the run ended in an error
     status: str = "open"
     usage: dict[str, float] = field(default_factory=dict)
+    borrowed: bool = False  # a shared eval's run another runner ended: its commits are that runner's
 
 
 def eval_folder(repo: Path, suite: Path) -> Path:
@@ -124,9 +125,10 @@ def eval_folder(repo: Path, suite: Path) -> Path:
     return repo / ".mesh" / "evals" / name
 
 
-def pair_label(case_id: str, run_slot: str) -> str:
-    """The plan label of one run (``run_slot``: ``orchestrator.evals.arms.slot``): its scope."""
-    return f"plan:eval-{case_id}-{run_slot}"
+def pair_label(case_id: str, run_slot: str, eval_id: str | None = None) -> str:
+    """The plan label of one run (``run_slot``: ``orchestrator.evals.arms.slot``): its scope. A
+    shared eval's (``eval_id``) names the eval: its database may hold other evals' runs."""
+    return f"plan:{eval_id}-{case_id}-{run_slot}" if eval_id else f"plan:eval-{case_id}-{run_slot}"
 
 
 class EvalRun:
@@ -171,9 +173,19 @@ class EvalRun:
         if self.folder.is_relative_to(private) and not (private / ".gitignore").exists():
             # mesh's own folder in the repository stays out of git (its evals hold repositories).
             (private / ".gitignore").write_text("# mesh's own files (evals, jobs): never committed\n*\n")
-        self._lock = _hold(self.folder / ".lock")
-        self.meta = self._meta(suite)
         self.db = options.db or str(self.folder / "tracker.db")
+        eval_id = _folder_eval(self.folder)
+        try:
+            self.board = board_for(self.folder, self.db, eval_id, ttl_s=self.config.lease_ttl_s, actor=ACTOR)
+        except Exception as exc:  # the database cannot be reached or refused us
+            from redact import scrub
+
+            raise EvalError(f"the eval's database {meta_url(self.db)}: {scrub(str(exc))[:300]}") from None
+        # One eval process per folder, unless the eval is shared: then its runners hold the lock
+        # together (a status on this machine sees some run), and claim each pair in the database.
+        self._lock = _hold(self.folder / ".lock", shared=self.board.shared)
+        self.meta = self._meta(suite)
+        self.origin = self._origin()
         self._spent_lock = threading.Lock()
         self._stopped_for_budget = False
         self._stopping = threading.Event()
@@ -181,6 +193,9 @@ class EvalRun:
         self._children_lock = threading.Lock()
         self._checks: dict[str, tuple[list[str], bool]] = {}  # case -> (check commands, base passes them)
         self._done = threading.Condition()
+        self._taking = threading.Lock()
+        self._queue: list[Pair] = []
+        self._taken: set[tuple[str, str]] = set()
         self._scheduled: set[tuple[str, str]] = set()
         self._finished: set[tuple[str, str]] = set()
         self.view = None
@@ -188,14 +203,30 @@ class EvalRun:
     # ------------------------------------------------------------------ the plan
 
     def _meta(self, suite: Path) -> dict[str, Any]:
-        digest = hashlib.sha256(suite.read_bytes()).hexdigest()
+        """The eval's plan with this run's arms in it, written to ``eval.json`` (and, shared, to the
+        database first, where every runner's arms meet)."""
         path = self.folder / "eval.json"
-        meta = json.loads(path.read_text()) if path.exists() else {
-            "eval": f"ev-{self.folder.name}", "suite": str(suite), "suite_sha256": digest, "source": str(self.source),
+        if not self.board.shared:
+            meta = self._merged(json.loads(path.read_text()) if path.exists() else None, suite)
+        else:
+            shared = self.board.plan(lambda found: self._merged(found, suite), suite.read_text(encoding="utf-8"))
+            meta = {**shared, "suite": str(suite), "source": str(self.source), "db": meta_url(self.db)}
+        write_json(path, meta)
+        return meta
+
+    def _merged(self, meta: dict | None, suite: Path) -> dict[str, Any]:
+        digest = hashlib.sha256(suite.read_bytes()).hexdigest()
+        where = "the eval in its database" if self.board.shared else self.folder / "eval.json"
+        meta = meta or {
+            "eval": self.board_eval, "suite": str(suite), "suite_sha256": digest, "source": str(self.source),
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "arms": {}, "order": [],
             "reference": None, "trials": {}}
         if meta["suite_sha256"] != digest:
-            raise EvalError(f"{suite} changed since this eval began ({path}); give another --out for the new suite")
+            raise EvalError(f"{suite} changed since this eval began ({where}); give another --out for the new suite")
+        remote = self.options.remote or meta.get("remote") or (self._default_remote() if self.board.shared else None)
+        if self.options.remote and meta.get("remote") and self.options.remote != meta["remote"]:
+            raise EvalError(f"--remote {self.options.remote}: this eval builds its cases from {meta['remote']}")
+        meta["remote"] = remote
         if "arms" not in meta:  # an eval of an older mesh: its profiles were its arms, their workers unrecorded
             meta.update(arms={p: {"profile": p, "recorded": False} for p in meta.get("profiles", [])},
                         order=list(meta.get("profiles", [])), reference=(meta.get("profiles") or [None])[0],
@@ -215,8 +246,35 @@ class EvalRun:
             raise EvalError(f"--reference {meta['reference']}: no such arm in this eval"
                             f" (its arms: {', '.join(meta['order'])})")
         meta["profiles"] = list(meta["order"])  # what an older reader lists
-        write_json(path, meta)
         return meta
+
+    @property
+    def board_eval(self) -> str:
+        return getattr(self.board, "eval", None) or _folder_eval(self.folder)
+
+    def _default_remote(self) -> str:
+        """A shared eval's remote when none is named: the checkout's ``origin``, else the checkout
+        itself (a path: runners of this machine, or of a shared file system, reach it)."""
+        from orchestrator.evals.cases import _git
+
+        try:
+            return _git(self.source, "remote", "get-url", "origin").strip() or str(self.source)
+        except ValueError:
+            return str(self.source)
+
+    def _origin(self) -> Path:
+        """Where this machine fetches the cases' commits from: the checkout itself, or a bare
+        mirror of the eval's remote in the folder (``remote.git``, fetched on demand)."""
+        from orchestrator.evals.cases import mirror_of
+
+        remote = self.meta.get("remote")
+        if not remote or remote == str(self.source):
+            return self.source
+        try:
+            return mirror_of(self.folder / "remote.git", remote,
+                             [c for case in self.cases for c in (case.base, case.tests_from) if c])
+        except ValueError as exc:
+            raise EvalError(f"the eval's remote {remote}: {exc}") from None
 
     def pairs(self) -> list[Pair]:
         """Every (case, arm, trial) of this run: the arms that spend freely first, then the
@@ -226,12 +284,8 @@ class EvalRun:
         return [Pair(case, arm, trial) for group in (free, matched) for case in self.cases for arm in group
                 for trial in range(1, self.options.trials + 1)]
 
-    def result_path(self, case_id: str, run_slot: str) -> Path:
-        return self.folder / "results" / case_id / f"{run_slot}.json"
-
     def result(self, case_id: str, run_slot: str) -> dict | None:
-        path = self.result_path(case_id, run_slot)
-        return json.loads(path.read_text()) if path.exists() else None
+        return self.board.result(case_id, run_slot)
 
     def pending(self) -> list[Pair]:
         out = []
@@ -271,8 +325,17 @@ class EvalRun:
         return total
 
     def spent(self) -> float:
+        """What the eval spent so far (a shared eval's database may hold other evals' runs: its own
+        runs' calls only, by their label)."""
         with self.tracker() as tracker:
-            return self.usage_of(tracker)["cost_usd"]
+            if not self.board.shared:
+                return self.usage_of(tracker)["cost_usd"]
+            from orchestrator.ledger.calls import ensure_calls_table
+
+            ensure_calls_table(tracker)
+            rows = tracker.db.read("SELECT usage FROM mesh_calls WHERE task_id IN (SELECT issue_id FROM labels"
+                                   " WHERE label LIKE ?)", (f"plan:{self.board_eval}-%",))
+            return sum(float((json.loads(r[0]) if r[0] else {}).get("cost_usd") or 0.0) for r in rows)
 
     def estimate(self) -> dict[str, Any]:
         """How many runs are left, and what they may cost: per arm, the mean cost of its finished
@@ -331,27 +394,78 @@ class EvalRun:
         self.progress.write()
         results: list[dict] = []
         skipped = 0
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
-            futures = {pool.submit(self.pair, pair): pair for pair in pending}
-            try:
-                for future in concurrent.futures.as_completed(futures):
-                    outcome = future.result()
-                    if outcome is None:
-                        skipped += 1
-                    else:
-                        results.append(outcome)
-            except KeyboardInterrupt:
-                self.stop()
-                pool.shutdown(wait=True, cancel_futures=True)
-                self.progress.write("stopped")
-                raise
-        self.progress.write("finished" if not self.pending() else "stopped")
-        errors = self.errors()
+        self._queue, self._taken = list(pending), set()
+        jobs = max(1, self.options.jobs)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+                futures = [pool.submit(self._work) for _ in range(min(jobs, len(pending)) or 1)]
+                try:
+                    for future in concurrent.futures.as_completed(futures):
+                        for outcome in future.result():
+                            if outcome is None:
+                                skipped += 1
+                            else:
+                                results.append(outcome)
+                except KeyboardInterrupt:
+                    self.stop()
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    self.progress.write("stopped")
+                    raise
+            self.progress.write("finished" if not self.pending() else "stopped")
+            errors = self.errors()
+        finally:
+            self.board.close()
         graded = [r for r in results if r["state"] != "error"]
         return {"eval": self.meta["eval"], "folder": str(self.folder), "ran": len(graded), "skipped": skipped,
                 "resolved": sum(r["state"] == "resolved" for r in graded),
                 "errors_now": len(results) - len(graded),
                 "errors": len(errors), "error_kinds": count_kinds(errors)}
+
+    def _work(self) -> list[dict | None]:
+        """One of the ``jobs`` threads: take the next pair and run it, until none is left."""
+        out = []
+        while (pair := self._take()) is not None:
+            out.append(self.pair(pair))
+        return out
+
+    def _take(self) -> Pair | None:
+        """The next pair this runner works, claimed (a local eval's pairs are all its own); a shared
+        eval's runner waits while the pairs left are other runners' (one that dies leaves them to
+        it) and a budget-matched pair while its reference is not done. None: nothing left."""
+        with self._taking:
+            while not self._stopping.is_set():
+                left = [p for p in self._queue if p.key not in self._taken]
+                if not left:
+                    return None
+                if not self.board.shared:
+                    self._taken.add(left[0].key)
+                    return left[0]
+                states = self.board.pending_keys([p.key for p in left])  # "free", "held"; none: a result
+                waiting = False
+                for pair in left:
+                    state = states.get(pair.key)
+                    if state is None:  # done, here or elsewhere (or in error, taken again with --retry-errors)
+                        again = self.options.retry_errors and self.board.claim(pair.key, again=True)
+                        self._taken.add(pair.key)
+                        if again:
+                            return pair
+                        continue
+                    if pair.arm.config.match and self._reference_pending(pair):
+                        waiting = True
+                    elif state == "free" and self.board.claim(pair.key):
+                        self._taken.add(pair.key)
+                        return pair
+                    else:
+                        waiting = True  # another runner's: taken over if that runner dies
+                if not waiting:
+                    return None
+                self._stopping.wait(_POLL_S)
+            return None
+
+    def _reference_pending(self, pair: Pair) -> bool:
+        """A budget-matched pair's reference is run by this eval and has no result yet."""
+        key = (pair.case.id, slot(pair.arm.config.match or "", pair.trial))
+        return key in self._scheduled and self.result(*key) is None
 
     def _progress(self, pending: list[Pair]) -> Progress:
         """The progress of this run of the eval, from the results already written."""
@@ -366,20 +480,11 @@ class EvalRun:
                         spent=self.spent())
 
     def _warn_missing_workers(self) -> None:
-        """Say at once which arm's worker command is not installed: its runs will end in error
-        (``missing_cli``), which the eval records apart rather than stopping the other arms."""
-        import shlex
-        import shutil
+        from orchestrator.evals.launch import missing_workers
 
-        for arm in self.arms:
-            command = self.meta["arms"][arm.name].get("worker_cmd")  # its effective worker command, if any
-            try:
-                program = shlex.split(command)[0] if command else None
-            except (ValueError, IndexError):
-                program = None
-            if program and shutil.which(program) is None:
-                self.echo(f"warning: arm {arm.name}: its worker command {program} is not installed or not"
-                          " executable: its runs will end in error (missing_cli)")
+        for arm, program in missing_workers(self.meta["arms"], [arm.name for arm in self.arms]):
+            self.echo(f"warning: arm {arm}: its worker command {program} is not installed or not"
+                      " executable: its runs will end in error (missing_cli)")
 
     def _prepare_environment(self) -> None:
         """The project's installed environment, found in the user's repository, is the one every
@@ -438,12 +543,22 @@ class EvalRun:
 
                 result = self.error_result(pair, "eval", scrub(f"{type(exc).__name__}: {exc}")[:400])
             return result
+        except _ClaimLost:
+            self.echo(f"{pair.case.id} {pair.slot}: another runner took this pair over (this runner's claim"
+                      " lapsed); its result is that runner's")
+            result = None
+            return None
+        except KeyboardInterrupt:
+            self.board.release(pair.key)  # another runner may continue it at once
+            raise
         finally:
             with self._done:
                 self._finished.add(pair.key)
                 self._done.notify_all()
             if started or result is not None:
                 self.progress.finish(pair.key, result, self.spent() if result is not None else None)
+                if self.board.shared:  # the other runners' results count too
+                    self.progress.recount(*self._counts())
                 if result is not None:
                     self.echo("  " + self.progress.line())
 
@@ -452,7 +567,7 @@ class EvalRun:
         and trial), waited for while this eval runs it; None when it is not run."""
         key = (pair.case.id, slot(pair.arm.config.match or "", pair.trial))
         with self._done:
-            while key in self._scheduled and key not in self._finished:
+            while key in self._scheduled and key not in self._finished and not self.result(*key):
                 if self._stopping.is_set():
                     raise KeyboardInterrupt
                 self._done.wait(timeout=1.0)
@@ -461,11 +576,13 @@ class EvalRun:
     def attempt(self, pair: Pair, number: int) -> Attempt:
         """Run (or resume) the ``number``-th attempt of ``pair``: a task and a repository of its own."""
         run_slot = slot(pair.arm.name, pair.trial, number)
-        repo = case_repo(self.folder, self.source, pair.case, run_slot, self.view)
+        repo = case_repo(self.folder, self.source, pair.case, run_slot, self.view, origin=self.origin)
         task_id = self._task(pair.case, run_slot)
         with self.tracker() as tracker:
             status = tracker.get(task_id)["status"]
-        attempt = Attempt(run_slot, repo, task_id)
+        attempt = Attempt(run_slot, repo, task_id, borrowed=self.board.shared and status in ("closed", "blocked"))
+        if self.board.shared:  # a run another runner began: its commits, as far as it shared them
+            self.board.take_branch(task_id, repo)
         if status not in ("closed", "blocked"):
             attempt.error = self._mesh_run(pair, attempt, resume=status == "in_progress", number=number)
         with self.tracker() as tracker:
@@ -476,7 +593,7 @@ class EvalRun:
     def _task(self, case: Case, run_slot: str) -> str:
         with self.tracker() as tracker:
             issue = tracker.create((case.title or case.task.splitlines()[0])[:200], description=case.task,
-                                   labels=[pair_label(case.id, run_slot)], issue_type="task",
+                                   labels=[self._label(case.id, run_slot)], issue_type="task",
                                    idempotency_key=f"{self.meta['eval']}:{case.id}:{run_slot}")
             return issue["id"]
 
@@ -486,7 +603,7 @@ class EvalRun:
         a line per start, so an eval killed during the run still counts the time the run had taken."""
         command = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--db", self.db,
                    "--actor", ACTOR, *(["resume", attempt.task, "--force"] if resume else ["run"]),
-                   "--label", pair_label(pair.case.id, attempt.slot), "--repo", str(attempt.repo), "--json",
+                   "--label", self._label(pair.case.id, attempt.slot), "--repo", str(attempt.repo), "--json",
                    "--no-land", "--allow-failing-base", *pair.arm.run_args(self.config)]
         if self.config_file is not None:
             command += ["--config", str(self.config_file)]
@@ -494,16 +611,31 @@ class EvalRun:
             command.append("--batch")
         env = {**os.environ, "MESH_EVAL_CASE": pair.case.id, "MESH_EVAL_PROFILE": pair.arm.profile,
                "MESH_EVAL_ARM": pair.arm.name, "MESH_EVAL_TRIAL": str(pair.trial), "MESH_EVAL_ATTEMPT": str(number)}
-        done = _timed_run(command, cwd=attempt.repo, env=env, wall=self._wall(pair.case.id, attempt.slot),
-                          children=(self._children, self._children_lock))
+        note = self.board.wall_note(pair.case.id, attempt.slot)
+
+        def wall(seconds: float) -> None:
+            note(seconds)
+            if self.board.shared:  # its commits so far, for a runner that may have to continue it
+                self.board.share_branch(attempt.task, attempt.repo)
+
+        done = timed_run(command, cwd=attempt.repo, env=env, wall=wall, children=(self._children, self._children_lock))
         if done.returncode in (0, 3):  # closed (or nothing to run: finished before), blocked
             return None
         if done.returncode == 130:
             raise KeyboardInterrupt
         return run_error(done.returncode, done.stderr)
 
-    def _wall(self, case_id: str, run_slot: str) -> Path:
-        return self.folder / "results" / case_id / f"{run_slot}.wall"
+    def _label(self, case_id: str, run_slot: str) -> str:
+        return pair_label(case_id, run_slot, self.board_eval if self.board.shared else None)
+
+    def _put(self, pair: Pair, result: dict) -> None:
+        if not self.board.put(pair.key, result):
+            raise _ClaimLost
+
+    def _counts(self) -> tuple[int, int]:
+        """Pairs of this run's plan with a result, and those in error (a shared eval: any runner's)."""
+        done = [r for pair in self.pairs() if (r := self.result(*pair.key))]
+        return len(done), sum(r.get("state") == "error" for r in done)
 
     def error_result(self, pair: Pair, kind: str, reason: str, **extra: Any) -> dict:
         """Write and say the result of a pair that ended in an error (never counted as finished)."""
@@ -511,7 +643,7 @@ class EvalRun:
                   "arm_description": self.meta["arms"][pair.arm.name], "task": None, "state": "error",
                   "outcome": None, "detail": reason, "error": {"kind": kind, "reason": reason}, "report": None,
                   "run_id": None, **extra}
-        write_json(self.result_path(*pair.key), result)
+        self._put(pair, result)
         self.echo(f"{pair.case.id} {pair.slot}: error, {kind} ({reason})")
         return result
 
@@ -543,7 +675,7 @@ class EvalRun:
             except OSError:
                 report = None
         error = chosen.error if chosen.error and issue["status"] not in ("closed", "blocked") else trouble
-        walls = [sum(_walls(self._wall(pair.case.id, a.slot))) for a in attempts]
+        walls = [sum(self.board.walls(pair.case.id, a.slot)) for a in attempts]
         figures = {**usage, "review_cycles": cycles, "wall_s": round(sum(walls), 3),
                    "report": str(report.relative_to(self.folder)) if report else None,
                    "run_id": outcomes[-1].payload.get("run_id") if outcomes else None, "task": chosen.task,
@@ -559,10 +691,16 @@ class EvalRun:
             head = head if head != _git(chosen.repo, "rev-parse", "main").strip() else None
         except ValueError:
             head = None
+        proofs = [cp for cp in checkpoints if cp.kind == "proof"]
+        validated = (proofs[-1].payload.get("artifact") or {}).get("commit") if proofs else None
+        if chosen.borrowed and validated and head != validated:
+            return self.error_result(pair, "eval", f"the run ended on another runner at {validated[:12]}, which"
+                                                   " stopped before it shared that commit: this runner cannot grade"
+                                                   " it", **figures, **extra)
         view = self._view(chosen.repo)
         # A case curated at suite build is graded by its lists: the base's check says nothing more.
         checks, base_passes = ([], False) if pair.case.grading else self._base_checks(pair.case, chosen.repo, view)
-        grade: Grade = grade_run(chosen.repo, self.source, pair.case, head, settings=self.config.validation, view=view,
+        grade: Grade = grade_run(chosen.repo, self.origin, pair.case, head, settings=self.config.validation, view=view,
                                  checks=checks, base_passes=base_passes)
         state = "resolved" if grade.resolved else "unresolved"
         detail = grade.detail
@@ -573,11 +711,23 @@ class EvalRun:
         result = {"case": pair.case.id, "arm": pair.arm.name, "profile": pair.arm.profile, "trial": pair.trial,
                   "arm_description": self.meta["arms"][pair.arm.name], "state": state, "detail": detail,
                   "error": None, "head": head, "graded_commit": grade.commit, **graded, **figures, **extra}
-        write_json(self.result_path(*pair.key), result)
+        result["model_patch"] = self._model_patch(pair.case, result)
+        self._put(pair, result)
         self.echo(f"{pair.case.id} {pair.slot}: {state} ({result['outcome']}, {usage['calls']} call(s),"
                   f" ${usage['cost_usd']:.4f}, {result['wall_s']:.1f}s"
                   + (f", {len(attempts)} attempts" if len(attempts) > 1 else "") + ")")
         return result
+
+    def _model_patch(self, case: Case, result: dict) -> str | None:
+        """The run's final diff (what ``mesh eval export`` writes), kept in its result: a report or
+        an export on a machine that does not hold the run's repository reads it there."""
+        from orchestrator.evals.export import model_patch
+        from orchestrator.evals.report import ReportError
+
+        try:
+            return model_patch(self.folder, case, result)
+        except ReportError:
+            return None
 
     def _view(self, repo: Path):
         from orchestrator.toolchains.view import inspect
@@ -602,100 +752,10 @@ class EvalRun:
         return checks, passes
 
 
-def run_error(code: int, stderr: str) -> tuple[str, str]:
-    """The (kind, reason) of a ``mesh run`` that exited ``code`` (not closed, blocked or interrupted)."""
-    from redact import scrub
-
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else "no message"
-    try:  # mesh run --json says its error as {"error": ..., "code": ...}
-        said = json.loads(last)
-        last = str(said["error"]) if isinstance(said, dict) and said.get("error") else last
-    except ValueError:
-        pass
-    reason = f"mesh run exited {code}: " + scrub(last)[:300]
-    text = stderr.lower()
-    if code == 2 and any(words in text for words in ("not found or not executable", "not on path",
-                                                     "cannot start worker command")):
-        return "missing_cli", reason
-    if code == 2 and ("in its sandbox" in text or "bwrap" in text or "bubblewrap" in text):
-        return "sandbox", reason
-    return {2: "configuration", 4: "tracker", 5: "base"}.get(code, "run"), reason
-
-
-def blocked_error(tracker: Any, task_id: str, last: dict) -> tuple[str, str] | None:
-    """A blocked run that is no outcome of its arm: its workers never answered because the API (or
-    the agent CLI's provider) was rate-limited or overloaded after every retry, or the tracker
-    refused a checkpoint; None for a run its workers blocked."""
-    from orchestrator.ledger.calls import calls_for, failure_reason
-    from redact import scrub
-
-    reason = last.get("block_reason")
-    if reason == "tampered_checkpoint":
-        return "tracker", f"blocked: {reason}: {scrub(str(last.get('block_detail') or ''))[:300]}"
-    if reason not in ("no_response", "review_no_response"):
-        return None
-    failed = [row["error"] for row in calls_for(tracker, task_id=task_id)
-              if failure_reason(row.get("error")) in ("no_response", "timeout")]
-    if failed and _API_TROUBLE.search(failed[-1]):
-        return "api", f"blocked: {reason} after the retries: {scrub(failed[-1])[:300]}"
-    return None
-
-
 def _difference(before: dict, now: dict) -> str:
     keys = sorted(set(before) | set(now))
     return "; ".join(f"{key} was {before.get(key)!r}, now {now.get(key)!r}" for key in keys
                      if before.get(key) != now.get(key))[:500]
-
-
-_WALL_EVERY_S = 2.0
-
-
-def _walls(path: Path) -> list[float]:
-    """The wall times of a pair's attempts (a line each; a killed eval's last line is its last note)."""
-    try:
-        return [float(x) for x in path.read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _timed_run(command: list[str], *, cwd: Path, env: dict[str, str], wall: Path,
-               children: tuple[set, threading.Lock]) -> subprocess.CompletedProcess:
-    """Run ``command`` to its end (its output kept), noting its wall time so far as the last line of
-    ``wall`` every ``_WALL_EVERY_S`` seconds and when it ends; the process is in ``children``
-    (a set and its lock) while it runs."""
-    import tempfile
-
-    before = _walls(wall)
-    started = time.monotonic()
-
-    def note() -> None:
-        write_text(wall, "".join(f"{x:.3f}\n" for x in [*before, time.monotonic() - started]))
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        # A session of its own: a terminal's Ctrl-C reaches the eval alone, which asks each run to
-        # stop once (EvalRun.stop); a second signal to a run would end it at once.
-        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, preexec_fn=die_with_parent,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        running, lock = children
-        with lock:
-            running.add(proc)
-        try:
-            while True:
-                note()
-                try:
-                    proc.wait(timeout=_WALL_EVERY_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        finally:
-            with lock:
-                running.discard(proc)
-        note()
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(command, proc.returncode, out.read().decode("utf-8", "replace"),
-                                           err.read().decode("utf-8", "replace"))
 
 
 def _config_path(repo: Path, given: Path | None) -> Path | None:
@@ -709,11 +769,24 @@ def _config_path(repo: Path, given: Path | None) -> Path | None:
     return None
 
 
-def _hold(path: Path):
-    """An exclusive lock on ``path`` for this process's life: one eval process per folder."""
+def _folder_eval(folder: Path) -> str:
+    """The eval's name: the one its folder recorded, else ``ev-<folder name>``."""
+    try:
+        return json.loads((folder / "eval.json").read_text())["eval"]
+    except (OSError, ValueError, KeyError):
+        return f"ev-{folder.name}"
+
+
+class _ClaimLost(Exception):
+    """Another runner took over the pair (this runner's claim lapsed): its result is not written."""
+
+
+def _hold(path: Path, *, shared: bool = False):
+    """A lock on ``path`` for this process's life: exclusive (one eval process per folder), or
+    ``shared`` by the runners of a shared eval (none may run beside a local eval's process)."""
     handle = path.open("a")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(handle, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
         raise EvalError(f"another mesh eval is running in {path.parent}") from None

@@ -1,0 +1,245 @@
+"""One eval, many runners (issue 37, item 1): ``mesh --db postgresql://... eval run`` processes share
+an eval through a throwaway PostgreSQL server, each in a folder of its own (as on another machine:
+case repositories of its own, built from the eval's git remote).
+
+Two runners with a scripted worker that tells a loopback ledger of every answer it gives: every pair
+is run exactly once; the runner whose run waits at a gate is SIGKILLed there, and the other takes
+its pair over and continues it from its checkpoints (the answers already given are not asked
+again, and no process of the killed runner is left); the report reads the same numbers from
+either folder, and from a third that never ran anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.evalkit import MESH, Loopback, git, library_suite, mesh, write_worker
+
+pytestmark = pytest.mark.slow
+
+# The worker's wrapper: it asks the ledger before it works (the gate may hold it there) and tells
+# it each answer it gives, keyed by case, arm, trial, round and role.
+LEDGER = """
+import os, socket, subprocess, sys
+port, command = int(sys.argv[1]), sys.argv[2:]
+key = "|".join(os.environ.get(k, "") for k in ("MESH_EVAL_CASE", "MESH_EVAL_ARM", "MESH_EVAL_TRIAL",
+                                               "MESH_ROUND", "MESH_ROLE"))
+def say(word):
+    with socket.create_connection(("127.0.0.1", port)) as ledger:
+        ledger.sendall(f"{word} {key}\\n".encode())
+        if not ledger.recv(1):
+            sys.exit(9)  # the ledger closed without an answer: say nothing
+prompt = sys.stdin.read()
+say("WAIT")
+done = subprocess.run(command, input=prompt, capture_output=True, text=True)
+say("DONE")
+sys.stdout.write(done.stdout)
+sys.exit(done.returncode)
+"""
+
+
+class Ledger(Loopback):
+    """A loopback port: ``WAIT key`` answers at once, but for the first ``gated`` key, held until the
+    test ends; ``DONE key`` is written down (an answer a worker gave: a call paid)."""
+
+    def __init__(self, gated: str):
+        self.gated, self.answered, self.held = gated, [], threading.Event()
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        super().__init__()
+
+    def handle(self, conn) -> None:
+        with conn:
+            word, key = conn.makefile().readline().strip().split(" ", 1)
+            with self._lock:
+                hold = word == "WAIT" and key == self.gated and not self.held.is_set()
+                if hold:
+                    self.held.set()
+                if word == "DONE":
+                    self.answered.append(key)
+            if hold:
+                self._closing.wait()
+                return
+            conn.sendall(b"k")
+
+    def close(self) -> None:
+        self._closing.set()
+        self.stop()
+
+
+def _suite(tmp_path: Path, n: int = 4):
+    return library_suite(tmp_path, n, "shared.jsonl")
+
+
+def _rows(db: str, sql: str, params: tuple = ()) -> list:
+    from tracker.store import Tracker
+
+    with Tracker(db) as tracker:
+        return [tuple(r) for r in tracker.db.read(sql, params)]
+
+
+def _runner(db: str, suite: Path, out: Path, command: str, repo: Path, remote: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
+    return subprocess.Popen([*MESH, "--db", db, "eval", "run", str(suite), "--arm", "team: profile=single",
+                             "--worker-cmd", command, "--remote", str(remote), "--out", str(out), "--yes"],
+                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait(what, *, procs=(), limit: int = 3000) -> None:
+    """Wait for ``what()`` (bounded by a count of looks, not by a time); a runner that ended fails it."""
+    for _ in range(limit):
+        if what():
+            return
+        for proc in procs:
+            assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _holders(db: str, case_id: str) -> list[int]:
+    return [pid for (pid,) in _rows(db, "SELECT pid FROM mesh_eval_pairs WHERE eval = 'ev-shared' AND case_id = ?"
+                                        " AND token IS NOT NULL", (case_id,))]
+
+
+def test_two_runners_share_an_eval_and_one_killed_is_continued_by_the_other(tmp_path, pg_url):
+    repo, suite, cases = _suite(tmp_path)
+    # The eval's remote: a bare repository the checkout pushed to (every runner builds its cases from it).
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "push", "-q", str(remote), "main")
+    gated = f"{cases[2].id}|team|1|review|reviewer"
+    ledger = Ledger(gated)
+    command = write_worker(tmp_path, repo, cases, {"team": [c.id for c in cases]})
+    (tmp_path / "worker" / "ledger.py").write_text(LEDGER)
+    wrapped = f"python3 {tmp_path / 'worker' / 'ledger.py'} {ledger.port} {command}"
+    first = tmp_path / "machine-a" / "shared"
+    second = tmp_path / "machine-b" / "shared"
+    runners = []
+    try:
+        runners.append(_runner(pg_url, suite, first, wrapped, repo, remote))
+        # The second runner starts once the first holds a pair: each has one to work from the start.
+        _wait(lambda: _rows(pg_url, "SELECT 1 FROM mesh_eval_pairs WHERE token IS NOT NULL") if _tables(pg_url)
+              else False, procs=runners)
+        runners.append(_runner(pg_url, suite, second, wrapped, repo, remote))
+        _wait(ledger.held.is_set, procs=runners)
+        [holder] = _holders(pg_url, cases[2].id)
+        killed = next(r for r in runners if r.pid == holder)
+        survivor = next(r for r in runners if r is not killed)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=60)
+        # Nothing of the killed runner is left: its mesh run and its worker went with it.
+        script = str(tmp_path / "worker" / "ledger.py")
+        _wait(lambda: not _processes_with(script) or _processes_with(script) == _survivor_workers(survivor, script))
+        out, err = survivor.communicate(timeout=900)
+        assert survivor.returncode == 0, err
+    finally:
+        ledger.close()
+        for runner in runners:
+            if runner.poll() is None:
+                runner.kill()
+    # Every pair ran exactly once: one result each, and no answer was given twice (the synthesis of
+    # the killed run's pair was read back from its calls log by the runner that continued it).
+    states = _rows(pg_url, "SELECT case_id, state, takeovers, result FROM mesh_eval_pairs WHERE eval = 'ev-shared'")
+    assert sorted((c, s) for c, s, _, _ in states) == sorted((c.id, "resolved") for c in cases)
+    repeated = [key for key, n in Counter(ledger.answered).items() if n > 1]
+    assert repeated == [] and len(ledger.answered) == 3 * len(cases)  # hydration, synthesis, review
+    taken = {c: json.loads(r) for c, _, t, r in states if t}
+    assert list(taken) == [cases[2].id]
+    # Both runners worked the eval; the pair taken over counts the time of both of its starts.
+    runners_seen = {json.loads(r)["runner"] for _, _, _, r in states}
+    assert len(runners_seen) == 2
+    walls = _rows(pg_url, "SELECT wall_s FROM mesh_eval_walls WHERE eval = 'ev-shared' AND case_id = ?",
+                  (cases[2].id,))
+    assert len(walls) == 2 and taken[cases[2].id]["wall_s"] == pytest.approx(sum(w for (w,) in walls), abs=0.01)
+    # The report is the same from either folder, and from a third machine's that never ran a pair.
+    third = tmp_path / "machine-c" / "shared"
+    reports = [json.loads(mesh("--db", pg_url, "eval", "report", str(folder), "--json", cwd=repo).stdout)
+               for folder in (first, second, third)]
+    figures = [(r["arms"], r["cells"]) for r in reports]
+    assert figures[0] == figures[1] == figures[2]
+    assert [(a["resolved"], a["finished"]) for a in reports[0]["arms"]] == [(len(cases), len(cases))]
+    # Each run's page is there on every machine (written again from the tracker where it did not run).
+    assert all((third / cell["trials"][0]["report"]).is_file() for cell in reports[2]["cells"])
+    # The folder remembers its database (not its password): a report there needs no --db.
+    again = json.loads(mesh("eval", "report", str(third), "--json", cwd=repo).stdout)
+    assert again["arms"] == reports[0]["arms"]
+    status = json.loads(mesh("eval", "status", str(third), "--json", cwd=repo).stdout)
+    assert (status["state"], status["done"], status["running"]) == ("finished", len(cases), {})
+    # The export on the machine that never ran a pair: every run's patch, from its result.
+    exported = json.loads(mesh("eval", "export", str(third), "--json", cwd=repo).stdout)
+    lines = Path(exported["predictions"]["team"]).read_text().splitlines()
+    assert len(lines) == len(cases) and all(json.loads(line)["model_patch"].startswith("diff --git")
+                                            for line in lines)
+
+
+def _tables(db: str) -> bool:
+    from tracker.errors import WorkspaceError
+
+    try:  # before the first runner made the tracker, its database is empty
+        return bool(_rows(db, "SELECT 1 FROM information_schema.tables WHERE table_name = 'mesh_eval_pairs'"))
+    except WorkspaceError:
+        return False
+
+
+def _processes_with(text: str) -> set[int]:
+    """The processes whose command line holds ``text``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def _survivor_workers(survivor: subprocess.Popen, text: str) -> set[int]:
+    """The worker processes of ``survivor``'s runs (its descendants whose command line holds ``text``)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    mine, todo = set(), [survivor.pid]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            mine.add(child)
+            todo.append(child)
+    return mine & _processes_with(text)
+
+
+def test_a_runner_joining_with_another_suite_or_remote_is_refused(tmp_path, pg_url):
+    repo, suite, cases = _suite(tmp_path, n=2)
+    command = write_worker(tmp_path, repo, cases, {"team": []})
+    common = ["--arm", "team: profile=single", "--worker-cmd", command, "--yes"]
+    done = mesh("--db", pg_url, "eval", "run", str(suite), *common, "--out", str(tmp_path / "a" / "shared"),
+                cwd=repo)
+    assert done.returncode == 0, done.stderr
+    other = tmp_path / "other" / "shared.jsonl"
+    other.parent.mkdir()
+    other.write_text(suite.read_text().splitlines()[0] + "\n")
+    refused = mesh("--db", pg_url, "eval", "run", str(other), *common, "--out", str(tmp_path / "b" / "shared"),
+                   cwd=repo)
+    assert refused.returncode == 2 and "changed since this eval began (the eval in its database)" in refused.stderr
+    elsewhere = mesh("--db", pg_url, "eval", "run", str(suite), *common, "--remote", "https://example.invalid/x.git",
+                     "--out", str(tmp_path / "c" / "shared"), cwd=repo)
+    assert elsewhere.returncode == 2 and "this eval builds its cases from" in elsewhere.stderr
+    # Nothing left to run: a runner joining a finished eval ends at once with its summary.
+    joined = mesh("--db", pg_url, "eval", "run", str(suite), *common, "--out", str(tmp_path / "d" / "shared"),
+                  "--json", cwd=repo)
+    assert joined.returncode == 0, joined.stderr
+    assert json.loads(joined.stdout)["ran"] == 0
