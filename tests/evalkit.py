@@ -222,3 +222,31 @@ class Loopback:
     def stop(self) -> None:
         self._server.close()
 
+
+# The worker's gate: it connects to the test's port and waits for a byte, then becomes the worker.
+GATE = """
+import os, socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as gate:
+    gate.recv(1)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+class Gate(Loopback):
+    """A loopback port whose connections wait until ``open()``."""
+
+    def __init__(self):
+        import threading
+
+        self._opened = threading.Event()
+        self.reached = threading.Event()  # a worker waits at the gate
+        super().__init__()
+
+    def handle(self, conn) -> None:
+        self.reached.set()
+        self._opened.wait()
+        with conn:
+            conn.sendall(b"x")
+
+    def open(self) -> None:
+        self._opened.set()

@@ -243,3 +243,58 @@ def test_a_runner_joining_with_another_suite_or_remote_is_refused(tmp_path, pg_u
                   "--json", cwd=repo)
     assert joined.returncode == 0, joined.stderr
     assert json.loads(joined.stdout)["ran"] == 0
+
+
+def test_the_databases_password_reaches_no_worker_no_process_argument_and_no_file(tmp_path):
+    """A shared eval's URL holds a password: the worker looks for it everywhere it can (its prompt,
+    its environment, every file it may read), and finds nothing; while the run waits at the gate
+    no process on the machine has it among its arguments (any user reads those); nothing the eval
+    wrote holds it (its folder, its rows, the tracker's comments)."""
+    import secrets as random
+
+    from tests.evalkit import GATE, Gate
+    from tests.pgserver import start_server
+
+    password = "pw-" + random.token_hex(12)
+    server, why = start_server(password=password, max_connections=40)
+    if server is None:
+        if os.environ.get("MESH_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here (MESH_REQUIRE_POSTGRES=1): {why}")
+        pytest.skip(why)
+    gate = Gate()
+    proc = None
+    try:
+        db = server.create_database("evals")
+        repo, suite, cases = _suite(tmp_path, n=1)
+        command = write_worker(tmp_path, repo, cases, {"team": [cases[0].id]}, search=[password])
+        (tmp_path / "worker" / "gate.py").write_text(GATE)
+        gated = f"python3 {tmp_path / 'worker' / 'gate.py'} {gate.port} {command}"
+        out = tmp_path / "machine" / "shared"
+        env = {**{k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}, "MESH_DB": db}
+        proc = subprocess.Popen([*MESH, "eval", "run", str(suite), "--arm", "team: profile=single", "--worker-cmd",
+                                 gated, "--out", str(out), "--yes"], cwd=repo, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        _wait(gate.reached.is_set, procs=[proc])  # the run's first worker waits: its mesh run is alive
+        assert _processes_with("--worker-cmd") and _processes_with(password) == set()
+        gate.open()
+        stdout, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 0, stderr
+        assert password not in stdout + stderr
+        from orchestrator.ledger.calls import calls_for
+        from tracker.store import Tracker
+
+        with Tracker(db) as tracker:
+            calls = calls_for(tracker)
+            texts = [c["text"] for issue in tracker.list(include_closed=True) for c in tracker.comments(issue["id"])]
+            rows = [json.dumps([tuple(r) for r in tracker.db.read(f"SELECT * FROM {table}")])
+                    for table in ("mesh_eval_meta", "mesh_eval_pairs", "mesh_eval_walls")]
+        assert len(calls) == 3 and all("seen: nothing" in call["response"] for call in calls), calls
+        assert not any(password in text for text in [*texts, *rows])
+        written = [p for p in out.rglob("*") if p.is_file() and password.encode() in p.read_bytes()]
+        assert written == []
+        assert json.loads((out / "eval.json").read_text())["db"] == server.url("evals", password="")
+    finally:
+        gate.open()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        server.stop()

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.evalkit import MESH, Loopback, library_suite, mesh, write_worker
+from tests.evalkit import GATE, MESH, Gate, library_suite, mesh, write_worker
 from tests.servekit import Server, needs_chromium, open_browser
 
 pytestmark = pytest.mark.slow
@@ -70,33 +70,6 @@ def test_status_and_the_evals_page_follow_a_running_eval(tmp_path):
             server.stop()
     final = json.loads(mesh("eval", "status", str(folder), "--json", cwd=repo).stdout)
     assert (final["state"], final["done"], final["running"], final["eta_s"]) == ("finished", 2, {}, None)
-
-
-# The worker's gate: it connects to the test's port and waits for a byte, then becomes the worker.
-GATE = """
-import os, socket, sys
-with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as gate:
-    gate.recv(1)
-os.execvp(sys.argv[2], sys.argv[2:])
-"""
-
-
-class Gate(Loopback):
-    """A loopback port whose connections wait until ``open()``."""
-
-    def __init__(self):
-        import threading
-
-        self._opened = threading.Event()
-        super().__init__()
-
-    def handle(self, conn) -> None:
-        self._opened.wait()
-        with conn:
-            conn.sendall(b"x")
-
-    def open(self) -> None:
-        self._opened.set()
 
 
 def _small_suite(tmp_path):

@@ -601,15 +601,16 @@ class EvalRun:
         """One ``mesh run`` (``resume --force`` after a kill) of an attempt; its error's (kind,
         reason), else None. Its wall time so far is written beside its result every few seconds,
         a line per start, so an eval killed during the run still counts the time the run had taken."""
-        command = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--db", self.db,
-                   "--actor", ACTOR, *(["resume", attempt.task, "--force"] if resume else ["run"]),
+        # The database by the environment (MESH_DB), never the command line: a PostgreSQL URL may
+        # hold a password, and any user of the machine reads a process's arguments.
+        command = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--actor", ACTOR, *(["resume", attempt.task, "--force"] if resume else ["run"]),
                    "--label", self._label(pair.case.id, attempt.slot), "--repo", str(attempt.repo), "--json",
                    "--no-land", "--allow-failing-base", *pair.arm.run_args(self.config)]
         if self.config_file is not None:
             command += ["--config", str(self.config_file)]
         if self.options.batch and "--batch" not in command:
             command.append("--batch")
-        env = {**os.environ, "MESH_EVAL_CASE": pair.case.id, "MESH_EVAL_PROFILE": pair.arm.profile,
+        env = {**os.environ, "MESH_DB": self.db, "MESH_EVAL_CASE": pair.case.id, "MESH_EVAL_PROFILE": pair.arm.profile,
                "MESH_EVAL_ARM": pair.arm.name, "MESH_EVAL_TRIAL": str(pair.trial), "MESH_EVAL_ATTEMPT": str(number)}
         note = self.board.wall_note(pair.case.id, attempt.slot)
 
