@@ -298,3 +298,39 @@ def test_the_databases_password_reaches_no_worker_no_process_argument_and_no_fil
         if proc is not None and proc.poll() is None:
             proc.kill()
         server.stop()
+
+
+def test_a_runner_whose_database_goes_away_stops_with_its_reason_and_no_traceback(tmp_path):
+    """The shared eval's server stops while a run waits at the gate: the runner ends with exit 4 and
+    says what happened (mesh eval run continues later), not a Python traceback."""
+    from tests.evalkit import GATE, Gate
+    from tests.pgserver import start_server
+
+    server, why = start_server(max_connections=40)
+    if server is None:
+        if os.environ.get("MESH_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here (MESH_REQUIRE_POSTGRES=1): {why}")
+        pytest.skip(why)
+    gate = Gate()
+    proc = None
+    try:
+        db = server.create_database("evals")
+        repo, suite, cases = _suite(tmp_path, n=1)
+        command = write_worker(tmp_path, repo, cases, {"team": [cases[0].id]})
+        (tmp_path / "worker" / "gate.py").write_text(GATE)
+        gated = f"python3 {tmp_path / 'worker' / 'gate.py'} {gate.port} {command}"
+        proc = subprocess.Popen([*MESH, "--db", db, "eval", "run", str(suite), "--arm", "team: profile=single",
+                                 "--worker-cmd", gated, "--out", str(tmp_path / "m" / "shared"), "--yes"], cwd=repo,
+                                env={k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait(gate.reached.is_set, procs=[proc])
+        server.stop()
+        gate.open()
+        _, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 4, stderr
+        assert "Traceback" not in stderr and "the eval's tracker" in stderr and "continues where it stopped" in stderr
+    finally:
+        gate.open()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        server.stop()

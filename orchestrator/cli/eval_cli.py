@@ -148,6 +148,7 @@ def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jo
     ends when every pair has its result."""
     from orchestrator.cli.common import _fail
     from orchestrator.evals.runs import EvalError, EvalOptions, EvalRun
+    from tracker.errors import TrackerError
 
     root = ctx.find_root().obj or {}
     options = EvalOptions(suite=Path(suite), profiles=list(profiles), arms=list(arms), reference=reference,
@@ -168,6 +169,12 @@ def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jo
             summary = evaluation.run()
     except EvalError as exc:
         _fail(ctx, str(exc), 2, as_json)
+        return
+    except TrackerError as exc:  # the eval's database went away (a shared eval's server, say)
+        from redact import scrub
+
+        _fail(ctx, f"the eval's tracker: {scrub(str(exc))[:400]}; mesh eval run continues where it stopped", 4,
+              as_json)
         return
     except KeyboardInterrupt:
         _say("stopped: mesh eval run continues where it stopped", err=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import fcntl
-import hashlib
 import json
 import os
 import signal
@@ -34,17 +33,17 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.evals.arms import Arm, ArmError, arms_from, slot
-from orchestrator.evals.cases import Grade, case_repo, grade_run, write_json
+from orchestrator.evals.cases import Grade, case_repo, grade_run
 from orchestrator.evals.launch import blocked_error, run_error, timed_run
 from orchestrator.evals.matching import matched_pair
+from orchestrator.evals.plan import EvalError, EvalPlan
 from orchestrator.evals.progress import Progress
 from orchestrator.evals.report import count_kinds
-from orchestrator.evals.shared import board_for, meta_url
+from orchestrator.evals.shared import board_for, folder_eval, meta_url
 from orchestrator.evals.suite import Case, read_suite
 
 __all__ = ["EvalError", "EvalOptions", "EvalRun", "Pair", "eval_folder", "pair_label"]
@@ -61,10 +60,6 @@ ERROR_KINDS = ("configuration", "missing_cli", "api", "sandbox", "tracker", "bas
 
 
 _POLL_S = 1.0  # how often a shared eval's runner looks again when the pairs left are other runners'
-
-
-class EvalError(Exception):
-    """The eval cannot run (a bad suite, a folder another eval holds, a changed suite or arm): exit 2."""
 
 
 @dataclass
@@ -131,7 +126,7 @@ def pair_label(case_id: str, run_slot: str, eval_id: str | None = None) -> str:
     return f"plan:{eval_id}-{case_id}-{run_slot}" if eval_id else f"plan:eval-{case_id}-{run_slot}"
 
 
-class EvalRun:
+class EvalRun(EvalPlan):
     """One eval folder: its plan, its pairs, and the runs that grade them."""
 
     def __init__(self, options: EvalOptions, echo: Callable[[str], None]):
@@ -174,7 +169,7 @@ class EvalRun:
             # mesh's own folder in the repository stays out of git (its evals hold repositories).
             (private / ".gitignore").write_text("# mesh's own files (evals, jobs): never committed\n*\n")
         self.db = options.db or str(self.folder / "tracker.db")
-        eval_id = _folder_eval(self.folder)
+        eval_id = folder_eval(self.folder)
         try:
             self.board = board_for(self.folder, self.db, eval_id, ttl_s=self.config.lease_ttl_s, actor=ACTOR)
         except Exception as exc:  # the database cannot be reached or refused us
@@ -194,6 +189,7 @@ class EvalRun:
         self._checks: dict[str, tuple[list[str], bool]] = {}  # case -> (check commands, base passes them)
         self._done = threading.Condition()
         self._taking = threading.Lock()
+        self._lost = 0  # pairs another runner took over from this one (a shared eval)
         self._queue: list[Pair] = []
         self._taken: set[tuple[str, str]] = set()
         self._scheduled: set[tuple[str, str]] = set()
@@ -201,80 +197,6 @@ class EvalRun:
         self.view = None
 
     # ------------------------------------------------------------------ the plan
-
-    def _meta(self, suite: Path) -> dict[str, Any]:
-        """The eval's plan with this run's arms in it, written to ``eval.json`` (and, shared, to the
-        database first, where every runner's arms meet)."""
-        path = self.folder / "eval.json"
-        if not self.board.shared:
-            meta = self._merged(json.loads(path.read_text()) if path.exists() else None, suite)
-        else:
-            shared = self.board.plan(lambda found: self._merged(found, suite), suite.read_text(encoding="utf-8"))
-            meta = {**shared, "suite": str(suite), "source": str(self.source), "db": meta_url(self.db)}
-        write_json(path, meta)
-        return meta
-
-    def _merged(self, meta: dict | None, suite: Path) -> dict[str, Any]:
-        digest = hashlib.sha256(suite.read_bytes()).hexdigest()
-        where = "the eval in its database" if self.board.shared else self.folder / "eval.json"
-        meta = meta or {
-            "eval": self.board_eval, "suite": str(suite), "suite_sha256": digest, "source": str(self.source),
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "arms": {}, "order": [],
-            "reference": None, "trials": {}}
-        if meta["suite_sha256"] != digest:
-            raise EvalError(f"{suite} changed since this eval began ({where}); give another --out for the new suite")
-        remote = self.options.remote or meta.get("remote") or (self._default_remote() if self.board.shared else None)
-        if self.options.remote and meta.get("remote") and self.options.remote != meta["remote"]:
-            raise EvalError(f"--remote {self.options.remote}: this eval builds its cases from {meta['remote']}")
-        meta["remote"] = remote
-        if "arms" not in meta:  # an eval of an older mesh: its profiles were its arms, their workers unrecorded
-            meta.update(arms={p: {"profile": p, "recorded": False} for p in meta.get("profiles", [])},
-                        order=list(meta.get("profiles", [])), reference=(meta.get("profiles") or [None])[0],
-                        trials={p: 1 for p in meta.get("profiles", [])})
-        for arm in self.arms:
-            described = arm.description(self.config)
-            before = meta["arms"].get(arm.name)
-            if before is not None and before.get("recorded", True) and before != described:
-                raise EvalError(f"arm {arm.name} ran in this eval with other workers: {_difference(before, described)};"
-                                " give the new workers another arm name, or the eval another --out")
-            meta["arms"][arm.name] = described
-            if arm.name not in meta["order"]:
-                meta["order"].append(arm.name)
-            meta["trials"][arm.name] = max(int(meta["trials"].get(arm.name, 0)), self.options.trials)
-        meta["reference"] = self.options.reference or meta.get("reference") or self.arms[0].name
-        if meta["reference"] not in meta["arms"]:
-            raise EvalError(f"--reference {meta['reference']}: no such arm in this eval"
-                            f" (its arms: {', '.join(meta['order'])})")
-        meta["profiles"] = list(meta["order"])  # what an older reader lists
-        return meta
-
-    @property
-    def board_eval(self) -> str:
-        return getattr(self.board, "eval", None) or _folder_eval(self.folder)
-
-    def _default_remote(self) -> str:
-        """A shared eval's remote when none is named: the checkout's ``origin``, else the checkout
-        itself (a path: runners of this machine, or of a shared file system, reach it)."""
-        from orchestrator.evals.cases import _git
-
-        try:
-            return _git(self.source, "remote", "get-url", "origin").strip() or str(self.source)
-        except ValueError:
-            return str(self.source)
-
-    def _origin(self) -> Path:
-        """Where this machine fetches the cases' commits from: the checkout itself, or a bare
-        mirror of the eval's remote in the folder (``remote.git``, fetched on demand)."""
-        from orchestrator.evals.cases import mirror_of
-
-        remote = self.meta.get("remote")
-        if not remote or remote == str(self.source):
-            return self.source
-        try:
-            return mirror_of(self.folder / "remote.git", remote,
-                             [c for case in self.cases for c in (case.base, case.tests_from) if c])
-        except ValueError as exc:
-            raise EvalError(f"the eval's remote {remote}: {exc}") from None
 
     def pairs(self) -> list[Pair]:
         """Every (case, arm, trial) of this run: the arms that spend freely first, then the
@@ -416,7 +338,8 @@ class EvalRun:
         finally:
             self.board.close()
         graded = [r for r in results if r["state"] != "error"]
-        return {"eval": self.meta["eval"], "folder": str(self.folder), "ran": len(graded), "skipped": skipped,
+        return {"eval": self.meta["eval"], "folder": str(self.folder), "ran": len(graded),
+                "skipped": skipped - self._lost, "taken_over": self._lost,
                 "resolved": sum(r["state"] == "resolved" for r in graded),
                 "errors_now": len(results) - len(graded),
                 "errors": len(errors), "error_kinds": count_kinds(errors)}
@@ -528,6 +451,7 @@ class EvalRun:
             if self._stopping.is_set():
                 raise KeyboardInterrupt
             if self.over_budget():
+                self.board.release(pair.key)  # a shared eval: another runner may take it
                 self.progress.finish(pair.key, None)
                 return None
             self.progress.start(pair.key)
@@ -546,6 +470,7 @@ class EvalRun:
         except _ClaimLost:
             self.echo(f"{pair.case.id} {pair.slot}: another runner took this pair over (this runner's claim"
                       " lapsed); its result is that runner's")
+            self._lost += 1
             result = None
             return None
         except KeyboardInterrupt:
@@ -753,12 +678,6 @@ class EvalRun:
         return checks, passes
 
 
-def _difference(before: dict, now: dict) -> str:
-    keys = sorted(set(before) | set(now))
-    return "; ".join(f"{key} was {before.get(key)!r}, now {now.get(key)!r}" for key in keys
-                     if before.get(key) != now.get(key))[:500]
-
-
 def _config_path(repo: Path, given: Path | None) -> Path | None:
     if given is not None:
         return Path(given).resolve()
@@ -768,14 +687,6 @@ def _config_path(repo: Path, given: Path | None) -> Path | None:
     if pyproject.is_file() and "[tool.mesh" in pyproject.read_text(encoding="utf-8", errors="replace"):
         return pyproject
     return None
-
-
-def _folder_eval(folder: Path) -> str:
-    """The eval's name: the one its folder recorded, else ``ev-<folder name>``."""
-    try:
-        return json.loads((folder / "eval.json").read_text())["eval"]
-    except (OSError, ValueError, KeyError):
-        return f"ev-{folder.name}"
 
 
 class _ClaimLost(Exception):

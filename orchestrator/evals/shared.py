@@ -46,7 +46,8 @@ from typing import Any, Callable
 
 from orchestrator.evals.cases import write_json, write_text
 
-__all__ = ["Board", "FolderBoard", "SharedBoard", "board_for", "is_shared", "meta_url", "sync_folder"]
+__all__ = ["Board", "FolderBoard", "SharedBoard", "board_for", "folder_eval", "is_shared", "live_claims",
+           "meta_url", "sync_folder"]
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS mesh_eval_meta (eval TEXT PRIMARY KEY, meta TEXT NOT NULL, suite TEXT NOT NULL,"
@@ -394,7 +395,7 @@ def sync_folder(folder: Path, db: str, *, eval_id: str | None = None) -> dict[st
     from tracker.store import Tracker
 
     folder = Path(folder)
-    eval_id = eval_id or _folder_eval(folder)
+    eval_id = eval_id or folder_eval(folder)
     with Tracker(db, actor="mesh-eval") as tracker:
         try:
             row = tracker.db.read("SELECT meta, suite FROM mesh_eval_meta WHERE eval = ?", (eval_id,))
@@ -456,7 +457,8 @@ def _page(tracker, folder: Path, result: dict) -> None:
         pass
 
 
-def _folder_eval(folder: Path) -> str:
+def folder_eval(folder: Path) -> str:
+    """The eval's name: the one its folder recorded, else ``ev-<folder name>``."""
     try:
         return json.loads((folder / "eval.json").read_text())["eval"]
     except (OSError, ValueError, KeyError):
