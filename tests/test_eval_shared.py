@@ -253,14 +253,9 @@ def test_the_databases_password_reaches_no_worker_no_process_argument_and_no_fil
     import secrets as random
 
     from tests.evalkit import GATE, Gate
-    from tests.pgserver import start_server
 
     password = "pw-" + random.token_hex(12)
-    server, why = start_server(password=password, max_connections=40)
-    if server is None:
-        if os.environ.get("MESH_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required here (MESH_REQUIRE_POSTGRES=1): {why}")
-        pytest.skip(why)
+    server = _own_server(password=password)
     gate = Gate()
     proc = None
     try:
@@ -304,13 +299,8 @@ def test_a_runner_whose_database_goes_away_stops_with_its_reason_and_no_tracebac
     """The shared eval's server stops while a run waits at the gate: the runner ends with exit 4 and
     says what happened (mesh eval run continues later), not a Python traceback."""
     from tests.evalkit import GATE, Gate
-    from tests.pgserver import start_server
 
-    server, why = start_server(max_connections=40)
-    if server is None:
-        if os.environ.get("MESH_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required here (MESH_REQUIRE_POSTGRES=1): {why}")
-        pytest.skip(why)
+    server = _own_server()
     gate = Gate()
     proc = None
     try:
@@ -334,3 +324,17 @@ def test_a_runner_whose_database_goes_away_stops_with_its_reason_and_no_tracebac
         if proc is not None and proc.poll() is None:
             proc.kill()
         server.stop()
+
+
+def _own_server(**options):
+    """A throwaway PostgreSQL server of the test's own (it is stopped, or asks a password); a skip
+    without one, a failure where PostgreSQL is required (MESH_REQUIRE_POSTGRES=1)."""
+    from tests.pgserver import start_server
+
+    server, why = start_server(max_connections=40, **options)
+    if server is None:
+        if os.environ.get("MESH_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here (MESH_REQUIRE_POSTGRES=1): {why}")
+        pytest.skip(why)
+    return server
+
