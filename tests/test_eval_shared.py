@@ -131,6 +131,11 @@ def test_two_runners_share_an_eval_and_one_killed_is_continued_by_the_other(tmp_
               else False, procs=runners)
         runners.append(_runner(pg_url, suite, second, wrapped, repo, remote))
         _wait(ledger.held.is_set, procs=runners)
+        # A folder of the user's repository copies the eval while it runs (mesh serve lists it).
+        served = repo / ".mesh" / "evals" / "shared"
+        early = json.loads(mesh("--db", pg_url, "eval", "status", str(served), "--json", cwd=repo).stdout)
+        assert early["state"] == "running" and early["done"] < len(cases) and f"{cases[2].id} team" in early["running"]
+        assert git(repo, "status", "--porcelain") == ""  # the folder is mesh's own: out of git
         [holder] = _holders(pg_url, cases[2].id)
         killed = next(r for r in runners if r.pid == holder)
         survivor = next(r for r in runners if r is not killed)
@@ -174,6 +179,11 @@ def test_two_runners_share_an_eval_and_one_killed_is_continued_by_the_other(tmp_
     assert again["arms"] == reports[0]["arms"]
     status = json.loads(mesh("eval", "status", str(third), "--json", cwd=repo).stdout)
     assert (status["state"], status["done"], status["running"]) == ("finished", len(cases), {})
+    # mesh serve's Evals page brings the folder it lists up to the rows: finished, every pair done.
+    from orchestrator.web.evals import eval_list
+
+    [listed] = eval_list(served.parent)
+    assert (listed["state"], listed["progress"].split(" ")[0]) == ("finished", f"[{len(cases)}/{len(cases)}")
     # The export on the machine that never ran a pair: every run's patch, from its result.
     exported = json.loads(mesh("eval", "export", str(third), "--json", cwd=repo).stdout)
     lines = Path(exported["predictions"]["team"]).read_text().splitlines()

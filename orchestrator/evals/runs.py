@@ -43,7 +43,7 @@ from orchestrator.evals.matching import matched_pair
 from orchestrator.evals.plan import EvalError, EvalPlan
 from orchestrator.evals.progress import Progress
 from orchestrator.evals.report import count_kinds
-from orchestrator.evals.shared import board_for, folder_eval, meta_url
+from orchestrator.evals.shared import board_for, folder_eval, keep_private, meta_url
 from orchestrator.evals.suite import Case, read_suite
 
 __all__ = ["EvalError", "EvalOptions", "EvalRun", "Pair", "eval_folder", "pair_label"]
@@ -164,10 +164,7 @@ class EvalRun(EvalPlan):
                  " sees its id can look the fix up; build the suite again (mesh eval suite --from-git) to seal them")
         self.folder = Path(options.out).resolve() if options.out else eval_folder(self.source, suite)
         self.folder.mkdir(parents=True, exist_ok=True)
-        private = self.source / ".mesh"
-        if self.folder.is_relative_to(private) and not (private / ".gitignore").exists():
-            # mesh's own folder in the repository stays out of git (its evals hold repositories).
-            (private / ".gitignore").write_text("# mesh's own files (evals, jobs): never committed\n*\n")
+        keep_private(self.folder)
         self.db = options.db or str(self.folder / "tracker.db")
         eval_id = folder_eval(self.folder)
         try:

@@ -47,7 +47,7 @@ from typing import Any, Callable
 from orchestrator.evals.cases import write_json, write_text
 
 __all__ = ["Board", "FolderBoard", "SharedBoard", "board_for", "folder_eval", "is_shared", "live_claims",
-           "meta_url", "sync_folder"]
+           "keep_private", "meta_url", "sync_folder"]
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS mesh_eval_meta (eval TEXT PRIMARY KEY, meta TEXT NOT NULL, suite TEXT NOT NULL,"
@@ -409,6 +409,7 @@ def sync_folder(folder: Path, db: str, *, eval_id: str | None = None) -> dict[st
         results = tracker.db.read("SELECT case_id, slot, result FROM mesh_eval_pairs WHERE eval = ?"
                                   " AND result IS NOT NULL", (eval_id,))
         folder.mkdir(parents=True, exist_ok=True)
+        keep_private(folder)
         with _folder_lock(folder):
             local = folder / "eval.json"
             here = json.loads(local.read_text()) if local.is_file() else {}
@@ -439,6 +440,14 @@ def _bundle(repo: Path, task_id: str) -> str:
     if done.returncode != 0:
         raise ValueError(done.stderr.decode("utf-8", "replace")[-300:])
     return base64.b64encode(done.stdout).decode()
+
+
+def keep_private(folder: Path) -> None:
+    """An eval folder in a repository's ``.mesh/`` keeps that folder out of git (its evals hold
+    repositories): a ``.gitignore`` there ignoring everything, written once."""
+    private = next((p for p in Path(folder).resolve().parents if p.name == ".mesh"), None)
+    if private is not None and private.is_dir() and not (private / ".gitignore").exists():
+        (private / ".gitignore").write_text("# mesh's own files (evals, jobs): never committed\n*\n")
 
 
 def _page(tracker, folder: Path, result: dict) -> None:

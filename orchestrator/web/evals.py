@@ -1,7 +1,10 @@
 """The evals of the repository in ``mesh serve``: a list of them, each one's report page (the
 same offline page ``mesh eval report`` writes) and the run reports its grid links to.
 
-An eval is a folder of ``<repo>/.mesh/evals/`` holding ``eval.json`` (``orchestrator.evals``).
+An eval is a folder of ``<repo>/.mesh/evals/`` holding ``eval.json`` (``orchestrator.evals``). A
+shared eval's folder (its ``eval.json`` names its PostgreSQL database) is brought up to the
+database's rows first, as ``mesh eval status`` does: the page shows every runner's results and what
+each works now; a database out of reach leaves the folder's copy.
 Names and paths from the URL are checked against what is there: a folder name of that list, a
 run report ``runs/<case>/<arm>[.tK].html`` inside it; nothing else is read.
 """
@@ -33,7 +36,8 @@ def eval_list(root: Path | None) -> list[dict[str, Any]]:
     out = []
     for name, folder in _folders(root).items():
         try:
-            status = status_data(folder)
+            shared = _synced(folder)
+            status = status_data(folder, running=shared["running"] if shared else None)
             meta = json.loads((folder / "eval.json").read_text(encoding="utf-8"))
         except (ReportError, OSError, ValueError, KeyError) as exc:
             out.append({"name": name, "error": str(exc)[:200], "arms": [], "cases": 0, "created_at": "",
@@ -53,7 +57,26 @@ def eval_page(root: Path | None, name: str) -> str | None:
     from orchestrator.evals.report import report_data
 
     folder = _folders(root).get(name)
-    return render_eval_page(report_data(folder)) if folder is not None else None
+    if folder is None:
+        return None
+    _synced(folder)
+    return render_eval_page(report_data(folder))
+
+
+def _synced(folder: Path) -> dict[str, Any] | None:
+    """A shared eval's folder after copying its database's rows in (what runs now), else None."""
+    from orchestrator.evals.shared import is_shared, sync_folder
+
+    try:
+        db = json.loads((folder / "eval.json").read_text(encoding="utf-8")).get("db")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not is_shared(db):
+        return None
+    try:
+        return sync_folder(folder, db)
+    except Exception:  # out of reach, no password here, the eval gone: the folder's copy
+        return None
 
 
 def run_report(root: Path | None, name: str, case: str, page: str) -> str | None:
