@@ -139,11 +139,12 @@ def test_two_runners_share_an_eval_and_one_killed_is_continued_by_the_other(tmp_
         [holder] = _holders(pg_url, cases[2].id)
         killed = next(r for r in runners if r.pid == holder)
         survivor = next(r for r in runners if r is not killed)
+        left = _descendants(killed.pid)  # its mesh run, the worker waiting at the gate
+        assert left & _processes_with(str(tmp_path / "worker" / "ledger.py"))  # the worker at the gate is one
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=60)
         # Nothing of the killed runner is left: its mesh run and its worker went with it.
-        script = str(tmp_path / "worker" / "ledger.py")
-        _wait(lambda: not _processes_with(script) or _processes_with(script) == _survivor_workers(survivor, script))
+        _wait(lambda: not any(Path(f"/proc/{pid}").exists() for pid in left))
         out, err = survivor.communicate(timeout=900)
         assert survivor.returncode == 0, err
     finally:
@@ -213,8 +214,8 @@ def _processes_with(text: str) -> set[int]:
     return found
 
 
-def _survivor_workers(survivor: subprocess.Popen, text: str) -> set[int]:
-    """The worker processes of ``survivor``'s runs (its descendants whose command line holds ``text``)."""
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (its children, theirs, ...)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -223,13 +224,12 @@ def _survivor_workers(survivor: subprocess.Popen, text: str) -> set[int]:
             except (OSError, ValueError, IndexError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
-    mine, todo = set(), [survivor.pid]
+    found, todo = set(), [pid]
     while todo:
-        pid = todo.pop()
-        for child in children.get(pid, []):
-            mine.add(child)
+        for child in children.get(todo.pop(), []):
+            found.add(child)
             todo.append(child)
-    return mine & _processes_with(text)
+    return found
 
 
 def test_a_runner_joining_with_another_suite_or_remote_is_refused(tmp_path, pg_url):
