@@ -348,3 +348,36 @@ def _own_server(**options):
         pytest.skip(why)
     return server
 
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["branch shared", "branch lost"])
+def test_a_run_whose_runner_died_before_grading_it_is_graded_elsewhere_on_the_commits_it_shared(
+        tmp_path, pg_url, shared):
+    """The runner is killed between its run's end (closed) and the grade: another runner finds the
+    task closed, fetches the branch the dead one shared, and grades those very commits; without
+    them (the bundle gone) it says so, an error of the eval's own, rather than grade an empty tree."""
+    repo, suite, cases = _suite(tmp_path, n=1)
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "push", "-q", str(remote), "main")
+    command = write_worker(tmp_path, repo, cases, {"team": [cases[0].id]})
+    common = ["--db", pg_url, "eval", "run", str(suite), "--arm", "team: profile=single", "--worker-cmd", command,
+              "--remote", str(remote), "--yes"]
+    env = {k: v for k, v in os.environ.items() if k != "MESH_CRASH_AT"}
+    dead = subprocess.run([*MESH, *common, "--out", str(tmp_path / "a" / "shared")], cwd=repo, capture_output=True,
+                          text=True, env={**env, "MESH_CRASH_AT": "eval_grade"}, timeout=600)
+    assert dead.returncode == -signal.SIGKILL, dead.stderr
+    [(task, head)] = _rows(pg_url, "SELECT task_id, head FROM mesh_eval_branches WHERE eval = 'ev-shared'")
+    assert _rows(pg_url, "SELECT status FROM issues WHERE id = ?", (task,)) == [("closed",)]
+    if not shared:
+        _rows(pg_url, "DELETE FROM mesh_eval_branches WHERE eval = 'ev-shared' RETURNING task_id")
+    done = mesh(*common, "--out", str(tmp_path / "b" / "shared"), "--json", cwd=repo)
+    [(state, result)] = _rows(pg_url, "SELECT state, result FROM mesh_eval_pairs WHERE eval = 'ev-shared'")
+    result = json.loads(result)
+    if shared:
+        assert done.returncode == 0, done.stderr
+        assert (state, result["head"], result["task"]) == ("resolved", head, task)
+    else:
+        assert done.returncode == 1
+        assert state == "error" and result["error"]["kind"] == "eval"
+        assert "stopped before it shared that commit" in result["error"]["reason"]

@@ -575,8 +575,10 @@ class EvalRun(EvalPlan):
         the pair's result; its figures are those of every attempt."""
         from orchestrator.evals.cases import _git  # one git runner for the case repositories
         from orchestrator.protocol.checkpoint import load_checkpoints
+        from orchestrator.protocol.faults import crash_point
         from orchestrator.views.report_html import write_report
 
+        crash_point("eval_grade")  # the tests' kill between a run's end and its grade
         with self.tracker() as tracker:
             issue = tracker.get(chosen.task)
             checkpoints = load_checkpoints(tracker, chosen.task)
