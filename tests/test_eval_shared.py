@@ -253,6 +253,7 @@ def test_a_runner_joining_with_another_suite_or_remote_is_refused(tmp_path, pg_u
                   "--json", cwd=repo)
     assert joined.returncode == 0, joined.stderr
     assert json.loads(joined.stdout)["ran"] == 0
+    assert f"shared eval ev-shared in {pg_url}: every runner claims the runs left" in joined.stderr
 
 
 def test_the_databases_password_reaches_no_worker_no_process_argument_and_no_file(tmp_path):

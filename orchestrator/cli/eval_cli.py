@@ -164,6 +164,9 @@ def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jo
                  f" estimated cost ${estimate['estimated_usd']:.2f} ("
                  + ", ".join(f"{a} ${v:.4f}/run, {estimate['basis'][a]}" for a, v in estimate["per_run_usd"].items())
                  + ")" + (f"; budget ${max_usd:.2f}" if max_usd is not None else ""), err=True)
+            if evaluation.board.shared:
+                _say(f"shared eval {evaluation.meta['eval']} in {evaluation.meta['db']}: every runner claims the runs"
+                     f" left; cases built from {evaluation.meta['remote']}", err=True)
             if estimate["runs"] and not yes and not as_json and sys.stdin.isatty():
                 click.confirm("Start?", default=True, abort=True, err=True)
             summary = evaluation.run()
