@@ -40,7 +40,7 @@ def matched_pair(evaluation: Any, pair: Any) -> dict:
     budget = spend(reference, arm.match_by)
     attempts, spent, note = [], 0.0, "the budget is spent"
     for number in range(1, arm.max_attempts + 1):
-        if evaluation._stopping.is_set():
+        if evaluation.stopping:
             raise KeyboardInterrupt
         attempt = evaluation.attempt(pair, number)
         attempts.append(attempt)

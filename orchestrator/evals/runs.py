@@ -428,6 +428,11 @@ class EvalRun(EvalPlan):
         if found is not None:
             os.environ["VIRTUAL_ENV"] = found.prefix
 
+    @property
+    def stopping(self) -> bool:
+        """The eval was asked to stop (Ctrl-C, SIGTERM): no pair or attempt starts any more."""
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         """Ctrl-C: no pair starts any more, and the runs under way are asked to stop after their
         next checkpoint (SIGINT, as a terminal's Ctrl-C would; ``mesh eval run`` again continues them)."""
