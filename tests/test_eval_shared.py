@@ -254,6 +254,9 @@ def test_a_runner_joining_with_another_suite_or_remote_is_refused(tmp_path, pg_u
     assert joined.returncode == 0, joined.stderr
     assert json.loads(joined.stdout)["ran"] == 0
     assert f"shared eval ev-shared in {pg_url}: every runner claims the runs left" in joined.stderr
+    # The copy of a shared eval is not run as an eval of this machine alone (its own tracker, its files).
+    alone = mesh("eval", "run", str(suite), *common, "--out", str(tmp_path / "d" / "shared"), cwd=repo)
+    assert alone.returncode == 2 and f"holds a copy of the eval shared through {pg_url}" in alone.stderr
 
 
 def test_the_databases_password_reaches_no_worker_no_process_argument_and_no_file(tmp_path):

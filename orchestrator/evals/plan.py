@@ -34,7 +34,11 @@ class EvalPlan:
         database first, where every runner's arms meet)."""
         path = self.folder / "eval.json"
         if not self.board.shared:
-            meta = self._merged(json.loads(path.read_text()) if path.exists() else None, suite)
+            found = json.loads(path.read_text()) if path.exists() else None
+            if found and found.get("db"):  # a copy of a shared eval: its runs are claimed in its database
+                raise EvalError(f"{self.folder} holds a copy of the eval shared through {found['db']}: run it with"
+                                f" mesh --db {found['db']} eval run ..., or give another --out")
+            meta = self._merged(found, suite)
         else:
             shared = self.board.plan(lambda found: self._merged(found, suite), suite.read_text(encoding="utf-8"))
             meta = {**shared, "suite": str(suite), "source": str(self.source), "db": meta_url(self.db)}
