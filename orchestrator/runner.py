@@ -7,7 +7,6 @@ the task to resume, and hands over to ``Engine``.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,6 +247,7 @@ def sandbox_notes(config: MeshConfig, environment: ProjectView | None = None) ->
     the limits of validation, and for command workers their HOME and network (with the warning
     ``worker_home = "real"`` owes)."""
     from orchestrator.sandbox.validation import tree_limits_note
+    from orchestrator.toolchains.python import no_environment_note
 
     notes = [f"configuration: {config.source}" if config.source != "defaults" else
              "configuration: defaults (no mesh.toml, nor [tool.mesh] in a pyproject.toml, from here up to the"
@@ -255,7 +255,7 @@ def sandbox_notes(config: MeshConfig, environment: ProjectView | None = None) ->
     if config.integrate:
         notes += list(environment.notes) if environment and environment.notes else [
             environment.describe() if environment else
-            f"validation environment: mesh's own Python ({sys.prefix}; the project declares no dependency)"]
+            no_environment_note()]
     if config.validation.sandbox != "bwrap":
         return [*notes, 'warning: validation.sandbox = "none": validation and command workers run unconfined']
     if config.integrate:

@@ -48,10 +48,28 @@ def projects(kind, templates, tmp_path):
         return repo, env, "go test ./...", {"extra.go": "package gop\n\n// Extra is one.\nconst Extra = 1\n"}
     if kind == "rust":
         return rust_project(tmp_path), tool_env(), "cargo test", {"src/extra.rs": "pub const EXTRA: u8 = 1;\n"}
+    if kind == "plain":
+        # python3 where the sandbox shows no python (this machine's is a pyenv shim under HOME).
+        from orchestrator.toolchains.python import _sandbox_python
+
+        return plain_project(tmp_path), tool_env(), f"{_sandbox_python()} -m unittest", {"extra.py": "EXTRA = 1\n"}
     return hatch_project(tmp_path), tool_env(), "python -m unittest", {"src/stamped/extra.py": "EXTRA = 1\n"}
 
 
-@pytest.mark.parametrize("kind", ["node", "go", "rust", "python"])
+def plain_project(tmp_path):
+    """Python files and a unittest test, no manifest and no environment: mesh's own Python."""
+    repo = tmp_path / "plain"
+    (repo / "tests").mkdir(parents=True)
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_calc.py").write_text("import unittest\n\nimport calc\n\n\nclass T(unittest.TestCase):\n"
+                                                 "    def test_add(self):\n        self.assertEqual(calc.add(1, 2), 3)\n")
+    commit_all(repo, "A calculator")
+    return repo
+
+
+@pytest.mark.parametrize("kind", ["node", "go", "rust", "python", "plain"])
 def test_mesh_init_leaves_a_project_mesh_run_works_in(kind, templates, tmp_path):
     repo, env, check, files = projects(kind, templates, tmp_path)
     env = {**env, "XDG_CACHE_HOME": str(tmp_path / "cache")}

@@ -90,14 +90,39 @@ class Python:
             return []
         found = Found("python", "python", python=environment, carried=generated_files(project),
                       gitignore=[".venv/"])
-        found.sees.append(environment.describe().removeprefix("validation environment: ") if environment
-                          else "mesh's own Python (the project declares no dependency)")
+        found.sees.append((environment.describe() if environment else no_environment_note())
+                          .removeprefix("validation environment: "))
         if found.carried:
             found.sees.append("generated files carried from the checkout: " + ", ".join(found.carried))
         runner = "pytest" if _uses_pytest(project) else "unittest"
-        found.check = f"python -m {runner}"
-        found.allow = [found.check, f"python -m {runner} {{args...}}"]
+        python = "python" if environment is not None else _sandbox_python()
+        found.check = f"{python} -m {runner}"
+        found.allow = [found.check, f"{python} -m {runner} {{args...}}"]
         return [found]
+
+
+def _sandbox_python() -> str:
+    """The name a project without an environment of its own calls Python by in the sandbox:
+    ``python`` where the sandbox's PATH shows one, else ``python3`` (a machine whose ``python``
+    is a pyenv shim or a user's own link, under a HOME the sandbox hides)."""
+    return "python3" if _on_sandbox_path("python") is None and _on_sandbox_path("python3") else "python"
+
+
+def _on_sandbox_path(name: str) -> str | None:
+    import os
+    import shutil
+
+    from orchestrator.sandbox.bwrap import sandbox_path
+
+    return shutil.which(name, path=sandbox_path(os.environ.get("PATH")))
+
+
+def no_environment_note() -> str:
+    """What validation runs Python with when the project declares no dependency and has no
+    environment: the interpreter the sandbox's PATH shows (not mesh's own, unless that is it)."""
+    found = _on_sandbox_path(_sandbox_python())
+    where = found or "none: no python nor python3 on the sandbox's PATH"
+    return f"validation environment: the Python on the sandbox's PATH, {where} (the project declares no dependency)"
 
 
 def _uses_pytest(project: Project) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from orchestrator.sandbox.project_view import Mount, ProjectView
 from orchestrator.toolchains.base import DependenciesMissing, Found, Project, ToolchainMissing
 from orchestrator.toolchains.caches import DEFAULT_CACHE_MB, project_cache_root, prune
+from orchestrator.toolchains.python import no_environment_note
 from orchestrator.toolchains.table import TOOLCHAINS
 
 __all__ = ["VALIDATE_AT_KEY", "DependenciesMissing", "Inspection", "ToolchainMissing", "inspect", "load_project",
@@ -116,8 +117,7 @@ def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None 
         carried += [c for c in item.carried if c not in carried]
     carried += [c for c in _carried(project, list(getattr(settings, "carry", []) or [])) if c not in carried]
     setup = tuple(getattr(settings, "setup", []) or [])
-    notes = [python.describe() if python else
-             "validation environment: mesh's own Python (the project declares no Python dependency)"]
+    notes = [python.describe() if python else no_environment_note()]
     notes += [item.describe() for item in found if item.toolchain != "python"]
     notes += [f"generated files carried from the checkout: {_few(carried)}"] if carried else []
     notes += [f"setup before each validation command: {'; '.join(setup)}"] if setup else []
