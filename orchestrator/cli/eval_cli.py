@@ -154,8 +154,8 @@ def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jo
     options = EvalOptions(suite=Path(suite), profiles=list(profiles), arms=list(arms), reference=reference,
                           trials=trials, repo=Path(repo) if repo else None,
                           config_file=Path(config_file) if config_file else None, out=Path(out) if out else None,
-                          db=root.get("db"), remote=remote, jobs=jobs, max_usd=max_usd, batch=batch, retry_errors=retry_errors,
-                          run_args={"backend": backend, "worker": worker, "worker_cmd": worker_cmd})
+                          db=root.get("db"), remote=remote, jobs=jobs, max_usd=max_usd, batch=batch,
+                          retry_errors=retry_errors, run_args={"backend": backend, "worker": worker, "worker_cmd": worker_cmd})
     try:
         with _interruptible():
             evaluation = EvalRun(options, echo=lambda line: _say(line, err=True))
@@ -277,17 +277,12 @@ def _synced(ctx: click.Context, folder: Path, as_json: bool):
     what runs now, or None for an eval of this machine alone; False after failing (exit 2). A
     database out of reach leaves the folder as it was, said on stderr."""
     from orchestrator.cli.common import _fail
-    from orchestrator.evals.shared import is_shared, meta_url, sync_folder
+    from orchestrator.evals.shared import is_shared, meta_url, recorded_db, sync_folder
     from redact import scrub
 
     given = (ctx.find_root().obj or {}).get("db")
-    db = given if is_shared(given) else None
+    db = given if is_shared(given) else recorded_db(Path(folder))
     if db is None:
-        try:
-            db = json.loads((Path(folder) / "eval.json").read_text(encoding="utf-8")).get("db")
-        except (OSError, ValueError, AttributeError):
-            db = None
-    if not is_shared(db):
         return None
     try:
         return sync_folder(Path(folder), db)

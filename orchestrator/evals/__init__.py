@@ -6,8 +6,8 @@ validation sandbox; hand-written cases in the same JSONL form; ``builder`` is ``
 --from-git`` as a library), the runs of a suite (``runs``: every (case, arm, trial) as a real
 ``mesh run`` in a repository holding only the case's base; ``arms``: what is compared, a profile
 with its workers; ``matching``: a budget-matched arm's attempts; ``plan``: the eval's arms, trials,
-suite and remote; ``launch``: one ``mesh run`` of them, timed; ``shared``: where the plan, claims and results are kept, the eval's folder or, for an
-eval many runners share, its PostgreSQL rows; ``cases``: those repositories and the grade of a
+suite and remote; ``launch``: one ``mesh run`` of them, timed; ``shared``: where the plan, claims
+and results are kept, the eval's folder or, for an eval many runners share, its PostgreSQL rows; ``cases``: those repositories and the grade of a
 finished run), the report (``report``: per arm figures, errors apart, pass@k and
 the paired test; ``page``: its offline HTML page) and the statistics it rests on (``stats``:
 Wilson intervals, McNemar's exact test, pass@k and pass^k, the sign-flip test).

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.evals.cases import write_json
-from orchestrator.evals.shared import folder_eval, meta_url
+from orchestrator.evals.shared import meta_url
 
 __all__ = ["EvalError", "EvalPlan"]
 
@@ -26,8 +26,8 @@ class EvalError(Exception):
 
 
 class EvalPlan:
-    """The plan of an ``EvalRun`` (its ``folder``, ``board``, ``source``, ``cases``, ``arms``,
-    ``config``, ``options`` and ``db``)."""
+    """The plan of an ``EvalRun`` (its ``folder``, ``eval_id``, ``board``, ``source``, ``cases``,
+    ``arms``, ``config``, ``options`` and ``db``)."""
 
     def _meta(self, suite: Path) -> dict[str, Any]:
         """The eval's plan with this run's arms in it, written to ``eval.json`` (and, shared, to the
@@ -49,7 +49,7 @@ class EvalPlan:
         digest = hashlib.sha256(suite.read_bytes()).hexdigest()
         where = "the eval in its database" if self.board.shared else self.folder / "eval.json"
         meta = meta or {
-            "eval": self.board_eval, "suite": str(suite), "suite_sha256": digest, "source": str(self.source),
+            "eval": self.eval_id, "suite": str(suite), "suite_sha256": digest, "source": str(self.source),
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "arms": {}, "order": [],
             "reference": None, "trials": {}}
         if meta["suite_sha256"] != digest:
@@ -78,10 +78,6 @@ class EvalPlan:
                             f" (its arms: {', '.join(meta['order'])})")
         meta["profiles"] = list(meta["order"])  # what an older reader lists
         return meta
-
-    @property
-    def board_eval(self) -> str:
-        return getattr(self.board, "eval", None) or folder_eval(self.folder)
 
     def _default_remote(self) -> str:
         """A shared eval's remote when none is named: the checkout's ``origin``, else the checkout

@@ -166,9 +166,9 @@ class EvalRun(EvalPlan):
         self.folder.mkdir(parents=True, exist_ok=True)
         keep_private(self.folder)
         self.db = options.db or str(self.folder / "tracker.db")
-        eval_id = folder_eval(self.folder)
+        self.eval_id = folder_eval(self.folder)  # the eval's name: a shared eval's key in its database
         try:
-            self.board = board_for(self.folder, self.db, eval_id, ttl_s=self.config.lease_ttl_s, actor=ACTOR)
+            self.board = board_for(self.folder, self.db, self.eval_id, ttl_s=self.config.lease_ttl_s, actor=ACTOR)
         except Exception as exc:  # the database cannot be reached or refused us
             from redact import scrub
 
@@ -253,7 +253,7 @@ class EvalRun(EvalPlan):
 
             ensure_calls_table(tracker)
             rows = tracker.db.read("SELECT usage FROM mesh_calls WHERE task_id IN (SELECT issue_id FROM labels"
-                                   " WHERE label LIKE ?)", (f"plan:{self.board_eval}-%",))
+                                   " WHERE label LIKE ?)", (f"plan:{self.eval_id}-%",))
             return sum(float((json.loads(r[0]) if r[0] else {}).get("cost_usd") or 0.0) for r in rows)
 
     def estimate(self) -> dict[str, Any]:
@@ -526,19 +526,22 @@ class EvalRun(EvalPlan):
 
     def _mesh_run(self, pair: Pair, attempt: Attempt, *, resume: bool, number: int) -> tuple[str, str] | None:
         """One ``mesh run`` (``resume --force`` after a kill) of an attempt; its error's (kind,
-        reason), else None. Its wall time so far is written beside its result every few seconds,
-        a line per start, so an eval killed during the run still counts the time the run had taken."""
+        reason), else None. Its wall time so far is noted on the eval's board every few seconds (a
+        note per start), so an eval killed during the run still counts the time the run had taken;
+        a shared eval's board also gets its task branch then, for a runner that may continue it."""
         # The database by the environment (MESH_DB), never the command line: a PostgreSQL URL may
         # hold a password, and any user of the machine reads a process's arguments.
-        command = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--actor", ACTOR, *(["resume", attempt.task, "--force"] if resume else ["run"]),
+        command = [sys.executable, "-c", "from orchestrator.cli.main import main; main()", "--actor", ACTOR,
+                   *(["resume", attempt.task, "--force"] if resume else ["run"]),
                    "--label", self._label(pair.case.id, attempt.slot), "--repo", str(attempt.repo), "--json",
                    "--no-land", "--allow-failing-base", *pair.arm.run_args(self.config)]
         if self.config_file is not None:
             command += ["--config", str(self.config_file)]
         if self.options.batch and "--batch" not in command:
             command.append("--batch")
-        env = {**os.environ, "MESH_DB": self.db, "MESH_EVAL_CASE": pair.case.id, "MESH_EVAL_PROFILE": pair.arm.profile,
-               "MESH_EVAL_ARM": pair.arm.name, "MESH_EVAL_TRIAL": str(pair.trial), "MESH_EVAL_ATTEMPT": str(number)}
+        env = {**os.environ, "MESH_DB": self.db, "MESH_EVAL_CASE": pair.case.id,
+               "MESH_EVAL_PROFILE": pair.arm.profile, "MESH_EVAL_ARM": pair.arm.name,
+               "MESH_EVAL_TRIAL": str(pair.trial), "MESH_EVAL_ATTEMPT": str(number)}
         note = self.board.wall_note(pair.case.id, attempt.slot)
 
         def wall(seconds: float) -> None:
@@ -554,7 +557,7 @@ class EvalRun(EvalPlan):
         return run_error(done.returncode, done.stderr)
 
     def _label(self, case_id: str, run_slot: str) -> str:
-        return pair_label(case_id, run_slot, self.board_eval if self.board.shared else None)
+        return pair_label(case_id, run_slot, self.eval_id if self.board.shared else None)
 
     def _put(self, pair: Pair, result: dict) -> None:
         if not self.board.put(pair.key, result):

@@ -29,7 +29,7 @@ tracker where this machine did not run it), so ``mesh eval report``, ``status`` 
 read a shared eval the way they read a local one.
 
 May import ``tracker`` and ``orchestrator.evals.cases`` (files written whole), and
-``orchestrator.protocol.lease`` (its heartbeat thread).
+``orchestrator.protocol.lease`` (its heartbeat thread, and whether a holder's process is gone).
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.evals.cases import write_json, write_text
+from orchestrator.protocol.lease import process_gone
 
 __all__ = ["Board", "FolderBoard", "SharedBoard", "board_for", "folder_eval", "is_shared", "live_claims",
-           "keep_private", "meta_url", "sync_folder"]
+           "keep_private", "meta_url", "recorded_db", "sync_folder"]
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS mesh_eval_meta (eval TEXT PRIMARY KEY, meta TEXT NOT NULL, suite TEXT NOT NULL,"
@@ -194,13 +195,13 @@ class SharedBoard(Board):
         return json.loads(rows[0][0]) if rows else None
 
     def claim(self, key: tuple[str, str], *, again: bool = False) -> bool:
-        rows = self._read("SELECT token, host, pid, state, expires_at FROM mesh_eval_pairs"
+        rows = self._read("SELECT token, host, pid, state FROM mesh_eval_pairs"
                           " WHERE eval = ? AND case_id = ? AND slot = ?", (self.eval, *key))
         seen = rows[0] if rows else None
         if seen is not None and seen["state"] is not None and not (again and seen["state"] == "error"):
             return False
         # A holder that is a dead process of this host is taken over at once; else when its claim lapsed.
-        dead = seen is not None and seen["token"] is not None and self._dead(seen["host"], seen["pid"])
+        dead = seen is not None and seen["token"] is not None and process_gone(seen["host"], seen["pid"])
         token = secrets.token_hex(8)
         clock = self._tracker.db.now_sql or "?"
         moment = () if self._tracker.db.now_sql else (self._tracker.db.now(),)
@@ -225,17 +226,6 @@ class SharedBoard(Board):
         self._start_heartbeat()
         return True
 
-    def _dead(self, host: str | None, pid: int | None) -> bool:
-        if host != self.host or not pid or pid == self.pid:
-            return False
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
-
     def put(self, key: tuple[str, str], result: dict) -> bool:
         token = self._tokens.pop(key, None)
         if token is None:
@@ -258,9 +248,6 @@ class SharedBoard(Board):
         with self._lock, self._tracker.transaction(exclusive=False) as c:
             c.execute("UPDATE mesh_eval_pairs SET token = NULL, expires_at = NULL WHERE eval = ? AND case_id = ?"
                       " AND slot = ? AND token = ?", (self.eval, *key, token))
-
-    def holds(self, key: tuple[str, str]) -> bool:
-        return key in self._tokens
 
     def _start_heartbeat(self) -> None:
         from orchestrator.protocol.lease import keep_alive
@@ -355,7 +342,7 @@ class SharedBoard(Board):
             if row is not None and row["state"] is not None:
                 continue
             live = row is not None and row["token"] is not None and row["expires_at"] > row["m"] \
-                and not self._dead(row["host"], row["pid"])
+                and not process_gone(row["host"], row["pid"])
             out[key] = "held" if live else "free"
         return out
 
@@ -375,14 +362,14 @@ def board_for(folder: Path, db: str | None, eval_id: str, *, ttl_s: float, actor
 
 
 def live_claims(db: str, eval_id: str) -> dict[str, str]:
-    """The pairs runners work now: ``"case slot"`` -> ``"since <UTC time>, <holder> pid <pid> on <host>"``."""
+    """The pairs runners work now: ``"case slot"`` -> ``"<UTC time claimed> (<host> pid <pid>)"``."""
     from datetime import datetime, timezone
 
     from tracker.store import Tracker
 
     with Tracker(db, actor="mesh-eval") as tracker:
-        rows = tracker.db.read(f"SELECT case_id, slot, holder, host, pid, claimed_at, {tracker.db.now_sql} AS m"
-                               " FROM mesh_eval_pairs WHERE eval = ? AND token IS NOT NULL AND state IS NULL"
+        rows = tracker.db.read("SELECT case_id, slot, host, pid, claimed_at FROM mesh_eval_pairs"
+                               "  WHERE eval = ? AND token IS NOT NULL AND state IS NULL"
                                " AND expires_at > " + tracker.db.now_sql, (eval_id,))
     return {f"{r['case_id']} {r['slot']}": datetime.fromtimestamp(r["claimed_at"], timezone.utc)
             .isoformat(timespec="seconds") + f" ({r['host']} pid {r['pid']})" for r in rows}
@@ -426,6 +413,15 @@ def sync_folder(folder: Path, db: str, *, eval_id: str | None = None) -> dict[st
                     write_json(path, result)
                 _page(tracker, folder, result)
     return {"running": live_claims(db, eval_id)}
+
+
+def recorded_db(folder: Path) -> str | None:
+    """The database of the shared eval ``folder`` holds a copy of (its ``eval.json``), else None."""
+    try:
+        db = json.loads((Path(folder) / "eval.json").read_text(encoding="utf-8")).get("db")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return db if is_shared(db) else None
 
 
 def _bundle(repo: Path, task_id: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from tracker.store import Tracker
 
 __all__ = ["Lease", "LeaseHeld", "keep_alive", "DEFAULT_TTL_S", "ensure_lease_table", "lease_is_live", "held_by_person",
-           "holder_is_dead", "claim_next_leased"]
+           "holder_is_dead", "process_gone", "claim_next_leased"]
 
 DEFAULT_TTL_S = 60.0
 
@@ -71,10 +71,16 @@ def holder_is_dead(tracker: Tracker, task_id: str) -> bool:
     (a killed run): its lease can be taken over without waiting for the TTL."""
     ensure_lease_table(tracker)
     row = tracker.db.read("SELECT pid, host FROM mesh_leases WHERE task_id = ?", (task_id,))
-    if not row or row[0]["host"] != socket.gethostname() or row[0]["pid"] == os.getpid():
+    return bool(row) and process_gone(row[0]["host"], row[0]["pid"])
+
+
+def process_gone(host: str | None, pid: int | None) -> bool:
+    """True when ``pid`` of ``host`` is a process of this host (not this one) that no longer
+    exists: what it held can be taken over at once. A process of another host is never known gone."""
+    if host != socket.gethostname() or not pid or pid == os.getpid():
         return False
     try:
-        os.kill(row[0]["pid"], 0)
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
     except PermissionError:

@@ -65,13 +65,10 @@ def eval_page(root: Path | None, name: str) -> str | None:
 
 def _synced(folder: Path) -> dict[str, Any] | None:
     """A shared eval's folder after copying its database's rows in (what runs now), else None."""
-    from orchestrator.evals.shared import is_shared, sync_folder
+    from orchestrator.evals.shared import recorded_db, sync_folder
 
-    try:
-        db = json.loads((folder / "eval.json").read_text(encoding="utf-8")).get("db")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not is_shared(db):
+    db = recorded_db(folder)
+    if db is None:
         return None
     try:
         return sync_folder(folder, db)
