@@ -142,29 +142,3 @@ def test_a_later_commit_is_refused_before_revalidation(ws):
     assert code == 1
     assert checks[0]["checks"]["commit_binding"] is None and checks[0]["reasons"] == ["tree_differs"]
     assert checks[0]["validation"] == []
-
-
-def test_ci_sequence_on_a_fresh_clone(ws, tmp_path):
-    """The workflow's script (examples/ci/ci-close.sh) on a fresh clone of the task branch."""
-    awaiting_ci(ws)
-    branch = f"mesh/{TASK}"
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", "--branch", branch, str(ws.repo), str(clone)], check=True)
-    for k, v in (("user.email", "ci@example.invalid"), ("user.name", "ci")):
-        subprocess.run(["git", "config", k, v], cwd=clone, check=True)
-    (clone / ".beads").mkdir(exist_ok=True)
-    res = ws.mesh("tracker", "export", "-o", str(clone / ".beads" / "issues.jsonl"))
-    assert res.exit_code == 0, res.output
-    subprocess.run(["git", "add", ".beads/issues.jsonl"], cwd=clone, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", "tracker state after the local run"], cwd=clone, check=True)
-    script = Path(__file__).resolve().parents[1] / "examples" / "ci" / "ci-close.sh"
-    env = {**os.environ, "MESH_PLAN_LABEL": "plan:demo", "MESH_SIGNING_KEY": KEY,
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
-    env.pop("MESH_DB", None)
-    out = subprocess.run(["bash", str(script)], cwd=clone, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    log = subprocess.run(["git", "log", "-1", "--format=%s"], cwd=clone, capture_output=True, text=True).stdout
-    assert log.strip() == "mesh ci-close: tracker update"
-    exported = {json.loads(line)["id"]: json.loads(line) for line in (clone / ".beads" / "issues.jsonl").open()}
-    assert exported[TASK]["status"] == "closed"
-    assert exported[TASK]["close_reason"] == CLOSE_REASON

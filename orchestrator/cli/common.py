@@ -10,7 +10,7 @@ import click
 
 from tracker.cli_io import echo as _say
 
-__all__ = ["_calls_context", "_ledger_context", "_result", "_fail"]
+__all__ = ["_calls_context", "_ledger_context", "_open_scope", "_result", "_fail"]
 
 
 def _calls_context(ctx: click.Context, repo, config_file, as_json: bool):
@@ -67,3 +67,30 @@ def _fail(ctx: click.Context, message: str, code: int, as_json: bool) -> None:
     else:
         _say(f"mesh: {message}", err=True)
     ctx.exit(code)
+
+
+def _open_scope(ctx: click.Context, label, parent, repo, config_file, config=None):
+    """The scope, config and tracker of a scoped command, or None after printing one line and
+    setting the exit code (2 for a usage error, the runner's code for the rest). ``config``,
+    when given, is used instead of loading one (ci-close reads the protected branch's)."""
+    from pathlib import Path
+
+    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
+    from orchestrator.protocol.scope import ScopeError, resolve_scope
+
+    root = ctx.find_root().obj or {}
+    try:
+        scope = resolve_scope(label, parent)
+        if config is None:
+            config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
+                                                config_file=Path(config_file) if config_file else None))
+        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
+    except ScopeError as exc:
+        _say(f"mesh: {exc}", err=True)
+        ctx.exit(2)
+        return None
+    except RunError as exc:
+        _say(f"mesh: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+        return None
+    return scope, config, tracker

@@ -13,9 +13,10 @@ from typing import Any
 import click
 
 from orchestrator.cli.bd_cli import bd_command
+from orchestrator.cli.ci_close_cli import ci_close_command
 from tracker.cli_io import echo as _say
 
-from orchestrator.cli.common import _calls_context, _fail, _ledger_context, _result
+from orchestrator.cli.common import _calls_context, _fail, _ledger_context, _open_scope, _result
 from orchestrator.cli.eval_cli import eval_group
 from orchestrator.cli.mcp_cli import mcp_command
 from orchestrator.cli.review_cli import review_command
@@ -107,6 +108,7 @@ def cli(ctx: click.Context, db_path: str | None, actor: str | None) -> None:
 
 
 cli.add_command(bd_command)
+cli.add_command(ci_close_command)
 cli.add_command(schema_command)
 cli.add_command(review_command)
 cli.add_command(mcp_command)
@@ -379,78 +381,6 @@ def retry_command(ctx: click.Context, task: str, as_json: bool) -> None:
     _say(f"  run it again: {done['next']}")
 
 
-@cli.command("ci-close")
-@click.option("--label", help="Scope: the plan label (else env BD_PLAN_LABEL, else --parent).")
-@click.option("--parent", help="Scope: the parent epic id.")
-@click.option("--revalidate", is_flag=True,
-              help="Re-run the run head's signed validation commands, sandboxed, on this checkout's HEAD first.")
-@click.option("--require-signed", "require_signed", is_flag=True,
-              help="Refuse evidence whose checkpoints are not signed with MESH_SIGNING_KEY.")
-@click.option("--repo", type=click.Path(file_okay=False),
-              help="The git checkout the tasks are closed for: its HEAD must hold the approved tree (default: .).")
-@click.option("--base", envvar="MESH_CI_BASE",
-              help="The protected branch whose mesh.toml configures ci-close, never the checkout's own (env"
-                   " MESH_CI_BASE; default origin/HEAD, else main, else master).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
-              help="CI's own config file, outside the checkout (instead of the protected branch's mesh.toml).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per task looked at, as an array.")
-@click.pass_context
-def ci_close_command(ctx: click.Context, label, parent, revalidate, require_signed, repo, base, config_file,
-                     as_json) -> None:
-    """Close approved tasks from CI after checking their evidence (exit 1 if any task fails).
-
-    Looks at in-progress tasks in scope that wait on a CI gate or hold an approval, checks
-    the latest signed run head ([orch:run-head]: vote consensus, validation pass, review
-    approve, no open MUST_FIX findings, the approved tree against this checkout), then
-    resolves the gate and closes the task. The configuration comes from --config or the
-    protected branch (--base), never from the checkout under review.
-    """
-    import json
-    from pathlib import Path
-
-    from orchestrator.landing.ci_close import CiCloseError, ci_close
-    from orchestrator.landing.ci_config import CiConfigError, ci_config
-    from orchestrator.protocol.runhead import git_checkout_root
-    from tracker.safe_text import printable
-
-    checkout = git_checkout_root(Path(repo or ".").resolve())
-    try:
-        if checkout is None:
-            raise CiCloseError(f"{repo or '.'} is not a git checkout: ci-close compares the approved tree with the"
-                               " checked-out one (run it in the checkout, or give --repo)")
-        config, source, trusted = ci_config(checkout, base, Path(config_file) if config_file else None)
-    except (CiCloseError, CiConfigError) as exc:
-        _say(f"mesh: {exc}", err=True)
-        ctx.exit(2)
-        return
-    opened = _open_scope(ctx, label, parent, repo, None, config=config)
-    if opened is None:
-        return
-    scope, config, tracker = opened
-    with tracker:
-        try:
-            # Only CI's own config file, from outside the checkout, may switch the sandbox off.
-            checks = ci_close(tracker, config, scope, repo=checkout, revalidate=revalidate,
-                              require_signed=require_signed, trust_config_sandbox=trusted)
-        except CiCloseError as exc:
-            _say(f"mesh: {exc}", err=True)
-            ctx.exit(2)
-            return
-    if as_json:
-        click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
-    else:
-        _say(f"configuration: {source}")
-        if not checks:
-            _say("no task in scope awaits a CI close")
-        for c in checks:
-            _say(f"{c.task_id}  {c.result:<14} {printable(c.title or '', one_line=True)}")
-            for name, value in c.checks.items():
-                _say(f"    {name}: {printable(str(value), one_line=True)}")
-            for problem in c.problems:
-                _say(f"    problem: {printable(problem, one_line=True)}")
-    ctx.exit(0 if all(c.ok for c in checks) else 1)
-
-
 @cli.command("demo")
 @click.option("--keep", is_flag=True, help="Keep the temporary demo folder and print its path.")
 @click.pass_context
@@ -719,33 +649,6 @@ def _clean_worker_homes(tracker, root, yes: bool) -> list:
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="mesh")
-
-
-def _open_scope(ctx: click.Context, label, parent, repo, config_file, config=None):
-    """The scope, config and tracker of a scoped command, or None after printing one line and
-    setting the exit code (2 for a usage error, the runner's code for the rest). ``config``,
-    when given, is used instead of loading one (ci-close reads the protected branch's)."""
-    from pathlib import Path
-
-    from orchestrator.runner import RunError, RunOptions, load_run_config, open_tracker
-    from orchestrator.protocol.scope import ScopeError, resolve_scope
-
-    root = ctx.find_root().obj or {}
-    try:
-        scope = resolve_scope(label, parent)
-        if config is None:
-            config = load_run_config(RunOptions(repo=Path(repo) if repo else None,
-                                                config_file=Path(config_file) if config_file else None))
-        tracker = open_tracker(root.get("db"), root.get("actor"), config, repo=repo)
-    except ScopeError as exc:
-        _say(f"mesh: {exc}", err=True)
-        ctx.exit(2)
-        return None
-    except RunError as exc:
-        _say(f"mesh: {exc}", err=True)
-        ctx.exit(exc.exit_code)
-        return None
-    return scope, config, tracker
 
 
 if __name__ == "__main__":  # ``python -m orchestrator.cli.main``: how mesh mcp starts background runs

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.worktree.ci_runs import ci_run_files
 from orchestrator.worktree.patchcheck import _normalize_component
 from orchestrator.worktree.protected_paths import DEFAULT_PROTECTED, PROTECTED_PATHS
 from orchestrator.worktree.tool_configs import CODE_CONFIGS, CodeConfig, config_changed, pyproject_tables_changed
@@ -377,6 +378,12 @@ class PatchPolicy:
                 found.append((f"{path} is protected ({pattern})", None))
             elif pattern is not None:
                 found.append((f"{path} is protected ({pattern}: {_LOADED_BY[pattern]})", path))
+        run_by_ci = {_normalize(path): where for path, where in ci_run_files(root).items()} if root else {}
+        for path in readings:
+            where = run_by_ci.get(_normalize(path))
+            if where is not None and self.protected_by(path) is None and not self.allowed(path):
+                found.append((f"{path} is run by CI (named in {where}): CI would run the patched file with its"
+                              " secrets", path))
         if any(scrub(path) != path for path in readings):
             found.append((f"a file name {_HIDDEN}", None))
         files = list(summary.files)
