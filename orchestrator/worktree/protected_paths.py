@@ -46,10 +46,14 @@ PROTECTED_PATHS: tuple[Protected, ...] = (
                "appveyor.yml", ".appveyor.yml", ".woodpecker", ".woodpecker.yml", ".woodpecker.yaml", ".cirrus.yml",
                ".cirrus.yaml", ".cirrus.star", "cloudbuild.yml", "cloudbuild.yaml", "buildspec.yml", "buildspec.yaml",
                ".semaphore", "codefresh.yml", ".teamcity", "bamboo-specs", ".tekton", ".forgejo", ".gitea",
-               ".builds", ".zuul.yaml", ".zuul.yml", "zuul.yaml", "zuul.d", ".zuul.d", ".harness", "wercker.yml"),
+               ".builds", ".zuul.yaml", ".zuul.yml", "zuul.yaml", "zuul.d", ".zuul.d", ".harness", "wercker.yml",
+               ".taskcluster.yml", ".taskcluster.yaml", "bitrise.yml", "bitrise.yaml", "codemagic.yaml", "codemagic.yml",
+               ".screwdriver.yaml", "screwdriver.yaml", ".build.yml", ".build.yaml"),
               "CircleCI, Jenkins, Travis, Azure Pipelines, Buildkite, Bitbucket, Drone, AppVeyor, Woodpecker, "
               "Cirrus, Cloud Build, CodeBuild, Semaphore, Codefresh, TeamCity, Bamboo, Tekton, Forgejo, Gitea, "
-              "sourcehut, Zuul, Harness, Wercker", _CI),
+              "sourcehut, Zuul, Harness, Wercker, Taskcluster, Bitrise, Codemagic, Screwdriver", _CI),
+    Protected(("renovate.json", "renovate.json5", ".renovaterc", ".renovaterc.json", ".renovaterc.json5"), "Renovate",
+              "automerge and post-upgrade tasks: what merges without a person, and commands run on upgrade"),
     # deploy services and tools that run commands from the project on ordinary use
     Protected((".readthedocs.yaml", ".readthedocs.yml"), "Read the Docs",
               "build commands run on every docs build, with the project's variables"),
@@ -79,6 +83,10 @@ PROTECTED_PATHS: tuple[Protected, ...] = (
                ".coveragerc"), "pylint, flake8, mypy, coverage.py",
               "init-hook (Python run on every lint), load-plugins, local plugins, plugins: code run on every lint,"
               " type check or coverage run"),
+    Protected(("nuget.config",), "NuGet, dotnet", "package sources and the credentials sent to them: what restore"
+              " downloads and runs"),
+    Protected(("go.work", "go.work.sum"), "the go command", "which module directories replace the dependencies (code"
+              " every build and test compiles), the toolchain it downloads and runs"),
     Protected(("pip.conf", "pip.ini", "uv.toml", "poetry.toml", "pdm.toml", ".pdm-python", ".condarc"),
               "pip, uv, Poetry, PDM, conda", "index URLs, package sources and the interpreter used: what gets"
               " installed and which Python runs"),
@@ -102,7 +110,7 @@ PROTECTED_PATHS: tuple[Protected, ...] = (
     Protected((".envrc",), "direnv", "shell code run when a shell enters the folder"),
     Protected((".env*", ".flaskenv"), "docker compose, dotenv loaders, Flask, aider",
               "sets PATH, LD_PRELOAD, NODE_OPTIONS... of what reads it"),
-    Protected((".vscode", ".idea", ".devcontainer", ".devcontainer.json", ".gitpod.yml", ".idx", ".replit",
+    Protected((".vscode", ".idea", ".devcontainer", ".devcontainer.json", ".gitpod.yml", ".idx", ".replit", "*.code-workspace",
                "replit.nix", ".exrc", ".nvimrc", ".nvim.lua"),
               "VS Code, JetBrains IDEs, Dev Containers, Gitpod, Firebase Studio, Replit, Vim, Neovim",
               "tasks, launch settings, start-up commands and editor scripts"),
@@ -150,6 +158,12 @@ PROTECTED_PATHS: tuple[Protected, ...] = (
     # test-runner configuration that can silence tests
     Protected(("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml"),
               "pytest", "can skip or silence tests (conftest.py runs code at collection)"),
+    Protected(("jest.config.*", "vitest.config.*", "vitest.workspace.*", "vitest.projects.*", ".mocharc*", "ava.config.*",
+               "karma.conf.*", ".c8rc*", ".nycrc*", ".taprc", "babel.config.*", ".babelrc*", "eslint.config.*",
+               ".eslintrc*"),
+              "Jest, Vitest, Mocha, AVA, Karma, c8, nyc, tap, Babel, ESLint",
+              "which tests run, setup files and reporters loaded into every test run, transforms and plugins: code"
+              " run on every test, build or lint, and what can silence tests"),
     Protected(("tox.ini", "setup.cfg"), "tox, pytest, flake8, mypy, coverage.py, pylint, setuptools",
               "test-runner settings that can silence tests; [flake8:local-plugins], [mypy] and [coverage:run]"
               " plugins, pylint's init-hook, setuptools' commands: code those tools run"),

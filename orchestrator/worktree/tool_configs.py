@@ -120,6 +120,31 @@ CODE_CONFIGS: tuple[CodeConfig, ...] = (
                "Corepack, pnpm, Yarn, Bun",
                "the package-manager binary fetched and run, dependencies allowed to run install scripts, patches"
                " applied to installed code"),
+    CodeConfig("test-runner, transpiler or linter settings", _PACKAGE_JSON, "json",
+               ("jest", "vitest", "mocha", "ava", "c8", "nyc", "tap", "babel", "eslintConfig"),
+               "Jest, Vitest, Mocha, AVA, c8, nyc, tap, Babel, ESLint",
+               "which tests run, setup files and reporters loaded into every test run, transforms and plugins"),
+    CodeConfig("a pytest plugin entry point", _PYPROJECT, "toml",
+               ("project.entry-points.pytest11", "tool.poetry.plugins.pytest11"), "pytest",
+               "once the project is installed, pytest loads every pytest11 entry point in each run: its hooks can"
+               " deselect, skip or pass any test"),
+    CodeConfig("a Composer script, plugin or repository", ("composer.json",), "json",
+               ("scripts.pre-*", "scripts.post-*", "config.allow-plugins", "repositories", "config.secure-http",
+                "config.disable-tls"),
+               "Composer", "install and update events run commands, allowed plugins run code, repositories decide"
+               " where packages come from"),
+    CodeConfig("a package index, source or option", ("*requirements*.txt", "*requirements*.in", "constraints*.txt",
+                                                     "**/requirements/*.txt", "**/requirements/*.in"),
+               "requirements", (), "pip, uv pip, pip-tools",
+               "--index-url, --extra-index-url, --find-links, -r includes and direct URLs decide where the packages"
+               " installed (in CI, with its secrets) come from"),
+    CodeConfig("JVM options, the JDK or system properties", ("gradle.properties",), "properties",
+               ("org.gradle.jvmargs", "org.gradle.java.home", "org.gradle.java.installations.*", "kotlin.daemon.jvmargs",
+                "systemProp.*"), "Gradle",
+               "a -javaagent in the daemon's options runs code in every build; proxies and the JDK run are chosen here"),
+    CodeConfig("the Go toolchain", ("go.mod",), "gomod", ("toolchain", "go", "godebug"), "the go command",
+               "a toolchain directive, or a go line newer than the installed go, makes go download and run that"
+               " toolchain (GOTOOLCHAIN=auto)"),
     # Python files the test runner loads besides the tests
     CodeConfig("the code of a test package's __init__.py", _TEST_PACKAGES, "module", (), "pytest, unittest",
                "imported while collecting, before any test, like conftest.py: it can patch the runner"
@@ -301,8 +326,45 @@ def _hooks(text: str, row: CodeConfig) -> dict[str, Any]:
     return found
 
 
+def _requirement_options(text: str) -> Iterable[str]:
+    for line in text.split("\n"):
+        stripped = re.split(r"(?:^|\s)#", line, maxsplit=1)[0].strip()
+        if stripped and (stripped.startswith("-") or "://" in stripped or re.search(r"\s@\s|^[^\s]+@\s", stripped)):
+            yield stripped
+
+
+def _requirements(text: str, row: CodeConfig) -> dict[str, Any]:
+    """A requirements file's option lines and URL references, each by its text."""
+    return dict.fromkeys(_requirement_options(text), True)
+
+
+def _properties(text: str, row: CodeConfig) -> dict[str, Any]:
+    """The watched keys of a Java properties file (``key=value``, ``key: value``, ``key value``)."""
+    patterns = [key.lower() for key in row.keys]
+    found: dict[str, Any] = {}
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        match = re.match(r"((?:\\.|[^=:\s\\])+)\s*[=:\s]?\s*(.*)$", stripped)
+        if match and any(fnmatch.fnmatchcase(match.group(1).lower(), p) for p in patterns):
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def _gomod(text: str, row: CodeConfig) -> dict[str, Any]:
+    """The watched one-line directives of a go.mod (``toolchain go1.22.1``, ``go 1.22``)."""
+    found: dict[str, Any] = {}
+    for line in text.split("\n"):
+        words = line.split("//", 1)[0].split()
+        if words and words[0] in row.keys:
+            found[words[0] + "'" * sum(key.startswith(words[0]) for key in found)] = " ".join(words[1:])
+    return found
+
+
 _READERS: dict[str, Callable[[str, CodeConfig], dict[str, Any]]] = {
-    "toml": _toml, "json": _json, "module": _module, "hooks": _hooks}
+    "toml": _toml, "json": _json, "module": _module, "hooks": _hooks, "requirements": _requirements,
+    "properties": _properties, "gomod": _gomod}
 
 
 # ---------------------------------------------------------------- when the texts cannot be compared
@@ -349,6 +411,8 @@ def _by_lines(row: CodeConfig, hunks: Hunks, base: Sequence[str]) -> bool:
         return any(line.strip() and not line.strip().startswith("#") for line in changed)
     if row.reader == "hooks":
         return "pytest_" in unicodedata.normalize("NFKC", "\n".join([*base, *changed]))
+    if row.reader == "requirements":
+        return any(True for _ in _requirement_options("\n".join(changed)))
     words = _words(row)
     if any((words is not None and words.search(line)) or "\\u" in line.lower() for line in changed):
         return True
@@ -414,7 +478,9 @@ def pyproject_tables_changed(hunks: Hunks, base: str | None, *, deleted: bool = 
     return config_changed(CODE_CONFIGS[0], hunks, base, base, deleted=deleted) is not None
 
 
-_WATCHES = {"module": "its code (compared without comments and a docstring)",
+_WATCHES = {"requirements": "option lines (`-i`, `--index-url`, `--extra-index-url`, `-f`, `-r`, ...) and URL or"
+                            " `name @ url` references",
+            "module": "its code (compared without comments and a docstring)",
             "hooks": "module-level `pytest_*` names but `pytest_generate_tests` (hook implementations,"
                      " `pytest_plugins`)"}
 
