@@ -32,6 +32,7 @@ TREE = {
     "composer.json": COMPOSER,
     "package.json": PACKAGE,
     "pyproject.toml": "[project]\nname = \"calc\"\nversion = \"1.0\"\n",
+    "rust/Cargo.toml": "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nitoa = \"1\"\n",
 }
 
 
@@ -98,6 +99,10 @@ KEYS = [
      "test-runner, transpiler or linter settings"),
     ("pyproject.toml", 'version = "1.0"\n', 'version = "1.0"\n\n[project.entry-points.pytest11]\nevil = "calc"\n',
      "a pytest plugin entry point"),
+    # issue 43 item 4: the real tests out of cargo's run, a target of the patch's printing them passed
+    ("rust/Cargo.toml", 'itoa = "1"\n', 'itoa = "1"\n\n[lib]\ntest = false\n\n[[test]]\nname = "all"\nharness = false\n',
+     "what cargo test runs"),
+    ("rust/Cargo.toml", 'edition = "2021"\n', 'edition = "2021"\nautotests = false\n', "what cargo test runs"),
 ]
 
 
@@ -115,6 +120,7 @@ ORDINARY = [
     ("composer.json", '"php": ">=8.1"', '"php": ">=8.1",\n    "monolog/monolog": "^3.0"'),
     ("package.json", '"jest": "^29.0.0"', '"jest": "^29.7.0"'),
     ("pyproject.toml", 'version = "1.0"\n', 'version = "1.1"\ndependencies = ["attrs"]\n'),
+    ("rust/Cargo.toml", 'itoa = "1"\n', 'itoa = "1.0.10"\nmemchr = "2"\n'),
 ]
 
 

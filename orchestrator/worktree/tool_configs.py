@@ -124,6 +124,15 @@ CODE_CONFIGS: tuple[CodeConfig, ...] = (
                ("jest", "vitest", "mocha", "ava", "c8", "nyc", "tap", "babel", "eslintConfig"),
                "Jest, Vitest, Mocha, AVA, c8, nyc, tap, Babel, ESLint",
                "which tests run, setup files and reporters loaded into every test run, transforms and plugins"),
+    CodeConfig("what cargo test runs", ("Cargo.toml",), "toml",
+               ("lib.test", "lib.harness", "lib.doctest", "lib.proc-macro", "package.autotests", "package.autobins",
+                "package.autoexamples", "package.autobenches", "package.build", "package.links", "test", "bin.*.test",
+                "bin.*.harness", "example.*.test", "bench.*.test", "profile.*.panic", "profile.*.overflow-checks",
+                "profile.*.debug-assertions", "workspace.members", "workspace.exclude", "workspace.default-members",
+                "patch", "replace"),
+               "cargo test", "test = false, harness = false and autotests take the real tests out of the run (a"
+               " target of the patch's then prints their names as passed); a build script runs on every build;"
+               " [patch] and [replace] swap dependencies' code"),
     CodeConfig("a pytest plugin entry point", _PYPROJECT, "toml",
                ("project.entry-points.pytest11", "tool.poetry.plugins.pytest11"), "pytest",
                "once the project is installed, pytest loads every pytest11 entry point in each run: its hooks can"
