@@ -21,6 +21,7 @@ from orchestrator.protocol.proof import brief, failed_detail
 from orchestrator.protocol.validation_findings import NOT_ALLOWED, with_validation_finding
 from redact import scrub_obj
 from orchestrator.protocol.human_review import REQUEST, wait_for_submission
+from orchestrator.protocol.tamper_findings import TAMPER_PREFIX, with_tamper_findings
 from orchestrator.protocol.outcomes import Attempt, Blocked, ConfigMistake, RunReport
 
 
@@ -66,6 +67,12 @@ class ReviewCycles:
                          attempt=attempt, details=artifact["summary"], extra=extra)
         return artifact
 
+    def _tampering(self) -> list:
+        """The lines of the task branch's change that reach into the test machinery."""
+        from orchestrator.worktree.tamper import scan
+
+        return scan(self.worktree.changed_texts())
+
     def _person_review(self, cycle: int) -> tuple[dict, str]:
         """Round E given by a person (``human_review``): ask once, wait, check, return the review.
 
@@ -80,7 +87,8 @@ class ReviewCycles:
         self._checkpoint(REQUEST, None, phase, f"waiting for a person's review (review cycle {cycle})",
                          {"cycle": cycle, "commit": self.worktree.head(), "branch": self.worktree.branch,
                           "base": self.worktree.base, "diff": self.worktree.diff_from_base(),
-                          "validation": [brief(v) for v in self.validation]})
+                          "validation": [brief(v) for v in self.validation],
+                          "tampering": [t.to_dict() for t in self._tampering()]})
         self.echo(f"waiting for a person's review: mesh review {task_id}")
         review, person = wait_for_submission(self.tracker, task_id, self.run_id, cycle, self.key,
                                              poll_s=self.config.human_review_poll_s, still_mine=self._check_lease)
@@ -103,6 +111,10 @@ class ReviewCycles:
             if not self.validation_pass:
                 # A failing validation is a MUST_FIX finding, whatever the reviewer said.
                 review = with_validation_finding(review, self.validation)
+            tampering = self._tampering()
+            if tampering and not self.human_review:
+                # Code reaching into the test machinery: only a person may approve it.
+                review = with_tamper_findings(review, tampering)
             must_fix = [f for f in review["findings"] if f["label"] == "MUST_FIX"]
             approved = review["decision"] == "approve" and not must_fix
             self._sync_findings(review, approved)
@@ -117,8 +129,12 @@ class ReviewCycles:
                 raise Blocked("validation_failed", f"the validation still fails after {cycle} review cycle(s): "
                               + failed_detail(self.validation))
             if cycle >= self.config.review_max_cycles:
+                suspected = [f["location"] for f in must_fix if f["finding_id"].startswith(TAMPER_PREFIX)]
                 raise Blocked("review_not_approved", f"{len(must_fix)} MUST_FIX finding(s) open after {cycle}"
-                              " review cycle(s)")
+                              " review cycle(s)" + (f", {len(suspected)} of them suspected forgery of the test verdict"
+                                                    f" ({', '.join(suspected[:3])}): only a person's review can approve"
+                                                    " such a change (reviewer = \"human\", or the label review:human)"
+                                                    if suspected else ""))
             self.profile.revise(self, review)
 
     def _revise(self, review: Mapping[str, Any]) -> None:

@@ -504,6 +504,22 @@ class Worktree:
             self.path, "diff", "--no-color", "--no-ext-diff", "--no-textconv", self.base, self.branch,
         ).stdout
 
+    def changed_texts(self, limit: int = 1 << 20) -> list[tuple[str, str | None, str | None]]:
+        """(path, text at ``base``, text on the task branch) of each file the branch changes; None
+        for a side where the file is absent, binary or larger than ``limit`` bytes."""
+        names = _git(self.path, "diff", "--no-renames", "--name-only", "-z", self.base, self.branch).stdout
+        out = []
+        for name in [n for n in names.split("\0") if n][:500]:
+            out.append((name, self._text_at(self.base, name, limit), self._text_at(self.branch, name, limit)))
+        return out
+
+    def _text_at(self, rev: str, path: str, limit: int) -> str | None:
+        size = _git(self.path, "cat-file", "-s", f"{rev}:{path}", check=False)
+        if size.returncode != 0 or not size.stdout.strip().isdigit() or int(size.stdout) > limit:
+            return None
+        shown = _git(self.path, "cat-file", "blob", f"{rev}:{path}", check=False)
+        return shown.stdout if shown.returncode == 0 and "\0" not in shown.stdout else None
+
     def head(self) -> str:
         """The sha of the worktree's HEAD."""
         return _git(self.path, "rev-parse", "HEAD").stdout.strip()
