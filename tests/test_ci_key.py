@@ -269,8 +269,9 @@ def test_the_files_a_ci_configuration_runs(tmp_path, config, text, run):
 def test_files_ci_only_reads_or_names_are_not_run(tmp_path):
     (tmp_path / ".github" / "workflows").mkdir(parents=True)
     (tmp_path / ".github" / "workflows" / "ci.yml").write_text(
-        "on: {push: {paths: ['src/app.py']}}\njobs:\n  a:\n    steps:\n"
+        "on: {push: {paths: ['src/app.py']}}\njobs:\n  build:\n    steps:\n"
         "      - uses: actions/setup-python@v5\n        with: {cache-dependency-path: requirements.txt}\n"
         "      - run: |\n          pip install -r requirements.txt\n          pytest tests/test_app.py\n"
-        "          echo docs/index.md\n          python -c 'import src.app'\n")
+        "          echo docs/index.md\n          python -c 'import src.app'\n"
+        "      - uses: actions/upload-artifact@v4\n        with: {path: dist/app.tar.gz}\n")
     assert ci_run_files(tmp_path) == {}

@@ -199,7 +199,9 @@ def _strings(value: Any, under: bool, out: dict[str, list[str]], key: str = "") 
             elif low == "uses" and isinstance(child, str) and child.startswith("./"):
                 out["uses"].append(child)
             else:
-                _strings(child, under or low in COMMAND_KEYS, out, key)
+                # A command key's own strings, its lists' and its command-keyed children's
+                # (CircleCI's run: {command: ...}); not a job that happens to be called build.
+                _strings(child, low in COMMAND_KEYS, out, key)
     elif isinstance(value, list):
         for child in value:
             _strings(child, under, out, key)
