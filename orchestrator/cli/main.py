@@ -598,7 +598,8 @@ def clean_command(ctx: click.Context, yes: bool, as_json: bool, repo, config_fil
     Keeps every branch with commits that are on neither the base branch nor an integration
     branch (unlanded work), every branch of a task in progress, integration branches, and
     says why for each. The workers' private HOMEs of this repository go with every task not
-    in progress, and so do the HOMEs an older mesh shared between repositories.
+    in progress, and so do the HOMEs an older mesh shared between repositories and the files a
+    worker call left behind when its process was killed.
     """
     import json
     from pathlib import Path
@@ -633,16 +634,20 @@ def clean_command(ctx: click.Context, yes: bool, as_json: bool, repo, config_fil
 
 
 def _clean_worker_homes(tracker, root, yes: bool) -> list:
-    """``mesh clean``'s part for the workers' private HOMEs of the repository at ``root``
-    (``orchestrator.sandbox.worker_homes``), as clean items of kind ``home``."""
+    """``mesh clean``'s part for the workers' private HOMEs of the repository at ``root`` and the
+    files of calls whose process is gone (``orchestrator.sandbox.worker_homes``), as clean items
+    of kind ``home``."""
     import os
+    import socket
 
+    from orchestrator.protocol.lease import process_gone
     from orchestrator.sandbox.worker_homes import clean as clean_homes
     from orchestrator.worktree.clean import CleanItem, _status
     from orchestrator.worktree.gitops import _git, cache_dir
 
     common = os.path.realpath(root / _git(root, "rev-parse", "--git-common-dir").stdout.strip())
-    homes = clean_homes(cache_dir() / "mesh-worker-homes", common, lambda task: _status(tracker, task), yes=yes)
+    homes = clean_homes(cache_dir() / "mesh-worker-homes", common, lambda task: _status(tracker, task),
+                        lambda pid: process_gone(socket.gethostname(), pid), yes=yes)
     return [CleanItem("home", home.path, home.task, home.action, home.why) for home in homes]
 
 

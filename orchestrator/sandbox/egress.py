@@ -14,16 +14,34 @@ the user lists in ``worker_egress`` (``*`` restores the whole internet, announce
 that resolves to a loopback, private, link-local or otherwise special address is refused
 unless the allowlist names that address itself (DNS rebinding onto the host's own services).
 
+**The name a request carries must be the one it was let through for** (an allowed host's server
+may serve other sites too: a CDN's, a shared host's). A plain request whose ``Host`` header names
+another host or port than its URL, or that has more than one, gets ``403``; so does a ``CONNECT``
+whose ``Host`` header names another host (or port, when it names one). In a tunnel, what the
+client sends first is read (``_opening``: at most ``_OPENING_LIMIT`` bytes and
+``_CONNECT_TIMEOUT_S``) before anything is forwarded: a TLS ClientHello whose server name (SNI)
+is another host closes both sides, and a plaintext request whose ``Host`` header is another host
+gets ``403``. When a bound is reached before a whole ClientHello or request head (or anything)
+came, the tunnel is refused alike; one the client cut short by closing its side, or that is
+malformed, counts as naming no host, and so does whatever is neither TLS nor HTTP. Names are
+compared in lower case, IDNA form, without a trailing dot or IPv6 brackets. A request head with a
+bare CR or LF, or a folded header line, is refused. Not seen: the later requests of a kept-alive
+plaintext connection (and cleartext HTTP/2's), a protocol whose server speaks first (reading stops
+there: SMTP's STARTTLS), and anything inside TLS, where the HTTP ``Host`` a CDN may route by
+(domain fronting) is encrypted.
+
 This module may import only the standard library.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import select
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
@@ -38,6 +56,12 @@ PRESET_HOSTS: dict[str, tuple[str, ...]] = {
 }
 _DEFAULT_PORTS = frozenset({80, 443})
 _HEAD_LIMIT = 16384
+_OPENING_LIMIT = 65536  # what a tunnel's first bytes may take before they can be checked
+_VERSION = re.compile(r"HTTP/[0-9]\.[0-9]")
+_METHOD = re.compile(rb"[A-Za-z]{1,16}")
+# A request line as lenient servers read one (any case, tabs and runs of blanks between its words).
+_REQUEST_LINE = re.compile(rb"[A-Za-z]{1,16}[ \t][^\r\n]*HTTP/[0-9]", re.IGNORECASE)
+_BLANK_LINE = re.compile(rb"\n\r?\n")
 _CONNECT_TIMEOUT_S = 20.0
 _IDLE_TIMEOUT_S = 600.0
 _MAX_CONNECTIONS = 64
@@ -162,13 +186,14 @@ class _Handler(socketserver.BaseRequestHandler):
         head, _, rest = head.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         words = lines[0].split(" ")
-        if len(words) != 3:
-            self._refuse(client, 400, "not an HTTP request")
+        if len(words) != 3 or not _VERSION.fullmatch(words[2]) or any("\r" in line or "\n" in line for line in lines):
+            self._refuse(client, 400, "not an HTTP request (or a bare CR or LF in its head)")
             return
         method, target, version = words
-        if method.upper() == "CONNECT":
+        tunnel = method.upper() == "CONNECT"
+        if tunnel:
             host, port = _host_port(target)
-            forward = rest
+            forward, default = rest, None  # a tunnel's Host header names the port, or its port is not compared
         else:
             try:
                 parts = urlsplit(target)
@@ -182,19 +207,53 @@ class _Handler(socketserver.BaseRequestHandler):
             if parts.query:
                 path += "?" + parts.query
             forward = "\r\n".join([f"{method} {path} {version}", *lines[1:]]).encode("latin-1") + b"\r\n\r\n" + rest
+            default = 443 if parts.scheme == "https" else 80
         if port is None or not self.server.allowlist.allows(host, port):
             self.server.note_refused(f"{host}:{port}")
             self._refuse(client, 403, f"{host}:{port} is not among the hosts this worker may reach (worker_egress)")
+            return
+        named = _host_problem(lines[1:], host, port, default)
+        if named is not None:
+            self.server.note_refused(_noted(named, "a request", host, port))
+            self._refuse(client, 403, f"{named[1]}, not {host}:{port} the request is for")
             return
         upstream = self._connect(client, host, port)
         if upstream is None:
             return
         with upstream:
-            if method.upper() == "CONNECT":
+            if tunnel:
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                forward, cut = _opening(client, upstream, forward)
+                if not self._opening_matches(client, forward, cut, host, port):
+                    return  # both sides closed, nothing forwarded
             if forward:
                 upstream.sendall(forward)
             _pipe(client, upstream)
+
+    def _opening_matches(self, client: socket.socket, opening: bytes, cut: bool, host: str, port: int) -> bool:
+        """True when what a tunnel's client sent first (``_opening``) names the tunnel's host (a TLS
+        ClientHello's server name, a plaintext request's Host header) or names none; False when it
+        names another, or was ``cut`` before it could be checked: then it is noted as refused and
+        the client is sent a 403 when it speaks plain HTTP (a TLS client just sees the close)."""
+        kind = _opening_kind(opening)
+        named: tuple[str, str] | None = None  # (the host it names, why it is refused)
+        if cut:
+            named = ("", f"what came first through this tunnel was not whole within {_OPENING_LIMIT} bytes and"
+                         f" {_CONNECT_TIMEOUT_S:g}s, and could not be checked")
+        elif kind == "tls":
+            other = next((name for name in _client_hello_names(opening) or []
+                          if _normal_host(name) != _normal_host(host)), None)
+            named = None if other is None else (other, f"the TLS server name is {other[:200]!r}")
+        elif kind == "http" and _opening_whole(opening):
+            head = opening[:_head_end(opening)].decode("latin-1").split("\r\n")
+            named = (("", "a bare CR or LF in the request head") if any("\r" in line or "\n" in line for line in head)
+                     else _host_problem(head[1:], host, port, None))
+        if named is None:
+            return True
+        self.server.note_refused(_noted(named, "a tunnel", host, port))
+        if kind == "http":
+            self._refuse(client, 403, f"{named[1]}, not {host}:{port} this tunnel is for")
+        return False
 
     def _connect(self, client: socket.socket, host: str, port: int) -> socket.socket | None:
         try:
@@ -229,6 +288,160 @@ class _Handler(socketserver.BaseRequestHandler):
                            f"Connection: close\r\n\r\n".encode() + body)
         except OSError:
             pass
+
+
+def _normal_host(host: str) -> str:
+    """``host`` as compared: lower case, without IPv6 brackets or a trailing dot, an address in its
+    canonical form, a name in IDNA (``xn--``) form."""
+    host = host.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    host = host.rstrip(".")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return host.encode("idna").decode("ascii").lower()
+    except (UnicodeError, ValueError):
+        return host
+
+
+def _host_problem(headers: Sequence[str], host: str, port: int, default: int | None) -> tuple[str, str] | None:
+    """(what it names, why it is refused) when the ``Host`` header among ``headers`` (a request
+    head's lines) names another host, or another port (``default`` when it names none; None: the
+    port is not compared then), than ``host:port``, or when there is more than one (or a folded
+    line, which a server may join to one); None when there is none or it names the same."""
+    values = []
+    for line in headers:
+        if line[:1] in (" ", "\t"):
+            return "", "a folded header line (obsolete line folding)"
+        name, colon, value = line.partition(":")
+        if colon and name.strip().lower() == "host":
+            values.append(value.strip())
+    if len(values) > 1:
+        return values[1], "more than one Host header"
+    if not values:
+        return None
+    named, named_port = _host_port(values[0])
+    wanted = named_port if named_port is not None else default
+    if _normal_host(named) != _normal_host(host) or (wanted is not None and wanted != port):
+        return values[0], f"the Host header names {values[0][:200]!r}"
+    return None
+
+
+def _noted(named: tuple[str, str], where: str, host: str, port: int) -> str:
+    """How a request or tunnel refused for the name it carried shows in ``refused``."""
+    return f"{named[0][:200]} (named in {where} to {host}:{port})" if named[0] else f"{host}:{port} ({named[1]})"
+
+
+def _head_end(data: bytes) -> int:
+    """Where the head of the request at the start of ``data`` ends (its last line's CR left out:
+    a head whose lines end in a bare LF is cut there too, and refused), or -1."""
+    found = _BLANK_LINE.search(data)
+    return -1 if found is None else found.start() - (data[found.start() - 1:found.start()] == b"\r")
+
+
+def _opening_kind(data: bytes) -> str | None:
+    """What a tunnel's first bytes are: ``"tls"`` (a handshake record), ``"http"`` (a request
+    line), ``"other"``, or None while too few came to tell."""
+    if not data:
+        return None
+    if data[0] == 0x16:
+        return "tls"
+    method = _METHOD.match(data)
+    if method is None or data[method.end():method.end() + 1] not in (b" ", b"\t", b""):
+        return "other"
+    line, newline, _ = data.partition(b"\n")
+    if not newline:
+        return None
+    return "http" if _REQUEST_LINE.match(line) else "other"
+
+
+def _opening_whole(data: bytes) -> bool:
+    """True when ``data`` holds all a tunnel's check needs: a whole ClientHello, a whole request
+    head, or enough to tell it is neither."""
+    kind = _opening_kind(data)
+    if kind == "tls":
+        return _client_hello_names(data) is not None
+    if kind == "http":
+        return _head_end(data) >= 0
+    return kind is not None
+
+
+def _opening(client: socket.socket, upstream: socket.socket, data: bytes) -> tuple[bytes, bool]:
+    """What a tunnel's client sends first (after ``data``, already read), read until it can be
+    checked (``_opening_whole``), and whether it was cut: ``_OPENING_LIMIT`` bytes or
+    ``_CONNECT_TIMEOUT_S`` seconds passed first. Reading stops early, uncut, when the client
+    closes its side (nothing can follow) or the upstream speaks first (a protocol whose server
+    talks first is neither TLS nor HTTP)."""
+    deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+    while not _opening_whole(data):
+        left = deadline - time.monotonic()
+        if len(data) >= _OPENING_LIMIT or left <= 0:
+            return data, True
+        ready = select.select([client, upstream], [], [], left)[0]
+        if upstream in ready:
+            return data, False
+        if ready:
+            chunk = client.recv(_OPENING_LIMIT - len(data))
+            if not chunk:
+                return data, False
+            data += chunk
+    return data, False
+
+
+def _client_hello_names(data: bytes) -> list[str] | None:
+    """The server names (SNI, host_name entries) of the TLS ClientHello at the start of ``data``
+    (its handshake message gathered from the records it spans); None while it is not whole; an
+    empty list for one without them, and for whatever is not a well-formed ClientHello (never an
+    error)."""
+    message = b""
+    at = 0
+    while len(message) < 4 or len(message) < 4 + int.from_bytes(message[1:4], "big"):
+        if len(data) < at + 5:
+            return None
+        if data[at] != 0x16:
+            return []
+        size = int.from_bytes(data[at + 3:at + 5], "big")
+        if len(data) < at + 5 + size:
+            return None
+        message += data[at + 5:at + 5 + size]
+        at += 5 + size
+    try:
+        return _server_names(message)
+    except (IndexError, ValueError):
+        return []
+
+
+def _server_names(message: bytes) -> list[str]:
+    """The host names of a ClientHello handshake message's server_name extensions (raises
+    IndexError on one cut short)."""
+    if message[0] != 0x01:
+        return []
+    body = message[4:4 + int.from_bytes(message[1:4], "big")]
+    at = 2 + 32  # version, random
+    at += 1 + body[at]  # session id
+    at += 2 + int.from_bytes(body[at:at + 2], "big")  # cipher suites
+    at += 1 + body[at]  # compression methods
+    if at + 2 > len(body):
+        return []  # no extensions
+    end = min(len(body), at + 2 + int.from_bytes(body[at:at + 2], "big"))
+    at += 2
+    names = []
+    while at + 4 <= end:
+        kind, size = int.from_bytes(body[at:at + 2], "big"), int.from_bytes(body[at + 2:at + 4], "big")
+        extension = body[at + 4:at + 4 + size]
+        at += 4 + size
+        if kind != 0:  # server_name
+            continue
+        place, last = 2, min(len(extension), 2 + int.from_bytes(extension[0:2], "big"))
+        while place + 3 <= last:
+            length = int.from_bytes(extension[place + 1:place + 3], "big")
+            if extension[place] == 0:  # host_name
+                names.append(extension[place + 3:place + 3 + length].decode("latin-1"))
+            place += 3 + length
+    return names
 
 
 def _pipe(a: socket.socket, b: socket.socket) -> None:

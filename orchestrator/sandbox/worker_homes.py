@@ -16,6 +16,12 @@ The presets run without session persistence, so nothing a task needs is lost wit
 HOME per program that mesh kept before (``<cache>/mesh-worker-homes/<program>``, shared by
 every repository).
 
+**A call's own files** lie in the views folder beside the HOMEs (``<cache>/mesh-worker-homes-views``):
+the ``passwd`` and ``group`` its sandbox shows (``etc-<pid>-<n>``, and ``etc-unpack-<pid>-<n>``
+for the unpacking's), unique to the call (``call_folder``) and removed when it ends, however it
+ends; those of a process killed outright stay behind, and ``mesh clean`` removes them once that
+process is gone (``plan``).
+
 **How a call sees it.** The worker never writes to that folder: the sandbox shows it
 read-only. Its HOME is a tmpfs as large as the folder's content plus ``home_growth_mb``; a
 small program of mesh's (``CARRY``, run inside the sandbox before the worker) copies the
@@ -72,8 +78,8 @@ from pathlib import Path
 from orchestrator.sandbox.bwrap import bwrap_argv, write_identity
 from roles.backends.command import LaunchRefused
 
-__all__ = ["BACK_TARGET", "CARRY", "HomeItem", "KEEP_TARGET", "MAX_PATH", "Return", "UNPACK", "carried", "clean",
-           "fit", "home_folder", "plan", "repair", "repository_key"]
+__all__ = ["BACK_TARGET", "CARRY", "HomeItem", "KEEP_TARGET", "MAX_PATH", "Return", "UNPACK", "call_folder", "carried",
+           "clean", "fit", "home_folder", "plan", "repair", "repository_key"]
 
 # Where the sandbox shows the task's HOME folder, for CARRY to copy from and back to.
 KEEP_TARGET = "/mesh/home-keep"
@@ -91,6 +97,8 @@ _UNPACK_FLOOR_S = 5.0
 _counter = itertools.count()
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
 _REPOSITORY_KEY = re.compile(r"^(.+-[0-9a-f]{12}|no-repository)$")
+# A call's sandbox files in the views folder (``call_folder``; an older mesh's had no ``-<n>``).
+_CALL_FOLDER = re.compile(r"^etc-(?:unpack-)?(?P<pid>[0-9]+)(?:-[0-9]+)?$")
 
 # Run by the sandbox's Python (``-I -S``) before the worker: argv is HOME, the folder's place
 # (read-only), the channel back (a FIFO), the login files (JSON, relative to HOME), "--", the
@@ -255,6 +263,13 @@ def repository_key(common: str | None) -> str:
     name = path.parent.name if path.name == ".git" else path.name.removesuffix(".git")
     name = _NAME.sub("_", name).lstrip(".")[:48] or "repo"
     return f"{name}-{hashlib.sha256(os.fsencode(path)).hexdigest()[:12]}"
+
+
+def call_folder(scratch: Path, kind: str) -> Path:
+    """Where one call puts its sandbox's ``/etc`` files in the views folder ``scratch``:
+    ``<kind>-<pid>-<n>``, no other call's (of this process or another), for the call to remove
+    when it ends; ``mesh clean`` removes one whose process is gone."""
+    return scratch / f"{kind}-{os.getpid()}-{next(_counter)}"
 
 
 def _safe_name(text: str, fallback: str) -> str:
@@ -422,7 +437,7 @@ class Return:
 
     def _unpack(self, seconds_left: float | None) -> str | None:
         """Run ``UNPACK`` on the spool in a sandbox whose only writable place is the folder."""
-        etc = write_identity(self.scratch / f"etc-unpack-{os.getpid()}", "/")
+        etc = write_identity(call_folder(self.scratch, "etc-unpack"), "/")
         code = [sys.executable, "-I", "-S", "-c", UNPACK, UNPACK_TARGET, str(self.max_files), str(self.limit)]
         argv = bwrap_argv(self.bwrap, code, network=False, chdir="/", binds=[(str(self.folder), UNPACK_TARGET)],
                           etc_dir=etc, tmp_bytes=1 << 20)
@@ -435,6 +450,8 @@ class Return:
             return "time"
         except OSError:
             return "filled"
+        finally:
+            shutil.rmtree(etc, ignore_errors=True)
         try:
             said = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -445,7 +462,8 @@ class Return:
 
 @dataclass
 class HomeItem:
-    """One task's HOMEs of a repository (or an old shared one), and what ``mesh clean`` does with it."""
+    """One task's HOMEs of a repository (or an old shared one, or a call's files left in the views
+    folder), and what ``mesh clean`` does with it."""
 
     path: str
     task: str | None
@@ -453,10 +471,12 @@ class HomeItem:
     why: str
 
 
-def plan(root: Path, common: str | None, status_of: Callable[[str], str | None]) -> list[HomeItem]:
+def plan(root: Path, common: str | None, status_of: Callable[[str], str | None],
+         gone: Callable[[int], bool]) -> list[HomeItem]:
     """What ``mesh clean`` does with the worker HOMEs of the repository whose git directory is
     ``common``: a task's are removed unless it is in progress; the HOMEs mesh kept per program
-    before (shared by every repository) are removed too."""
+    before (shared by every repository) are removed too, and so are the files of calls (in the
+    views folder beside ``root``) whose process is ``gone``."""
     items: list[HomeItem] = []
     ours = root / repository_key(common)
     for folder in sorted(ours.iterdir()) if ours.is_dir() and not ours.is_symlink() else []:
@@ -469,13 +489,22 @@ def plan(root: Path, common: str | None, status_of: Callable[[str], str | None])
         if not _REPOSITORY_KEY.match(folder.name) and folder.is_dir() and not folder.is_symlink():
             items.append(HomeItem(str(folder), None, "remove",
                                   f"the HOME of {folder.name} that every repository shared (an older mesh's layout)"))
+    views = root.parent / (root.name + "-views")
+    for folder in sorted(views.iterdir()) if views.is_dir() and not views.is_symlink() else []:
+        match = _CALL_FOLDER.match(folder.name)
+        if not match or folder.is_symlink() or not folder.is_dir():
+            continue
+        pid = int(match.group("pid"))
+        action, state = ("remove", "is gone") if gone(pid) else ("keep", "still runs")
+        items.append(HomeItem(str(folder), None, action, f"a worker call's sandbox files; its process {pid} {state}"))
     return items
 
 
-def clean(root: Path, common: str | None, status_of: Callable[[str], str | None], *, yes: bool) -> list[HomeItem]:
-    """``plan``, carried out when ``yes``: each HOME to remove is ``removed``, or ``kept`` when
-    its task was started meanwhile."""
-    items = plan(root, common, status_of)
+def clean(root: Path, common: str | None, status_of: Callable[[str], str | None], gone: Callable[[int], bool], *,
+          yes: bool) -> list[HomeItem]:
+    """``plan``, carried out when ``yes``: each HOME or call's files to remove is ``removed``, or
+    ``kept`` when its task was started meanwhile."""
+    items = plan(root, common, status_of, gone)
     for item in items if yes else []:
         if item.action != "remove":
             continue

@@ -9,7 +9,8 @@ could misuse: it only returns artifacts; mesh applies them.
   mounted where the real HOME was. A preset additionally sees its CLI's login file
   (``AGENT_LOGIN_FILES``) read-only, bound afresh on each call, and nothing else of the real
   HOME: not the CLI's settings, hooks, plugins or MCP servers, not ``~/.ssh``, other tools'
-  keys or dotfiles.
+  keys or dotfiles. Its ``/etc/passwd`` and ``group`` are the call's own, written in the views
+  folder for it and removed when it ends.
   ``worker_home = "real"`` (announced on every start) gives the real HOME, writable, still
   with the repository, mesh's own folders and the tracker out of reach.
 - **The program**: only its own file (and, for a program that is a virtualenv's, an npm
@@ -451,7 +452,8 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
                 read_only += [(view.top, view.top), *view.binds()]
                 covers += view.hidden()
         chdir = os.path.abspath(cwd) if cwd is not None else (real_home if usable else "/")
-        etc = write_identity(scratch / f"etc-{os.getpid()}", real_home if usable else "/")
+        # The call's own passwd and group, removed when it ends (``_capped``).
+        etc = write_identity(worker_homes.call_folder(scratch, "etc"), real_home if usable else "/")
         sandboxed = bwrap_argv(bwrap, command, network=not isolate, resolver=True, chdir=chdir, binds=writable,
                                ro_binds=read_only, tmpfs=tmpfs, etc_dir=etc, hidden=covers)
         if isolate:
@@ -465,8 +467,8 @@ def worker_launcher(bwrap: str, *, home: str = "private", private_root: Path | N
                 proxy = egress.EgressProxy(allowed)  # the call's own: what it refused is this call's
                 run_env.update(egress.proxy_env(proxy.port))
                 sandboxed = _netns_argv(sandboxed, [*ports, proxy.port], closed=True)
-                return _capped(sandboxed, run_env, limits, back, proxy)
-        return _capped(sandboxed, run_env, limits, back)
+                return _capped(sandboxed, run_env, limits, back, etc, proxy)
+        return _capped(sandboxed, run_env, limits, back, etc)
 
     return launch
 
@@ -482,10 +484,11 @@ _HOME_LIMITS = {
 
 
 def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: worker_homes.Return | None,
-            proxy: egress.EgressProxy | None = None) -> Launch:
+            etc: str, proxy: egress.EgressProxy | None = None) -> Launch:
     """The call, capped by ``limits``: its tree joins a control group made just before it starts
-    (or gets a per-process memory limit) before bwrap runs; afterwards the group is emptied
-    and removed, and the detail of a cap it hit (or of a HOME it filled) is returned."""
+    (or gets a per-process memory limit) before bwrap runs; afterwards, however it ended, the
+    group is emptied and removed, its ``/etc`` files (``etc``) and its proxy go, and the detail
+    of a cap it hit (or of a HOME it filled) is returned."""
     made: list[cgroups.TreeGroup | None] = []
     memory = limits.memory_mb << 20
 
@@ -504,16 +507,19 @@ def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: wo
     def finish(seconds_left: float | None = None) -> str | None:
         hit = None
         group = made[0] if made else None
-        if group is not None:
-            try:
-                hit = limits.hit(group.usage())
-            finally:
-                group.kill_and_remove()
-        why = back.finish(seconds_left) if back is not None else None
-        if why is not None:
-            hit = hit or f"home_limit: {_HOME_LIMITS[why](limits)}; its HOME was emptied"
-        if proxy is not None:
-            proxy.close()
+        try:
+            if group is not None:
+                try:
+                    hit = limits.hit(group.usage())
+                finally:
+                    group.kill_and_remove()
+            why = back.finish(seconds_left) if back is not None else None
+            if why is not None:
+                hit = hit or f"home_limit: {_HOME_LIMITS[why](limits)}; its HOME was emptied"
+        finally:
+            shutil.rmtree(etc, ignore_errors=True)
+            if proxy is not None:
+                proxy.close()
         return hit
 
     def notes() -> str | None:
@@ -521,7 +527,8 @@ def _capped(argv: list[str], env: dict[str, str], limits: WorkerLimits, back: wo
         if not refused:
             return None
         return (f"mesh egress: refused {', '.join(refused[:5])}{' ...' if len(refused) > 5 else ''}"
-                " (not among the hosts workers may reach: add it to worker_egress in mesh.toml to allow it)")
+                " (not among the hosts workers may reach, or named in a request let through for another host:"
+                " add a host to worker_egress in mesh.toml to allow it)")
 
     return Launch(argv, env, begin=begin, prepare=prepare, finish=finish, notes=notes)
 
