@@ -47,6 +47,17 @@ def git(cwd: Path, *args: str, input: str | None = None) -> str:
                           check=True).stdout
 
 
+def committed(path: Path, tree: dict[str, str]) -> Path:
+    """A new repository at ``path`` holding ``tree`` (relative path: text) as one commit on main."""
+    for rel, text in tree.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "-c", "user.email=dev@example.com", "-c", "user.name=Dev", "commit", "-q", "-m", "base")
+    return path
+
+
 def digest(folder: Path) -> str:
     """Every name and content below ``folder``."""
     h = hashlib.sha256()

@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator.worktree.gitops import Worktree
 from tests.runkit import TASK
-from tests.test_attack_patches import git, modify, new_file, refused
+from tests.test_attack_patches import committed, git, modify, new_file, refused
 
 COMPOSER = json.dumps({"name": "acme/web", "require": {"php": ">=8.1"}, "scripts": {"test": "phpunit"}}, indent=2) + "\n"
 PACKAGE = json.dumps({"name": "web", "version": "1.0.0", "scripts": {"test": "jest"},
@@ -38,14 +38,7 @@ TREE = {
 
 @pytest.fixture
 def wt(tmp_path):
-    path = tmp_path / "repo"
-    for rel, text in TREE.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "add", "-A")
-    git(path, "-c", "user.email=dev@example.com", "-c", "user.name=Dev", "commit", "-q", "-m", "base")
-    return Worktree.prepare(path, TASK)
+    return Worktree.prepare(committed(tmp_path / "repo", TREE), TASK)
 
 
 def edit(path: str, old: str, new: str) -> str:

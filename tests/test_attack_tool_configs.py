@@ -28,7 +28,7 @@ from orchestrator.worktree.policy import PatchPolicy
 from orchestrator.worktree.protected_paths import PROTECTED_PATHS
 from orchestrator.worktree.tool_configs import CODE_CONFIGS, markdown_table
 from tests.runkit import PATCH_FEATURE, TASK, make_workspace
-from tests.test_attack_patches import git, modify, new_file, refused, run_blocked
+from tests.test_attack_patches import committed, git, modify, new_file, refused, run_blocked
 
 PYPROJECT = """\
 [build-system]
@@ -67,14 +67,7 @@ MONKEYPATCH = "import unittest\n\nunittest.TestCase.assertEqual = lambda self, f
 
 @pytest.fixture
 def repo(tmp_path):
-    path = tmp_path / "repo"
-    for rel, text in TREE.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "add", "-A")
-    git(path, "-c", "user.email=dev@example.com", "-c", "user.name=Dev", "commit", "-q", "-m", "base")
-    return path
+    return committed(tmp_path / "repo", TREE)
 
 
 @pytest.fixture

@@ -142,3 +142,22 @@ def test_a_mesh_run_with_the_forgery_never_closes_and_names_it(tmp_path):
         assert cycles[-1].payload["artifact"]["approved"] is False
         findings = [i for i in t.list(status=None) if "suspected forgery" in (i.get("title") or "") + (i.get("description") or "")]
         assert findings, "each flagged line is a finding sub-issue"
+
+
+def test_a_person_reviewing_the_forgery_is_shown_the_lines(tmp_path):
+    from tests.runkit import without_reviewer
+    from tests.test_human_review import _review, _start_run, _wait_for_request
+
+    ws = make_workspace(tmp_path)
+    script = without_reviewer(happy_script())
+    script["synthesizer"][0] = r("synthesis", synthesis(forged_patch(ws.repo)))
+    proc = _start_run(ws, script, "--reviewer", "human")
+    try:
+        wait = _wait_for_request(ws, proc)
+        rules = {t["rule"] for t in wait["tampering"]}
+        assert {"py-runner-attribute", "py-caller-frames"} <= rules, wait["tampering"]
+        shown = _review(ws, TASK)
+        assert shown.returncode == 0 and "suspected forgery (py-runner-attribute): temperature.py:" in shown.stdout
+    finally:
+        proc.kill()
+        proc.wait()

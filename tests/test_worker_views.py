@@ -29,6 +29,9 @@ order = json.loads(sys.stdin.read())
 open(os.path.join(os.environ["HOME"], "note.txt"), "w").write("x")
 user = [line for line in open("/etc/passwd") if line.startswith("mesh:")]
 time.sleep(order.get("sleep", 0))
+release = order.get("wait_for")
+while release and not os.path.exists(release):  # held until the test lets it go (a file it makes)
+    time.sleep(0.05)
 if order.get("fail"):
     sys.exit(3)
 print(json.dumps({"user": user}))
@@ -100,15 +103,20 @@ def test_calls_at_once_in_one_process_never_share_or_remove_each_others_files(tm
     answers: dict[str, object] = {}
     during: list[list[str]] = []
 
+    release = tmp_path / "bin" / "release"  # the program's folder: the workers see it, read-only
+
     def ask(role: str) -> None:
-        answers[role] = _call(backend, repo, "t-1", role=role, sleep=2)
+        answers[role] = _call(backend, repo, "t-1", role=role, wait_for=str(release))
 
     threads = [threading.Thread(target=ask, args=(f"critic-{n}",)) for n in range(4)]
     for thread in threads:
         thread.start()
+    # Each call holds until all four run at once (counted, not timed); then they are let go.
     while any(thread.is_alive() for thread in threads):
         during.append(_leftovers(views))
-        threads[0].join(0.2)
+        if not release.exists() and len([n for n in during[-1] if not n.startswith("etc-unpack-")]) == 4:
+            release.write_text("go")
+        threads[0].join(0.05)
     for thread in threads:
         thread.join()
     assert all(answer.text for answer in answers.values()), [answer.detail for answer in answers.values()]

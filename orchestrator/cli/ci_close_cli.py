@@ -74,6 +74,11 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
         _say(f"mesh: {exc}", err=True)
         ctx.exit(2)
         return
+    def close(tracker, scope) -> list:
+        # Only CI's own config file, from outside the checkout, may switch the sandbox off.
+        return ci_close(tracker, config, scope, repo=checkout, revalidate=revalidate, require_signed=require_signed,
+                        trust_config_sandbox=trusted)
+
     round_trip = None
     try:
         if jsonl:
@@ -85,8 +90,7 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
                 raise CiCloseError(str(exc)) from None
             actor = root.get("actor") or "mesh-ci"
             with jsonl_tracker(checkout, jsonl, actor=actor) as (tracker, round_trip):
-                checks = ci_close(tracker, config, scope, repo=checkout, revalidate=revalidate,
-                                  require_signed=require_signed, trust_config_sandbox=trusted)
+                checks = close(tracker, scope)
             if commit and round_trip.changed:
                 round_trip.commit = commit_export(checkout, jsonl, actor)
         else:
@@ -95,9 +99,7 @@ def ci_close_command(ctx: click.Context, label, parent, revalidate, require_sign
                 return
             scope, config, tracker = opened
             with tracker:
-                # Only CI's own config file, from outside the checkout, may switch the sandbox off.
-                checks = ci_close(tracker, config, scope, repo=checkout, revalidate=revalidate,
-                                  require_signed=require_signed, trust_config_sandbox=trusted)
+                checks = close(tracker, scope)
     except (CiCloseError, CiJsonlError) as exc:
         _say(f"mesh: {exc}", err=True)
         ctx.exit(2)

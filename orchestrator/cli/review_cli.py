@@ -69,6 +69,10 @@ def _render_wait(wait) -> str:
     out = [f"{wait.task_id}  {wait.title}", f"  run {wait.run_id}, review cycle {wait.cycle},"
            f" commit {(wait.commit or '')[:12]} on {wait.branch}"]
     out += [f"  validation: {r.get('command')}: {state(r)}" for r in wait.validation]
+    out += [f"  suspected forgery ({t.get('rule')}): {t.get('location')}: {t.get('text')}" for t in wait.tampering]
+    if wait.tampering:
+        out += ["  (lines reaching into the test machinery, found by mesh's tamper check: a worker reviewer could"
+                " not approve them; your approval closes the task with them)"]
     out += ["", "The diff; a comment names PATH:LINE, LINE as numbered here (the file after the change):", ""]
     out += numbered_diff(wait.diff)
     return "\n".join(printable(line, one_line=True) for line in out)

@@ -11,9 +11,8 @@ besides the close itself (orchestrator.landing.ci_close):
   imported into a throwaway SQLite database in a temporary folder outside the checkout;
 - after the close the export is written beside the file and renamed over it, the same checks
   made again first;
-- the commit is made by git with hooks and fsmonitor off (gitops' safety options) in an
-  environment without any secret: the signing key and every secret-named variable
-  (``redact.known.secret_env_name``) are dropped, so even a git the runner configured to run a
+- the commit is made by gitops' git (hooks and fsmonitor off) in an environment without any
+  secret (``without_secrets``: the signing key and every secret-named variable are dropped), so even a git the runner configured to run a
   program (a credential helper, a pager) never sees them. Nothing is pushed: the workflow pushes,
   in a step that holds no key.
 
@@ -22,6 +21,7 @@ May import the tracker, gitops and redact; nothing of the CLI.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import stat
@@ -32,15 +32,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from redact.known import secret_env_name
+from orchestrator.worktree import gitops
 from tracker.store import Tracker
 
 __all__ = ["CiJsonlError", "JsonlRound", "commit_export", "jsonl_tracker", "tracker_file"]
 
 _MESSAGE = ("mesh ci-close: tracker update", "Closed by mesh ci-close after re-validation.")
-_SAFETY = ("-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false", "-c", "commit.gpgSign=false")
-_DROPPED = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES")
 
 
 class CiJsonlError(Exception):
@@ -98,7 +95,7 @@ def jsonl_tracker(checkout: Path, rel: str, *, actor: str | None) -> Iterator[tu
         tracker = Tracker.init(checkout, actor=actor, db_path=folder / "mesh.db")
         with tracker:
             before = _read(source)
-            report = import_jsonl(tracker, _text_stream(before))
+            report = import_jsonl(tracker, io.StringIO(before.decode("utf-8", errors="replace")))
             done.imported = report.created + report.updated + report.unchanged
             yield tracker, done
             target = tracker_file(checkout, rel)
@@ -124,12 +121,6 @@ def _read(path: Path) -> bytes:
         os.close(fd)
 
 
-def _text_stream(data: bytes):
-    import io
-
-    return io.StringIO(data.decode("utf-8", errors="replace"))
-
-
 def _replace(target: Path, data: bytes) -> None:
     """Write ``data`` beside ``target`` under a fresh name, then rename it over ``target``."""
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
@@ -142,20 +133,13 @@ def _replace(target: Path, data: bytes) -> None:
         raise
 
 
-def clean_env() -> dict[str, str]:
-    """This process's environment less every secret and every variable that relocates git."""
-    env = {name: value for name, value in os.environ.items()
-           if name not in _DROPPED and not secret_env_name(name)}
-    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
-    return env
-
-
 def _git(checkout: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """One git command in the checkout: gitops' (hooks and fsmonitor off, nothing relocating it),
+    with no secret in its environment and nothing signed."""
     try:
-        return subprocess.run(["git", *_SAFETY, *args], cwd=checkout, env=clean_env(), capture_output=True,
-                              text=True, timeout=120, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CiJsonlError(f"git {args[0]}: {exc}") from None
+        return gitops._git(checkout, "-c", "commit.gpgSign=false", *args, check=False, without_secrets=True)
+    except gitops.GitError as exc:
+        raise CiJsonlError(str(exc)) from None
 
 
 def commit_export(checkout: Path, rel: str, actor: str) -> str | None:

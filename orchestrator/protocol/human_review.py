@@ -91,11 +91,13 @@ class WaitingReview:
     diff: str
     validation: list[dict[str, Any]] = field(default_factory=list)
     requested_at: str | None = None
+    # Lines of the change that reach into the test machinery (orchestrator.worktree.tamper).
+    tampering: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task_id, "title": self.title, "run_id": self.run_id, "cycle": self.cycle,
                 "commit": self.commit, "branch": self.branch, "requested_at": self.requested_at,
-                "validation": self.validation, "diff": self.diff}
+                "validation": self.validation, "tampering": self.tampering, "diff": self.diff}
 
 
 def wants_human_review(reviewer: str, tracker: Tracker, task: Mapping[str, Any]) -> bool:
@@ -139,7 +141,8 @@ def waiting_review(tracker: Tracker, task_id: str, key: bytes | None) -> Waiting
     task = tracker.get(task_id)
     return WaitingReview(task_id=task_id, title=task.get("title") or "", run_id=str(run_id), cycle=int(cycle),
                          commit=artifact.get("commit"), branch=artifact.get("branch"), diff=artifact.get("diff") or "",
-                         validation=list(artifact.get("validation") or []), requested_at=request.created_at)
+                         validation=list(artifact.get("validation") or []), requested_at=request.created_at,
+                         tampering=[t for t in artifact.get("tampering") or [] if isinstance(t, dict)])
 
 
 def _cycle_of(cp: Checkpoint) -> Any:

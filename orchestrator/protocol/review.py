@@ -111,8 +111,8 @@ class ReviewCycles:
             if not self.validation_pass:
                 # A failing validation is a MUST_FIX finding, whatever the reviewer said.
                 review = with_validation_finding(review, self.validation)
-            tampering = self._tampering()
-            if tampering and not self.human_review:
+            tampering = [] if self.human_review else self._tampering()  # a person was shown them
+            if tampering:
                 # Code reaching into the test machinery: only a person may approve it.
                 review = with_tamper_findings(review, tampering)
             must_fix = [f for f in review["findings"] if f["label"] == "MUST_FIX"]

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["CI_FILES", "COMMAND_KEYS", "CiFile", "ci_config_files", "ci_run_files", "commands_run"]
+__all__ = ["CI_FILES", "COMMAND_KEYS", "CiFile", "ci_config_files", "ci_run_files", "commands_run", "read_regular"]
 
 
 class CiFile(NamedTuple):
@@ -119,7 +119,7 @@ _SCRIPT_SUFFIX = re.compile(r"\.(sh|bash|zsh|ksh|py|js|mjs|cjs|ts|rb|pl|php|ps1|
 _LITERAL = re.compile(r"'''(.*?)'''|\"\"\"(.*?)\"\"\"|['\"]([^'\"\n]+)['\"]", re.DOTALL)
 _SEPARATORS = re.compile(r"&&|\|\||[;|&()\n]")
 _MAX_FILES = 400
-_MAX_READ = 1 << 20
+_MAX_READ = 4 << 20
 _MAX_DEPTH = 4
 
 
@@ -130,14 +130,23 @@ def _regular(root: Path, rel: str) -> bool:
         return False
 
 
-def _read(root: Path, rel: str) -> str | None:
+def read_regular(root: Path | None, rel: str) -> str | None:
+    """The text of ``rel`` in ``root`` when it is a plain regular file there, else None (the
+    policy reads the worktree's files through it too).
+
+    Never follows a symlink at the last component, never reads a hard-linked file (a worker may
+    link one from outside the tree) and never blocks on a FIFO: the worktree may hold what a
+    worker planted (gitops refuses to apply over it, after this look).
+    """
+    if root is None:
+        return None
     try:
         fd = os.open(os.path.join(root, rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except (OSError, ValueError):
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_READ:
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1 or info.st_size > _MAX_READ:
             return None
         with os.fdopen(fd, "rb", closefd=False) as handle:
             return handle.read(_MAX_READ).decode("utf-8", errors="replace")
@@ -345,7 +354,7 @@ def ci_run_files(root: Path) -> dict[str, str]:
             found.setdefault(rel, where)
         if depth > _MAX_DEPTH:
             continue
-        text = _read(root, rel)
+        text = read_regular(root, rel)
         if text is None:
             continue
         folder = rel.rpartition("/")[0]

@@ -86,8 +86,11 @@ def _summary(stderr: str) -> str:
     return " | ".join(lines)[:500]
 
 
-def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if name not in _RELOCATING_ENV}
+def _env(extra: Mapping[str, str] | None = None, *, without_secrets: bool = False) -> dict[str, str]:
+    from redact.known import secret_env_name
+
+    env = {name: value for name, value in os.environ.items()
+           if name not in _RELOCATING_ENV and not (without_secrets and secret_env_name(name))}
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANGUAGE": "C"})
     env.update(extra or {})
     return env
@@ -99,12 +102,15 @@ def _git(
     input: str | None = None,
     check: bool = True,
     env: Mapping[str, str] | None = None,
+    without_secrets: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run one git command in ``cwd`` with hooks and external drivers off."""
+    """Run one git command in ``cwd`` with hooks and external drivers off; ``without_secrets``
+    leaves every secret-named variable (``MESH_SIGNING_KEY``, ``*_TOKEN``...) out of its
+    environment, so not even a program the machine's git config runs (a pager, a helper) sees one."""
     try:
         proc = subprocess.run(
             ["git", *_SAFETY_CONFIG, *args],
-            cwd=cwd, input=input, capture_output=True, env=_env(env),
+            cwd=cwd, input=input, capture_output=True, env=_env(env, without_secrets=without_secrets),
             encoding="utf-8", errors="replace", timeout=_GIT_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.worktree.ci_runs import ci_run_files
+from orchestrator.worktree.ci_runs import read_regular as _read_regular
 from orchestrator.worktree.patchcheck import _normalize_component
 from orchestrator.worktree.protected_paths import DEFAULT_PROTECTED, PROTECTED_PATHS
 from orchestrator.worktree.tool_configs import CODE_CONFIGS, CodeConfig, config_changed, pyproject_tables_changed
@@ -83,7 +84,6 @@ _RUNNERS = frozenset({"pytest", "_pytest", "unittest", "pluggy", "iniconfig", "p
 _SHADOWED = frozenset(sys.stdlib_module_names) | _RUNNERS
 # What a directory needs besides HEAD for git to take it for a repository (lower case).
 _GIT_DIR_PARTS = frozenset({"config", "objects", "refs", "packed-refs", "commondir"})
-_MAX_READ = 4 << 20
 _MAX_LISTED = 8
 _HIDDEN = "holds a secret value (not shown)"
 
@@ -178,28 +178,6 @@ def _join(directory: str, name: str) -> str:
 
 def _lexists(root: Path | None, rel: str) -> bool:
     return root is not None and os.path.lexists(os.path.join(root, rel) if rel else root)
-
-
-def _read_regular(root: Path | None, rel: str) -> str | None:
-    """The text of ``rel`` in ``root`` when it is a plain regular file there, else None.
-
-    Never follows a symlink at the last component and never blocks on a FIFO: the worktree
-    may hold what a worker planted (gitops refuses to apply over it, after this look).
-    """
-    if root is None:
-        return None
-    try:
-        fd = os.open(os.path.join(root, rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1 or info.st_size > _MAX_READ:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read(_MAX_READ).decode("utf-8", errors="replace")
-    finally:
-        os.close(fd)
 
 
 def _listdir(root: Path | None, rel: str) -> list[str]:

@@ -20,6 +20,7 @@ May import the standard library only.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -235,7 +236,9 @@ class _PythonLook(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+@functools.lru_cache(maxsize=4)
 def _python_look(text: str) -> _PythonLook | None:
+    """The module's look, parsed once for the four Python rules (read-only: it is shared)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -367,7 +367,7 @@ def _gomod(text: str, row: CodeConfig) -> dict[str, Any]:
     for line in text.split("\n"):
         words = line.split("//", 1)[0].split()
         if words and words[0] in row.keys:
-            found[words[0] + "'" * sum(key.startswith(words[0]) for key in found)] = " ".join(words[1:])
+            found[words[0] + "'" * sum(key.rstrip("'") == words[0] for key in found)] = " ".join(words[1:])
     return found
 
 
