@@ -11,7 +11,7 @@ baseline of (A B A B ...), and each ratio is the median of the pairs'.
     .venv/bin/python bench/tracker_speed.py --only io,ready --root /path/to/another/checkout
 
 ``--root`` measures another checkout of mesh (its ``.venv``, its ``tracker``) with this script:
-the "before" figures of docs/BENCHMARKS.md are this script run on the commit before issue 21.
+the "before" figures of docs/benchmarks-tracker.md are this script run on the commit before issue 21.
 The checkout's modules are byte-compiled first (``compileall``), as an installed package is:
 a session with PYTHONDONTWRITEBYTECODE would otherwise compile every module at every start.
 """

@@ -5,7 +5,7 @@ no later prompt carries it; and the scrubber reads random base64 in one C call p
 
 The whole-run tests drive ``mesh run`` with the command backend and ``tests/bulky_worker.py``,
 which writes down the size of every prompt it is given. Speed is measured in
-``bench/bulky_answer.py`` (docs/BENCHMARKS.md); here only counts and sizes are held.
+``bench/bulky_answer.py`` (docs/benchmarks-runs.md); here only counts and sizes are held.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli.main import cli
-from roles.contract import answer_schema, example_answer, main, render_markdown, replace_generated
+from roles.contract import (ROUNDS_MARKER, answer_schema, example_answer, main, render_markdown, render_rounds,
+                            replace_generated)
 from roles.definitions import ALL_ROLES, ROUNDS, round_roles
 from roles.parsing import parse_response
 from tests.runkit import TASK, make_workspace
@@ -21,6 +22,7 @@ from tests.test_attack_sandbox import MESH, mesh_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "workers.md"
+ROUNDS_DOC = ROOT / "docs" / "rounds.md"
 WORKER = ROOT / "examples" / "minimal_worker.py"
 
 
@@ -30,17 +32,23 @@ def test_docs_workers_md_is_the_generated_contract():
         "docs/workers.md is out of date: run python -m roles.contract --write docs/workers.md"
 
 
+def test_docs_rounds_md_is_the_generated_rounds():
+    current = ROUNDS_DOC.read_text(encoding="utf-8")
+    assert replace_generated(current, render_rounds(), ROUNDS_MARKER) == current, \
+        "docs/rounds.md is out of date: run python -m roles.contract --write docs/rounds.md"
+
+
 def test_a_stale_copy_fails_the_check_and_write_repairs_it(tmp_path, capsys):
     stale = tmp_path / "workers.md"
-    stale.write_text(DOC.read_text(encoding="utf-8").replace('"minItems": 1', '"minItems": 2', 1), encoding="utf-8")
+    stale.write_text(ROUNDS_DOC.read_text(encoding="utf-8").replace('"minItems": 1', '"minItems": 2', 1), encoding="utf-8")
     assert main(["--check", str(stale)]) == 1
     assert "out of date" in capsys.readouterr().err
     assert main(["--write", str(stale)]) == 0
-    assert stale.read_text(encoding="utf-8") == DOC.read_text(encoding="utf-8")
+    assert stale.read_text(encoding="utf-8") == ROUNDS_DOC.read_text(encoding="utf-8")
 
 
 def test_every_round_and_call_variable_is_documented():
-    text = render_markdown()
+    text = render_markdown() + render_rounds()
     for round_name in ROUNDS:
         assert f"### {round_name}\n" in text and f"(`mesh schema {round_name}`)" in text
     for variable in ("MESH_ROLE", "MESH_ROUND", "MESH_TASK_ID", "MESH_RUN_ID", "MESH_ATTEMPT", "MESH_WORKER"):

@@ -1,4 +1,4 @@
-"""docs/workers.md quotes the review prompt's "Validation results" section as real runs write it
+"""docs/rounds.md quotes the review prompt's "Validation results" section as real runs write it
 (issue 35, item 7): the demo task run for real (replay workers, real git, real unittest), once
 with a passing patch and once with a broken one, and the reviewer's prompt from the call log
 compared line by line with the documented section."""
@@ -12,7 +12,7 @@ from orchestrator.ledger.calls import calls_for
 from tests.runkit import TASK, happy_script, make_workspace, r, synthesis
 from tests.test_run_e2e import BROKEN, one_review_cycle
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "workers.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "rounds.md"
 
 
 def _result_lines(text: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 A worker is asked per round (MESH_ROUND), and a role answers several rounds, so the argument
 is a round; a role name gets the rounds it answers. pydantic and the prompt templates are
-imported inside the command, keeping ``mesh --help`` light. docs/workers.md shows the same
+imported inside the command, keeping ``mesh --help`` light. docs/rounds.md shows the same
 schemas with the prompt each round sends (``roles.contract``).
 """
 
@@ -26,7 +26,7 @@ def schema_command(ctx: click.Context, round_name: str | None, example: bool, st
 
     ROUND is one of hydration, proposal, critique, synthesis, vote, review, revision-plan,
     revision; without it, the rounds and the roles that answer them are listed. The whole
-    contract, with each round's prompt, is docs/workers.md.
+    contract is docs/workers.md, each round's prompt docs/rounds.md.
     """
     from roles.contract import answer_schema, compact_json, example_answer
     from roles.definitions import ALL_ROLES, ROUNDS, round_roles
