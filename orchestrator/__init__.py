@@ -8,7 +8,9 @@ Subpackages (each ``__init__`` says what it holds):
 
 - ``testruns`` (each test runner's results, test by test: one reader per runner): may import
   ``redact``.
-- ``sandbox``: may import ``redact``, ``roles``, ``orchestrator.testruns``.
+- ``mutants`` (twins of a project's own tests, each expecting another value, that a runner
+  must report failed: one module per language): may import ``orchestrator.testruns``.
+- ``sandbox``: may import ``redact``, ``roles``, ``orchestrator.testruns``, ``orchestrator.mutants``.
 - ``worktree``: may import ``tracker``, ``redact``.
 - ``toolchains`` (what validation needs of each ecosystem: dependencies, caches, generated
   files, the base check and the base's results by test): may import ``redact``, ``roles``,

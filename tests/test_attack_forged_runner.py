@@ -129,7 +129,12 @@ def test_a_broken_patch_that_forges_its_grade_does_not_close_the_task(tmp_path):
              "@@ -1,3 +1,5 @@\n \"\"\"Temperature conversions for the weather-station firmware tools.\"\"\"\n"
              "+import unittest\n+unittest.TestCase.assertEqual = lambda self, first, second, msg=None: None\n \n"
              " ABSOLUTE_ZERO_C = -273.15\n")
-    code, report, res = run_patch(ws, forge + BROKEN_FEATURE)
+    assert_blocked_as_forged(ws, forge + BROKEN_FEATURE)
+
+
+def assert_blocked_as_forged(ws, patch: str) -> None:
+    """``patch`` run by ``mesh run`` is blocked at validation as ``runner_forged``, its task blocked."""
+    code, report, res = run_patch(ws, patch)
     assert code == 3, res.output
     assert report["outcome"] == "blocked" and report["block_reason"] == "validation_failed"
     assert f"`{VALIDATE}`: runner_forged" in report["block_detail"]

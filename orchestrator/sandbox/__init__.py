@@ -9,8 +9,9 @@ orchestrator.sandbox.netjoin``; ``egress``: the proxy that lets a worker reach o
 allowlist), the project's environment (``project_env``), validation commands (``validation``),
 the build caches each validation is shown (``cache_layers``: the base check's, copied),
 the test counts read from their runners' own reports (``testcounts``) and the control tests that
-prove a runner honest (``canaries``).
+prove a runner honest (``canaries``, with the twins of the project's own tests that
+``orchestrator.mutants`` makes).
 
-May import: ``redact``, ``roles``, ``orchestrator.testruns``. Nothing else of ``orchestrator``
+May import: ``redact``, ``roles``, ``orchestrator.testruns``, ``orchestrator.mutants``. Nothing else of ``orchestrator``
 (``orchestrator.config`` reads its limits from here, not the other way round).
 """

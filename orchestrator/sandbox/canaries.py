@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Planted", "RUNNERS", "UNCHECKED", "clean_output", "judge", "plant", "test_module_for"]
+__all__ = ["Planted", "RUNNERS", "Shown", "UNCHECKED", "clean_output", "judge", "plant", "test_module_for"]
 
 # The runners control tests are planted for.
 RUNNERS = ("pytest", "unittest")
@@ -81,6 +81,18 @@ class Planted:
     def remove(self) -> None:
         """Put the module back as it was."""
         self.path.write_bytes(self.original)
+
+
+@dataclass
+class Shown:
+    """mesh's own tests in a command's run, to take out of what a person reads: their ``names``
+    (control tests', twins', their classes'), how many were reported by outcome (``failed``,
+    ``passed``, ``xfail``, ``errors``, ``skipped``), and whether any was reported (``checked``:
+    the runner's honesty was put to the test)."""
+
+    names: set[str] = field(default_factory=set)
+    counts: dict[str, int] = field(default_factory=dict)
+    checked: bool = False
 
 
 def _words(rng: random.Random, used: set[str]) -> str:
@@ -269,16 +281,16 @@ _UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ")
 _UNITTEST_RESULT = re.compile(r"^(OK|FAILED)(?: \((.*)\))?$")
 
 
-def clean_output(planted: Planted, text: str) -> str:
-    """``text`` (a runner's output) as it would read without mesh's control tests: their failure
-    sections and result lines taken out, the closing counts put back to the project's own. The
-    output is the code under test's writing either way; this only keeps mesh's own tests from
-    confusing a person or a worker (and from naming them)."""
-    names = {name for _, name in planted.expected} | {cls for cls, _ in planted.expected}
-    mine = re.compile("|".join(re.escape(name) for name in sorted(names, key=len, reverse=True)))
-    counts = {"failed": 0, "passed": 0, "xfail": 0}
-    for must in planted.expected.values():
-        counts[must] += 1
+def clean_output(shown: Shown, text: str) -> str:
+    """``text`` (a runner's output) as it would read without mesh's own tests (``shown``): their
+    failure sections and result lines taken out, the closing counts put back to the project's
+    own. The output is the code under test's writing either way; this only keeps mesh's tests
+    from confusing a person or a worker (and from naming them)."""
+    if not shown.names:
+        return text
+    mine = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(name) for name in sorted(shown.names, key=len, reverse=True))
+                      + r")(?![A-Za-z0-9_])")
+    counts = {"failed": 0, "passed": 0, "xfail": 0, "errors": 0, "skipped": 0, **shown.counts}
     out: list[str] = []
     dropping = False
     lines = text.split("\n")
@@ -304,13 +316,15 @@ def _recount(line: str, counts: Mapping[str, int]) -> str:
     """A closing line of pytest or unittest with mesh's control tests taken out of its numbers."""
     found = _PYTEST_SUMMARY.match(line.strip())
     if found is not None:
-        take = {"failed": counts["failed"], "passed": counts["passed"], "xfailed": counts["xfail"]}
+        take = {"failed": counts["failed"], "passed": counts["passed"], "xfailed": counts["xfail"],
+                "error": counts["errors"], "errors": counts["errors"], "skipped": counts["skipped"]}
         parts = []
         for part in found.group(2).split(", "):
             term = re.fullmatch(r"(\d+) (\w+)", part)
             if term is not None and term.group(2) in take:
                 left = int(term.group(1)) - take[term.group(2)]
-                part = f"{left} {term.group(2)}" if left > 0 else ""
+                word = term.group(2) if term.group(2) not in ("error", "errors") else "error" if left == 1 else "errors"
+                part = f"{left} {word}" if left > 0 else ""
             if part:
                 parts.append(part)
         return f"{found.group(1) or ''}{', '.join(parts) or 'no tests ran'} in {found.group(3)}{found.group(4) or ''}"
@@ -321,7 +335,8 @@ def _recount(line: str, counts: Mapping[str, int]) -> str:
     result = _UNITTEST_RESULT.match(line)
     if result is not None:
         terms = dict(term.split("=", 1) for term in (result.group(2) or "").split(", ") if "=" in term)
-        for key, mine in (("failures", counts["failed"]), ("expected failures", counts["xfail"])):
+        for key, mine in (("failures", counts["failed"]), ("expected failures", counts["xfail"]),
+                          ("errors", counts["errors"]), ("skipped", counts["skipped"])):
             if key in terms:
                 left = int(terms[key]) - mine
                 terms = {k: v for k, v in terms.items() if k != key} if left <= 0 else {**terms, key: str(left)}

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from orchestrator.mutants.model import Planting
+from orchestrator.mutants.model import judge as judge_twins
 from orchestrator.sandbox import canaries
 from orchestrator.testruns import pytest_reader, unittest_reader
 from orchestrator.testruns.commands import module_run, program
@@ -56,6 +58,7 @@ __all__ = [
     "prepare",
     "read_report",
     "runner_args",
+    "runner_of",
     "select",
     "runner_counts_phrase",
     "unittest_outcomes",
@@ -144,6 +147,13 @@ def select(argv: Sequence[str], test_id: str, tree: Path | None = None) -> list[
     if chooser is None or not safe_id(test_id):
         return None
     return chooser(list(argv), test_id)
+
+
+def runner_of(argv: Sequence[str], tree: Path | None = None) -> str | None:
+    """The name of the runner ``argv`` runs (as ``orchestrator.testruns.table`` names it); None
+    when mesh reads no runner of it."""
+    reader = reader_for(argv, tree)
+    return None if reader is None else reader.name
 
 
 def runner_args(argv: Sequence[str]) -> list[str]:
@@ -272,22 +282,27 @@ def _control_ids(run: Run, planted: canaries.Planted) -> set[str]:
 
 
 def verdict(probe: Probe, exit_passed: bool, planted: canaries.Planted | None = None, *,
-            exit_code: int | None = None, output: str = "") -> tuple[Run | None, str | None, str, bool]:
-    """(run, reason, note, passed) for a command started as ``probe`` that exited as it did
-    (``exit_passed``; its ``exit_code`` and ``output``), with mesh's control tests ``planted``
-    in its tree (``canaries``).
+            twins: Planting | None = None, exit_code: int | None = None,
+            output: str = "") -> tuple[Run | None, str | None, str, bool, canaries.Shown]:
+    """(run, reason, note, passed, shown) for a command started as ``probe`` that exited as it
+    did (``exit_passed``; its ``exit_code`` and ``output``), with mesh's control tests
+    ``planted`` and the project's tests' ``twins`` in its tree (``canaries``,
+    ``orchestrator.mutants``).
 
-    ``run`` is every test the runner reported, mesh's control tests taken out (None: no
-    runner mesh reads, or no readable report). ``reason`` is ``runner_forged`` when a control
-    test was reported against its nature (whatever the exit status), one of ``REPORT_REASONS``
-    when the command exited 0 but its report does not show at least one test that ran and none
-    that failed, else None; ``note`` a line saying why, for the command's output. ``passed``
-    is the exit status as it counts: an honest run with control tests exits 1 (they must
-    fail), which counts as 0 when they are the report's only failures. Counts never turn a
-    failed run into a pass.
+    ``run`` is every test the runner reported, mesh's own tests taken out (None: no runner
+    mesh reads, or no readable report). ``reason`` is ``runner_forged`` when a control test or
+    a twin was reported against its nature (whatever the exit status), one of
+    ``REPORT_REASONS`` when the command exited 0 but its report does not show at least one test
+    that ran and none that failed, else None; ``note`` a line saying why, for the command's
+    output. ``passed`` is the exit status as it counts: an honest run with control tests or
+    twins exits 1 (they must fail), which counts as 0 when they are the report's only
+    failures. Counts never turn a failed run into a pass. ``shown``: mesh's tests as the
+    output names them, to take out of it.
     """
+    shown = canaries.Shown()
     if probe.runner is None:
-        return None, None, "", exit_passed
+        return None, None, "", exit_passed, shown
+    planted_any = planted is not None or twins is not None
     try:
         data = _report_data(probe)
         run = _read_run(probe, data)
@@ -295,31 +310,58 @@ def verdict(probe: Probe, exit_passed: bool, planted: canaries.Planted | None = 
             junit_outcomes(data) if probe.runner == "pytest" else unittest_outcomes(data)
     except ReportError as exc:
         # With control tests an honest run exits 1: an unreadable report is then the reason too.
-        unreadable = exit_passed or (planted is not None and exit_code == 1)
-        return None, ("test_report_unreadable" if unreadable else None), f"mesh: {probe.runner} report: {exc}", False
+        unreadable = exit_passed or (planted_any and exit_code == 1)
+        return (None, ("test_report_unreadable" if unreadable else None), f"mesh: {probe.runner} report: {exc}",
+                False, shown)
     forged, checked = (None, "")
-    if run is not None and planted is not None:
-        forged, checked, exact = canaries.judge(planted, outcomes)
-        run = run.without(_control_ids(run, planted))
+    if run is not None and planted_any:
+        exact = False
+        if planted is not None:
+            forged, checked, exact = canaries.judge(planted, outcomes)
+            mine = _control_ids(run, planted)
+            shown.names |= {name for _, name in planted.expected} | {cls for cls, _ in planted.expected}
+            for key, must in planted.expected.items():
+                if key in outcomes:
+                    shown.counts[outcomes[key]] = shown.counts.get(outcomes[key], 0) + 1
+            shown.checked = exact
+        else:
+            mine = set()
+        if twins is not None:
+            judged = judge_twins(twins.twins, run)
+            mine |= judged.ids
+            shown.names |= twins.names()
+            for case in run.cases:
+                if case.id in judged.ids:
+                    key = {"errored": "errors"}.get(case.status, case.status)
+                    shown.counts[key] = shown.counts.get(key, 0) + 1
+            shown.checked = shown.checked or judged.reported > 0
+            if forged is None and judged.forged is not None:
+                forged, checked = "runner_forged", (
+                    f"mesh: the test runner's verdicts are forged: {judged.forged}; a module, test package or helper"
+                    " replaced the runner's assertions, how it runs tests or what it reports")
+            elif judged.failed and checked.startswith("mesh: its control tests"):
+                checked = ""  # the twins put the runner to the test where the control tests could not
+            exact = exact or judged.failed > 0
+        run = run.without(mine)
         counts = run.counts()
         if (exact and exit_code == 1 and not counts.failed and not counts.errors and not counts.collection_errors
                 and "FAIL Required test coverage" not in output):
             exit_passed = True  # the only failures were mesh's own, as they must be
     if forged is not None:
-        return run, forged, checked, False
+        return run, forged, checked, False, shown
     if run is None:
         if not exit_passed:
-            return None, None, "", False
+            return None, None, "", False, shown
         return None, "no_test_report", (f"mesh: {probe.runner} exited 0 without writing its report: the run ended"
-                                        " before the runner finished (os._exit, a crash, or a plugin disabled it)"), False
+                                        " before the runner finished (os._exit, a crash, or a plugin disabled it)"), False, shown
     if not exit_passed:
-        return run, None, checked, False
+        return run, None, checked, False, shown
     counts = run.counts()
     if counts.failed or counts.errors or counts.collection_errors:
-        return run, "tests_failed", f"mesh: exit status 0, but the {probe.runner} report says {counts.line()}", False
+        return run, "tests_failed", f"mesh: exit status 0, but the {probe.runner} report says {counts.line()}", False, shown
     if counts.ran == 0:
-        return run, "no_tests_ran", f"mesh: exit status 0, but no test ran ({counts.line()})", False
-    return run, None, checked, True
+        return run, "no_tests_ran", f"mesh: exit status 0, but no test ran ({counts.line()})", False, shown
+    return run, None, checked, True, shown
 
 
 def runner_counts_phrase(counts: Sequence[TestCounts]) -> str:

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import IO, Sequence
 
-__all__ = ["materialize_tree"]
+__all__ = ["changed_paths", "materialize_tree"]
 
 
 def _git(repo: Path, *args: str) -> bytes:
@@ -75,6 +75,18 @@ def _blobs(repo: Path, object_ids: Sequence[bytes]):
         proc.kill()
         proc.wait()
         writer.join()
+
+
+def changed_paths(repo: Path, commit: str, limit: int = 2000) -> tuple[str, ...]:
+    """The paths ``commit`` changed against its first parent (none for a root commit, or past
+    ``limit`` of them): the change under validation, whose tests get mesh's twins first."""
+    try:
+        out = _git(repo, "diff-tree", "-r", "-z", "--no-renames", "--name-only", "--no-commit-id", "--root",
+                   "--end-of-options", f"{commit}^{{commit}}")
+    except ValueError:
+        return ()
+    paths = tuple(path.decode("utf-8", "replace") for path in out.split(b"\0") if path)
+    return paths if len(paths) <= limit else ()
 
 
 def materialize_tree(repo: Path, commit: str, dest: Path) -> str:

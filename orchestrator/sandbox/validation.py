@@ -48,6 +48,7 @@ from typing import Mapping, Sequence
 
 from orchestrator.sandbox import cgroups
 from orchestrator.sandbox import bwrap as _sandbox
+from orchestrator.mutants import planting
 from orchestrator.sandbox import canaries, testcounts
 from orchestrator.sandbox.allowlist import (ARGS_PLACEHOLDER, PATH_PLACEHOLDER, explain, is_allowed, matching_template,
                                              parse_allow_entry, placeholder_args, split, stays_inside)
@@ -55,7 +56,7 @@ from orchestrator.sandbox.bwrap import Limits
 from orchestrator.sandbox.cache_layers import shown as caches_shown
 from orchestrator.sandbox.project_env import ProjectEnv
 from orchestrator.sandbox.project_view import ProjectView, carry_into
-from orchestrator.sandbox.tree_copy import materialize_tree
+from orchestrator.sandbox.tree_copy import changed_paths, materialize_tree
 from orchestrator.testruns.model import MAX_FAILURES_KEPT, Run, failures_kept
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
@@ -352,6 +353,8 @@ class _Place:
     view: ProjectView | None = None
     # The view's setup commands, resolved: (argv with the program as the sandbox sees it).
     setup: tuple[tuple[str, ...], ...] = ()
+    # The paths the commit under validation changed: their tests get mesh's twins first.
+    changed: tuple[str, ...] = ()
 
     def report_folder(self) -> tuple[Path, str]:
         """A new empty folder for one command's test report, and its path as the command sees it."""
@@ -473,7 +476,7 @@ def run_validation(
             # The sandbox's user (not root) must reach the tree copy and the identity files.
             os.chmod(scratch, 0o755)
             tree = Path(scratch) / "tree"
-            materialize_tree(cwd, commit or "HEAD", tree)
+            full = materialize_tree(cwd, commit or "HEAD", tree)
             if view is not None:
                 carry_into(view, tree)
             run_env = _with_environment(_sandbox.minimal_env(
@@ -486,7 +489,7 @@ def run_validation(
                            tree_bytes=_tree_bytes(tree), scratch=Path(scratch),
                            tree_target=view.tree_path if view and view.at_repo_path else _sandbox.SANDBOX_TREE,
                            extra_ro=tuple(program_binds(view.python.python)) if view and view.python else (),
-                           view=view)
+                           view=view, changed=changed_paths(cwd, full))
             problem = _resolve_setup(place, allow)
             if problem is not None:
                 started = time.monotonic()
@@ -579,11 +582,16 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         if narrowed is None:
             return _rejected(command, "unselectable", started, f"its runner cannot run {test_id!r} alone")
         argv = narrowed
+    # Twins of the project's own tests (``orchestrator.mutants``) and control tests whose
+    # outcome mesh knows, in the tree copy only (never the user's checkout).
+    twins = planting.plant(testcounts.runner_args(argv), testcounts.runner_of(argv, place.root), place.root,
+                           place.changed) if place.bwrap else None
+    if twins is not None and twins.args:
+        argv = [*argv, *twins.args]  # a command that names its tests runs their twins too
     # The report argument is mesh's own, added after the allowlist admitted the command.
     probe = testcounts.instrument(argv, *place.report_folder(), tree=place.root,
                                   root=place.tree_target if place.bwrap else str(place.root))
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
-    # Control tests whose outcome mesh knows, in the tree copy only (never the user's checkout).
     planted = canaries.plant(testcounts.runner_args(argv), probe.runner, place.root) if place.bwrap else None
     launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder)
     try:
@@ -594,18 +602,20 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
     finally:
         if planted is not None:
             planted.remove()
-    if planted is not None:
-        # What a person and the workers read is the project's run, not mesh's control tests.
-        result = replace(result, stdout_tail=canaries.clean_output(planted, result.stdout_tail),
-                         stderr_tail=canaries.clean_output(planted, result.stderr_tail))
+        if twins is not None:
+            twins.remove()
     shown = testcounts.shown_output(probe)
     if shown is not None:  # go test -json: its events' text, as go test -v prints it
         result = replace(result, stdout_tail=clean_output(shown[-max_output_bytes:], hidden_values))
-    run, reason, note, passed = testcounts.verdict(
-        probe, result.passed, planted, exit_code=result.exit_code if result.limit is None else None,
+    run, reason, note, passed, controls = testcounts.verdict(
+        probe, result.passed, planted, twins=twins, exit_code=result.exit_code if result.limit is None else None,
         output=f"{result.stdout_tail}\n{result.stderr_tail}")
+    if controls.names:
+        # What a person and the workers read is the project's run, not mesh's control tests.
+        result = replace(result, stdout_tail=canaries.clean_output(controls, result.stdout_tail),
+                         stderr_tail=canaries.clean_output(controls, result.stderr_tail))
     counts = run.counts() if run is not None else None
-    if reason is None and planted is None and place.bwrap and probe.runner in canaries.RUNNERS:
+    if reason is None and not note and not controls.checked and place.bwrap and probe.runner in canaries.RUNNERS:
         note = canaries.UNCHECKED
     if reason is None:
         if note:
