@@ -63,6 +63,10 @@ def test_the_broken_code_fails_without_its_lie(tmp_path):
     for command in (UNITTEST, PYTEST):
         result = _validate(_project(tmp_path / command.split()[2], _files()), command)
         assert not result.passed and result.reason is None and result.tests.failed == 2, result.stderr_tail
+        # Failures point at the user's lines, not the tree's with the twins in it.
+        shown = result.stdout_tail + result.stderr_tail + "".join(case.message for case in result.run.cases)
+        assert "test_calc.py:14" not in shown and "line 14," not in shown, shown
+        assert ("test_calc.py:11" in shown or "line 11," in shown), shown
 
 
 @pytest.mark.parametrize("command", [UNITTEST, PYTEST])
@@ -143,7 +147,8 @@ def test_a_twin_is_its_original_with_one_expected_value_changed(tmp_path):
 ])
 def test_which_tests_get_a_twin(body, twinned):
     text = f"def test_one():\n{body}"
-    new, twins = MUTATOR.twin("tests/test_x.py", text, random.Random(1), None, set(), 10)
+    assert bool(MUTATOR.candidates("tests/test_x.py", text)) is twinned
+    new, twins = MUTATOR.twin("tests/test_x.py", text, random.Random(1), frozenset({("", "test_one")}), set())
     assert bool(twins) is twinned, new
     if twinned:
         compile(new, "x", "exec")
@@ -151,7 +156,8 @@ def test_which_tests_get_a_twin(body, twinned):
 
 def test_an_expected_failure_gets_no_twin():
     text = "import pytest\n\n\n@pytest.mark.xfail\ndef test_one():\n    assert f(1) == 2\n"
-    assert MUTATOR.twin("tests/test_x.py", text, random.Random(1), None, set(), 10)[1] == []
+    assert MUTATOR.candidates("tests/test_x.py", text) == []
+    assert MUTATOR.twin("tests/test_x.py", text, random.Random(1), frozenset({("", "test_one")}), set())[1] == []
 
 
 def test_the_files_that_reach_the_change_are_twinned_first(tmp_path):
@@ -196,3 +202,34 @@ def test_a_broken_patch_whose_lie_spares_the_control_tests_does_not_close_the_ta
              " \"\"\"Temperature conversions for the weather-station firmware tools.\"\"\"\n"
              f"{added} \n ABSOLUTE_ZERO_C = -273.15\n")
     assert_blocked_as_forged(ws, forge + BROKEN_FEATURE)
+
+
+def test_tests_calling_what_the_commit_changed_are_twinned_first(tmp_path):
+    from orchestrator.sandbox.tree_copy import changed_lines
+
+    funcs = "".join(f"def f{n}(x):\n    return x + {n}\n\n\n" for n in range(60))
+    tests = "from calc import *\n\n\n" + "".join(f"def test_{n}():\n    assert f{n}(1) == {n + 1}\n\n\n"
+                                                 for n in range(60))
+    root = _project(tmp_path / "p", {"calc.py": funcs, "tests/test_calc.py": tests})
+    (root / "calc.py").write_text(funcs.replace("return x + 41", "return x + 41  # changed"))
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("GIT_")}
+    __import__("subprocess").run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                                  "-qam", "c"], check=True, env=env)
+    changed = changed_lines(root, "HEAD")
+    assert changed == {"calc.py": ((166, 1),)}
+    for seed in range(5):
+        done = planting.plant(["tests"], "pytest", root, changed, seed=seed)
+        assert "test_41" in {twin.original for twin in done.twins}  # always, among 32 of 60
+        assert len(done.twins) == 32
+        done.remove()
+
+
+def test_a_twin_a_subclass_inherits_is_known_as_one(tmp_path):
+    tests = TESTS + "\n\nclass AddAgain(Add):\n    pass\n"
+    good = _files(tests=tests)
+    good["calc.py"] = "def add(a, b):\n    return a + b\n"
+    result = _validate(_project(tmp_path / "p", good), PYTEST)
+    assert result.passed and result.reason is None, result.stderr_tail
+    assert result.tests.ran == 5 and result.tests.passed == 5
+    forged = _validate(_project(tmp_path / "f", _files(FRAME_AWARE_ASSERT, tests)), PYTEST)
+    assert forged.reason == "runner_forged"

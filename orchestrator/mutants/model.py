@@ -15,14 +15,31 @@ from typing import Protocol
 
 from orchestrator.testruns.model import Run
 
-__all__ = ["Collected", "Judgement", "MAX_LINKED", "MAX_SAMPLED", "Mutator", "Planting", "Twin", "fresh_name",
-           "judge", "plan_files"]
+__all__ = ["Candidate", "Collected", "Judgement", "MAX_LINKED", "MAX_NAMED", "MAX_SAMPLED", "Mutator", "Planting",
+           "Twin", "changed_names", "fresh_name", "judge", "plan_files"]
 
-# At most this many twins per command: in the files that reach the change (or that the command
-# names), and, when none does, in a sample of the others. Each twin costs about its original.
-MAX_LINKED = 120
-MAX_SAMPLED = 24
+# At most this many twins per command: of the tests a command names; in the files that reach
+# the change, those that call what it changed first; and, when no file reaches it, in a sample
+# of the others. A twin costs about its original, and its failure's report.
+MAX_NAMED = 200
+MAX_LINKED = 32
+MAX_SAMPLED = 12
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A line defining a function, method, type or constant, by file suffix: the names a change touches.
+_DEFINITIONS: dict[str, re.Pattern[str]] = {
+    ".py": re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)"),
+    ".go": re.compile(r"^(?:func\s+(?:\([^)]*\)\s*)?|type\s+|var\s+|const\s+)([A-Za-z_]\w*)"),
+    ".rs": re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:(?:const|async|unsafe|extern \"C\")\s+)*"
+                      r"(?:fn|struct|enum|trait|type|const|static)\s+([A-Za-z_]\w*)"),
+    ".js": re.compile(r"^\s*(?:export\s+(?:default\s+)?)?(?:async\s+)?(?:function\s*\*?\s*([A-Za-z_$][\w$]*)"
+                      r"|(?:const|let|var|class)\s+([A-Za-z_$][\w$]*))"
+                      r"|^\s*(?:static\s+|async\s+|get\s+|set\s+)*([A-Za-z_$][\w$]*)\s*\([^)]*\)\s*\{"
+                      r"|^\s*(?:module\.)?exports\.([A-Za-z_$][\w$]*)\s*="),
+}
+for _suffix in (".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".mts", ".cts"):
+    _DEFINITIONS[_suffix] = _DEFINITIONS[".js"]
+_NOT_NAMES = frozenset({"if", "for", "while", "switch", "catch", "function", "return", "constructor", "main", "init",
+                        "test", "setUp", "tearDown", "new", "default"})
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,9 @@ class Twin:
     original: str
     mutant: str
     marks: tuple[str, ...] = ()
+    # Where it went: after this line of the file as it was, this many lines.
+    at: int = 0
+    size: int = 0
 
 
 @dataclass
@@ -57,6 +77,36 @@ class Planting:
     def names(self) -> set[str]:
         return {twin.mutant for twin in self.twins}
 
+    def original_line(self, rel: str, line: int) -> int:
+        """The line of ``rel`` as it was that its line ``line`` (with the twins) is."""
+        shift = 0
+        for twin in sorted((t for t in self.twins if t.file == rel), key=lambda t: t.at):
+            if line <= twin.at + shift:
+                break
+            if line <= twin.at + shift + twin.size:
+                return twin.at  # a twin's own line: its original's end
+            shift += twin.size
+        return line - shift
+
+    def unshift(self, text: str) -> str:
+        """``text`` (output, a failure's message) with the line numbers of the files that got
+        twins given back as those files have them (``path:LINE``, ``path", line LINE``)."""
+        files = sorted({twin.file for twin in self.twins}, key=len, reverse=True)
+        if not files or not text:
+            return text
+        names = "|".join(re.escape(Path(rel).name) for rel in files)
+        pattern = re.compile(rf"((?:[\w.@+-]*/)*(?:{names}))(:|\"?, line )(\d+)")
+
+        def fix(found: re.Match[str]) -> str:
+            path = found.group(1)
+            rel = next((rel for rel in files if path == rel or path.endswith("/" + rel)
+                        or rel.endswith("/" + path) or Path(rel).name == path), None)
+            if rel is None:
+                return found.group(0)
+            return f"{path}{found.group(2)}{self.original_line(rel, int(found.group(3)))}"
+
+        return pattern.sub(fix, text)
+
 
 @dataclass(frozen=True)
 class Collected:
@@ -68,6 +118,15 @@ class Collected:
     explicit: bool = False  # the command names these files itself
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A test that can be twinned: its ``scope`` and ``name``, and the ``words`` its body uses."""
+
+    scope: str
+    name: str
+    words: frozenset[str]
+
+
 class Mutator(Protocol):
     """One language's twins (a module of this package, a row of ``table.MUTATORS``)."""
 
@@ -76,10 +135,13 @@ class Mutator(Protocol):
         None when mesh cannot know (a selection by keyword or pattern, an option that stops at the
         first failure)."""
 
-    def twin(self, rel: str, text: str, rng: random.Random, wanted: frozenset[tuple[str, str]] | None,
-             taken: set[str], limit: int) -> tuple[str, list[Twin]]:
-        """``text`` (the file ``rel``) with up to ``limit`` twins added (of ``wanted`` tests only,
-        when given), and the twins; names in ``taken`` are not used (and new ones are added)."""
+    def candidates(self, rel: str, text: str) -> list[Candidate]:
+        """The tests of ``text`` (the file ``rel``) that can be twinned."""
+
+    def twin(self, rel: str, text: str, rng: random.Random, chosen: frozenset[tuple[str, str]],
+             taken: set[str]) -> tuple[str, list[Twin]]:
+        """``text`` (the file ``rel``) with a twin of each ``chosen`` test added after it, and the
+        twins; names in ``taken`` (and the file's own) are not used, new ones are added."""
 
     def reaches(self, rel: str, text: str, changed: Sequence[str]) -> int:
         """How closely the test file ``rel`` reaches the ``changed`` files: 2 (it names a changed
@@ -121,15 +183,43 @@ def name_words(names: Sequence[str]) -> list[str]:
     return words
 
 
+def changed_names(root: Path, changed: Mapping[str, Sequence[tuple[int, int]]]) -> frozenset[str]:
+    """The names of the functions, methods, types and constants whose definitions hold (or
+    precede) the lines ``changed`` (path: hunks' line ranges in the tree at ``root``)."""
+    names: set[str] = set()
+    for rel, ranges in list(changed.items())[:200]:
+        pattern = _DEFINITIONS.get(Path(rel).suffix)
+        if pattern is None or not ranges:
+            continue
+        try:
+            lines = (root / rel).read_text(encoding="utf-8", errors="replace").splitlines()[:50_000]
+        except OSError:
+            continue
+        defined: list[tuple[int, str]] = []
+        for number, line in enumerate(lines, 1):
+            match = pattern.match(line)
+            if match is not None:
+                name = next(group for group in match.groups() if group)
+                if name not in _NOT_NAMES:
+                    defined.append((number, name))
+        for first, count in ranges:
+            last = first + max(count, 1) - 1
+            before = [name for number, name in defined if number <= first]
+            names.update(before[-1:])
+            names.update(name for number, name in defined if first <= number <= last)
+    return frozenset(names)
+
+
 def plan_files(mutator: Mutator, collected: Collected, root: Path, changed: Sequence[str],
-               rng: random.Random) -> list[tuple[str, frozenset[tuple[str, str]] | None, int]]:
-    """Which files get twins, of which tests, at most how many: the tests a command names; else
-    the files it names; else those that reach the ``changed`` files (closest first), up to
-    ``MAX_LINKED`` twins; when none reaches them, a random few of the others (``MAX_SAMPLED``)."""
+               rng: random.Random) -> tuple[list[tuple[str, frozenset[tuple[str, str]] | None]], int]:
+    """Which files' tests may get twins (with the tests a command names, by file) and how many
+    twins in all: the tests a command names; else every file it names; else the files that
+    reach the ``changed`` paths (closest first), up to ``MAX_LINKED``; when none reaches them,
+    a random order of the others, up to ``MAX_SAMPLED``."""
     if collected.named is not None:
-        return [(rel, frozenset(names), MAX_LINKED) for rel, names in collected.named.items()]
+        return [(rel, frozenset(names)) for rel, names in collected.named.items()], MAX_NAMED
     if collected.explicit:
-        return [(rel, None, MAX_LINKED) for rel in collected.files]
+        return [(rel, None) for rel in collected.files], MAX_NAMED
     ranked: list[tuple[int, str]] = []
     for rel in collected.files:
         try:
@@ -140,10 +230,10 @@ def plan_files(mutator: Mutator, collected: Collected, root: Path, changed: Sequ
         if rank:
             ranked.append((-rank, rel))
     if ranked:
-        return [(rel, None, MAX_LINKED) for _, rel in sorted(ranked)]
+        return [(rel, None) for _, rel in sorted(ranked)], MAX_LINKED
     others = list(collected.files)
     rng.shuffle(others)
-    return [(rel, None, MAX_SAMPLED) for rel in others]
+    return [(rel, None) for rel in others], MAX_SAMPLED
 
 
 @dataclass
@@ -170,6 +260,8 @@ def judge(twins: Sequence[Twin], run: Run) -> Judgement:
     status = {case.id: case.status for case in run.cases}
     seen: set[str] = set()
     for case in run.cases:
+        # A twin's name is its own in the whole tree (``planting``): wherever it shows, it is the
+        # twin (in its class, or a subclass that inherits it).
         tokens = set(_TOKEN.findall(case.id)) & by_name.keys()
         if not tokens:
             continue
@@ -188,8 +280,8 @@ def judge(twins: Sequence[Twin], run: Run) -> Judgement:
                           f" reported {case.status}" + ("" if original else f" and {original_id} not at all"))
     if out.forged is None:
         for twin in twins:
-            if twin.mutant in seen:
-                continue
+            if twin.mutant in seen or not twin.marks:
+                continue  # without its file's or package's words, another's test could be taken for it
             wanted = {twin.original, *twin.marks}
             passed = next((case.id for case in run.cases if case.status == "passed"
                            and wanted <= set(_TOKEN.findall(case.id))), None)

@@ -7,34 +7,43 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.mutants.model import Planting, plan_files
+from orchestrator.mutants.model import Candidate, Planting, changed_names, plan_files
 from orchestrator.mutants.table import MUTATORS
 
 __all__ = ["plant"]
 
+# At most this many test files are read to choose the twins among their tests.
+_MAX_FILES = 300
+_WORD = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 
-def plant(args: Sequence[str], runner: str | None, root: Path, changed: Sequence[str] = (), *,
+
+def plant(args: Sequence[str], runner: str | None, root: Path,
+          changed: Mapping[str, Sequence[tuple[int, int]]] | Sequence[str] = (), *,
           seed: int | None = None) -> Planting | None:
-    """Twins of the tests a ``runner`` given ``args`` (its own arguments) collects in the tree
-    copy at ``root``, in the files that reach the ``changed`` files (relative paths; the
-    commit's own change) or, when none does, in a sample of the others; None when mesh twins
-    no test of this runner or cannot know what the command collects."""
+    """Twins of the tests a ``runner`` started as ``args`` (the command) collects in the tree
+    copy at ``root``: of the tests the command names; else of the tests of the files that reach
+    the ``changed`` files (path: its hunks' line ranges, the commit's own change), those that
+    use a name the change defines first; else of a sample of the others. None when mesh twins no
+    test of this runner, cannot know what the command collects, or finds no test to twin."""
     mutator = MUTATORS.get(runner or "")
     if mutator is None:
         return None
     collected = mutator.collected(args, runner or "", root)
     if collected is None or not collected.files:
         return None
+    if not isinstance(changed, Mapping):
+        changed = {path: () for path in changed}
     rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
-    planting = Planting()
-    taken: set[str] = set()
-    plan = plan_files(mutator, collected, root, changed, rng)
-    budget = max((limit for _, _, limit in plan), default=0)  # all twins together, not per file
-    for rel, wanted, limit in plan:
-        if budget <= 0:
+    plan, budget = plan_files(mutator, collected, root, list(changed), rng)
+    names = changed_names(root, changed)
+    texts: dict[str, tuple[Path, bytes, str]] = {}
+    pool: list[tuple[int, int, float, str, Candidate]] = []
+    for order, (rel, wanted) in enumerate(plan[:_MAX_FILES]):
+        if len(pool) >= 4 * budget and not wanted:
             break
         path = root / rel
         if path.is_symlink() or not path.is_file():
@@ -44,13 +53,30 @@ def plant(args: Sequence[str], runner: str | None, root: Path, changed: Sequence
             text = original.decode("utf-8")
         except UnicodeDecodeError:
             continue
-        new, twins = mutator.twin(rel, text, rng, wanted, taken, min(limit, budget))
+        texts[rel] = (path, original, text)
+        for found in mutator.candidates(rel, text):
+            if wanted is not None and (found.scope, found.name) not in wanted and ("", found.name) not in wanted:
+                continue
+            pool.append((0 if found.words & names else 1, order, rng.random(), rel, found))
+    # A twin's name is new to every file the command collects: a report id holding it is the twin's.
+    taken: set[str] = set()
+    for rel in collected.files[:20_000]:
+        try:
+            taken.update(_WORD.findall((root / rel).read_bytes().decode("utf-8", "replace")))
+        except OSError:
+            continue
+    chosen: dict[str, set[tuple[str, str]]] = {}
+    for _, _, _, rel, found in sorted(pool)[:budget]:
+        chosen.setdefault(rel, set()).add((found.scope, found.name))
+    planting = Planting()
+    for rel, tests in chosen.items():
+        path, original, text = texts[rel]
+        new, twins = mutator.twin(rel, text, rng, frozenset(tests), taken)
         if not twins:
             continue
         planting.originals[path] = original
         path.write_bytes(new.encode("utf-8"))
         planting.twins.extend(twins)
-        budget -= len(twins)
     if not planting.twins:
         return None
     if collected.named is not None:

@@ -9,7 +9,7 @@ fail at its very end, after the same side effects. Tests marked as expected fail
 generator tests, are left alone. The twin goes right after its original, with its decorators
 (a parametrized test's twin is parametrized the same).
 
-May import the standard library and ``orchestrator.mutants.model`` only.
+May import the standard library, ``orchestrator.mutants`` and ``orchestrator.testruns``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.model import Collected, Twin, fresh_name, name_words
+from orchestrator.mutants.model import Candidate, Collected, Twin, fresh_name, name_words
+from orchestrator.testruns.commands import module_run, program
 
 __all__ = ["MUTATOR"]
 
@@ -156,6 +157,17 @@ def _unittest_collected(args: Sequence[str], root: Path) -> Collected | None:
     return Collected(tuple(dict.fromkeys(files)), explicit=bool(files))
 
 
+def _runner_args(argv: Sequence[str]) -> list[str]:
+    """The runner's own arguments of a command (after ``pytest`` or ``python -m pytest``/``unittest``);
+    arguments that start with neither are taken as the runner's already."""
+    if argv and program(argv) in ("pytest", "py.test"):
+        return list(argv[1:])
+    found = module_run(argv)
+    if found is not None:
+        return found[2]
+    return list(argv)
+
+
 def _literal(node: ast.AST) -> list[ast.Constant]:
     """The constants of a literal that can be changed (numbers, strings, bytes; inside a list,
     tuple or a negation)."""
@@ -231,6 +243,12 @@ def _tests(tree: ast.Module) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunct
     return out
 
 
+def _used_names(func: ast.AST) -> set[str]:
+    """The names and attributes a test's code uses."""
+    return {node.id if isinstance(node, ast.Name) else node.attr for node in ast.walk(func)
+            if isinstance(node, (ast.Name, ast.Attribute))}
+
+
 def _expected_failure(func: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[bytes]) -> bool:
     for deco in func.decorator_list:
         text = b"".join(lines[deco.lineno - 1:deco.end_lineno]).decode("utf-8", "replace")
@@ -243,24 +261,30 @@ class PythonTests:
     """pytest's and unittest's tests (``model.Mutator``)."""
 
     def collected(self, args: Sequence[str], runner: str, root: Path) -> Collected | None:
+        args = _runner_args(args)
         return _pytest_collected(args, root) if runner == "pytest" else _unittest_collected(args, root)
 
-    def twin(self, rel: str, text: str, rng: random.Random, wanted: frozenset[tuple[str, str]] | None,
-             taken: set[str], limit: int) -> tuple[str, list[Twin]]:
+    def candidates(self, rel: str, text: str) -> list[Candidate]:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return []
+        lines = text.encode("utf-8").splitlines(keepends=True)
+        return [Candidate(scope, func.name, frozenset(_used_names(func))) for scope, func in _tests(tree)
+                if not _expected_failure(func, lines) and _final_assertion(func)]
+
+    def twin(self, rel: str, text: str, rng: random.Random, chosen: frozenset[tuple[str, str]],
+             taken: set[str]) -> tuple[str, list[Twin]]:
         try:
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
             return text, []
         lines = text.encode("utf-8").splitlines(keepends=True)
         tests = _tests(tree)
-        taken.update(name for _, func in tests for name in [func.name])
         taken.update(re.findall(r"[A-Za-z_]\w*", text))
         words = name_words([func.name for _, func in tests])
-        eligible = [(scope, func) for scope, func in tests
-                    if (wanted is None or (scope, func.name) in wanted or ("", func.name) in wanted)
+        eligible = [(scope, func) for scope, func in tests if (scope, func.name) in chosen
                     and not _expected_failure(func, lines) and _final_assertion(func)]
-        if len(eligible) > limit:
-            eligible = sorted(rng.sample(eligible, limit), key=lambda item: item[1].lineno)
         stem = Path(rel).stem
         inserts: list[tuple[int, bytes]] = []
         twins: list[Twin] = []
@@ -288,7 +312,8 @@ class PythonTests:
             if not body.endswith(b"\n"):
                 body += b"\n"
             inserts.append((func.end_lineno, b"\n" + body))
-            twins.append(Twin(rel, scope, func.name, mutant, tuple(part for part in (stem, scope) if part)))
+            twins.append(Twin(rel, scope, func.name, mutant, tuple(part for part in (stem, scope) if part),
+                              at=func.end_lineno, size=body.count(b"\n") + 1))
         if not twins:
             return text, []
         out = list(lines)
@@ -319,7 +344,7 @@ class PythonTests:
         if not modules:
             return 0
         imported: set[str] = set()
-        for match in re.finditer(r"^\s*from\s+([\w.]+)\s+import\s+\(?([\w\s,]+)", text, re.M):
+        for match in re.finditer(r"^\s*from\s+([\w.]+)\s+import\s+\(?([\w\s,*]+)", text, re.M):
             imported.add(match.group(1))
             imported.update(f"{match.group(1)}.{name.strip()}" for name in match.group(2).split(",") if name.strip())
         for match in re.finditer(r"^\s*import\s+([\w., ]+)", text, re.M):

@@ -6,7 +6,7 @@ May import the standard library and ``orchestrator.mutants`` only.
 
 from __future__ import annotations
 
-from orchestrator.mutants import python_tests
+from orchestrator.mutants import go_tests, python_tests
 from orchestrator.mutants.model import Mutator
 
 __all__ = ["MUTATORS"]
@@ -14,4 +14,5 @@ __all__ = ["MUTATORS"]
 MUTATORS: dict[str, Mutator] = {
     "pytest": python_tests.MUTATOR,
     "unittest": python_tests.MUTATOR,
+    "go test": go_tests.MUTATOR,
 }

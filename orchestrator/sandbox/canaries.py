@@ -306,10 +306,30 @@ def clean_output(shown: Shown, text: str) -> str:
         if dropping or mine.search(line):
             continue
         out.append(_recount(line, counts))
+    out = _without_progress_marks(out, counts)
     # Section headers left with nothing under them (pytest's FAILURES when only mesh's failed).
     return "\n".join(line for index, line in enumerate(out)
                      if not (_EMPTY_SECTION.match(line) and (index + 1 == len(out) or out[index + 1].startswith("=")
                                                              or _PYTEST_SUMMARY.match(out[index + 1].strip()))))
+
+
+_PROGRESS = re.compile(r"^(?P<file>\S+\.py )?(?P<marks>[.FEsxX]+)(?P<rest>\s+\[\s*\d+%\])?$")
+
+
+def _without_progress_marks(lines: list[str], counts: Mapping[str, int]) -> list[str]:
+    """Progress lines (pytest's ``..F.s [ 40%]``, unittest's ``..F.``) without the marks of
+    mesh's failed tests, when every ``F`` and ``E`` in them is mesh's (their numbers match)."""
+    found = {index: _PROGRESS.match(line.strip()) for index, line in enumerate(lines)}
+    rows = {index: match for index, match in found.items() if match is not None}
+    failed = sum(match.group("marks").count("F") for match in rows.values())
+    errors = sum(match.group("marks").count("E") for match in rows.values())
+    if not (failed or errors) or failed != counts.get("failed", 0) or errors != counts.get("errors", 0):
+        return lines
+    out = list(lines)
+    for index, match in rows.items():
+        marks = match.group("marks").replace("F", "").replace("E", "")
+        out[index] = f"{match.group('file') or ''}{marks}{match.group('rest') or ''}" if marks else ""
+    return [line for index, line in enumerate(out) if line or index not in rows]
 
 
 def _recount(line: str, counts: Mapping[str, int]) -> str:

@@ -237,13 +237,14 @@ def read_report(probe: Probe) -> TestCounts | None:
     return None if run is None else run.counts()
 
 
-def shown_output(probe: Probe) -> str | None:
+def shown_output(probe: Probe, hidden: frozenset[str] = frozenset()) -> str | None:
     """What a person reads of a ``stdout`` reader's output when it is not the runner's plain
-    text (``go test -json``: its events' text again); None to show the output as it is."""
+    text (``go test -json``: its events' text again, without the ``hidden`` tests, mesh's
+    own); None to show the output as it is."""
     shown = getattr(probe.reader, "shown", None)
     if probe.capture is None or shown is None or probe.capture.overflowed:
         return None
-    return shown(bytes(probe.capture.data))
+    return shown(bytes(probe.capture.data), hidden) if hidden else shown(bytes(probe.capture.data))
 
 
 def junit_outcomes(data: bytes) -> dict[tuple[str, str], str]:

@@ -10,12 +10,13 @@ May import what ``orchestrator.sandbox`` may.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 from pathlib import Path
 from typing import IO, Sequence
 
-__all__ = ["changed_paths", "materialize_tree"]
+__all__ = ["changed_lines", "materialize_tree"]
 
 
 def _git(repo: Path, *args: str) -> bytes:
@@ -77,16 +78,35 @@ def _blobs(repo: Path, object_ids: Sequence[bytes]):
         writer.join()
 
 
-def changed_paths(repo: Path, commit: str, limit: int = 2000) -> tuple[str, ...]:
-    """The paths ``commit`` changed against its first parent (none for a root commit, or past
-    ``limit`` of them): the change under validation, whose tests get mesh's twins first."""
+def changed_lines(repo: Path, commit: str, limit: int = 2000) -> dict[str, tuple[tuple[int, int], ...]]:
+    """What ``commit`` changed against its first parent (everything, for a root commit): each
+    path with the line ranges (first line, count) its hunks cover in the new file; {} past
+    ``limit`` paths or 4 MiB of diff. The change under validation: its tests get mesh's twins
+    first."""
     try:
-        out = _git(repo, "diff-tree", "-r", "-z", "--no-renames", "--name-only", "--no-commit-id", "--root",
-                   "--end-of-options", f"{commit}^{{commit}}")
+        out = _git(repo, "diff-tree", "-r", "-p", "-U0", "--no-renames", "--no-color", "--no-ext-diff",
+                   "--no-textconv", "--no-commit-id", "--root", "--end-of-options", f"{commit}^{{commit}}")
     except ValueError:
-        return ()
-    paths = tuple(path.decode("utf-8", "replace") for path in out.split(b"\0") if path)
-    return paths if len(paths) <= limit else ()
+        return {}
+    if len(out) > 4 << 20:
+        return {}
+    found: dict[str, list[tuple[int, int]]] = {}
+    path = None
+    for line in out.split(b"\n"):
+        if line.startswith(b"diff --git "):
+            path = None
+        elif line.startswith(b"+++ "):
+            name = line[4:].decode("utf-8", "replace")
+            path = name[2:] if name.startswith("b/") else None
+            if path is not None:
+                found.setdefault(path, [])
+        elif line.startswith(b"@@ ") and path is not None:
+            hunk = re.match(rb"@@ -\S+ \+(\d+)(?:,(\d+))? @@", line)
+            if hunk is not None:
+                found[path].append((int(hunk.group(1)), int(hunk.group(2) or 1)))
+        if len(found) > limit:
+            return {}
+    return {name: tuple(ranges) for name, ranges in found.items()}
 
 
 def materialize_tree(repo: Path, commit: str, dest: Path) -> str:

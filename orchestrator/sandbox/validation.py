@@ -34,6 +34,7 @@ found by the project's toolchains. The allowlist itself is ``orchestrator.sandbo
 from __future__ import annotations
 
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -49,6 +50,7 @@ from typing import Mapping, Sequence
 from orchestrator.sandbox import cgroups
 from orchestrator.sandbox import bwrap as _sandbox
 from orchestrator.mutants import planting
+from orchestrator.mutants.table import MUTATORS
 from orchestrator.sandbox import canaries, testcounts
 from orchestrator.sandbox.allowlist import (ARGS_PLACEHOLDER, PATH_PLACEHOLDER, explain, is_allowed, matching_template,
                                              parse_allow_entry, placeholder_args, split, stays_inside)
@@ -56,7 +58,7 @@ from orchestrator.sandbox.bwrap import Limits
 from orchestrator.sandbox.cache_layers import shown as caches_shown
 from orchestrator.sandbox.project_env import ProjectEnv
 from orchestrator.sandbox.project_view import ProjectView, carry_into
-from orchestrator.sandbox.tree_copy import changed_paths, materialize_tree
+from orchestrator.sandbox.tree_copy import changed_lines, materialize_tree
 from orchestrator.testruns.model import MAX_FAILURES_KEPT, Run, failures_kept
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
@@ -353,8 +355,9 @@ class _Place:
     view: ProjectView | None = None
     # The view's setup commands, resolved: (argv with the program as the sandbox sees it).
     setup: tuple[tuple[str, ...], ...] = ()
-    # The paths the commit under validation changed: their tests get mesh's twins first.
-    changed: tuple[str, ...] = ()
+    # What the commit under validation changed (path: its hunks' line ranges): their tests get
+    # mesh's twins first.
+    changed: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def report_folder(self) -> tuple[Path, str]:
         """A new empty folder for one command's test report, and its path as the command sees it."""
@@ -489,7 +492,7 @@ def run_validation(
                            tree_bytes=_tree_bytes(tree), scratch=Path(scratch),
                            tree_target=view.tree_path if view and view.at_repo_path else _sandbox.SANDBOX_TREE,
                            extra_ro=tuple(program_binds(view.python.python)) if view and view.python else (),
-                           view=view, changed=changed_paths(cwd, full))
+                           view=view, changed=changed_lines(cwd, full))
             problem = _resolve_setup(place, allow)
             if problem is not None:
                 started = time.monotonic()
@@ -546,6 +549,24 @@ def run_configured(commands: Sequence[str], cfg, *, cwd: Path, commit: str | Non
                           select=select)
 
 
+# How much more of a command's output is kept while mesh's own tests' failures are in it.
+_CONTROLS_OUTPUT = 2 << 20
+_TRUNCATED = re.compile(r"^\[\.\.\. (\d+) bytes truncated \.\.\.\]\n")
+
+
+def _recut(text: str, limit: int) -> str:
+    """``text`` (an output tail, perhaps headed by what was dropped) cut to its last ``limit``
+    bytes, headed by all that was dropped."""
+    found = _TRUNCATED.match(text)
+    dropped = int(found.group(1)) if found else 0
+    body = text[found.end():] if found else text
+    data = body.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    dropped += len(data) - limit
+    return f"[... {dropped} bytes truncated ...]\n{data[-limit:].decode('utf-8', errors='replace')}"
+
+
 def _where_searched(name: str, place: _Place) -> str:
     """Where a bare program name was looked for, and the name that is there when ``python`` is
     not: a shell finds programs the sandbox does not show (a pyenv shim, a user's own bin)."""
@@ -584,8 +605,8 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         argv = narrowed
     # Twins of the project's own tests (``orchestrator.mutants``) and control tests whose
     # outcome mesh knows, in the tree copy only (never the user's checkout).
-    twins = planting.plant(testcounts.runner_args(argv), testcounts.runner_of(argv, place.root), place.root,
-                           place.changed) if place.bwrap else None
+    twins = planting.plant(argv, testcounts.runner_of(argv, place.root), place.root, place.changed) \
+        if place.bwrap else None
     if twins is not None and twins.args:
         argv = [*argv, *twins.args]  # a command that names its tests runs their twins too
     # The report argument is mesh's own, added after the allowlist admitted the command.
@@ -594,17 +615,19 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
     planted = canaries.plant(testcounts.runner_args(argv), probe.runner, place.root) if place.bwrap else None
     launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder)
+    # mesh's own tests' failures are taken out of the output: keep more of it, cut it after.
+    kept_bytes = max_output_bytes + (_CONTROLS_OUTPUT if twins is not None or planted is not None else 0)
     try:
         result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=probe.environment(place.env),
                           timeout_s=timeout_s,
-                          max_output_bytes=max_output_bytes, started=started, limits=place.limits,
+                          max_output_bytes=kept_bytes, started=started, limits=place.limits,
                           confine=place.bwrap is not None, hidden_values=hidden_values, capture=probe.capture)
     finally:
         if planted is not None:
             planted.remove()
         if twins is not None:
             twins.remove()
-    shown = testcounts.shown_output(probe)
+    shown = testcounts.shown_output(probe, frozenset(twins.names()) if twins is not None else frozenset())
     if shown is not None:  # go test -json: its events' text, as go test -v prints it
         result = replace(result, stdout_tail=clean_output(shown[-max_output_bytes:], hidden_values))
     run, reason, note, passed, controls = testcounts.verdict(
@@ -614,8 +637,17 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         # What a person and the workers read is the project's run, not mesh's control tests.
         result = replace(result, stdout_tail=canaries.clean_output(controls, result.stdout_tail),
                          stderr_tail=canaries.clean_output(controls, result.stderr_tail))
+    if twins is not None:
+        # Line numbers as the user's files have them, not as the twins moved them.
+        result = replace(result, stdout_tail=twins.unshift(result.stdout_tail),
+                         stderr_tail=twins.unshift(result.stderr_tail))
+        run = run.with_messages(twins.unshift) if run is not None else None
+    if kept_bytes != max_output_bytes:
+        result = replace(result, stdout_tail=_recut(result.stdout_tail, max_output_bytes),
+                         stderr_tail=_recut(result.stderr_tail, max_output_bytes))
     counts = run.counts() if run is not None else None
-    if reason is None and not note and not controls.checked and place.bwrap and probe.runner in canaries.RUNNERS:
+    if reason is None and not note and not controls.checked and place.bwrap and (
+            probe.runner in canaries.RUNNERS or probe.runner in MUTATORS):
         note = canaries.UNCHECKED
     if reason is None:
         if note:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from redact import scrub
 from redact.controls import strip_terminal
@@ -182,6 +182,11 @@ class Run:
         """This run without the cases whose id is in ``ids`` (mesh's own control tests)."""
         return Run(self.runner, [case for case in self.cases if case.id not in ids], list(self.collection_errors),
                    self.reported, [test for test in self.flaky if test not in ids])
+
+    def with_messages(self, change: Callable[[str], str]) -> Run:
+        """This run with each failure's message passed through ``change``."""
+        cases = [Case(c.id, c.status, c.duration_s, change(c.message)) if c.message else c for c in self.cases]
+        return Run(self.runner, cases, list(self.collection_errors), self.reported, list(self.flaky))
 
     def relative_to(self, root: str) -> Run:
         """This run with ``root/`` taken out of its messages (a stack frame's absolute path in the

@@ -1,0 +1,214 @@
+"""Reading brace languages (Go, Rust, JavaScript and TypeScript) well enough to copy a test.
+
+``mask`` blanks comments and the inside of string literals (same length, newlines kept), so
+that braces, parentheses and keywords are found in code only, and lists each string literal's
+span; ``block_end`` finds a block's closing brace; ``last_statement`` the start of a block's
+last top-level statement; ``split_args`` a call's arguments. A literal is changed in its own
+style by ``changed_literal``.
+
+May import the standard library only.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+__all__ = ["Masked", "block_end", "changed_literal", "last_statement", "mask", "split_args"]
+
+_NUMBER = re.compile(r"(?<![\w.])(\d[\d_]*)(\.\d+)?(?![\w.])")
+
+
+@dataclass(frozen=True)
+class Masked:
+    """``text`` with comments blanked and string literals' insides blanked (``code``), and the
+    spans of the string literals (start, end: the quotes included)."""
+
+    code: str
+    strings: tuple[tuple[int, int], ...]
+
+    def string_at(self, start: int, end: int) -> bool:
+        """Whether ``start``..``end`` (stripped of spaces) is exactly one string literal."""
+        return (start, end) in self.strings
+
+
+def _blank(chars: list[str], start: int, end: int) -> None:
+    for index in range(start, end):
+        if chars[index] != "\n":
+            chars[index] = " "
+
+
+def mask(text: str, lang: str) -> Masked:
+    """``text`` (``lang``: go, rust or js) masked: comments blanked; each string literal kept as
+    its quotes around blanks. Template literals' substitutions (js) are blanked with them."""
+    chars = list(text)
+    strings: list[tuple[int, int]] = []
+    index, size = 0, len(text)
+    last_code = ""  # the last character of code before here (a JS regex literal follows an operator)
+    while index < size:
+        ch = text[index]
+        two = text[index:index + 2]
+        if two == "//":
+            end = text.find("\n", index)
+            end = size if end < 0 else end
+            _blank(chars, index, end)
+            index = end
+            continue
+        if two == "/*":
+            depth, end = 1, index + 2
+            while end < size and depth:
+                if lang == "rust" and text.startswith("/*", end):
+                    depth, end = depth + 1, end + 2
+                elif text.startswith("*/", end):
+                    depth, end = depth - 1, end + 2
+                else:
+                    end += 1
+            _blank(chars, index, end)
+            index = end
+            continue
+        end = _literal_end(text, index, lang, last_code)
+        if end is not None:
+            strings.append((index, end))
+            _blank(chars, index + 1, end - 1)
+            index = end
+            last_code = '"'
+            continue
+        if not ch.isspace():
+            last_code = ch
+        index += 1
+    return Masked("".join(chars), tuple(strings))
+
+
+def _literal_end(text: str, index: int, lang: str, last_code: str) -> int | None:
+    """Where the string (or rune, or JS regex) literal starting at ``index`` ends; None when
+    none starts there."""
+    ch = text[index]
+    if lang == "rust":
+        raw = re.match(r'b?r(#*)"', text[index:index + 300])
+        if raw and (index == 0 or not (text[index - 1].isalnum() or text[index - 1] == "_")):
+            close = '"' + raw.group(1)
+            end = text.find(close, index + raw.end())
+            return len(text) if end < 0 else end + len(close)
+        if ch == "b" and text[index + 1:index + 2] in ('"', "'") and (index == 0 or not text[index - 1].isalnum()):
+            inner = _literal_end(text, index + 1, lang, last_code)
+            return inner
+        if ch == "'":
+            found = re.match(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'\n])'", text[index:index + 16])
+            return index + found.end() if found else None  # else a lifetime: 'a
+    if lang == "go" and ch == "`":
+        end = text.find("`", index + 1)
+        return len(text) if end < 0 else end + 1
+    if lang == "js" and ch == "`":
+        return _template_end(text, index)
+    if lang == "js" and ch == "/" and last_code in "(,=:[!&|?{};+-*%<>~^" and text[index + 1:index + 2] not in "/*":
+        found = re.match(r"/(?:\\.|\[(?:\\.|[^\]\\\n])*\]|[^/\\\n\[])+/[a-z]*", text[index:index + 2000])
+        return index + found.end() if found else None
+    if ch in ('"', "'") and (ch == '"' or lang in ("js", "go")):
+        end = index + 1
+        while end < len(text) and text[end] != ch and text[end] != "\n":
+            end += 2 if text[end] == "\\" else 1
+        return min(end + 1, len(text))
+    return None
+
+
+def _template_end(text: str, index: int) -> int:
+    end = index + 1
+    while end < len(text):
+        if text[end] == "\\":
+            end += 2
+        elif text[end] == "`":
+            return end + 1
+        elif text.startswith("${", end):
+            depth, end = 1, end + 2
+            while end < len(text) and depth:
+                if text[end] == "`":
+                    end = _template_end(text, end)
+                    continue
+                depth += {"{": 1, "}": -1}.get(text[end], 0)
+                end += 1
+        else:
+            end += 1
+    return len(text)
+
+
+def block_end(code: str, open_at: int) -> int | None:
+    """The index of the brace closing the one at ``open_at`` in masked ``code``."""
+    depth = 0
+    for index in range(open_at, len(code)):
+        if code[index] == "{":
+            depth += 1
+        elif code[index] == "}":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def last_statement(code: str, start: int, end: int) -> int | None:
+    """Where the last statement of the block between ``start`` and ``end`` (masked ``code``,
+    inside its braces) begins: the last line that begins outside any bracket and is not blank."""
+    depth, found, line_start = 0, None, True
+    for index in range(start, end):
+        ch = code[index]
+        if line_start and depth == 0 and not ch.isspace():
+            found = index
+        if ch == "\n":
+            line_start = True
+            continue
+        if not ch.isspace():
+            line_start = False
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+    return found
+
+
+def split_args(code: str, open_paren: int) -> list[tuple[int, int]] | None:
+    """The spans of the arguments of the call whose ``(`` is at ``open_paren`` (masked ``code``),
+    stripped of spaces; None when unbalanced."""
+    depth, spans, begin = 0, [], open_paren + 1
+    for index in range(open_paren, len(code)):
+        ch = code[index]
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+            if depth == 0:
+                spans.append((begin, index))
+                break
+        elif ch == "," and depth == 1:
+            spans.append((begin, index))
+            begin = index + 1
+    else:
+        return None
+    out = []
+    for first, last in spans:
+        while first < last and code[first].isspace():
+            first += 1
+        while last > first and code[last - 1].isspace():
+            last -= 1
+        if last > first:
+            out.append((first, last))
+    return out
+
+
+def changed_literal(text: str, start: int, end: int, masked: Masked, rng: random.Random, lang: str) -> str | None:
+    """The source of the literal at ``start``..``end`` of ``text`` changed in its own style: a
+    character added inside a string, a small integer moved up (a large one down, so it keeps its
+    type's range), a decimal number moved; None when it is no literal mesh changes."""
+    segment = text[start:end]
+    if masked.string_at(start, end):
+        quote = len(segment) - len(segment.rstrip('"`\'#'))
+        if quote == 0 or (lang != "js" and segment.startswith(("'", "b'"))):
+            return None  # a rune or char: one character, not to grow
+        return segment[:len(segment) - quote] + rng.choice("abcdefghkmnprstuvwxyz") + segment[len(segment) - quote:]
+    number = _NUMBER.fullmatch(segment)
+    if number is None:
+        return None
+    shift = rng.randint(1, 9)
+    if number.group(2) is not None:
+        return f"{float(segment.replace('_', '')) + shift}"
+    value = int(segment.replace("_", ""))
+    return str(value + shift if value < 100 else value - shift)
