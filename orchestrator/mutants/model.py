@@ -15,7 +15,7 @@ from typing import Protocol
 
 from orchestrator.testruns.model import Run
 
-__all__ = ["Candidate", "Collected", "Judgement", "MAX_LINKED", "MAX_NAMED", "MAX_SAMPLED", "Mutator", "Planting",
+__all__ = ["Candidate", "Collected", "Taken", "Judgement", "MAX_LINKED", "MAX_NAMED", "MAX_SAMPLED", "Mutator", "Planting",
            "Twin", "changed_names", "fresh_name", "judge", "plan_files"]
 
 # At most this many twins per command: of the tests a command names; in the files that reach
@@ -24,7 +24,7 @@ __all__ = ["Candidate", "Collected", "Judgement", "MAX_LINKED", "MAX_NAMED", "MA
 MAX_NAMED = 200
 MAX_LINKED = 32
 MAX_SAMPLED = 12
-_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 # A line defining a function, method, type or constant, by file suffix: the names a change touches.
 _DEFINITIONS: dict[str, re.Pattern[str]] = {
     ".py": re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)"),
@@ -108,6 +108,22 @@ class Planting:
         return pattern.sub(fix, text)
 
 
+class Taken(set):
+    """Names no twin may take: every word of the files a command collects (a twin's name is new
+    to all of them, so a report id holding it is the twin's), and those texts themselves (a
+    title with spaces must be no part of any)."""
+
+    def __init__(self, corpus: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.corpus = list(corpus)
+        for text in self.corpus:
+            self.update(_TOKEN.findall(text))
+
+    def free(self, name: str) -> bool:
+        """Whether ``name`` may be taken: no name taken, no part of any collected text."""
+        return name not in self and not any(name in text for text in self.corpus)
+
+
 @dataclass(frozen=True)
 class Collected:
     """The test files (relative to the tree) a command collects, in order, and, when the command
@@ -165,7 +181,7 @@ def fresh_name(rng: random.Random, original: str, words: Sequence[str], taken: s
         else:
             body = "_".join(part.lower() for part in parts)
         name = f"{prefix}{body}"
-        if name not in taken and name.isidentifier():
+        if name.isidentifier() and (taken.free(name) if isinstance(taken, Taken) else name not in taken):
             taken.add(name)
             return name
     name = f"{prefix}{'_'.join(rng.choice(pool) for _ in range(3))}_{rng.randint(2, 999)}"
@@ -259,20 +275,21 @@ def judge(twins: Sequence[Twin], run: Run) -> Judgement:
     by_name = {twin.mutant: twin for twin in twins}
     status = {case.id: case.status for case in run.cases}
     seen: set[str] = set()
+    named = re.compile(r"(?<![A-Za-z0-9_$])(" + "|".join(re.escape(name) for name in sorted(by_name, key=len, reverse=True))
+                       + r")(?![A-Za-z0-9_$])")
     for case in run.cases:
-        # A twin's name is its own in the whole tree (``planting``): wherever it shows, it is the
-        # twin (in its class, or a subclass that inherits it).
-        tokens = set(_TOKEN.findall(case.id)) & by_name.keys()
-        if not tokens:
+        # A twin's name (or title) is new to every file the command collects (``planting``):
+        # wherever it shows, it is the twin (in its class, or a subclass that inherits it).
+        found = named.search(case.id)
+        if found is None:
             continue
-        twin = by_name[sorted(tokens)[0]]
+        twin = by_name[found.group(1)]
         seen.add(twin.mutant)
         out.ids.add(case.id)
         out.reported += 1
         if case.status in ("failed", "errored"):
             out.failed += 1
-        original_id = re.sub(rf"(?<![A-Za-z0-9_]){re.escape(twin.mutant)}(?![A-Za-z0-9_])", twin.original.replace("\\", "\\\\"),
-                             case.id, count=1)
+        original_id = case.id[:found.start(1)] + twin.original + case.id[found.end(1):]
         original = status.get(original_id)
         if out.forged is None and ((original == "passed" and case.status in ("passed", "skipped"))
                                    or (original is None and case.status == "passed")):

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import os
 import random
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.mutants.model import Candidate, Planting, changed_names, plan_files
+from orchestrator.mutants.model import Candidate, Planting, Taken, changed_names, plan_files
 from orchestrator.mutants.table import MUTATORS
 
 __all__ = ["plant"]
 
 # At most this many test files are read to choose the twins among their tests.
 _MAX_FILES = 300
-_WORD = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 
 
 def plant(args: Sequence[str], runner: str | None, root: Path,
@@ -59,12 +57,13 @@ def plant(args: Sequence[str], runner: str | None, root: Path,
                 continue
             pool.append((0 if found.words & names else 1, order, rng.random(), rel, found))
     # A twin's name is new to every file the command collects: a report id holding it is the twin's.
-    taken: set[str] = set()
+    corpus = []
     for rel in collected.files[:20_000]:
         try:
-            taken.update(_WORD.findall((root / rel).read_bytes().decode("utf-8", "replace")))
+            corpus.append(texts[rel][2] if rel in texts else (root / rel).read_bytes().decode("utf-8", "replace"))
         except OSError:
             continue
+    taken = Taken(corpus)
     chosen: dict[str, set[tuple[str, str]]] = {}
     for _, _, _, rel, found in sorted(pool)[:budget]:
         chosen.setdefault(rel, set()).add((found.scope, found.name))

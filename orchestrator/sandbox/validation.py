@@ -654,6 +654,6 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
             result = replace(result, stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
         # An honest run with control tests exits 1 (they must fail): it counts as the exit 0 it is.
         return replace(result, tests=counts, run=run, passed=passed,
-                       exit_code=0 if passed and result.exit_code == 1 else result.exit_code)
+                       exit_code=0 if passed else result.exit_code)
     return replace(result, tests=counts, run=run, passed=False, reason=reason,
                    stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
