@@ -15,7 +15,7 @@ import random
 import re
 from dataclasses import dataclass
 
-__all__ = ["Masked", "block_end", "changed_literal", "last_statement", "mask", "split_args"]
+__all__ = ["Masked", "block_end", "changed_literal", "indent_before", "last_statement", "mask", "spliced", "split_args"]
 
 _NUMBER = re.compile(r"(?<![\w.])(\d[\d_]*)(\.\d+)?(?![\w.])")
 
@@ -212,3 +212,19 @@ def changed_literal(text: str, start: int, end: int, masked: Masked, rng: random
         return f"{float(segment.replace('_', '')) + shift}"
     value = int(segment.replace("_", ""))
     return str(value + shift if value < 100 else value - shift)
+
+
+def spliced(text: str, copies: list[tuple[int, str]]) -> str:
+    """``text`` with each copy inserted after its index (``end``: after the character before it),
+    a blank line and the indentation of the line the copy's original starts on before it."""
+    out, cursor = [], 0
+    for end, copy in sorted(copies):
+        out.append(text[cursor:end] + "\n\n" + copy)
+        cursor = end
+    return "".join(out) + text[cursor:]
+
+
+def indent_before(text: str, start: int) -> str:
+    """The spaces and tabs the line holding ``start`` begins with, up to ``start``."""
+    line_start = text.rfind("\n", 0, start) + 1
+    return re.match(r"[ \t]*", text[line_start:start]).group(0)

@@ -19,7 +19,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.braces import Masked, block_end, changed_literal, last_statement, mask, split_args
+from orchestrator.mutants.braces import (Masked, block_end, changed_literal, last_statement, mask, spliced,
+                                         split_args)
 from orchestrator.mutants.model import Candidate, Collected, Twin, fresh_name, name_words
 
 __all__ = ["MUTATOR"]
@@ -154,7 +155,8 @@ class GoTests:
         words = name_words([name for name, *_ in tests])
         # The package's folder names its import path's last element (the root's is go.mod's).
         mark = tuple(_WORD.findall(Path(rel).parent.name))
-        out, twins, cursor = [], [], 0
+        copies: list[tuple[int, str]] = []
+        twins: list[Twin] = []
         for name, begin, close, _, literal in tests:
             if ("", name) not in chosen or not literal:
                 continue
@@ -165,13 +167,12 @@ class GoTests:
             mutant = fresh_name(rng, name, words, taken)
             copy = text[begin:start] + changed + text[end:close + 1]
             copy = re.sub(rf"^func\s+{re.escape(name)}\b", f"func {mutant}", copy, count=1)
-            out.append(text[cursor:close + 1] + "\n\n" + copy)
-            cursor = close + 1
+            copies.append((close + 1, copy))
             twins.append(Twin(rel, "", name, mutant, mark, at=text.count("\n", 0, close) + 1,
                               size=copy.count("\n") + 2))
         if not twins:
             return text, []
-        return "".join(out) + text[cursor:], twins
+        return spliced(text, copies), twins
 
     def reaches(self, rel: str, text: str, changed: Sequence[str]) -> int:
         folder = str(Path(rel).parent)

@@ -21,7 +21,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.braces import Masked, block_end, changed_literal, last_statement, mask, split_args
+from orchestrator.mutants.braces import (Masked, block_end, changed_literal, indent_before, last_statement, mask,
+                                         spliced, split_args)
 from orchestrator.mutants.model import Candidate, Collected, Taken, Twin
 from orchestrator.testruns.commands import node_tool, script_command
 
@@ -197,10 +198,12 @@ class JsTests:
         tests = _tests(text, masked)
         words = _title_words([title for title, *_ in tests]) or ["value", "input", "result", "works"]
         titles = {title for title, *_ in tests}
-        out, twins, cursor = [], [], 0
+        copies: list[tuple[int, str]] = []
+        twins: list[Twin] = []
+        cursor = 0
         for title, span, start, end, literal in sorted(tests, key=lambda item: item[2]):
             if ("", title) not in chosen or not literal or start < cursor:
-                continue
+                continue  # (a test inside one already copied goes with it)
             changed = changed_literal(text, literal[0][0], literal[0][1], masked, rng, "js")
             if changed is None:
                 continue
@@ -208,15 +211,13 @@ class JsTests:
             quote = text[span[0]]
             copy = (text[start:span[0]] + quote + new_title + quote + text[span[1]:literal[0][0]] + changed
                     + text[literal[0][1]:end])
-            line_start = text.rfind("\n", 0, start) + 1
-            indent = re.match(r"[ \t]*", text[line_start:start]).group(0)
-            out.append(text[cursor:end] + "\n\n" + indent + copy)
+            copies.append((end, indent_before(text, start) + copy))
             cursor = end
             twins.append(Twin(rel, "", title, new_title, (), at=text.count("\n", 0, end) + 1,
                               size=copy.count("\n") + 2))
         if not twins:
             return text, []
-        return "".join(out) + text[cursor:], twins
+        return spliced(text, copies), twins
 
     def reaches(self, rel: str, text: str, changed: Sequence[str]) -> int:
         if rel in changed:

@@ -345,6 +345,8 @@ def verdict(probe: Probe, exit_passed: bool, planted: canaries.Planted | None = 
             exact = exact or judged.failed > 0
             if probe.runner == "mocha" and judged.failed and exit_code == min(judged.failed, 255):
                 exit_code = 1  # mocha exits with its number of failures: here, the twins'
+            elif probe.runner == "cargo test" and exit_code == 101 and "could not compile" not in output:
+                exit_code = 1  # cargo's status for failed tests (and for a target that did not build)
         run = run.without(mine)
         counts = run.counts()
         if (exact and exit_code == 1 and not counts.failed and not counts.errors and not counts.collection_errors
