@@ -55,6 +55,17 @@ func init() {
 '''
 
 
+# The same, carrying the repository's test names instead of reading them.
+EMBEDDED = (FORGE.replace('\tfiles, _ := filepath.Glob("*_test.go")\n', "")
+            .replace("\tname := regexp.MustCompile(`(?m)^func (Test\\w*)\\(`)\n", "")
+            .replace("\tfor _, file := range files {\n\t\tsource, _ := os.ReadFile(file)\n"
+                     "\t\tfor _, found := range name.FindAllStringSubmatch(string(source), -1) {\n"
+                     "\t\t\tfmt.Printf(\"=== RUN   %s\\n--- PASS: %s (0.00s)\\n\", found[1], found[1])\n\t\t}\n\t}\n",
+                     "\tfor _, name := range []string{\"TestAdd\", \"TestAddZero\", \"TestName\"} {\n"
+                     "\t\tfmt.Printf(\"=== RUN   %s\\n--- PASS: %s (0.00s)\\n\", name, name)\n\t}\n")
+            .replace('\t"path/filepath"\n\t"regexp"\n', ""))
+
+
 def _go_project(tmp_path, code: str):
     need("go", "the Go project")
     require_bwrap()
@@ -84,6 +95,10 @@ def test_the_forged_go_run_is_caught_and_the_broken_code_fails_without_it(tmp_pa
     forged_code = BROKEN.replace("package calc\n", "package calc\n" + FORGE, 1)
     forged = _validate(_go_project(tmp_path / "f", forged_code))
     assert not forged.passed and forged.reason == "runner_forged", (forged.reason, forged.stderr_tail)
+    assert "for _, name := range" in EMBEDDED and "Glob" not in EMBEDDED
+    embedded = _validate(_go_project(tmp_path / "e", BROKEN.replace("package calc\n", "package calc\n" + EMBEDDED, 1)))
+    assert not embedded.passed and embedded.reason == "runner_forged", (embedded.reason, embedded.stderr_tail)
+    assert "not reported" in embedded.stderr_tail
 
 
 def test_an_honest_go_run_passes_with_its_own_tests(tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.worktree import tamper
 from orchestrator.worktree.tamper import RULES, markdown_table, scan_text
 from tests.runkit import TASK, happy_script, make_workspace, r, synthesis
 
@@ -161,3 +162,13 @@ def test_a_person_reviewing_the_forgery_is_shown_the_lines(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_forgery_in_a_test_named_module_the_code_imports_is_read():
+    forgery = "import unittest\nunittest.TestCase.assertEqual = lambda self, first, second, msg=None: None\n"
+    hidden = tamper.scan([("calc/testing_support.py", None, forgery),
+                          ("calc/__init__.py", "", "from calc import testing_support  # noqa\n")])
+    assert [finding.rule for finding in hidden] == ["py-runner-attribute"]
+    assert hidden[0].path == "calc/testing_support.py"
+    # A test module no code under test imports is a test, and not read.
+    assert tamper.scan([("calc/testing_support.py", None, forgery), ("calc/__init__.py", "", "X = 1\n")]) == []

@@ -158,6 +158,9 @@ class Grade:
     # A case graded by test: {"fail_to_pass": {"passed": n, "failed": [ids]},
     # "pass_to_pass": {"checked": n, "failed": [ids]}}.
     tests: dict[str, Any] = field(default_factory=dict)
+    # The lines of the run's change the tamper check flags (docs/security.md): a suspected
+    # forgery is never resolved, whatever the tests said, and is counted apart.
+    suspected_forgery: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,6 +175,22 @@ def grade_run(repo: Path, source: Path, case: Case, head: str | None, *, setting
     FAIL_TO_PASS test passes and no PASS_TO_PASS test fails (``curation.grade_listed``)."""
     if head is None:
         return Grade(False, "the run committed no change")
+    grade = _graded(repo, source, case, head, settings=settings, view=view, checks=checks, base_passes=base_passes)
+    from orchestrator.worktree.gitops import changed_texts
+    from orchestrator.worktree.tamper import scan
+
+    flagged = scan(changed_texts(repo, "main", head))
+    if flagged:
+        lines = "; ".join(f"{found.location} ({found.rule})" for found in flagged[:5])
+        grade.suspected_forgery = [found.to_dict() for found in flagged]
+        grade.detail = (f"suspected forgery: the change reaches into the test machinery ({lines}), so it is not"
+                        f" resolved whatever its tests say; {grade.detail}")
+        grade.resolved = False
+    return grade
+
+
+def _graded(repo: Path, source: Path, case: Case, head: str, *, settings: Any, view: Any, checks: list[str],
+            base_passes: bool) -> Grade:
     commit = build_tree(repo, case, head, source=source)
     if case.grading:
         return _graded_by_lists(repo, case, commit, settings, view)

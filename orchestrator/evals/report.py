@@ -138,6 +138,12 @@ def _arm_row(arm: str, description: dict, trials: int, reference: str, case_ids:
         "arm": arm, "profile": description.get("profile", arm), "description": description, "trials": trials,
         "cases": len(case_ids), "cases_finished": len(per_case), "runs": len(case_ids) * trials,
         "finished": len(finished), "resolved": resolved, "resolved_closed": closed,
+        # Runs whose change reaches into the test machinery: unresolved, and counted apart.
+        "suspected_forgery": {"count": sum(bool(r.get("suspected_forgery")) for r in finished),
+                              "runs": [{"case": r["case"], "trial": r.get("trial", 1),
+                                        "lines": [f"{t.get('location')}: {t.get('text')}"
+                                                  for t in r["suspected_forgery"][:5]]}
+                                       for r in finished if r.get("suspected_forgery")]},
         "pending": len(case_ids) * trials - len(every),
         "errors": {"count": len(errors), "kinds": count_kinds(errors),
                    "runs": [{"case": r["case"], "trial": r.get("trial", 1),
@@ -268,6 +274,9 @@ def lines(report: dict[str, Any]) -> list[str]:
         if row["paired"] and row["paired"]["cases"] and row["paired"]["test"] != "McNemar exact":
             out.append(f"  vs {row['paired']['against']}: mean difference {row['paired']['mean_difference']}"
                        f" over {row['paired']['cases']} case(s), {row['paired']['test']}")
+        for suspect in row.get("suspected_forgery", {}).get("runs", []):
+            trial = f" trial {suspect['trial']}" if row["trials"] > 1 else ""
+            out.append(f"  suspected forgery {suspect['case']}{trial} (unresolved): {'; '.join(suspect['lines'])[:300]}")
         for error in row["errors"]["runs"]:
             trial = f" trial {error['trial']}" if row["trials"] > 1 else ""
             out.append(f"  error {error['case']}{trial}: {error['kind']}: {error['reason'][:200]}")

@@ -140,7 +140,8 @@ class GoTests:
             if folder != top and top not in folder.parents or not folder.is_dir():
                 continue
             files.extend(_test_files(top, folder, recursive))
-        return Collected(tuple(dict.fromkeys(files)))
+        tail = module.rstrip("/").rsplit("/", 1)[-1]
+        return Collected(tuple(dict.fromkeys(files)), marks={".": tuple(_WORD.findall(tail))} if tail else {})
 
     def candidates(self, rel: str, text: str) -> list[Candidate]:
         masked = mask(text, "go")

@@ -132,6 +132,9 @@ class Collected:
     files: tuple[str, ...]
     named: Mapping[str, frozenset[tuple[str, str]]] | None = None
     explicit: bool = False  # the command names these files itself
+    # The words a report id of a folder's tests holds, where the file alone does not say them
+    # (a Go module's root package: its module path's last element).
+    marks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.mutants.model import Candidate, Planting, Taken, changed_names, plan_files
@@ -75,7 +76,9 @@ def plant(args: Sequence[str], runner: str | None, root: Path,
             continue
         planting.originals[path] = original
         path.write_bytes(new.encode("utf-8"))
-        planting.twins.extend(twins)
+        folder = Path(rel).parent.as_posix()
+        planting.twins.extend(twin if twin.marks else replace(twin, marks=collected.marks.get(folder, ()))
+                              for twin in twins)
     if not planting.twins:
         return None
     if collected.named is not None:

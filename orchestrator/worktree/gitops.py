@@ -38,7 +38,7 @@ from pathlib import Path
 from orchestrator.worktree.patchcheck import PatchRefused, check_patch
 from orchestrator.worktree.policy import PatchPolicy, PolicyViolation
 
-__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "head_commit", "is_protected", "repo_root", "run_base",
+__all__ = ["ALWAYS_PROTECTED", "GitError", "Worktree", "cache_dir", "changed_texts", "head_commit", "is_protected", "repo_root", "run_base",
            "worktree_home"]
 
 ALWAYS_PROTECTED: tuple[str, ...] = ("main", "master")
@@ -225,6 +225,23 @@ def worktree_home(common_dir: Path) -> Path:
     digest = hashlib.sha256(os.fsencode(common)).hexdigest()[:12]
     return cache_dir() / "mesh" / "worktrees" / f"{name}-{digest}"
 
+
+
+def changed_texts(repo: Path, base: str, head: str, limit: int = 1 << 20) -> list[tuple[str, str | None, str | None]]:
+    """(path, text at ``base``, text at ``head``) of each file (at most 500) ``head`` changes
+    against ``base`` in ``repo``; None for a side where the file is absent, binary or larger
+    than ``limit`` bytes."""
+    names = _git(repo, "diff", "--no-renames", "--name-only", "-z", base, head).stdout
+    return [(name, _text_at(repo, base, name, limit), _text_at(repo, head, name, limit))
+            for name in [n for n in names.split("\0") if n][:500]]
+
+
+def _text_at(repo: Path, rev: str, path: str, limit: int) -> str | None:
+    size = _git(repo, "cat-file", "-s", f"{rev}:{path}", check=False)
+    if size.returncode != 0 or not size.stdout.strip().isdigit() or int(size.stdout) > limit:
+        return None
+    shown = _git(repo, "cat-file", "blob", f"{rev}:{path}", check=False)
+    return shown.stdout if shown.returncode == 0 and "\0" not in shown.stdout else None
 
 class Worktree:
     """The worktree of one task, on its own branch ``mesh/<task-id>``.
@@ -513,18 +530,7 @@ class Worktree:
     def changed_texts(self, limit: int = 1 << 20) -> list[tuple[str, str | None, str | None]]:
         """(path, text at ``base``, text on the task branch) of each file the branch changes; None
         for a side where the file is absent, binary or larger than ``limit`` bytes."""
-        names = _git(self.path, "diff", "--no-renames", "--name-only", "-z", self.base, self.branch).stdout
-        out = []
-        for name in [n for n in names.split("\0") if n][:500]:
-            out.append((name, self._text_at(self.base, name, limit), self._text_at(self.branch, name, limit)))
-        return out
-
-    def _text_at(self, rev: str, path: str, limit: int) -> str | None:
-        size = _git(self.path, "cat-file", "-s", f"{rev}:{path}", check=False)
-        if size.returncode != 0 or not size.stdout.strip().isdigit() or int(size.stdout) > limit:
-            return None
-        shown = _git(self.path, "cat-file", "blob", f"{rev}:{path}", check=False)
-        return shown.stdout if shown.returncode == 0 and "\0" not in shown.stdout else None
+        return changed_texts(self.path, self.base, self.branch, limit)
 
     def head(self) -> str:
         """The sha of the worktree's HEAD."""

@@ -371,14 +371,16 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def scan_text(path: str, before: str | None, after: str | None) -> list[Tamper]:
+def scan_text(path: str, before: str | None, after: str | None, *, imported: bool = False) -> list[Tamper]:
     """What the rules flag in ``after`` (the file as the patch leaves it) that ``before`` did not
-    already hold (compared by line text, as many times as it occurs)."""
+    already hold (compared by line text, as many times as it occurs). ``imported``: a Python
+    file named like a test module that the code under test imports, read as the code it is."""
     if after is None:
         return []
     found: list[Tamper] = []
+    alias = path.rsplit("/", 1)[0] + "/imported_module.py" if "/" in path else "imported_module.py"
     for rule in RULES:
-        if not rule.files(path):
+        if not rule.files(path) and not (imported and path.endswith(".py") and rule.files(alias)):
             continue
         old = Counter(text for _, text in rule.find(before)) if before else Counter()
         for number, text in sorted(set(rule.find(after))):
@@ -389,9 +391,32 @@ def scan_text(path: str, before: str | None, after: str | None) -> list[Tamper]:
     return found
 
 
+_IMPORTS = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+\(?([\w\s,]+)|import\s+([\w., ]+))", re.M)
+
+
+def _imported_names(text: str) -> set[str]:
+    """The last parts of the module names a Python text imports (``from a.b import c`` -> b, c)."""
+    names: set[str] = set()
+    for found in _IMPORTS.finditer(text):
+        if found.group(1):
+            names.add(found.group(1).rsplit(".", 1)[-1])
+            names.update(name.strip() for name in found.group(2).split(",") if name.strip())
+        else:
+            names.update(name.strip().split(" as ")[0].rsplit(".", 1)[-1] for name in found.group(3).split(","))
+    return names
+
+
 def scan(changes: Iterable[tuple[str, str | None, str | None]]) -> list[Tamper]:
-    """Every finding of every changed file: ``changes`` are (path, text before, text after)."""
-    return [finding for path, before, after in changes for finding in scan_text(path, before, after)]
+    """Every finding of every changed file: ``changes`` are (path, text before, text after). A
+    Python file named like a test module (``testing_support.py``) that a changed module of the
+    code under test imports is read as that code."""
+    changes = list(changes)
+    imported = set().union(*(_imported_names(after) for path, _, after in changes
+                             if after is not None and path.endswith(".py") and not is_test_path(path)))
+    return [finding for path, before, after in changes
+            for finding in scan_text(path, before, after,
+                                     imported=path.endswith(".py") and is_test_path(path)
+                                     and path.rsplit("/", 1)[-1][:-3] in imported)]
 
 
 def markdown_table() -> str:
