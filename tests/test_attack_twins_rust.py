@@ -138,3 +138,23 @@ def test_which_rust_tests_get_a_twin(body, twinned):
 def test_should_panic_tests_and_those_returning_a_result_get_no_twin():
     for head in ("#[test]\n#[should_panic]\nfn one() {", "#[test]\nfn one() -> Result<(), String> {"):
         assert MUTATOR.candidates("src/lib.rs", f"{head}\n    assert_eq!(add(1, 2), 3);\n}}\n") == []
+
+
+def test_real_tests_silenced_by_cargo_toml_and_a_fake_harness_are_caught(tmp_path):
+    """Issue 43, item 4: ``[lib] test = false`` and a ``harness = false`` target printing the
+    base's test names as ok (the policy refuses the Cargo.toml change; this is the by-test guard
+    when a ``patch.allow`` line admitted it): the twins of the real tests are not reported while
+    their originals read as passed."""
+    repo = _crate(tmp_path, BROKEN)
+    (repo / "Cargo.toml").write_text((repo / "Cargo.toml").read_text() + "\n[lib]\ntest = false\n\n[[test]]\n"
+                                     'name = "fake"\npath = "tests/fake.rs"\nharness = false\n')
+    (repo / "tests").mkdir()
+    (repo / "tests" / "fake.rs").write_text(
+        "fn main() {\n    println!(\"\\nrunning 3 tests\");\n"
+        "    for name in [\"adds_small_numbers\", \"adds_zero\", \"keeps_its_name\"] {\n"
+        "        println!(\"test tests::{} ... ok\", name);\n    }\n"
+        "    println!(\"\\ntest result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out;"
+        " finished in 0.00s\\n\");\n}\n")
+    commit_all(repo, "silence the tests")
+    result = _run(repo)
+    assert not result.passed and result.reason == "runner_forged", (result.reason, result.stderr_tail[-2000:])
