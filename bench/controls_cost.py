@@ -35,10 +35,13 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.mutants import planting  # noqa: E402
 from orchestrator.sandbox import canaries  # noqa: E402
 from orchestrator.sandbox.validation import run_validation  # noqa: E402
+from orchestrator.toolchains.view import inspect  # noqa: E402
 
 PY = sys.executable
+GO_CMP = "/usr/share/gocode/src/github.com/google/go-cmp"  # Debian's golang-github-google-go-cmp-dev
 # name: (how to fetch, the file and text a task's commit changes, the test command)
 PROJECTS = {
+    "go-cmp": (["dir", GO_CMP], ("cmp/compare.go", "func Equal("), "go test ./..."),
     "more-itertools": (["pip", "download", "--no-binary", ":all:", "--no-deps", "more-itertools==11.2.1"],
                        ("more_itertools/more.py", "def chunked("),
                        f"{PY} -m pytest -q -p no:cacheprovider tests"),
@@ -49,7 +52,9 @@ PROJECTS = {
 
 
 def fetch(spec: list[str], cache: Path) -> Path:
-    """The downloaded archive (kept in ``cache``)."""
+    """The downloaded archive (kept in ``cache``), or the folder of a ``dir`` source."""
+    if spec[0] == "dir":
+        return Path(spec[1])
     cache.mkdir(parents=True, exist_ok=True)
     found = sorted(p for p in cache.iterdir() if p.suffix in (".gz", ".tgz"))
     if spec[0] == "pip":
@@ -64,8 +69,11 @@ def fetch(spec: list[str], cache: Path) -> Path:
 
 def checkout(archive: Path, change: tuple[str, str], dest: Path) -> Path:
     """``archive`` unpacked into a git repository of two commits, the second changing ``change``."""
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
+    if archive.is_dir():
+        shutil.copytree(archive, dest / archive.name, symlinks=True)
+    else:
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
     [top] = list(dest.iterdir())
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
@@ -79,8 +87,13 @@ def checkout(archive: Path, change: tuple[str, str], dest: Path) -> Path:
     path, where = change
     text = (top / path).read_text()
     start = text.index(where)
-    end = text.index("\n", text.index(":\n", start) + 2)
-    (top / path).write_text(text[:end] + "\n    # a task's change" + text[end:])
+    if path.endswith(".py"):
+        end = text.index("\n", text.index(":\n", start) + 2)
+        line = "\n    # a task's change"
+    else:
+        end = text.index("{\n", start) + 1
+        line = "\n\t// a task's change"
+    (top / path).write_text(text[:end] + line + text[end:])
     git("commit", "-qam", "task")
     return top
 
@@ -113,12 +126,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             repo = checkout(fetch(spec, args.cache), change, Path(scratch))
 
+            env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+            view = inspect(repo, None, env).view
+
             def validate() -> None:
-                [result] = run_validation([command], cwd=repo, allow=[command], timeout_s=900)
+                [result] = run_validation([command], cwd=repo, allow=[command], timeout_s=900, environment=view,
+                                          env=env)
                 assert result.passed, result.stdout_tail[-2000:] + result.stderr_tail[-2000:]
 
             def direct() -> None:
-                subprocess.run(command.split(), cwd=repo, check=True, capture_output=True)
+                # go test's own result cache would answer a direct run from memory: not a run.
+                subprocess.run(command.split(), cwd=repo, check=True, capture_output=True,
+                               env={**env, "GOFLAGS": "-mod=mod -count=1"})
 
             figures: dict[str, list[float]] = {"direct": [], "without": [], "with": []}
             for _ in range(args.runs):

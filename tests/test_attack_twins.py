@@ -233,3 +233,28 @@ def test_a_twin_a_subclass_inherits_is_known_as_one(tmp_path):
     assert result.tests.ran == 5 and result.tests.passed == 5
     forged = _validate(_project(tmp_path / "f", _files(FRAME_AWARE_ASSERT, tests)), PYTEST)
     assert forged.reason == "runner_forged"
+
+
+def test_a_twin_goes_before_or_after_its_original_and_lines_map_back(tmp_path):
+    """Which of two near-identical tests is the copy is not told by their order; either way the
+    originals' lines are given back as the user's file has them."""
+    module = tmp_path / "tests" / "test_calc.py"
+    module.parent.mkdir()
+    original = TESTS + "\n\n" + PLAIN.split("\n\n\n", 1)[1]
+    wanted = {"self.assertEqual(add(2, 3), 5)": 8, "self.assertEqual(add(0, 4), 4)": 11, "assert add(2, 3) == 5": 15,
+              "assert value == -5": 20}
+    placements = set()
+    for seed in range(12):
+        module.write_text(original)
+        done = planting.plant(["tests"], "pytest", tmp_path, ["calc.py"], seed=seed)
+        lines = module.read_text().splitlines()
+        for text, line in wanted.items():
+            [found] = [number for number, row in enumerate(lines, 1) if row.strip() == text]
+            assert done.original_line("tests/test_calc.py", found) == line, (seed, text)
+            assert done.unshift(f'tests/test_calc.py:{found}: AssertionError') == f"tests/test_calc.py:{line}: AssertionError"
+        twin = done.twins[0]
+        mutant_line = next(number for number, row in enumerate(lines, 1) if f"def {twin.mutant}(" in row)
+        original_line = next(number for number, row in enumerate(lines, 1) if f"def {twin.original}(" in row)
+        placements.add(mutant_line < original_line)
+        done.remove()
+    assert placements == {True, False}

@@ -15,7 +15,8 @@ import random
 import re
 from dataclasses import dataclass
 
-__all__ = ["Masked", "block_end", "changed_literal", "indent_before", "last_statement", "mask", "spliced", "split_args"]
+__all__ = ["Masked", "block_end", "changed_literal", "indent_before", "last_statement", "mask", "placed", "spliced",
+           "split_args"]
 
 _NUMBER = re.compile(r"(?<![\w.])(\d[\d_]*)(\.\d+)?(?![\w.])")
 
@@ -214,14 +215,24 @@ def changed_literal(text: str, start: int, end: int, masked: Masked, rng: random
     return str(value + shift if value < 100 else value - shift)
 
 
-def spliced(text: str, copies: list[tuple[int, str]]) -> str:
-    """``text`` with each copy inserted after its index (``end``: after the character before it),
-    a blank line and the indentation of the line the copy's original starts on before it."""
+def spliced(text: str, inserts: list[tuple[int, str]]) -> str:
+    """``text`` with each piece inserted at its index."""
     out, cursor = [], 0
-    for end, copy in sorted(copies):
-        out.append(text[cursor:end] + "\n\n" + copy)
-        cursor = end
+    for at, piece in sorted(inserts):
+        out.append(text[cursor:at] + piece)
+        cursor = at
     return "".join(out) + text[cursor:]
+
+
+def placed(text: str, begin: int, end: int, copy: str, before: bool) -> tuple[tuple[int, str], int, int]:
+    """Where a copy of the code at ``begin``..``end`` goes, before it or after it (a blank line
+    between), as (index, text to insert), and the line of ``text`` it follows with how many lines
+    it adds."""
+    indent = indent_before(text, begin)
+    lines = copy.count("\n") + 2
+    if before:
+        return (begin, copy + "\n\n" + indent), text.count("\n", 0, begin), lines
+    return (end, "\n\n" + indent + copy), text.count("\n", 0, end) + 1, lines
 
 
 def indent_before(text: str, start: int) -> str:

@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.braces import (Masked, block_end, changed_literal, last_statement, mask, spliced,
-                                         split_args)
+from orchestrator.mutants.braces import (Masked, block_end, changed_literal, last_statement, mask, placed,
+                                         spliced, split_args)
 from orchestrator.mutants.model import Candidate, Collected, Twin, fresh_name, name_words
 
 __all__ = ["MUTATOR"]
@@ -168,9 +168,9 @@ class GoTests:
             mutant = fresh_name(rng, name, words, taken)
             copy = text[begin:start] + changed + text[end:close + 1]
             copy = re.sub(rf"^func\s+{re.escape(name)}\b", f"func {mutant}", copy, count=1)
-            copies.append((close + 1, copy))
-            twins.append(Twin(rel, "", name, mutant, mark, at=text.count("\n", 0, close) + 1,
-                              size=copy.count("\n") + 2))
+            insert, at, size = placed(text, begin, close + 1, copy, rng.random() < 0.5)
+            copies.append(insert)
+            twins.append(Twin(rel, "", name, mutant, mark, at=at, size=size))
         if not twins:
             return text, []
         return spliced(text, copies), twins

@@ -21,9 +21,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.braces import (Masked, block_end, changed_literal, indent_before, last_statement, mask,
-                                         spliced, split_args)
-from orchestrator.mutants.model import Candidate, Collected, Taken, Twin
+from orchestrator.mutants.braces import (Masked, block_end, changed_literal, last_statement, mask, placed, spliced,
+                                         split_args)
+from orchestrator.mutants.model import Candidate, Collected, Taken, Twin, mixed_words
 from orchestrator.testruns.commands import node_tool, script_command
 
 __all__ = ["MUTATOR"]
@@ -207,14 +207,14 @@ class JsTests:
             changed = changed_literal(text, literal[0][0], literal[0][1], masked, rng, "js")
             if changed is None:
                 continue
-            new_title = _fresh_title(rng, words, titles, taken, text)
+            new_title = _fresh_title(rng, title, words, titles, taken, text)
             quote = text[span[0]]
             copy = (text[start:span[0]] + quote + new_title + quote + text[span[1]:literal[0][0]] + changed
                     + text[literal[0][1]:end])
-            copies.append((end, indent_before(text, start) + copy))
+            insert, at, size = placed(text, start, end, copy, rng.random() < 0.5)
+            copies.append(insert)
             cursor = end
-            twins.append(Twin(rel, "", title, new_title, (), at=text.count("\n", 0, end) + 1,
-                              size=copy.count("\n") + 2))
+            twins.append(Twin(rel, "", title, new_title, (), at=at, size=size))
         if not twins:
             return text, []
         return spliced(text, copies), twins
@@ -237,13 +237,15 @@ class JsTests:
         return []
 
 
-def _fresh_title(rng: random.Random, words: Sequence[str], titles: set[str], taken: set[str], text: str) -> str:
-    """A title made of the file's title words, found in no title, no text of the file, and not
-    taken (it is then)."""
-    pool = list(dict.fromkeys(words))
+def _fresh_title(rng: random.Random, original: str, words: Sequence[str], titles: set[str], taken: set[str],
+                 text: str) -> str:
+    """A title made of the original's words, one swapped for or joined by a word of the file's
+    other titles, in another order; found in no title, no text of the file, and not taken (it
+    is then)."""
+    own = re.findall(r"[A-Za-z0-9]+", original) or ["works"]
+    pool = [word for word in dict.fromkeys(words) if word not in own] or ["value", "input", "result", "case"]
     for attempt in range(200):
-        count = 3 + attempt // 60 + rng.randint(0, 1)
-        title = " ".join(rng.choice(pool) for _ in range(count))
+        title = " ".join(mixed_words(rng, own, pool, attempt))
         if title not in titles and title not in text and (taken.free(title) if isinstance(taken, Taken)
                                                           else title not in taken):
             taken.add(title)

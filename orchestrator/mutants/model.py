@@ -171,25 +171,41 @@ class Mutator(Protocol):
 
 
 def fresh_name(rng: random.Random, original: str, words: Sequence[str], taken: set[str]) -> str:
-    """A test name in the style of ``original`` (its prefix, snake or camel case), made of
-    ``words`` (those of the tests around it), not in ``taken`` (and added to it)."""
+    """A test name in the style of ``original`` (its prefix, snake or camel case) made of its own
+    words, one of them perhaps swapped for, or joined by, a word of the tests around it
+    (``words``), in another order, so that neither name tells which of the two is the copy;
+    not in ``taken`` (and added to it)."""
     prefix = re.match(r"^(test_?|Test_?|it_|should_?)?", original).group(0) or ""
     camel = "_" not in original[len(prefix):] and any(ch.isupper() for ch in original[len(prefix):])
-    pool = [w for w in dict.fromkeys(words) if w.isalnum()] or ["case", "value", "input", "result", "check"]
+    own = name_words([original]) or ["case"]
+    pool = [w for w in dict.fromkeys(words) if w.isalnum() and w not in own] or ["case", "value", "input", "result"]
     for attempt in range(200):
-        count = 2 + (attempt // 50) + rng.randint(0, 1)
-        parts = [rng.choice(pool) for _ in range(count)]
+        parts = mixed_words(rng, own, pool, attempt)
         if camel or (prefix and prefix[-1].isupper() and "_" not in prefix):
             body = "".join(part[:1].upper() + part[1:] for part in parts)
         else:
             body = "_".join(part.lower() for part in parts)
         name = f"{prefix}{body}"
-        if name.isidentifier() and (taken.free(name) if isinstance(taken, Taken) else name not in taken):
+        if name != original and name.isidentifier() and (taken.free(name) if isinstance(taken, Taken)
+                                                         else name not in taken):
             taken.add(name)
             return name
     name = f"{prefix}{'_'.join(rng.choice(pool) for _ in range(3))}_{rng.randint(2, 999)}"
     taken.add(name)
     return name
+
+
+def mixed_words(rng: random.Random, own: Sequence[str], pool: Sequence[str], attempt: int) -> list[str]:
+    """``own`` (an original's words) with one swapped for a word of ``pool``, or one of ``pool``
+    added, or only their order changed; shuffled (a later ``attempt`` changes more)."""
+    parts = list(own)
+    change = rng.choice(("swap", "add", "order")) if len(parts) > 1 else rng.choice(("swap", "add"))
+    if change == "swap" or attempt >= 50:
+        parts[rng.randrange(len(parts))] = rng.choice(pool)
+    if change == "add" or attempt >= 100:
+        parts.insert(rng.randrange(len(parts) + 1), rng.choice(pool))
+    rng.shuffle(parts)
+    return parts
 
 
 def name_words(names: Sequence[str]) -> list[str]:

@@ -311,9 +311,15 @@ class PythonTests:
             body = b"".join(bytes(line) for line in copy)
             if not body.endswith(b"\n"):
                 body += b"\n"
-            inserts.append((func.end_lineno, b"\n" + body))
+            # Before or after its original, at random: the order tells nothing.
+            if rng.random() < 0.5:
+                inserts.append((first - 1, body + b"\n"))
+                at = first - 1
+            else:
+                inserts.append((func.end_lineno, b"\n" + body))
+                at = func.end_lineno
             twins.append(Twin(rel, scope, func.name, mutant, tuple(part for part in (stem, scope) if part),
-                              at=func.end_lineno, size=body.count(b"\n") + 1))
+                              at=at, size=body.count(b"\n") + 1))
         if not twins:
             return text, []
         out = list(lines)

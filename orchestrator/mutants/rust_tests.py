@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.braces import (Masked, block_end, changed_literal, indent_before, last_statement, mask,
-                                         spliced, split_args)
+from orchestrator.mutants.braces import (Masked, block_end, changed_literal, last_statement, mask, placed, spliced,
+                                         split_args)
 from orchestrator.mutants.model import Candidate, Collected, Twin, fresh_name, name_words
 
 __all__ = ["MUTATOR"]
@@ -123,11 +123,11 @@ class RustTests:
             mutant = fresh_name(rng, name, words, taken)
             copy = text[begin:start] + changed + text[end:close + 1]
             copy = re.sub(rf"\bfn\s+{re.escape(name)}\b", f"fn {mutant}", copy, count=1)
-            copies.append((close + 1, indent_before(text, begin) + copy))
+            insert, at, size = placed(text, begin, close + 1, copy, rng.random() < 0.5)
+            copies.append(insert)
             inline = tuple(found.group(1) for found in re.finditer(r"\bmod\s+(\w+)\s*\{", masked.code)
                            if found.start() < begin < (block_end(masked.code, found.end() - 1) or 0))
-            twins.append(Twin(rel, "", name, mutant, _module_words(rel) + inline, at=text.count("\n", 0, close) + 1,
-                              size=copy.count("\n") + 2))
+            twins.append(Twin(rel, "", name, mutant, _module_words(rel) + inline, at=at, size=size))
         if not twins:
             return text, []
         return spliced(text, copies), twins
