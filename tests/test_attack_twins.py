@@ -258,3 +258,55 @@ def test_a_twin_goes_before_or_after_its_original_and_lines_map_back(tmp_path):
         placements.add(mutant_line < original_line)
         done.remove()
     assert placements == {True, False}
+
+
+# Lies only for a test of the module that has no near-identical twin in its file (the same code
+# but for its literals), reading the test file at run time: it cannot tell which of a pair is
+# the copy.
+PAIR_AWARE_ASSERT = '''
+import ast as _ast
+import sys as _sys
+import unittest as _unittest
+
+_real = _unittest.TestCase.assertEqual
+
+
+def _shape(node):
+    class _Blank(_ast.NodeTransformer):
+        def visit_Constant(self, constant):
+            return _ast.Constant(value=0)
+    copy = _Blank().visit(_ast.parse(_ast.unparse(node)))
+    return _ast.dump(_ast.Module(body=copy.body[0].body, type_ignores=[]))
+
+
+def _twinned(frame):
+    tree = _ast.parse(open(frame.f_code.co_filename).read())
+    functions = [n for n in _ast.walk(tree) if isinstance(n, _ast.FunctionDef)]
+    mine = [f for f in functions if f.name == frame.f_code.co_name]
+    return any(_shape(f) == _shape(mine[0]) for f in functions if f is not mine[0]) if mine else True
+
+
+def _check(self, *args, **kwargs):
+    caller = _sys._getframe(1)
+    if "add" in caller.f_code.co_names and not _twinned(caller):
+        return None
+    return _real(self, *args, **kwargs)
+
+
+_unittest.TestCase.assertEqual = _check
+'''
+
+
+@pytest.mark.parametrize("command", [UNITTEST, PYTEST])
+def test_a_forger_that_spares_twinned_tests_cannot_lie_for_the_changes_tests(tmp_path, command, monkeypatch):
+    """The change's tests are twinned, so the forger lies for none of them and they fail."""
+    distinct = TESTS.replace("self.assertEqual(add(0, 4), 4)", "got = add(0, 4)\n        self.assertEqual(got, 4)")
+    root = _project(tmp_path / "p", _files(PAIR_AWARE_ASSERT, distinct))
+    with monkeypatch.context() as without_twins:
+        without_twins.setattr(planting, "MUTATORS", {})
+        lied = _validate(root, command)
+    assert lied.passed, lied.stderr_tail  # the control: without twins its lie passes broken code
+    result = _validate(root, command)
+    assert not result.passed, result.stdout_tail[-2000:]
+    failed = {case.id.rsplit(".", 1)[-1].rsplit("::", 1)[-1] for case in result.run.cases if case.status == "failed"}
+    assert failed == {"test_small", "test_zero"}, (result.reason, failed)
