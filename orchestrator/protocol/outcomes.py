@@ -42,6 +42,7 @@ BLOCK_REASONS = (
     "integration_validation_failed",
     "tampered_checkpoint",
     "policy_violation",
+    "already_landed",
 )
 
 

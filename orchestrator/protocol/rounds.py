@@ -183,6 +183,17 @@ class Rounds:
         if self.worktree.find_commit(run_id=self.run_id, trailer="Mesh-Step", value=marker):
             return
         policy = self._checked_patch(patch)
+        if self.worktree.is_applied(patch) and self.worktree.holds_nothing_new():
+            # Not a resumed step (its change would be in the worktree or a commit of this branch):
+            # the base already holds the change. Nothing to validate, review or land.
+            from orchestrator.worktree.patchcheck import check_patch
+
+            files = sorted(check_patch(patch, max_bytes=max(len(patch) * 4, 1), max_files=1 << 30).files)
+            holder = self.worktree.last_commit_touching(files)
+            raise Blocked("already_landed", f"the change is already on the branch this task starts from"
+                                            f" ({self.worktree.base[:12]})" + (f": commit {holder[:12]} holds it"
+                                                                                if holder else "")
+                          + "; there is nothing to land (close the task if that commit did its work)")
         if not self.worktree.is_applied(patch):
             try:
                 self.worktree.apply(patch, policy=policy)

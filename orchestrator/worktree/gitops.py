@@ -532,6 +532,20 @@ class Worktree:
         for a side where the file is absent, binary or larger than ``limit`` bytes."""
         return changed_texts(self.path, self.base, self.branch, limit)
 
+    def holds_nothing_new(self) -> bool:
+        """True when the worktree and its index hold nothing HEAD does not, and the branch no
+        commit past its base: a patch that applies as nothing is then already in the base."""
+        staged = _git(self.path, "diff", "--quiet", "--cached", "HEAD", "--", check=False).returncode
+        unstaged = _git(self.path, "diff", "--quiet", "--", check=False).returncode
+        return staged == 0 and unstaged == 0 and self.head() == self.base
+
+    def last_commit_touching(self, paths: list[str]) -> str | None:
+        """The newest commit of the base's history that changed one of ``paths``."""
+        if not paths:
+            return None
+        found = _git(self.path, "log", "-1", "--format=%H", self.base, "--", *paths[:50], check=False).stdout.strip()
+        return found or None
+
     def head(self) -> str:
         """The sha of the worktree's HEAD."""
         return _git(self.path, "rev-parse", "HEAD").stdout.strip()
