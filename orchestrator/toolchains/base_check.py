@@ -35,6 +35,10 @@ from roles.validation_text import failure_text
 
 __all__ = ["BaseCheck", "BaseFailing", "check_commands", "note_validated", "record_passed", "run_base_check"]
 
+# What makes a command's tests readable, said where mesh cannot judge one test by test.
+UNREAD_HINT = ("name a runner mesh reads (pytest, unittest, go test, cargo test, Jest, Vitest, node --test, mocha,"
+               " tape) in the command or its package.json script; docs/toolchains.md")
+
 _VERSION = 1
 # What no failing base excuses: the run ended before its runner reported, or its report lies.
 NEVER_PASSES = ("no_test_report", "test_report_unreadable", "runner_forged")
@@ -73,8 +77,8 @@ class BaseCheck:
         (``statuses``: the base's, by command), worse is a test that passed on the base and fails
         or is gone, a new failing test, or more modules that cannot be collected; the note names
         what the patch fixed and what still fails. With counts alone, worse is more failed or
-        errored tests, or fewer passed ones; without counts the command is not held against the
-        patch (its failure is the base's), and says so. A command that ended without its report,
+        errored tests, fewer passed ones or fewer run; without counts (mesh reads no test of the
+        command) it stays failed, and says why: a new failure would look like the base's. A command that ended without its report,
         with one that cannot be read, or whose control tests were forged (``NEVER_PASSES``) never
         passes; one that ran no test passes only where the base ran none either."""
         failing = self.failures()
@@ -101,8 +105,16 @@ class BaseCheck:
                                       stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip()))
                 continue
             now, then = result.tests, TestCounts.from_dict(base.get("tests"))
-            if now is not None and then is not None and (
-                    now.failed + now.errors > then.failed + then.errors or now.passed < then.passed):
+            if now is None or then is None:
+                # No test of it is read, here or on the base: a newly failing, skipped or deleted
+                # test would look the same as the base's failures. Never passed blind.
+                note = (f"mesh: this command fails on the base tree {self.commit[:12]} as well, but mesh reads no"
+                        " test of it, so it cannot tell the base's failures from new ones: it counts as failed"
+                        f" ({UNREAD_HINT})")
+                judged.append(replace(result, stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip()))
+                continue
+            if (now.failed + now.errors > then.failed + then.errors or now.passed < then.passed
+                    or now.ran < then.ran):
                 judged.append(result)
                 continue
             note = (f"mesh: this command fails on the base tree {self.commit[:12]} as well"
@@ -125,9 +137,12 @@ class BaseCheck:
 
     def failure_text(self, lines: int = 30) -> str:
         """What failed, with each failing command's last output lines."""
+        unread = [command for command, result in self.failures().items() if not result.get("tests")]
+        remedy = ("pass --allow-failing-base to count only new failures against the patch" if not unread else
+                  f"--allow-failing-base cannot help: mesh reads no test of {', '.join(f'`{c}`' for c in unread)}, so"
+                  f" it could not tell the base's failures from new ones; {UNREAD_HINT}")
         out = [f"the base tree {self.commit[:12]} fails its check before any worker was called; it is not the"
-               " task's fault, so the task stays open. Fix the base (or pass --allow-failing-base to count only"
-               " new failures against the patch):"]
+               f" task's fault, so the task stays open. Fix the base (or {remedy}):"]
         for command, result in self.failures().items():
             why = result.get("reason") or f"exit {result.get('exit_code')}"
             counts = TestCounts.from_dict(result.get("tests"))
