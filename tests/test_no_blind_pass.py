@@ -36,3 +36,26 @@ def test_a_read_command_is_judged_by_its_counts_and_a_lost_test_fails():
     worse = ValidationResult(READ, 1, False, False, None, tests=TestCounts("pytest", ran=5, passed=3, failed=2, errors=0, skipped=0))
     assert not base.judge([worse])[0].passed
     assert "pass --allow-failing-base to count only new failures" in base.failure_text()
+
+
+def test_a_run_with_an_unread_failing_check_stops_before_any_worker_call(tmp_path):
+    import os
+    import subprocess
+
+    from tests.runkit import TASK, happy_script, make_workspace
+
+    ws = make_workspace(tmp_path)
+    config = (ws.repo / "mesh.toml").read_text().replace(
+        'allow = ["python3 -m unittest', f'check = ["{UNREAD}"]\nallow = ["{UNREAD}", "python3 -m unittest')
+    (ws.repo / "mesh.toml").write_text(config)
+    (ws.repo / "check.py").write_text("import sys\nprint('1 check failed')\nsys.exit(1)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    subprocess.run(["git", "add", "-A"], cwd=ws.repo, check=True, env=env)
+    subprocess.run(["git", "-c", "user.name=p", "-c", "user.email=p@p", "commit", "-qm", "check"], cwd=ws.repo,
+                   check=True, env=env)
+    code, report, res = ws.run(happy_script(), "--allow-failing-base")
+    assert code == 2, res.output
+    assert "--allow-failing-base cannot help" in res.output and UNREAD in res.output
+    assert ws.kinds() == [] or "proposal" not in ws.kinds()  # no worker was called
+    with ws.tracker() as t:
+        assert t.get(TASK)["status"] == "open"
