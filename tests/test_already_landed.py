@@ -37,6 +37,9 @@ def test_a_change_already_on_the_branch_ends_already_landed_without_an_empty_com
     assert ws.git("rev-list", "--count", f"main..{branch}").strip() == "0"  # no empty commit
     with ws.tracker() as t:
         assert t.get(TASK)["status"] == "blocked"
+    # mesh status says why it is blocked (issue 44, item 6).
+    status = ws.mesh("status", "--label", "plan:demo", "--repo", str(ws.repo))
+    assert "blocked: already_landed" in status.output, status.output
 
 
 def test_the_same_change_on_a_fresh_branch_still_lands(tmp_path):

@@ -79,7 +79,8 @@ def read_junit(data: bytes, runner: str, test_id: Callable[[dict[str, Any]], str
             if name != "skipped":
                 in_outcome[0] = True
                 if attrs.get("message"):
-                    parts.append(str(attrs["message"]))
+                    # The attribute, then the text on a line of its own (never glued to it).
+                    parts.append(str(attrs["message"]).rstrip("\n") + "\n")
 
     def text(chunk: str) -> None:
         if in_outcome[0] and case:

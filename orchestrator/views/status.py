@@ -44,6 +44,9 @@ def _task_entry(task: dict, checkpoints: list[Checkpoint], blockers: list[str], 
     trusted = [cp for cp, bad in zip(checkpoints, untrusted) if not bad]
     lands = [cp.payload.get("artifact") or {} for cp in land_checkpoints(trusted)]
     last_land = lands[-1].get("result") if lands else None
+    heads = [cp.payload.get("artifact") or {} for cp in trusted if cp.kind == "run-head"]
+    # Why a blocked task stopped: its last run's block reason (a person's block has none).
+    block_reason = heads[-1].get("block_reason") if heads and task["status"] == "blocked" else None
     task_branch = f"mesh/{task['id']}"
     return {
         "id": task["id"],
@@ -57,6 +60,7 @@ def _task_entry(task: dict, checkpoints: list[Checkpoint], blockers: list[str], 
         "unlanded": task["id"] in unlanded,
         "waits_for_landing": waiting.get(task["id"], []),
         "untrusted": sum(untrusted),
+        "block_reason": block_reason if isinstance(block_reason, str) else None,
     }
 
 
@@ -113,7 +117,7 @@ def render_status(status: dict[str, Any]) -> str:
                       if epic["status"] not in (None, "closed") else ""))
         for i, task in enumerate(epic["tasks"]):
             corner = "└─" if i == len(epic["tasks"]) - 1 else "├─"
-            bits = [task["status"]]
+            bits = [task["status"] + (f": {task['block_reason']}" if task.get("block_reason") else "")]
             if task["assignee"]:
                 bits.append(f"@{task['assignee']}")
             if task["blockers"]:

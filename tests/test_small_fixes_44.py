@@ -1,0 +1,36 @@
+"""Issue 44, item 6: the small ones, each performed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from orchestrator.testruns.unittest_reader import READER, SHIM
+from orchestrator.testruns.xml_reports import read_junit
+
+SETUP_FAILS = ("import unittest\n\n\n" + "".join(
+    f"class T{n}(unittest.TestCase):\n    @classmethod\n    def setUpClass(cls):\n"
+    f"        raise RuntimeError('no database')\n\n    def test_{n}(self):\n        pass\n\n\n" for n in range(3))
+               + "class Fine(unittest.TestCase):\n    def test_fine(self):\n        pass\n")
+
+
+def test_a_failures_message_and_its_traceback_are_not_glued():
+    data = (b'<testsuites><testsuite name="s"><testcase classname="t" name="a">'
+            b"<failure message=\"assert b'x' != b'file.txt'\">self = &lt;tests.T&gt;\n    def test(): ...</failure>"
+            b"</testcase></testsuite></testsuites>")
+    [case] = read_junit(data, "pytest", lambda attrs: attrs["name"]).cases
+    assert case.message.startswith("assert b'x' != b'file.txt'\nself = <tests.T>"), case.message
+
+
+def test_more_classes_failing_their_set_up_than_tests_run_is_read(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "test_db.py").write_text(SETUP_FAILS)
+    report = tmp_path / "report.json"
+    subprocess.run([sys.executable, "-c", SHIM, str(report), "discover", "-s", "tests", "-t", "."], cwd=tmp_path,
+                   capture_output=True, check=False)
+    run = READER.read(report.read_bytes())
+    counts = run.counts()
+    assert counts.passed == 1 and counts.errors == 3, counts
+    assert {case.id for case in run.cases if case.status == "errored"} == {
+        f"setUpClass (tests.test_db.T{n})" for n in range(3)}
