@@ -157,6 +157,10 @@ def test_single_stops_after_its_attempts_and_the_review_sends_it_back(tmp_path):
     report = run(_options(ws, ws.write_script(script), "single"), echo=lambda line: None)
     assert report.outcome == "blocked" and report.block_reason == "validation_failed", report.to_dict()
     assert [cp.kind for cp in ws.checkpoints()].count("revision") == 1  # two attempts in all
+    # The revision changed nothing: the same commit is not validated again (issue 44, item 6).
+    proofs = [cp for cp in ws.checkpoints() if cp.kind == "proof"]
+    assert len(proofs) == 2 and proofs[0].payload["artifact"]["commit"] == proofs[1].payload["artifact"]["commit"]
+    assert "not run again" in proofs[1].summary and "not run again" not in proofs[0].summary
 
 
 def test_candidates_validates_each_aside_and_keeps_the_reviewers_choice(tmp_path):

@@ -244,14 +244,32 @@ class Rounds:
             self.validation_pass = stored["artifact"]["passed"]
             return
         commands = list((self.bus.synthesis or {}).get("validation_commands") or [])
-        proof = self._validate_head(commands)
+        proof = self._proof_of_this_tree(commands)
+        reused = proof is not None
+        proof = proof or self._validate_head(commands)
         self.validation, self.validation_pass = proof.results, proof.passed
-        self._checkpoint("proof", None, phase, proof.summary(), proof.artifact(), details=proof.details())
+        self._checkpoint("proof", None, phase, ("same commit as the last proof, not run again: " if reused else "")
+                         + proof.summary(), proof.artifact(), details=proof.details())
         self.watch.validation(proof.results)
         if self.config.validation.required and not proof.ran:
             raise Blocked("missing_validation_requirements",
                           "no validation command to run" if not commands
                           else f"none of {len(commands)} validation command(s) is allowed by validation.allow")
+
+    def _proof_of_this_tree(self, commands: list[str]) -> Proof | None:
+        """The run's last proof when it judged the commit the branch is at with the same commands
+        (a revision that changed nothing): its verdict stands, the tree is not run again."""
+        head = self.worktree.head()
+        proofs = [cp.payload.get("artifact") or {} for step, cp in self.memo.items() if step[0] == "proof"]
+        last = proofs[-1] if proofs else None
+        if not last or last.get("commit") != head or not isinstance(last.get("results"), list):
+            return None
+        if [r.get("command") for r in last["results"] if isinstance(r, Mapping)] != commands:
+            return None
+        return Proof(list(last["results"]), bool(last.get("passed")),
+                     sum(1 for r in last["results"] if isinstance(r, Mapping) and not r.get("rejected")), head,
+                     BaseTests.resumed([last], last["base_tests"]["commit"]) if isinstance(last.get("base_tests"), Mapping)
+                     and isinstance(last["base_tests"].get("commit"), str) else None)
 
     def _validate_head(self, commands: list[str], head: str | None = None) -> Proof:
         """Run ``commands`` on the head of the engine's task branch (or on the commit ``head``);
