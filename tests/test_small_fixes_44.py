@@ -34,3 +34,33 @@ def test_more_classes_failing_their_set_up_than_tests_run_is_read(tmp_path):
     assert counts.passed == 1 and counts.errors == 3, counts
     assert {case.id for case in run.cases if case.status == "errored"} == {
         f"setUpClass (tests.test_db.T{n})" for n in range(3)}
+
+
+def test_mesh_init_says_which_tool_made_the_python_environment(tmp_path):
+    from orchestrator.toolchains.view import inspect
+    from tests.toolchainkit import commit_all, init_repo, tool_env
+
+    repo = tmp_path / "p"
+    init_repo(repo)
+    (repo / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n')
+    (repo / "p.py").write_text("X = 1\n")
+    (repo / "uv.lock").write_text("version = 1\n")
+    commit_all(repo)
+    found = inspect(repo, None, tool_env(), check_installed=False).found
+    assert [f.label for f in found] == ["python (uv)"]
+
+
+def test_a_node_projects_preflight_says_nothing_of_python(tmp_path):
+    import json
+
+    from orchestrator.toolchains.view import inspect
+    from tests.toolchainkit import commit_all, init_repo, tool_env
+
+    repo = tmp_path / "n"
+    init_repo(repo)
+    (repo / "package.json").write_text(json.dumps({"name": "n", "scripts": {"test": "node --test"}}))
+    (repo / "index.js").write_text("module.exports = 1;\n")
+    commit_all(repo)
+    inspection = inspect(repo, None, tool_env(), check_installed=False)
+    assert [f.label for f in inspection.found] == ["node (npm)"]
+    assert not any("Python" in note or "python" in note.lower() for note in inspection.notes), inspection.notes

@@ -88,8 +88,9 @@ class Python:
             environment = None
         if not manifests and environment is None and not any(path.endswith(".py") for path in project.tracked):
             return []
-        found = Found("python", "python", python=environment, carried=generated_files(project),
-                      gitignore=[".venv/"])
+        manager = next((name for lock, name in _LOCKS if project.has(lock)), None)
+        found = Found("python", f"python ({manager})" if manager else "python", python=environment,
+                      carried=generated_files(project), gitignore=[".venv/"])
         found.sees.append((environment.describe() if environment else no_environment_note())
                           .removeprefix("validation environment: "))
         if found.carried:
@@ -99,6 +100,10 @@ class Python:
         found.check = f"{python} -m {runner}"
         found.allow = [found.check, f"{python} -m {runner} {{args...}}"]
         return [found]
+
+
+# A lock file says which tool made the project's environment (mesh init names it).
+_LOCKS = (("uv.lock", "uv"), ("poetry.lock", "poetry"), ("pdm.lock", "pdm"), ("Pipfile.lock", "pipenv"))
 
 
 def _sandbox_python() -> str:

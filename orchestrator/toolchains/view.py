@@ -117,7 +117,10 @@ def inspect(repo: Path, settings: Any = None, environ: Mapping[str, str] | None 
         carried += [c for c in item.carried if c not in carried]
     carried += [c for c in _carried(project, list(getattr(settings, "carry", []) or [])) if c not in carried]
     setup = tuple(getattr(settings, "setup", []) or [])
-    notes = [python.describe() if python else no_environment_note()]
+    # The Python environment's line only where Python is a toolchain of the project (not a
+    # Node or Go project's preflight).
+    notes = [python.describe() if python else no_environment_note()] \
+        if python is not None or any(item.toolchain == "python" for item in found) or not found else []
     notes += [item.describe() for item in found if item.toolchain != "python"]
     notes += [f"generated files carried from the checkout: {_few(carried)}"] if carried else []
     notes += [f"setup before each validation command: {'; '.join(setup)}"] if setup else []
