@@ -222,8 +222,13 @@ def _call_variables() -> dict[str, str]:
 
 
 def _outline(text: str) -> list[str]:
-    """The markdown headings of a prompt, outside code fences."""
+    """The markdown headings of a prompt, outside code fences, after the preamble it starts with
+    (shown as its first words: a worker reading the task's title from line 1 would miss it)."""
     lines, fence = [], ""
+    head = text.lstrip("\n").split("\n\n", 1)[0]
+    if head and not head.startswith("#"):
+        words = head.split()
+        lines.append(" ".join(words[:12]) + (" [...]" if len(words) > 12 else "") + "  (the preamble, one paragraph)")
     for line in text.splitlines():
         stripped = line.strip()
         opening = re.match(r"(`{3,})", stripped)
