@@ -223,7 +223,8 @@ def base_check(config: MeshConfig, repo: Path, environment: ProjectView | None, 
             f"`{r['command']}`: {' '.join((r.get('stderr_tail') or r.get('reason') or '').split())[:200]}"
             for r in unrunnable), 2)
     if not check.passed and not cfg.allow_failing_base:
-        raise RunError(check.failure_text(), BASE_FAILING_EXIT)
+        raise RunError(check.failure_text(repo=Path(environment.project_root) if environment else repo),
+                       BASE_FAILING_EXIT)
     blind = [command for command, result in check.failures().items() if not result.get("tests")]
     if blind and not os.environ.get("MESH_EVAL_CASE"):  # an eval's runs are graded by hidden tests instead
         # allow_failing_base judges a failing command test by test: one whose tests mesh does not

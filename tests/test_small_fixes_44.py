@@ -64,3 +64,17 @@ def test_a_node_projects_preflight_says_nothing_of_python(tmp_path):
     inspection = inspect(repo, None, tool_env(), check_installed=False)
     assert [f.label for f in inspection.found] == ["node (npm)"]
     assert not any("Python" in note or "python" in note.lower() for note in inspection.notes), inspection.notes
+
+
+def test_a_base_check_missing_a_dependency_group_names_the_install(tmp_path):
+    from orchestrator.toolchains.base_check import BaseCheck
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n\n'
+                                             '[dependency-groups]\ndev = ["pytest>=8", "pytest-cov"]\n')
+    (tmp_path / "uv.lock").write_text("version = 1\n")
+    failed = {"command": "python -m pytest", "passed": False, "exit_code": 1,
+              "stderr_tail": "/repo/.venv/bin/python: No module named 'pytest'\n"}
+    text = BaseCheck("c" * 40, ["python -m pytest"], [failed]).failure_text(repo=tmp_path)
+    assert "group 'dev'" in text and "uv sync --group dev" in text and "--allow-failing-base" not in text, text
+    other = {**failed, "stderr_tail": "AssertionError: 1 != 2\n"}
+    assert "--allow-failing-base" in BaseCheck("c" * 40, ["python -m pytest"], [other]).failure_text(repo=tmp_path)

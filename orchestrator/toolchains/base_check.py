@@ -135,8 +135,13 @@ class BaseCheck:
                 " deleted test goes unseen; docs/toolchains.md lists the runners it reads)") if blind else ""
         return f"base check on {self.commit[:12]}: {', '.join(self.commands)} {state}{how}{note}"
 
-    def failure_text(self, lines: int = 30) -> str:
-        """What failed, with each failing command's last output lines."""
+    def failure_text(self, lines: int = 30, repo: Path | None = None) -> str:
+        """What failed, with each failing command's last output lines; first, when a module the
+        commands could not import is a dependency the project's ``repo`` declares in a group or
+        an extra its environment was made without, the install that brings it."""
+        missing = _missing_group(repo, self.failures().values()) if repo is not None else None
+        if missing is not None:
+            return missing
         unread = [command for command, result in self.failures().items() if not result.get("tests")]
         remedy = ("pass --allow-failing-base to count only new failures against the patch" if not unread else
                   f"--allow-failing-base cannot help: mesh reads no test of {', '.join(f'`{c}`' for c in unread)}, so"
@@ -258,3 +263,36 @@ def record_passed(repo: Path, check: BaseCheck, view: ProjectView | None, tree: 
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     temporary.write_text(json.dumps({**check.to_dict(), "tree": tree}), encoding="utf-8")
     os.replace(temporary, path)
+
+
+def _missing_group(repo: Path, results: Any) -> str | None:
+    """The line naming a missing dependency group when a failing command could not import a
+    module that ``pyproject.toml`` lists in ``[dependency-groups]`` or an extra."""
+    import tomllib
+
+    text = "\n".join(f"{r.get('stdout_tail') or ''}\n{r.get('stderr_tail') or ''}" for r in results)
+    modules = set(re.findall(r"No module named '([\w.]+)'", text))
+    if not modules:
+        return None
+    try:
+        data = tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    groups = {name: items for name, items in (data.get("dependency-groups") or {}).items() if isinstance(items, list)}
+    extras = {name: items for name, items in ((data.get("project") or {}).get("optional-dependencies") or {}).items()
+              if isinstance(items, list)}
+
+    def names(items: list[Any]) -> set[str]:
+        return {re.split(r"[\s\[<>=!~;]", item, 1)[0].lower().replace("-", "_") for item in items if isinstance(item, str)}
+
+    for module in sorted(modules):
+        top = module.split(".")[0].lower()
+        for kind, table in (("group", groups), ("extra", extras)):
+            for name, items in table.items():
+                if top in names(items):
+                    install = (f"uv sync --group {name}" if kind == "group" and (repo / "uv.lock").exists() else
+                               f"pip install --group {name}" if kind == "group" else f"pip install -e '.[{name}]'")
+                    return (f"the base check cannot import {module}: the project's environment was made without its"
+                            f" {kind} '{name}' (pyproject.toml), which holds it. Install it ({install};"
+                            f" `uv sync` installs the dev group), then run mesh again. The task stays open.")
+    return None
