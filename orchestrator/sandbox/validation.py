@@ -440,7 +440,8 @@ def run_validation(
 
     ``cwd`` is a git checkout. With ``sandbox="bwrap"`` the commands run under bubblewrap
     in a writable copy of the committed tree of ``commit`` (default: the checkout's HEAD),
-    deleted afterwards; with ``sandbox="none"`` in ``cwd`` itself. Either way the
+    deleted afterwards; with ``sandbox="none"`` in ``cwd`` itself when it is that commit with
+    nothing changed, else in such a copy too (unsandboxed). Either way the
     environment is PATH, LANG, a temporary HOME, ``PYTHONDONTWRITEBYTECODE=1`` and the
     variables of ``env`` (default: os.environ) named in ``env_names``, and every process is
     held to ``limits``. ``hidden`` paths (the tracker's files) are covered wherever a bind
@@ -502,10 +503,39 @@ def run_validation(
             home.mkdir()
             run_env = _with_environment(_sandbox.minimal_env(
                 source, env_names, home=str(home), path=_absolute_path_entries(source.get("PATH"))), view)
-            place = _Place(cwd, run_env, limits=limits, scratch=Path(scratch))
+            where = _unsandboxed_tree(cwd, commit, Path(scratch), view)
+            if where != cwd:
+                # The copy's modules before an editable install's (which points at the checkout).
+                run_env["PYTHONPATH"] = os.pathsep.join(
+                    [str(where), str(where / "src"), *([run_env["PYTHONPATH"]] if run_env.get("PYTHONPATH") else [])])
+            place = _Place(where, run_env, limits=limits, scratch=Path(scratch))
         return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
                                hidden_values=passed_values, test_id=(select or {}).get(command))
                 for command in commands]
+
+
+def _unsandboxed_tree(cwd: Path, commit: str | None, scratch: Path, view: ProjectView | None) -> Path:
+    """Where a command runs without the sandbox: the checkout itself when it is exactly
+    ``commit`` (HEAD, nothing changed), else a copy of ``commit``'s tree in ``scratch``: the
+    results said to be a commit's (the base's, kept by its tree) are that commit's, never the
+    checkout's as it happens to be."""
+    if commit is None:
+        return cwd
+    from orchestrator.sandbox.tree_copy import _git as tree_git
+
+    try:
+        head = tree_git(cwd, "rev-parse", "--verify", "HEAD^{commit}").decode().strip()
+        wanted = tree_git(cwd, "rev-parse", "--verify", "--end-of-options", f"{commit}^{{commit}}").decode().strip()
+        changed = tree_git(cwd, "status", "--porcelain", "--untracked-files=no").strip()
+    except ValueError:
+        return cwd
+    if head == wanted and not changed:
+        return cwd
+    tree = scratch / "tree"
+    materialize_tree(cwd, wanted, tree)
+    if view is not None:
+        carry_into(view, tree)
+    return tree
 
 
 def _with_environment(env: dict[str, str], view: ProjectView | None) -> dict[str, str]:
