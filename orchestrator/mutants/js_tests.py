@@ -240,7 +240,7 @@ class JsTests:
 def _fresh_title(rng: random.Random, original: str, words: Sequence[str], titles: set[str], taken: set[str],
                  text: str) -> str:
     """A title made of the original's words, one swapped for or joined by a word of the file's
-    other titles, in another order; found in no title, no text of the file, and not taken (it
+    other titles; found in no title, no text of the file, and not taken (it
     is then)."""
     own = re.findall(r"[A-Za-z0-9]+", original) or ["works"]
     pool = [word for word in dict.fromkeys(words) if word not in own] or ["value", "input", "result", "case"]

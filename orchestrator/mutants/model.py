@@ -173,7 +173,7 @@ class Mutator(Protocol):
 def fresh_name(rng: random.Random, original: str, words: Sequence[str], taken: set[str]) -> str:
     """A test name in the style of ``original`` (its prefix, snake or camel case) made of its own
     words, one of them perhaps swapped for, or joined by, a word of the tests around it
-    (``words``), in another order, so that neither name tells which of the two is the copy;
+    (``words``), so that neither name tells which of the two is the copy;
     not in ``taken`` (and added to it)."""
     prefix = re.match(r"^(test_?|Test_?|it_|should_?)?", original).group(0) or ""
     camel = "_" not in original[len(prefix):] and any(ch.isupper() for ch in original[len(prefix):])
@@ -196,15 +196,15 @@ def fresh_name(rng: random.Random, original: str, words: Sequence[str], taken: s
 
 
 def mixed_words(rng: random.Random, own: Sequence[str], pool: Sequence[str], attempt: int) -> list[str]:
-    """``own`` (an original's words) with one swapped for a word of ``pool``, or one of ``pool``
-    added, or only their order changed; shuffled (a later ``attempt`` changes more)."""
+    """``own`` (an original's words, in their order) with one swapped for a word of ``pool`` or
+    one of ``pool`` put in among them (a later ``attempt`` does both): a name as natural as the
+    original's, so neither reads as the made one."""
     parts = list(own)
-    change = rng.choice(("swap", "add", "order")) if len(parts) > 1 else rng.choice(("swap", "add"))
+    change = rng.choice(("swap", "add")) if len(parts) > 1 else "add"
     if change == "swap" or attempt >= 50:
         parts[rng.randrange(len(parts))] = rng.choice(pool)
-    if change == "add" or attempt >= 100:
+    if change == "add" or attempt >= 50:
         parts.insert(rng.randrange(len(parts) + 1), rng.choice(pool))
-    rng.shuffle(parts)
     return parts
 
 
