@@ -159,3 +159,17 @@ def test_skipped_parametrized_and_callback_tests_get_no_twin():
                  "test.each([[1]])('adds %i', (n) => {\n  expect(add(n, 2)).toBe(3);\n});\n",
                  "it('adds', (done) => {\n  expect(add(1, 2)).toBe(3);\n});\n"):
         assert MUTATOR.candidates("test/a.test.js", text) == [], text
+
+
+@pytest.mark.parametrize("lang, literal", [
+    ("js", "''"), ("js", '""'), ("js", "``"), ("js", "'it\\'s'"), ("js", '"a\\""'), ("js", '"abc"'),
+    ("rust", 'r#"a"#'), ("rust", '""'), ("go", '""'), ("go", '"say \\"hi\\""'), ("go", "`raw`"),
+])
+def test_a_changed_string_literal_is_one_string_one_character_longer(lang, literal):
+    """Found on commander.js: an empty expected string ('') became w'' and the file no longer parsed."""
+    from orchestrator.mutants.braces import changed_literal, mask
+
+    changed = changed_literal(literal, 0, len(literal), mask(literal, lang), random.Random(1), lang)
+    assert changed is not None and len(changed) == len(literal) + 1
+    assert mask(changed, lang).strings == ((0, len(changed)),), changed
+    assert changed[0] == literal[0] and changed[-1] == literal[-1]

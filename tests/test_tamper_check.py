@@ -127,7 +127,12 @@ def test_the_forgery_really_passes_broken_code_when_run_without_mesh(tmp_path):
     assert run.returncode == 1 and "test_sum" in run.stderr
 
 
-def test_a_mesh_run_with_the_forgery_never_closes_and_names_it(tmp_path):
+def test_a_mesh_run_with_the_forgery_never_closes_and_names_it(tmp_path, monkeypatch):
+    # The twins of the project's tests catch this forgery at validation (tests/test_attack_twins.py);
+    # here they are turned off, to show the tamper check holds on its own.
+    from orchestrator.mutants import planting
+
+    monkeypatch.setattr(planting, "MUTATORS", {})
     ws = make_workspace(tmp_path)
     config = ws.root / "one-cycle.toml"
     config.write_text((ws.repo / "mesh.toml").read_text().replace("review_max_cycles = 3", "review_max_cycles = 1"))

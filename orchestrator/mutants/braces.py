@@ -195,16 +195,30 @@ def split_args(code: str, open_paren: int) -> list[tuple[int, int]] | None:
     return out
 
 
+def _inner(literal: str) -> str:
+    """The characters between a string literal's opening and closing quotes."""
+    opening = re.match(r"^(?:b?r#*|b)?[\"'`]", literal)
+    closing = re.search(r"[\"'`]#*$", literal)
+    return literal[opening.end() if opening else 0:closing.start() if closing else len(literal)]
+
+
 def changed_literal(text: str, start: int, end: int, masked: Masked, rng: random.Random, lang: str) -> str | None:
     """The source of the literal at ``start``..``end`` of ``text`` changed in its own style: a
     character added inside a string, a small integer moved up (a large one down, so it keeps its
     type's range), a decimal number moved; None when it is no literal mesh changes."""
     segment = text[start:end]
     if masked.string_at(start, end):
-        quote = len(segment) - len(segment.rstrip('"`\'#'))
-        if quote == 0 or (lang != "js" and segment.startswith(("'", "b'"))):
+        # The closing delimiter: exactly one quote, and a raw string's hashes (Rust's r#"..."#).
+        closing = re.search(r"[\"'`]#*$", segment)
+        quote = len(closing.group(0)) if closing else 0
+        if quote == 0 or len(segment) < quote + 1 or (lang != "js" and segment.startswith(("'", "b'"))):
             return None  # a rune or char: one character, not to grow
-        return segment[:len(segment) - quote] + rng.choice("abcdefghkmnprstuvwxyz") + segment[len(segment) - quote:]
+        changed = segment[:len(segment) - quote] + rng.choice("abcdefghkmnprstuvwxyz") + segment[len(segment) - quote:]
+        # Still exactly one string literal, now longer by one character (never an empty string
+        # turned into a prefix, an escaped quote into another escape).
+        again = mask(changed, lang)
+        return changed if again.strings == ((0, len(changed)),) and _inner(changed) == _inner(segment) + changed[
+            len(segment) - quote] else None
     number = _NUMBER.fullmatch(segment)
     if number is None:
         return None

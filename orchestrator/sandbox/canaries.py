@@ -53,8 +53,9 @@ __all__ = ["Planted", "RUNNERS", "Shown", "UNCHECKED", "clean_output", "judge", 
 # The runners control tests are planted for.
 RUNNERS = ("pytest", "unittest")
 # What a command's output says when mesh's control tests were not part of its run.
-UNCHECKED = ("mesh: its control tests were not collected by this command (a selection, or a test module it did"
-             " not guess), so the runner's honesty is not checked")
+UNCHECKED = ("mesh: none of its control tests or twins of the project's tests ran with this command (it selects"
+             " tests or stops at a first failure, mesh did not find its test modules, or none of its tests ends in a"
+             " check mesh can twin), so the runner's honesty is not checked")
 
 _VERBS = ("parses", "keeps", "handles", "returns", "rejects", "accepts", "merges", "splits", "formats", "sorts",
           "reads", "counts", "matches", "updates", "resolves", "converts", "loads", "builds")
