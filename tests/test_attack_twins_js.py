@@ -11,6 +11,7 @@ forgery; honest runs pass with their own tests' results, run by the real runners
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -130,6 +131,16 @@ def test_an_honest_node_run_passes_with_its_own_tests(tmp_path, node_runners, ru
     assert result.tests.ran == own and result.tests.passed == own, statuses(result)
     assert all(any(title in test_id for title in ("adds small numbers", "adds zero", "keeps its name"))
                for test_id in statuses(result)), statuses(result)
+    # What a person reads is the project's run: no twin's failure, the project's own counts.
+    shown = result.stdout_tail + result.stderr_tail
+    if runner == "jest":
+        assert "●" not in shown and "FAIL " not in shown and "✕" not in shown, shown
+        assert re.search(rf"Tests:\s+{own} passed, {own} total", shown), shown
+    if runner == "tape":
+        assert "not ok" not in shown and "# fail" not in shown and f"# pass  {own}" in shown, shown
+    if runner == "node --test":
+        assert "ℹ fail 0" in shown and f"ℹ pass {own}" in shown and f"ℹ tests {own}" in shown, shown
+        assert "✖" not in shown, shown
 
 
 @pytest.mark.parametrize("body, twinned", [

@@ -36,7 +36,7 @@ know, so a forger that targets known names is not caught; a control set that the
 never collects (a ``-k``/``-m`` selection, a node id, a ``python_files`` pattern mesh did not
 guess) leaves the run unchecked, which the command's output says.
 
-May import the standard library only.
+May import the standard library and ``orchestrator.sandbox.node_output``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from orchestrator.sandbox import node_output
 
 __all__ = ["Planted", "RUNNERS", "Shown", "UNCHECKED", "clean_output", "judge", "plant", "test_module_for"]
 
@@ -94,6 +96,8 @@ class Shown:
     names: set[str] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=dict)
     checked: bool = False
+    runner: str = ""
+    project_failed: bool = True  # a test of the project's own failed (or its report said nothing)
 
 
 def _words(rng: random.Random, used: set[str]) -> str:
@@ -292,6 +296,12 @@ def clean_output(shown: Shown, text: str) -> str:
     mine = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(name) for name in sorted(shown.names, key=len, reverse=True))
                       + r")(?![A-Za-z0-9_])")
     counts = {"failed": 0, "passed": 0, "xfail": 0, "errors": 0, "skipped": 0, **shown.counts}
+    if shown.runner in ("jest", "vitest"):
+        return node_output.clean_jest(text, mine, counts, shown.project_failed)
+    if shown.runner == "node --test":
+        return node_output.clean_node_test(text, mine, counts, shown.project_failed)
+    if shown.runner == "tape":
+        return node_output.clean_tap(text, mine, counts)
     out: list[str] = []
     dropping = False
     lines = text.split("\n")

@@ -349,6 +349,8 @@ def verdict(probe: Probe, exit_passed: bool, planted: canaries.Planted | None = 
                 exit_code = 1  # cargo's status for failed tests (and for a target that did not build)
         run = run.without(mine)
         counts = run.counts()
+        shown.runner = probe.runner or ""
+        shown.project_failed = bool(counts.failed or counts.errors or counts.collection_errors)
         if (exact and exit_code == 1 and not counts.failed and not counts.errors and not counts.collection_errors
                 and "FAIL Required test coverage" not in output):
             exit_passed = True  # the only failures were mesh's own, as they must be
