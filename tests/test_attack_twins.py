@@ -309,4 +309,6 @@ def test_a_forger_that_spares_twinned_tests_cannot_lie_for_the_changes_tests(tmp
     result = _validate(root, command)
     assert not result.passed, result.stdout_tail[-2000:]
     failed = {case.id.rsplit(".", 1)[-1].rsplit("::", 1)[-1] for case in result.run.cases if case.status == "failed"}
-    assert failed == {"test_small", "test_zero"}, (result.reason, failed)
+    # It lies for none of them, so they fail; or its shape test missed a pair (a literal moved
+    # below zero is written negative) and it lied for a twin too: caught.
+    assert failed == {"test_small", "test_zero"} or result.reason == "runner_forged", (result.reason, failed)

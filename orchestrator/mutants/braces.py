@@ -6,7 +6,7 @@ span; ``block_end`` finds a block's closing brace; ``last_statement`` the start 
 last top-level statement; ``split_args`` a call's arguments. A literal is changed in its own
 style by ``changed_literal``.
 
-May import the standard library only.
+May import the standard library and ``orchestrator.mutants.model``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+
+from orchestrator.mutants.model import edited_text, moved_integer
 
 __all__ = ["Masked", "block_end", "changed_literal", "indent_before", "last_statement", "mask", "placed", "spliced",
            "split_args"]
@@ -213,20 +215,20 @@ def changed_literal(text: str, start: int, end: int, masked: Masked, rng: random
         quote = len(closing.group(0)) if closing else 0
         if quote == 0 or len(segment) < quote + 1 or (lang != "js" and segment.startswith(("'", "b'"))):
             return None  # a rune or char: one character, not to grow
-        changed = segment[:len(segment) - quote] + rng.choice("abcdefghkmnprstuvwxyz") + segment[len(segment) - quote:]
-        # Still exactly one string literal, now longer by one character (never an empty string
-        # turned into a prefix, an escaped quote into another escape).
+        inner = _inner(segment)
+        opening = len(segment) - quote - len(inner)
+        changed = segment[:opening] + edited_text(inner, rng) + segment[len(segment) - quote:]
+        # Still exactly one string literal, with other characters (never an empty string turned
+        # into a prefix, an escaped quote into another escape).
         again = mask(changed, lang)
-        return changed if again.strings == ((0, len(changed)),) and _inner(changed) == _inner(segment) + changed[
-            len(segment) - quote] else None
+        return changed if again.strings == ((0, len(changed)),) and _inner(changed) != inner else None
     number = _NUMBER.fullmatch(segment)
     if number is None:
         return None
-    shift = rng.randint(1, 9)
     if number.group(2) is not None:
-        return f"{float(segment.replace('_', '')) + shift}"
-    value = int(segment.replace("_", ""))
-    return str(value + shift if value < 100 else value - shift)
+        return f"{float(segment.replace('_', '')) + rng.choice((-1, 1)) * rng.randint(1, 9)}"
+    # Never below 0: a minus before the literal is outside it (JS would read --4 as a decrement).
+    return str(moved_integer(int(segment.replace("_", "")), rng, typed=True))
 
 
 def spliced(text: str, inserts: list[tuple[int, str]]) -> str:

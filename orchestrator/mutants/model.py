@@ -208,6 +208,40 @@ def mixed_words(rng: random.Random, own: Sequence[str], pool: Sequence[str], att
     return parts
 
 
+# The largest value of each integer width: a typed literal moved past one may not compile.
+_WIDTHS = tuple((1 << bits) - 1 for bits in (7, 8, 15, 16, 31, 32, 63, 64))
+
+
+def moved_integer(value: int, rng: random.Random, typed: bool) -> int:
+    """``value`` (a literal's, its sign apart) moved by 1..9, up or down at random, so that the
+    direction never tells the copy from its original; ``typed`` (Go, Rust): never below 0 nor
+    past the largest value of a width it is within."""
+    shift = rng.randint(1, 9)
+    up = value + shift
+    down = value - shift
+    can_up = not typed or not any(value <= top < up for top in _WIDTHS)
+    can_down = not typed or down >= 0
+    if can_up and can_down:
+        return up if rng.random() < 0.5 else down
+    return up if can_up else down
+
+
+def edited_text(inner: str, rng: random.Random) -> str:
+    """``inner`` (a string literal's characters, escapes as written) with one letter added,
+    removed or changed, at random, where no escape is touched: a copy's string is as likely
+    shorter as longer than its original's."""
+    safe = [index for index, ch in enumerate(inner) if ch.isalnum() and (index == 0 or inner[index - 1] != "\\")]
+    letters = "abcdefghkmnprstuvwxyz"
+    operation = rng.choice(["add", "remove", "change"] if safe else ["add"])
+    if operation == "add":
+        at = rng.choice([*safe, len(inner)])
+        return inner[:at] + rng.choice(letters) + inner[at:]
+    at = rng.choice(safe)
+    if operation == "remove":
+        return inner[:at] + inner[at + 1:]
+    return inner[:at] + rng.choice([ch for ch in letters if ch != inner[at].lower()]) + inner[at + 1:]
+
+
 def name_words(names: Sequence[str]) -> list[str]:
     """The words test names are made of (``test_parse_empty_input`` -> parse, empty, input)."""
     words: list[str] = []

@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.model import Candidate, Collected, Twin, fresh_name, name_words
+from orchestrator.mutants.model import Candidate, Collected, Twin, edited_text, fresh_name, moved_integer, name_words
 from orchestrator.testruns.commands import module_run, program
 
 __all__ = ["MUTATOR"]
@@ -207,23 +207,27 @@ def _final_assertion(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.C
 
 
 def _changed_literal(segment: str, value: object, rng: random.Random) -> str | None:
-    """The source of ``segment`` (a literal's text) with its value changed, in its own style."""
+    """The source of ``segment`` (a literal's text) with its value changed, in its own style: a
+    letter added, removed or changed in a string, a number moved up or down."""
     if isinstance(value, (str, bytes)):
-        match = re.search(r"('''|\"\"\"|'|\")\s*$", segment)
-        if match is None:
-            return None
-        letter = rng.choice("abcdefghkmnprstuvwxyz")
-        changed = segment[:match.start()] + letter + segment[match.start():]
+        simple = re.fullmatch(r"([rRbBuU]{0,2})('''|\"\"\"|'|\")(.*)\2", segment, re.S)
+        if simple is not None:
+            changed = simple.group(1) + simple.group(2) + edited_text(simple.group(3), rng) + simple.group(2)
+        else:  # strings joined side by side: a letter before the last closing quote
+            match = re.search(r"('''|\"\"\"|'|\")\s*$", segment)
+            if match is None:
+                return None
+            changed = segment[:match.start()] + rng.choice("abcdefghkmnprstuvwxyz") + segment[match.start():]
     elif isinstance(value, int):
-        shift = rng.randint(1, 9)
+        moved = moved_integer(value, rng, typed=False)
         if re.fullmatch(r"[0-9_]+", segment):
-            changed = str(value + shift)
+            changed = str(moved) if moved >= 0 else f"({moved})"
         elif re.fullmatch(r"0[xX][0-9a-fA-F_]+", segment):
-            changed = hex(value + shift)
+            changed = hex(moved) if moved >= 0 else f"(-{hex(-moved)})"
         else:
             return None
     else:
-        changed = repr(value + rng.randint(1, 9))
+        changed = repr(value + rng.choice((-1, 1)) * rng.randint(1, 9))
     try:
         if ast.literal_eval(changed) == value:
             return None
