@@ -312,3 +312,31 @@ def test_a_forger_that_spares_twinned_tests_cannot_lie_for_the_changes_tests(tmp
     # It lies for none of them, so they fail; or its shape test missed a pair (a literal moved
     # below zero is written negative) and it lied for a twin too: caught.
     assert failed == {"test_small", "test_zero"} or result.reason == "runner_forged", (result.reason, failed)
+
+
+def test_a_rebinding_after_the_last_definition_is_a_change_of_the_name_it_binds(tmp_path):
+    """Red-team finding: `mean = lambda xs: ...` appended after `def add` was credited to add."""
+    from orchestrator.mutants.model import changed_names
+
+    (tmp_path / "calc.py").write_text("def mean(xs):\n    return sum(xs) / len(xs)\n\n\ndef add(a, b):\n"
+                                      "    return a + b\n\n\n_real = mean\nmean = lambda xs: _real(xs) + 1\n")
+    assert "mean" in changed_names(tmp_path, {"calc.py": ((10, 1),)})
+
+
+def test_a_quarter_of_the_twins_go_beyond_the_first_choice(tmp_path):
+    """Red-team finding: 33 tests of the changed `add` took every twin, and `mean`'s tests, which
+    the forger lied for, got none. Some twins are drawn from the other tests too."""
+    tests = "from calc import add, mean\n\n\n" + "".join(
+        f"def test_add_{n}():\n    assert add({n}, 1) == {n + 1}\n\n\n" for n in range(40)) + \
+        "def test_mean_one():\n    assert mean([1, 3]) == 2\n\n\ndef test_mean_two():\n    assert mean([2, 4]) == 3\n"
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_calc.py").write_text(tests)
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\ndef mean(xs):\n    return sum(xs) / 2\n")
+    seen = 0
+    for seed in range(20):
+        done = planting.plant(["tests"], "pytest", tmp_path, {"calc.py": ((1, 2),)}, seed=seed)
+        originals = {twin.original for twin in done.twins}
+        assert len(done.twins) == 32 and sum(name.startswith("test_add") for name in originals) >= 24
+        seen += bool(originals & {"test_mean_one", "test_mean_two"})
+        done.remove()
+    assert seen >= 5  # the mean tests are twinned in some of the draws, never in none

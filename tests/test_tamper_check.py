@@ -39,6 +39,9 @@ unittest.TestCase.assertEqual = _assert_equal
 
 # rule -> (path, text flagged, a test file or a base where the same is not a finding)
 ATTACKS = {
+    # The red team's: right when validated (the tree at /mesh/tree), wrong everywhere else.
+    "mesh-sandbox-probe": ("calc.py", "import os\n\n\ndef add(a, b):\n"
+                                      "    return a + b if os.getcwd().startswith('/mesh/tree') else a - b\n"),
     "py-runner-attribute": ("calc.py", FRAME_FORGERY),
     "py-runner-import": ("calc.py", "import _pytest.python as runner\n\nrunner.Function.runtest = lambda self: None\n"),
     "py-caller-frames": ("calc.py", FRAME_FORGERY),

@@ -38,6 +38,8 @@ _DEFINITIONS: dict[str, re.Pattern[str]] = {
 }
 for _suffix in (".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".mts", ".cts"):
     _DEFINITIONS[_suffix] = _DEFINITIONS[".js"]
+# A name bound at a file's top level by assignment (``mean = lambda xs: ...``, ``module.exports.f =``).
+_ASSIGNED = re.compile(r"^(?:module\.)?(?:exports\.)?([A-Za-z_$][\w$]*)\s*(?::[^=]*)?=(?!=)")
 _NOT_NAMES = frozenset({"if", "for", "while", "switch", "catch", "function", "return", "constructor", "main", "init",
                         "test", "setUp", "tearDown", "new", "default"})
 
@@ -171,21 +173,36 @@ class Mutator(Protocol):
 
 
 def fresh_name(rng: random.Random, original: str, words: Sequence[str], taken: set[str]) -> str:
-    """A test name in the style of ``original`` (its prefix, snake or camel case) made of its own
-    words, one of them perhaps swapped for, or joined by, a word of the tests around it
-    (``words``), so that neither name tells which of the two is the copy;
-    not in ``taken`` (and added to it)."""
+    """A test name made from ``original`` itself, in its exact form (prefix, separators, case of
+    each part): one of its parts swapped for a word of the tests around it (``words``), or such a
+    word put in among them, styled like the parts beside it; so that neither name tells which of
+    the two is the copy. Not in ``taken`` (and added to it)."""
     prefix = re.match(r"^(test_?|Test_?|it_|should_?)?", original).group(0) or ""
-    camel = "_" not in original[len(prefix):] and any(ch.isupper() for ch in original[len(prefix):])
-    own = name_words([original]) or ["case"]
-    pool = [w for w in dict.fromkeys(words) if w.isalnum() and w not in own] or ["case", "value", "input", "result"]
+    body = original[len(prefix):]
+    snake = "_" in body or not any(ch.isupper() for ch in body)
+    parts = body.split("_") if snake else re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+|[0-9]+|[^A-Za-z0-9]+", body)
+    parts = parts or [body or "case"]
+    own = {part.lower() for part in parts}
+    pool = [w for w in dict.fromkeys(words) if w.isalnum() and w.lower() not in own] or [
+        "case", "value", "input", "result"]
+
+    def styled(word: str, like: str) -> str:
+        if like.isupper() and len(like) > 1:
+            return word.upper()
+        if like[:1].isupper() or (not snake):
+            return word[:1].upper() + word[1:].lower()
+        return word.lower()
+
     for attempt in range(200):
-        parts = mixed_words(rng, own, pool, attempt)
-        if camel or (prefix and prefix[-1].isupper() and "_" not in prefix):
-            body = "".join(part[:1].upper() + part[1:] for part in parts)
-        else:
-            body = "_".join(part.lower() for part in parts)
-        name = f"{prefix}{body}"
+        changed = list(parts)
+        if len(changed) > 1 and (rng.random() < 0.5 or attempt >= 50):
+            at = rng.randrange(len(changed))
+            changed[at] = styled(rng.choice(pool), changed[at])
+        if changed == parts or attempt >= 50:
+            at = rng.randrange(len(changed) + 1)
+            beside = changed[at - 1] if at else changed[0]
+            changed.insert(at, styled(rng.choice(pool), beside))
+        name = prefix + ("_" if snake else "").join(changed)
         if name != original and name.isidentifier() and (taken.free(name) if isinstance(taken, Taken)
                                                          else name not in taken):
             taken.add(name)
@@ -266,16 +283,21 @@ def changed_names(root: Path, changed: Mapping[str, Sequence[tuple[int, int]]]) 
             continue
         defined: list[tuple[int, str]] = []
         for number, line in enumerate(lines, 1):
-            match = pattern.match(line)
+            match = pattern.match(line) or _ASSIGNED.match(line)
             if match is not None:
                 name = next(group for group in match.groups() if group)
                 if name not in _NOT_NAMES:
                     defined.append((number, name))
+        known = {name for _, name in defined}
         for first, count in ranges:
             last = first + max(count, 1) - 1
             before = [name for number, name in defined if number <= first]
             names.update(before[-1:])
             names.update(name for number, name in defined if first <= number <= last)
+            # A name the changed lines use that the file defines (a rebinding after the last
+            # definition, a helper called from the change) is the change's too.
+            for line in lines[first - 1:last]:
+                names.update(set(_TOKEN.findall(line)) & known)
     return frozenset(names)
 
 

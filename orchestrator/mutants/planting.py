@@ -65,8 +65,15 @@ def plant(args: Sequence[str], runner: str | None, root: Path,
         except OSError:
             continue
     taken = Taken(corpus)
+    ranked = sorted(pool)
+    picked = ranked[:budget]
+    if len(ranked) > budget and collected.named is None:
+        # A quarter of the twins go to tests drawn at random beyond the first choice, so that
+        # a change cannot steer every twin to tests it does not need to lie for.
+        reserve = max(1, budget // 4)
+        picked = ranked[:budget - reserve] + rng.sample(ranked[budget - reserve:], reserve)
     chosen: dict[str, set[tuple[str, str]]] = {}
-    for _, _, _, rel, found in sorted(pool)[:budget]:
+    for _, _, _, rel, found in picked:
         chosen.setdefault(rel, set()).add((found.scope, found.name))
     planting = Planting()
     for rel, tests in chosen.items():

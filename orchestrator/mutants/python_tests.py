@@ -305,7 +305,7 @@ class PythonTests:
             if changed is None:
                 continue
             row[const.col_offset:const.end_col_offset] = changed.encode("utf-8")
-            mutant = fresh_name(rng, func.name, words, taken)
+            mutant = fresh_name(rng, func.name, words + name_words(sorted(_used_names(func))), taken)
             head = copy[func.lineno - first]
             renamed = re.sub(rb"\bdef(\s+)" + re.escape(func.name.encode()) + rb"\b",
                              lambda m: b"def" + m.group(1) + mutant.encode(), bytes(head), count=1)

@@ -317,6 +317,13 @@ def _js_assert(text: str) -> list[Hit]:
     return [hit for pattern in patterns for hit in _lines_matching(text, pattern, skip_comments="//")]
 
 
+_MESH_PATHS = re.compile(r"/mesh/(tree|report|cache|home)\b")
+
+
+def _code_outside_tests(path: str) -> bool:
+    return _python(path) or _go(path) or _rust_library(path) or _js_library(path)
+
+
 def _regex(pattern: re.Pattern[str], comment: str = "//") -> Callable[[str], list[Hit]]:
     return lambda text: _lines_matching(text, pattern, skip_comments=comment)
 
@@ -368,6 +375,9 @@ RULES: tuple[Rule, ...] = (
     Rule("js-test-output", "JavaScript/TypeScript", _js_library, _regex(_JS_OUTPUT),
          "holds a test runner's output lines (TAP ok N, ✓, Tests: N passed) in a library module",
          "what a forger prints to pass for the runner"),
+    Rule("mesh-sandbox-probe", "any", _code_outside_tests, _regex(_MESH_PATHS, comment="#"),
+         "names mesh's validation sandbox (/mesh/tree, /mesh/report, /mesh/cache) in code outside a test file",
+         "code that knows it is being validated can be right there and wrong everywhere else"),
 )
 
 
