@@ -340,3 +340,19 @@ def test_a_quarter_of_the_twins_go_beyond_the_first_choice(tmp_path):
         seen += bool(originals & {"test_mean_one", "test_mean_two"})
         done.remove()
     assert seen >= 5  # the mean tests are twinned in some of the draws, never in none
+
+
+def test_a_twins_literal_moves_either_way_so_its_size_says_nothing():
+    """Red-team finding: twins' numbers always went up and strings got longer, so the smaller of
+    a pair was the original. Now either way, at random."""
+    text = ("def test_sum():\n    assert add(2, 3) == 50\n\n\ndef test_name():\n    assert name() == 'calc'\n")
+    chosen = frozenset({("", "test_sum"), ("", "test_name")})
+    numbers, lengths = set(), set()
+    for seed in range(30):
+        new, twins = MUTATOR.twin("tests/test_x.py", text, random.Random(seed), chosen, set())
+        for line in new.splitlines():
+            if "add(2, 3) == " in line and not line.endswith("== 50"):
+                numbers.add(int(line.rsplit("== ", 1)[1]) > 50)
+            if "name() == " in line and not line.endswith("'calc'"):
+                lengths.add(len(line.rsplit("== ", 1)[1]) - len("'calc'"))
+    assert numbers == {True, False} and lengths == {-1, 0, 1}
