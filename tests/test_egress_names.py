@@ -135,8 +135,8 @@ def test_a_plain_request_naming_its_own_host_goes_through(upstream, proxy):
     reply = _ask(proxy, f"GET http://127.0.0.1:{port}/no-host HTTP/1.0\r\n\r\n".encode())  # HTTP/1.0: none
     assert reply.startswith(b"HTTP/1.0 200 ")
     seen = _seen(upstream, 3)
-    assert [got.split(b"\r\n", 1)[0] for got in seen] == [b"GET /fine HTTP/1.1", b"GET /fine HTTP/1.1",
-                                                          b"GET /no-host HTTP/1.0"]
+    assert sorted(got.split(b"\r\n", 1)[0] for got in seen) == [b"GET /fine HTTP/1.1", b"GET /fine HTTP/1.1",
+                                                                b"GET /no-host HTTP/1.0"]
     assert proxy.refused == []
 
 
@@ -185,7 +185,8 @@ def test_a_tls_client_asking_for_the_tunnels_host_goes_through_unchanged(upstrea
             client.shutdown(socket.SHUT_WR)
             while client.recv(4096):
                 pass
-    assert _seen(upstream, 2) == sent
+    # The upstream may note a connection after the client saw the next one start: order apart.
+    assert sorted(_seen(upstream, 2)) == sorted(sent)
     assert proxy.refused == []
 
 
@@ -240,7 +241,7 @@ def test_other_protocols_and_malformed_hellos_pass_unchanged(upstream, proxy):
             client.shutdown(socket.SHUT_WR)
             while client.recv(4096):
                 pass
-    assert _seen(upstream, 2) == sent
+    assert sorted(_seen(upstream, 2)) == sorted(sent)  # each passed unchanged, in whichever order noted
 
 
 def test_the_client_hello_reader_never_raises_on_cut_or_damaged_input():
