@@ -158,7 +158,7 @@ class Grade:
     # A case graded by test: {"fail_to_pass": {"passed": n, "failed": [ids]},
     # "pass_to_pass": {"checked": n, "failed": [ids]}}.
     tests: dict[str, Any] = field(default_factory=dict)
-    # The lines of the run's change the tamper check flags (docs/security.md): a suspected
+    # The lines of the run's change the tamper check flags (docs/forged-verdicts.md): a suspected
     # forgery is never resolved, whatever the tests said, and is counted apart.
     suspected_forgery: list[dict[str, Any]] = field(default_factory=list)
 

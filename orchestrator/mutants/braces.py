@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.mutants.model import edited_text, moved_integer
+from orchestrator.mutants.model import Twin, edited_text, fresh_name, moved_integer
 
-__all__ = ["Masked", "block_end", "changed_literal", "indent_before", "last_statement", "mask", "placed", "spliced",
+__all__ = ["Masked", "block_end", "function_twins", "changed_literal", "indent_before", "last_statement", "mask", "placed", "spliced",
            "split_args"]
 
 _NUMBER = re.compile(r"(?<![\w.])(\d[\d_]*)(\.\d+)?(?![\w.])")
@@ -255,3 +256,28 @@ def indent_before(text: str, start: int) -> str:
     """The spaces and tabs the line holding ``start`` begins with, up to ``start``."""
     line_start = text.rfind("\n", 0, start) + 1
     return re.match(r"[ \t]*", text[line_start:start]).group(0)
+
+
+def function_twins(rel: str, text: str, masked: Masked, tests: list[tuple[str, int, int, list[tuple[int, int]]]],
+                   chosen: frozenset[tuple[str, str]], rng: random.Random, lang: str, keyword: str,
+                   marks: Callable[[int], tuple[str, ...]], words: list[str], taken: set[str]) -> tuple[str, list[Twin]]:
+    """``text`` with a twin of each ``chosen`` test function (Go's, Rust's): ``tests`` are (name,
+    where its text starts, its closing brace, the literal it is twinned by); the copy takes a
+    fresh name after ``keyword`` (``func``, ``fn``), its changed literal, and a place before or
+    after its original; ``marks(start)`` the words its report id holds."""
+    copies: list[tuple[int, str]] = []
+    twins: list[Twin] = []
+    for name, begin, close, literal in tests:
+        if ("", name) not in chosen or not literal:
+            continue
+        start, end = literal[0]
+        changed = changed_literal(text, start, end, masked, rng, lang)
+        if changed is None:
+            continue
+        mutant = fresh_name(rng, name, words, taken)
+        copy = text[begin:start] + changed + text[end:close + 1]
+        copy = re.sub(rf"\b{keyword}\s+{re.escape(name)}\b", f"{keyword} {mutant}", copy, count=1)
+        insert, at, size = placed(text, begin, close + 1, copy, rng.random() < 0.5)
+        copies.append(insert)
+        twins.append(Twin(rel, "", name, mutant, marks(begin), at=at, size=size))
+    return (spliced(text, copies), twins) if twins else (text, [])

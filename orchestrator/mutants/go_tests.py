@@ -19,9 +19,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.braces import (Masked, block_end, changed_literal, last_statement, mask, placed,
-                                         spliced, split_args)
-from orchestrator.mutants.model import Candidate, Collected, Twin, fresh_name, name_words
+from orchestrator.mutants.braces import Masked, block_end, function_twins, last_statement, mask, split_args
+from orchestrator.mutants.model import Candidate, Collected, Twin, name_words
 
 __all__ = ["MUTATOR"]
 
@@ -156,24 +155,8 @@ class GoTests:
         words = name_words([name for name, *_ in tests])
         # The package's folder names its import path's last element (the root's is go.mod's).
         mark = tuple(_WORD.findall(Path(rel).parent.name))
-        copies: list[tuple[int, str]] = []
-        twins: list[Twin] = []
-        for name, begin, close, _, literal in tests:
-            if ("", name) not in chosen or not literal:
-                continue
-            start, end = literal[0]
-            changed = changed_literal(text, start, end, masked, rng, "go")
-            if changed is None:
-                continue
-            mutant = fresh_name(rng, name, words, taken)
-            copy = text[begin:start] + changed + text[end:close + 1]
-            copy = re.sub(rf"^func\s+{re.escape(name)}\b", f"func {mutant}", copy, count=1)
-            insert, at, size = placed(text, begin, close + 1, copy, rng.random() < 0.5)
-            copies.append(insert)
-            twins.append(Twin(rel, "", name, mutant, mark, at=at, size=size))
-        if not twins:
-            return text, []
-        return spliced(text, copies), twins
+        return function_twins(rel, text, masked, [(name, begin, close, literal) for name, begin, close, _, literal in tests],
+                              chosen, rng, "go", "func", lambda _begin: mark, words, taken)
 
     def reaches(self, rel: str, text: str, changed: Sequence[str]) -> int:
         folder = str(Path(rel).parent)

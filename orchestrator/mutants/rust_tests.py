@@ -19,9 +19,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.mutants.braces import (Masked, block_end, changed_literal, last_statement, mask, placed, spliced,
-                                         split_args)
-from orchestrator.mutants.model import Candidate, Collected, Twin, fresh_name, name_words
+from orchestrator.mutants.braces import Masked, block_end, function_twins, last_statement, mask, split_args
+from orchestrator.mutants.model import Candidate, Collected, Twin, name_words
 
 __all__ = ["MUTATOR"]
 
@@ -111,26 +110,14 @@ class RustTests:
         masked = mask(text, "rust")
         tests = _tests(text, masked)
         words = name_words([name for name, *_ in tests])
-        copies: list[tuple[int, str]] = []
-        twins: list[Twin] = []
-        for name, begin, close, literal in tests:
-            if ("", name) not in chosen or not literal:
-                continue
-            start, end = literal[0]
-            changed = changed_literal(text, start, end, masked, rng, "rust")
-            if changed is None:
-                continue
-            mutant = fresh_name(rng, name, words, taken)
-            copy = text[begin:start] + changed + text[end:close + 1]
-            copy = re.sub(rf"\bfn\s+{re.escape(name)}\b", f"fn {mutant}", copy, count=1)
-            insert, at, size = placed(text, begin, close + 1, copy, rng.random() < 0.5)
-            copies.append(insert)
-            inline = tuple(found.group(1) for found in re.finditer(r"\bmod\s+(\w+)\s*\{", masked.code)
-                           if found.start() < begin < (block_end(masked.code, found.end() - 1) or 0))
-            twins.append(Twin(rel, "", name, mutant, _module_words(rel) + inline, at=at, size=size))
-        if not twins:
-            return text, []
-        return spliced(text, copies), twins
+
+        def marks(begin: int) -> tuple[str, ...]:
+            """The file's module path and the inline modules (``mod tests {``) around ``begin``."""
+            return _module_words(rel) + tuple(
+                found.group(1) for found in re.finditer(r"\bmod\s+(\w+)\s*\{", masked.code)
+                if found.start() < begin < (block_end(masked.code, found.end() - 1) or 0))
+
+        return function_twins(rel, text, masked, tests, chosen, rng, "rust", "fn", marks, words, taken)
 
     def reaches(self, rel: str, text: str, changed: Sequence[str]) -> int:
         if rel in changed:

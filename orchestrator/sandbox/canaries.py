@@ -30,7 +30,7 @@ reads each control test's outcome from the runner's report: a control test repor
 its nature fails the command as ``runner_forged``; the control tests are then taken out of
 the counts, so a project's numbers are its own.
 
-What remains possible (docs/security.md): code that knows the project's real test names
+What remains possible (docs/forged-verdicts.md): code that knows the project's real test names
 (from the repository a patch is written against) can stay honest for any test it does not
 know, so a forger that targets known names is not caught; a control set that the runner
 never collects (a ``-k``/``-m`` selection, a node id, a ``python_files`` pattern mesh did not

@@ -20,7 +20,7 @@ written by the runner, in the same processes as the tests that model output cont
 is read as hostile input (a size cap, a regular file only, no DOCTYPE or entity declarations)
 and its counts are only ever a reason to fail a command, never to pass one whose exit status
 failed. Test code can still forge a report: mesh's control tests (``canaries``) catch a forger
-that does not know what they are, for pytest and unittest; see docs/security.md.
+that does not know what they are, for every runner mesh reads; see docs/forged-verdicts.md.
 """
 
 from __future__ import annotations

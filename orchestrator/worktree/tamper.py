@@ -430,7 +430,7 @@ def scan(changes: Iterable[tuple[str, str | None, str | None]]) -> list[Tamper]:
 
 
 def markdown_table() -> str:
-    """``RULES`` as the Markdown table docs/security.md prints."""
+    """``RULES`` as the Markdown table docs/forged-verdicts.md prints."""
     lines = ["| rule | language | a patch adds code that | why |", "|---|---|---|---|"]
     for row in RULES:
         lines.append(f"| `{row.rule}` | {row.language} | {row.what} | {row.why} |")
