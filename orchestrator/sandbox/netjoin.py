@@ -5,7 +5,11 @@ builds that line): bwrap is started with ``--info-fd`` (it reports its child's p
 ``--block-fd`` (the command waits), pasta joins the child's namespaces and configures the
 interface, routes and DNS, forwarding only the loopback ``PORTS`` (comma-separated, or
 ``none``) to the host, without mapping the gateway to the host's loopback; then the command
-is released. ``closed:PORTS`` leaves the namespace without any route out: only the loopback
+is released. pasta is started only once bwrap has set up the namespace's loopback (its
+address in the namespace's local table): bwrap reports its child before the child adds
+127.0.0.1 to ``lo`` with ``NLM_F_EXCL``, and a pasta bringing ``lo`` up first (the kernel then
+adds the address itself) made bwrap die with "loopback: Failed RTM_NEWADDR" (seen in CI under
+load). ``closed:PORTS`` leaves the namespace without any route out: only the loopback
 ``PORTS`` lead anywhere (to the host's loopback: a model endpoint, mesh's egress proxy), and
 pasta is ready once it listens on each of them in the namespace. This process stays bwrap's parent and exits with its status, so the caller's
 timeout and process-group kill work as for a plain bwrap.
@@ -46,6 +50,25 @@ def _configured(pid: int) -> bool:
         if any(row and row[0 if table == "route" else -1] != "lo" for row in rows):
             return True
     return False
+
+
+def _loopback_set(pid: int) -> bool:
+    """True once the namespace of ``pid`` has 127.0.0.1 in its local table (bwrap's loopback
+    setup is done), or once ``pid`` is gone (nothing left to wait for)."""
+    try:
+        with open(f"/proc/{pid}/net/fib_trie", encoding="ascii") as handle:
+            return "|-- 127.0.0.1\n" in handle.read()
+    except OSError:
+        return not os.path.exists(f"/proc/{pid}")
+
+
+def _wait(ready, pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not ready(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+    return True
 
 
 def _listening(pid: int, ports: set[int]) -> bool:
@@ -141,9 +164,13 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: child.kill())  # pasta then ends in the finally below
     pid = _child_pid(info_r)
     os.close(info_r)
-    network, problem = (None, "bwrap did not report its child") if pid is None else \
-        _start_pasta(_pasta_argv(pasta, pid, ports, closed), pid,
-                     (lambda pid: _listening(pid, wanted)) if closed else _configured)
+    if pid is None:
+        network, problem = None, "bwrap did not report its child"
+    elif not _wait(_loopback_set, pid, _PASTA_TIMEOUT_S):
+        network, problem = None, "bwrap did not set up the namespace's loopback in time"
+    else:
+        network, problem = _start_pasta(_pasta_argv(pasta, pid, ports, closed), pid,
+                                        (lambda pid: _listening(pid, wanted)) if closed else _configured)
     if network is None:
         child.kill()
         child.wait()
