@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # `make fuzz FUZZ_TESTS=tests/test_scrub_windows.py` fuzzes one file (default: every property test).
 FUZZ_TESTS ?=
 
-.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code agent-clis toolchains
+.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code agent-clis toolchains django
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,12 +86,19 @@ toolchains:
 	$(call npm_tool,$(NODE_TOOLS),yarn@>=1.22 <2,node_modules/.bin/yarn,tests/test_toolchains.py (yarn))
 	$(call npm_tool,$(VENV)/yarn-berry,@yarnpkg/cli-dist@>=4 <5,node_modules/.bin/yarn,tests/test_toolchains.py (Yarn Plug'n'Play))
 
-install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
+# tests/test_django.py validates a real Django app (Django's runner and pytest-django); Django and
+# pytest-django from PyPI, installed beside the venv (the app's .venv points at them).
+DJANGO_SITE := $(VENV)/django-site
+django: $(STAMP)
+	@[ -e $(DJANGO_SITE)/pytest_django ] || $(BIN)/pip install --quiet --target $(DJANGO_SITE) 'django>=5.2,<6' 'pytest-django>=4.9,<5' \
+	  || echo "could not install Django: tests/test_django.py will skip"
+
+install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains django
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each given whole files (a module's
 # fixtures are made once); TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains
+test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains django
 	MESH_REQUIRE_POSTGRES=1 MESH_REQUIRE_TOOLCHAINS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # Long random runs of the property tests (Hypothesis's "fuzz" profile, tests/conftest.py);

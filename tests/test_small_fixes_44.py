@@ -78,3 +78,33 @@ def test_a_base_check_missing_a_dependency_group_names_the_install(tmp_path):
     assert "group 'dev'" in text and "uv sync --group dev" in text and "--allow-failing-base" not in text, text
     other = {**failed, "stderr_tail": "AssertionError: 1 != 2\n"}
     assert "--allow-failing-base" in BaseCheck("c" * 40, ["python -m pytest"], [other]).failure_text(repo=tmp_path)
+
+
+def test_a_tracked_tracker_folder_does_not_stop_validation_at_the_repositorys_own_path(tmp_path):
+    """bd users track .beads/ (config.yaml, issues.jsonl): with a project environment the tree shows
+    at the repository's own path, where the tracker's folder is covered; copying the tracked files
+    under the cover failed every command ("cp: cannot create regular file ... Read-only file
+    system"). They are left out of the tree: the commands run, and never see the tracker."""
+    import subprocess
+    import sys
+
+    from orchestrator.sandbox.bwrap import require_bwrap
+    from orchestrator.sandbox.project_env import find_environment
+    from orchestrator.sandbox.validation import run_validation
+    from tests.toolchainkit import commit_all, init_repo
+
+    require_bwrap()
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    (repo / ".beads").mkdir()
+    (repo / ".beads" / "config.yaml").write_text("issue-prefix: x\n")
+    (repo / ".beads" / "issues.jsonl").write_text("")
+    (repo / "check.py").write_text("import os\nprint('tracker seen:', os.path.exists('.beads/config.yaml'))\n")
+    (repo / ".gitignore").write_text(".venv/\n")
+    commit_all(repo)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    command = "python check.py"
+    [result] = run_validation([command], cwd=repo, allow=[command], timeout_s=60,
+                              environment=find_environment(repo), hidden=[repo / ".beads"])
+    assert result.passed and "tracker seen: False" in result.stdout_tail, result.stderr_tail
+    assert (repo / ".beads" / "config.yaml").exists()  # the checkout's own is untouched

@@ -1,4 +1,4 @@
-"""Twins of Python tests, for pytest and unittest.
+"""Twins of Python tests, for pytest, unittest and Django's runner.
 
 A test can be twinned when its last statement is an equality assertion against a literal
 (``assert f(x) == 3``, ``self.assertEqual(f(x), "a")``, ``assert [1, 2] == g()``) outside any
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from orchestrator.mutants.model import Candidate, Collected, Twin, edited_text, fresh_name, moved_integer, name_words
 from orchestrator.testruns.commands import module_run, program
+from orchestrator.testruns.django_reader import unittest_args
 
 __all__ = ["MUTATOR"]
 
@@ -265,6 +266,9 @@ class PythonTests:
     """pytest's and unittest's tests (``model.Mutator``)."""
 
     def collected(self, args: Sequence[str], runner: str, root: Path) -> Collected | None:
+        if runner == "django":
+            as_unittest = unittest_args(args, root)
+            return None if as_unittest is None else _unittest_collected(as_unittest, root)
         args = _runner_args(args)
         return _pytest_collected(args, root) if runner == "pytest" else _unittest_collected(args, root)
 

@@ -14,6 +14,7 @@ __all__ = ["MUTATORS"]
 MUTATORS: dict[str, Mutator] = {
     "pytest": python_tests.MUTATOR,
     "unittest": python_tests.MUTATOR,
+    "django": python_tests.MUTATOR,
     "go test": go_tests.MUTATOR,
     "cargo test": rust_tests.MUTATOR,
     "jest": js_tests.MUTATOR,

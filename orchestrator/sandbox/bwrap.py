@@ -331,7 +331,7 @@ def bwrap_argv(
     """The argv that runs ``command`` in a sandbox.
 
     The system and the running Python are read-only, ``/etc`` is minimal (``_etc_args``),
-    ``/proc`` shows only the sandbox, ``/tmp`` is empty (``tmp_bytes`` large at most),
+    ``/proc`` shows only the sandbox, ``/tmp`` and ``/dev/shm`` are empty (``tmp_bytes`` large at most each),
     ``SANDBOX_HOME`` exists (empty, writable, as large as ``/tmp``); ``binds`` (source,
     target) are writable, ``ro_binds`` read-only and ``tmpfs`` (target, size) empty and
     writable, mounted parents first. ``hidden`` paths that a bind would show are covered:
@@ -355,8 +355,10 @@ def bwrap_argv(
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     argv += _system_args(network if resolver is None else resolver, etc_dir)
     size = ["--size", str(tmp_bytes)] if tmp_bytes else []
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", *size, "--tmpfs", "/tmp",
-             "--perms", "1777", *size, "--tmpfs", SANDBOX_HOME]
+    # /dev/shm: POSIX shared memory and multiprocessing's arenas (Django's --parallel, a pool's
+    # shared values) need it writable; empty, the sandbox's own.
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", *size, "--tmpfs", "/dev/shm",
+             "--perms", "1777", *size, "--tmpfs", "/tmp", "--perms", "1777", *size, "--tmpfs", SANDBOX_HOME]
     mounts: dict[str, tuple[str, ...]] = {}
     for root in python_roots():
         if not covered(root, _SYSTEM_PATHS):

@@ -53,7 +53,7 @@ from orchestrator.sandbox import node_output
 __all__ = ["Planted", "RUNNERS", "Shown", "UNCHECKED", "clean_output", "judge", "plant", "test_module_for"]
 
 # The runners control tests are planted for.
-RUNNERS = ("pytest", "unittest")
+RUNNERS = ("pytest", "unittest", "django")
 # What a command's output says when mesh's control tests were not part of its run.
 UNCHECKED = ("mesh: none of its control tests or twins of the project's tests ran with this command (it selects"
              " tests or stops at a first failure, mesh did not find its test modules, or none of its tests ends in a"
@@ -283,6 +283,8 @@ _PYTEST_SUMMARY = re.compile(r"^(=+ )?(\d+ [\w ]+(?:, \d+ [\w ]+)*) in ([\d.]+s(
 _UNITTEST_RULE = "=" * 70
 _EMPTY_SECTION = re.compile(r"^=+ (FAILURES|ERRORS|short test summary info|XFAIL.*) =+$")
 _UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ")
+# Django's runner says how many tests it found before running them.
+_DJANGO_FOUND = re.compile(r"^Found (\d+) test(\(s\)|s?)\.$")
 _UNITTEST_RESULT = re.compile(r"^(OK|FAILED)(?: \((.*)\))?$")
 
 
@@ -344,7 +346,8 @@ def _without_progress_marks(lines: list[str], counts: Mapping[str, int]) -> list
 
 
 def _recount(line: str, counts: Mapping[str, int]) -> str:
-    """A closing line of pytest or unittest with mesh's control tests taken out of its numbers."""
+    """A closing line of pytest or unittest (or Django's "Found N test(s).") with mesh's control
+    tests taken out of its numbers."""
     found = _PYTEST_SUMMARY.match(line.strip())
     if found is not None:
         take = {"failed": counts["failed"], "passed": counts["passed"], "xfailed": counts["xfail"],
@@ -359,6 +362,10 @@ def _recount(line: str, counts: Mapping[str, int]) -> str:
             if part:
                 parts.append(part)
         return f"{found.group(1) or ''}{', '.join(parts) or 'no tests ran'} in {found.group(3)}{found.group(4) or ''}"
+    found_line = _DJANGO_FOUND.match(line)
+    if found_line is not None:
+        total = int(found_line.group(1)) - sum(counts.values())
+        return f"Found {total} test{found_line.group(2)}."
     ran = _UNITTEST_RAN.match(line)
     if ran is not None:
         total = int(ran.group(1)) - sum(counts.values())

@@ -3,7 +3,7 @@
 An exit status of 0 proves nothing when no test ran: a patch appending ``os._exit(0)`` to
 ``tests/__init__.py`` ends the runner during collection with status 0, and a ``conftest.py``
 that deselects or skips every test makes an empty run succeed. For every runner mesh reads
-(``orchestrator.testruns``: pytest, unittest, go test, cargo test, Jest, Vitest, node --test,
+(``orchestrator.testruns``: pytest, unittest, Django's runner, go test, cargo test, Jest, Vitest, node --test,
 mocha, tape), validation asks the runner for a machine-readable account of its run: a report
 file written to a folder outside the tree under test (``SANDBOX_REPORT`` inside the sandbox),
 or the runner's own standard output, kept whole up to ``MAX_REPORT_BYTES``. A command that
@@ -36,7 +36,7 @@ from typing import Any, Sequence
 from orchestrator.mutants.model import Planting
 from orchestrator.mutants.model import judge as judge_twins
 from orchestrator.sandbox import canaries
-from orchestrator.testruns import pytest_reader, unittest_reader
+from orchestrator.testruns import django_reader, pytest_reader, unittest_reader
 from orchestrator.testruns.commands import module_run, program
 from orchestrator.testruns.model import ReportError, Run, TestCounts, safe_id
 from orchestrator.testruns.table import reader_for
@@ -70,7 +70,7 @@ SANDBOX_REPORT = "/mesh/report"
 REPORT_REASONS = ("no_test_report", "test_report_unreadable", "tests_failed", "no_tests_ran", "runner_forged")
 # A report (or a runner's output read as one) larger than this is not read.
 MAX_REPORT_BYTES = 32 << 20
-_REPORT_NAMES = {"pytest": "junit.xml", "unittest": "unittest.json"}
+_REPORT_NAMES = {"pytest": "junit.xml", "unittest": "unittest.json", "django": "unittest.json"}
 UNITTEST_SHIM = unittest_reader.SHIM
 
 
@@ -156,8 +156,12 @@ def runner_of(argv: Sequence[str], tree: Path | None = None) -> str | None:
     return None if reader is None else reader.name
 
 
-def runner_args(argv: Sequence[str]) -> list[str]:
-    """The arguments the test runner of ``argv`` gets (after ``pytest`` or ``python -m pytest``/``unittest``)."""
+def runner_args(argv: Sequence[str], tree: Path | None = None) -> list[str]:
+    """The arguments the test runner of ``argv`` gets (after ``pytest`` or ``python -m pytest``/``unittest``;
+    for Django's runner, the tests it runs in unittest's terms)."""
+    as_unittest = django_reader.unittest_args(argv, tree)
+    if as_unittest is not None:
+        return as_unittest
     if argv and program(argv) in ("pytest", "py.test"):
         return list(argv[1:])
     found = module_run(argv)

@@ -487,11 +487,13 @@ def run_validation(
                 source, env_names, home=_sandbox.SANDBOX_HOME, path=_sandbox.sandbox_path(source.get("PATH"))),
                 view)
             etc_dir = _sandbox.write_identity(Path(scratch) / "etc", _sandbox.SANDBOX_HOME)
+            target = view.tree_path if view and view.at_repo_path else _sandbox.SANDBOX_TREE
+            _drop_hidden(tree, target, hidden)
             place = _Place(tree, run_env, bwrap,
                            shielded=(os.path.realpath(Path.home()), os.path.realpath(cwd)),
                            limits=limits, etc_dir=etc_dir, hidden=tuple(str(path) for path in hidden),
                            tree_bytes=_tree_bytes(tree), scratch=Path(scratch),
-                           tree_target=view.tree_path if view and view.at_repo_path else _sandbox.SANDBOX_TREE,
+                           tree_target=target,
                            extra_ro=tuple(program_binds(view.python.python)) if view and view.python else (),
                            view=view, changed=changed_lines(cwd, full))
             problem = _resolve_setup(place, allow)
@@ -549,6 +551,21 @@ def _with_environment(env: dict[str, str], view: ProjectView | None) -> dict[str
             env["VIRTUAL_ENV"] = view.python.prefix
     env.update(dict(view.env))
     return env
+
+
+def _drop_hidden(tree: Path, target: str, hidden: Sequence[str | Path]) -> None:
+    """Take out of the tree copy what a hidden path covers where the tree shows (the tracker's
+    files of a tree shown at the repository's own path: a tracked ``.beads/config.yaml`` could not
+    be copied under the cover, and the commands have no business reading the tracker)."""
+    for path in hidden:
+        path = str(path)
+        if not path.startswith(target.rstrip("/") + "/"):
+            continue
+        inside = tree / os.path.relpath(path, target)
+        if inside.is_dir() and not inside.is_symlink():
+            shutil.rmtree(inside, ignore_errors=True)
+        elif inside.exists() or inside.is_symlink():
+            inside.unlink()
 
 
 def _resolve_setup(place: _Place, allow: Sequence[str]) -> str | None:
@@ -642,8 +659,20 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
     # The report argument is mesh's own, added after the allowlist admitted the command.
     probe = testcounts.instrument(argv, *place.report_folder(), tree=place.root,
                                   root=place.tree_target if place.bwrap else str(place.root))
+    if probe.argv[0] != argv[0]:
+        # The runner is started through another program (``django-admin test``, ``./manage.py
+        # test``: through Python, with mesh's shim).
+        program = _resolve_program(probe.argv[0], place.root, place.env["PATH"], place.view if place.bwrap else None)
+        if program is None:
+            if twins is not None:
+                twins.remove()
+            return ValidationResult(
+                command=scrub(command), exit_code=None, passed=False, rejected=False,
+                reason="not_found", duration_s=time.monotonic() - started,
+                stderr_tail=scrub(f"program not found: {probe.argv[0]} (to run {argv[0]}'s tests)"
+                                  f"{_where_searched(probe.argv[0], place)}"))
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
-    planted = canaries.plant(testcounts.runner_args(argv), probe.runner, place.root) if place.bwrap else None
+    planted = canaries.plant(testcounts.runner_args(argv, place.root), probe.runner, place.root) if place.bwrap else None
     launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder)
     # mesh's own tests' failures are taken out of the output: keep more of it, cut it after.
     kept_bytes = max_output_bytes + (_CONTROLS_OUTPUT if twins is not None or planted is not None else 0)

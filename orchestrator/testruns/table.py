@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from orchestrator.testruns import (cargo_reader, go_reader, jest_reader, mocha_reader, node_reader, pytest_reader,
+from orchestrator.testruns import (cargo_reader, django_reader, go_reader, jest_reader, mocha_reader, node_reader, pytest_reader,
                                    tap_reader, unittest_reader)
 from orchestrator.testruns.model import Reader
 
@@ -18,6 +18,7 @@ __all__ = ["READERS", "reader_for"]
 READERS: dict[str, Reader] = {
     "pytest": pytest_reader.READER,
     "unittest": unittest_reader.READER,
+    "django": django_reader.READER,
     "go test": go_reader.READER,
     "cargo test": cargo_reader.READER,
     "jest": jest_reader.JEST,

@@ -16,14 +16,15 @@ from typing import Any, Sequence
 from orchestrator.testruns.commands import module_run
 from orchestrator.testruns.model import ReportError, Run
 
-__all__ = ["READER", "SHIM", "outcomes"]
+__all__ = ["READER", "RESULT_CODE", "SHIM", "Unittest", "outcomes"]
 
-SHIM = """\
+# The result and runner that write the report: shared by ``SHIM`` and Django's (``django_reader``),
+# whose runner may be given a result class of its own (mixed with mesh's).
+RESULT_CODE = """\
 import json, sys, time, unittest
 report = sys.argv.pop(1)
-sys.argv[0] = "python -m unittest"
 LIMIT = 200000
-class MeshResult(unittest.TextTestResult):
+class MeshResultMixin:
     def startTest(self, test):
         self.mesh_ids = getattr(self, "mesh_ids", [])
         self.mesh_times = getattr(self, "mesh_times", {})
@@ -35,8 +36,15 @@ class MeshResult(unittest.TextTestResult):
         if len(self.mesh_times) < LIMIT:
             self.mesh_times[test.id()] = time.perf_counter() - getattr(self, "mesh_started", time.perf_counter())
         super().stopTest(test)
+class MeshResult(MeshResultMixin, unittest.TextTestResult):
+    pass
 class MeshCountingRunner(unittest.TextTestRunner):
     resultclass = MeshResult
+    def __init__(self, *args, resultclass=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if resultclass is not None:
+            self.resultclass = resultclass if issubclass(resultclass, MeshResultMixin) else \\
+                type(resultclass.__name__, (MeshResultMixin, resultclass), {})
     def run(self, test):
         result = super().run(test)
         ids = lambda pairs: [case.id() for case, *_ in pairs][:LIMIT]
@@ -52,6 +60,10 @@ class MeshCountingRunner(unittest.TextTestRunner):
         with open(report, "w", encoding="utf-8") as handle:
             json.dump(counts, handle)
         return result
+"""
+
+SHIM = RESULT_CODE + """\
+sys.argv[0] = "python -m unittest"
 unittest.main(module=None, testRunner=MeshCountingRunner)
 """
 

@@ -36,8 +36,8 @@ from roles.validation_text import failure_text
 __all__ = ["BaseCheck", "BaseFailing", "check_commands", "note_validated", "record_passed", "run_base_check"]
 
 # What makes a command's tests readable, said where mesh cannot judge one test by test.
-UNREAD_HINT = ("name a runner mesh reads (pytest, unittest, go test, cargo test, Jest, Vitest, node --test, mocha,"
-               " tape) in the command or its package.json script; docs/toolchains.md")
+UNREAD_HINT = ("name a runner mesh reads (pytest, unittest, Django's manage.py test, go test, cargo test, Jest, Vitest,"
+               " node --test, mocha, tape) in the command or its package.json script; docs/toolchains.md")
 
 _VERSION = 1
 # What no failing base excuses: the run ended before its runner reported, or its report lies.

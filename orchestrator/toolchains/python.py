@@ -12,6 +12,9 @@ writes into the checkout and git ignores, without which the tree under test does
 
 They are carried from the checkout into the tree copy (``ProjectView.carried``), only where the
 commit has no file of that path.
+
+The check runs the project's tests with pytest when pytest is configured, Django's runner or
+pytest-django for a Django project (``toolchains.django``), else unittest.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from orchestrator.sandbox.project_env import EnvironmentMissing, find_environment
 from orchestrator.toolchains.base import DependenciesMissing, Found, Project
+from orchestrator.toolchains.django import django_check
 
 __all__ = ["TOOLCHAIN", "generated_files"]
 
@@ -95,8 +99,15 @@ class Python:
                           .removeprefix("validation environment: "))
         if found.carried:
             found.sees.append("generated files carried from the checkout: " + ", ".join(found.carried))
-        runner = "pytest" if _uses_pytest(project) else "unittest"
+        uses_pytest = _uses_pytest(project)
         python = "python" if environment is not None else _sandbox_python()
+        django = django_check(project, python, uses_pytest)
+        if django is not None:
+            found.label += f", Django ({django.how})"
+            found.sees.append(f"a Django project: its tests run by {django.how}")
+            found.check, found.allow = django.check, list(django.allow)
+            return [found]
+        runner = "pytest" if uses_pytest else "unittest"
         found.check = f"{python} -m {runner}"
         found.allow = [found.check, f"{python} -m {runner} {{args...}}"]
         return [found]
