@@ -26,8 +26,8 @@ _MESSAGE_LINES = 16
 _LINE_CHARS = 300
 # mesh's own verdict lines (``mesh: ...``) are kept longer: they name the tests that were lost.
 _NOTE_CHARS = 1500
-_LOST = (("broken", "passed on the base, fails now"), ("gone", "passed on the base, gone or skipped now"),
-         ("new_failures", "new, fails"))
+_LOST = (("broken", "passed on the base, fails now"), ("gone", "passed on the base, gone now"),
+         ("skipped", "passed on the base, skipped now"), ("new_failures", "new, fails"))
 
 
 def _clean(text: str) -> str:

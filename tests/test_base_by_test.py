@@ -260,13 +260,13 @@ def test_a_test_skipped_by_the_patch_is_a_test_gone(tmp_path):
     code, report, res = run_patch(ws, diff)
     assert code == 3, res.output
     result = assert_not_closed(ws, report, "fewer_tests_than_base")
-    assert "1 test(s) that passed on the base are gone: tests.test_temperature.CelsiusToFahrenheit.test_boiling_point" \
-        in result["stderr_tail"]
-    assert result["lost"] == {"gone": ["tests.test_temperature.CelsiusToFahrenheit.test_boiling_point"]}
+    assert "1 test(s) that passed on the base are skipped now: tests.test_temperature.CelsiusToFahrenheit" \
+        ".test_boiling_point" in result["stderr_tail"]
+    assert result["lost"] == {"skipped": ["tests.test_temperature.CelsiusToFahrenheit.test_boiling_point"]}
     # Named as lost, not as failing (the trial: "failing: ..." sent a model looking for an assertion).
-    assert "lost against the base: tests.test_temperature.CelsiusToFahrenheit.test_boiling_point" \
+    assert "lost against the base: tests.test_temperature.CelsiusToFahrenheit.test_boiling_point (skipped now)" \
         in report["block_detail"] and "failing:" not in report["block_detail"]
     # What the workers read: mesh's verdict and the test lost, first.
     shown = ws.mesh("show", TASK).output
-    assert "| tests.test_temperature.CelsiusToFahrenheit.test_boiling_point: passed on the base, gone or skipped now" \
+    assert "| tests.test_temperature.CelsiusToFahrenheit.test_boiling_point: passed on the base, skipped now" \
         in shown

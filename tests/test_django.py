@@ -174,6 +174,9 @@ def test_each_test_is_read_by_id_status_duration_and_message(tmp_path, django_si
     shown = result.stdout_tail + result.stderr_tail
     if how != "pytest-django":
         assert "Found 3 test(s)." in shown and "Ran 3 tests in" in shown and "FAILED (failures=1)" in shown, shown
+        # The progress marks are the app's three tests' only (mesh's are taken out by their places).
+        marks = [line for line in shown.splitlines() if line and set(line) <= set(".FEsxu")]
+        assert len(marks) == 1 and sorted(marks[0]) == sorted("F.."), marks
 
 
 def test_the_tests_a_django_command_runs_in_unittest_terms(tmp_path):
@@ -202,7 +205,9 @@ def test_a_parallel_run_is_read_from_its_workers(tmp_path, django_site):
     result = validate(root, command)
     failed = [case for case in result.run.cases if case.status == "failed"]
     assert not result.passed and [case.id for case in failed] == ["shop.tests.PricingTests.test_with_tax"], result.stderr_tail
-    assert "3000 != 1200" in failed[0].message and "pricing" not in failed[0].message or "tests.py" in failed[0].message
+    message = failed[0].message
+    assert "3000 != 1200" in message and 'shop/tests.py", line 9, in test_with_tax' in message, message
+    assert "unittest/case.py" not in message, message  # unittest's own frames left out, as unittest does
 
 
 def test_a_flaky_test_is_run_again_alone_with_djangos_own_selection(tmp_path, django_site):

@@ -51,7 +51,14 @@ def _runner_args(argv: Sequence[str], runner: str, root: Path) -> list[str] | No
             return None
         return [word for word in words[1:] if word != "--test"]
     found = node_tool(argv, root, _TOOLS.get(runner, ()), follow=True)
-    return None if found is None else list(found[1])
+    if found is None:
+        return None
+    args = list(found[1])
+    if runner == "vitest" and args[:1] in (["run"], ["watch"], ["dev"]):
+        args = args[1:]  # Vitest's sub-commands that run the tests the config collects
+    elif runner == "vitest" and args[:1] in (["related"], ["bench"], ["list"], ["init"]):
+        return None
+    return args
 
 
 def _walk(root: Path, folder: Path) -> list[str]:

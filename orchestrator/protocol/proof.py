@@ -159,7 +159,7 @@ class BaseTests:
         statuses = self.known(result.command)
         if statuses is not None and result.run is not None:
             found = base_results.compare(statuses, result.run)
-            if not (found.broken or found.gone or found.more_collection_errors):
+            if not (found.broken or found.gone or found.skipped or found.more_collection_errors):
                 return result
             reason = "tests_broken" if found.broken or found.more_collection_errors else "fewer_tests_than_base"
             note = f"mesh: held against the base tree {self.commit[:12]} test by test: {found.line()}"
@@ -289,7 +289,8 @@ def _failing_names(result: Mapping[str, Any], limit: int = 5) -> str:
         return ""
     parts = []
     for label, tests in (("lost against the base", lost_tests(result)), ("failing", failing_tests(result))):
-        names = [test["id"] for test in tests]
+        names = [f"{test['id']} (skipped now)" if test["status"].endswith("skipped now") else test["id"]
+                 for test in tests]
         if names:
             parts.append(f"; {label}: {', '.join(names[:limit])}"
                          + (f" and {len(names) - limit} more" if len(names) > limit else ""))

@@ -281,13 +281,14 @@ class Rounds:
 
         cfg = self.config.validation
 
-        def run(wanted: list[str], commit: str) -> list[ValidationResult]:
+        def run(wanted: list[str], commit: str, since: str | None = None) -> list[ValidationResult]:
             # The sandbox runs exactly this commit's tree: files left uncommitted in the worktree are not there.
             return run_configured(wanted, cfg, cwd=self.worktree.path, commit=commit,
-                                  environment=self.environment, hidden=tracker_paths(self.tracker))
+                                  environment=self.environment, hidden=tracker_paths(self.tracker), since=since)
 
         head = head or self.worktree.head()
-        results = run(commands, head)
+        # A workspace's packages the change does not reach are not run (the base's run them all).
+        results = run(commands, head, self.worktree.base)
         crash_point("validation")
         repo = Path(self.environment.project_root) if getattr(self.environment, "project_root", None) \
             else self.worktree.repo_root
@@ -308,7 +309,7 @@ class Rounds:
 
             def rerun(command: str, test_id: str | None) -> ValidationResult:
                 return run_configured([command], cfg, cwd=self.worktree.path, commit=head, environment=self.environment,
-                                      hidden=tracker_paths(self.tracker),
+                                      hidden=tracker_paths(self.tracker), since=self.worktree.base,
                                       select={command: test_id} if test_id else None)[0]
 
             results = retry_flaky(results, base, lambda wanted: run(wanted, base.commit), rerun, cfg.flaky_retries)

@@ -98,6 +98,9 @@ class Shown:
     checked: bool = False
     runner: str = ""
     project_failed: bool = True  # a test of the project's own failed (or its report said nothing)
+    # For each test of the run in the runner's order, whether it is mesh's (unittest's and
+    # Django's progress marks are one per test, in that order).
+    order: list[bool] = field(default_factory=list)
 
 
 def _words(rng: random.Random, used: set[str]) -> str:
@@ -298,7 +301,9 @@ def clean_output(shown: Shown, text: str) -> str:
     mine = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(name) for name in sorted(shown.names, key=len, reverse=True))
                       + r")(?![A-Za-z0-9_])")
     counts = {"failed": 0, "passed": 0, "xfail": 0, "errors": 0, "skipped": 0, **shown.counts}
-    if shown.runner in ("jest", "vitest"):
+    if shown.runner == "vitest":
+        return node_output.clean_vitest(text, mine, counts, shown.project_failed)
+    if shown.runner == "jest":
         return node_output.clean_jest(text, mine, counts, shown.project_failed)
     if shown.runner == "node --test":
         return node_output.clean_node_test(text, mine, counts, shown.project_failed)
@@ -319,7 +324,8 @@ def clean_output(shown: Shown, text: str) -> str:
         if dropping or mine.search(line):
             continue
         out.append(_recount(line, counts))
-    out = _without_progress_marks(out, counts)
+    ordered = _without_marks_in_order(out, shown.order) if shown.runner in ("unittest", "django") else None
+    out = ordered if ordered is not None else _without_progress_marks(out, counts)
     # Section headers left with nothing under them (pytest's FAILURES when only mesh's failed).
     return "\n".join(line for index, line in enumerate(out)
                      if not (_EMPTY_SECTION.match(line) and (index + 1 == len(out) or out[index + 1].startswith("=")
@@ -327,6 +333,25 @@ def clean_output(shown: Shown, text: str) -> str:
 
 
 _PROGRESS = re.compile(r"^(?P<file>\S+\.py )?(?P<marks>[.FEsxX]+)(?P<rest>\s+\[\s*\d+%\])?$")
+
+
+def _without_marks_in_order(lines: list[str], order: Sequence[bool]) -> list[str] | None:
+    """unittest's progress lines (``..F.sx``, one mark per test in the order the tests ran) without
+    the marks of mesh's tests, by their places in ``order``; None when the marks shown are not
+    one per test of the run (output of the tests' own between them, subtests)."""
+    rows = [(index, match) for index, line in enumerate(lines)
+            if (match := _PROGRESS.match(line.strip())) is not None and not match.group("file")
+            and not match.group("rest")]
+    if not rows or not any(order) or sum(len(match.group("marks")) for _, match in rows) != len(order):
+        return None
+    out = list(lines)
+    position = 0
+    for index, match in rows:
+        marks = match.group("marks")
+        out[index] = "".join(mark for offset, mark in enumerate(marks) if not order[position + offset])
+        position += len(marks)
+    emptied = {index for index, _ in rows if not out[index]}
+    return [line for index, line in enumerate(out) if index not in emptied]
 
 
 def _without_progress_marks(lines: list[str], counts: Mapping[str, int]) -> list[str]:

@@ -1,7 +1,8 @@
 """Jest's, Vitest's and node --test's output without mesh's own tests (the twins of the project's).
 
 A failing test is a block in these reporters' output: Jest's ``  ● suite › title`` and what
-follows up to the next block or file line, node's ``✖ title (1ms)`` and the lines indented
+follows up to the next block or file line, Vitest's `` FAIL  file > title`` up to its
+``⎯⎯⎯[i/n]⎯`` rule (and its ``× title`` line, with the ``→ message`` under it), node's ``✖ title (1ms)`` and the lines indented
 under it (with the ``test at file:line`` line before it in the closing list of failures). The
 blocks of mesh's tests are taken out, a file or suite that failed only by them reads as
 passed, and the closing counts (Jest's ``Tests:`` and ``Test Suites:``, node's ``ℹ tests``,
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["clean_jest", "clean_node_test", "clean_tap"]
+__all__ = ["clean_jest", "clean_node_test", "clean_tap", "clean_vitest"]
 
 _JEST_BLOCK = re.compile(r"^\s+● ")
 _JEST_FILE = re.compile(r"^(FAIL|PASS)(\s+)(\S.*)$")
@@ -135,3 +136,98 @@ def clean_tap(text: str, mine: re.Pattern[str], counts: Mapping[str, int]) -> st
     if dropped["not ok"] and not any(line.startswith("not ok ") for line in out) and "# ok" not in out:
         out.append("# ok")
     return "\n".join(out)
+
+
+_VITEST_RULE = re.compile(r"^⎯+\[(\d+)/(\d+)\]⎯+$")
+_VITEST_HEADER = re.compile(r"^(⎯+ Failed Tests )(\d+)( ⎯+)$")
+_VITEST_FILE = re.compile(r"^(\s*)[❯✓×] (\S.*?) \((\d+) tests?(?: \| (\d+) failed)?(?: \| (\d+) skipped)?\)(.*)$")
+_VITEST_TESTS = re.compile(r"^(\s+Tests\s+)(.*?)\s*\((\d+)\)$")
+_VITEST_FILES = re.compile(r"^(\s*Test Files\s+)(.*?)\s*\((\d+)\)$")
+
+
+def _vitest_terms(text: str) -> dict[str, int]:
+    return {word: int(number) for number, word in re.findall(r"(\d+) (failed|passed|skipped|todo)", text)}
+
+
+def _vitest_line(head: str, terms: Mapping[str, int]) -> str:
+    total = sum(terms.values())
+    shown = " | ".join(f"{terms[word]} {word}" for word in ("failed", "passed", "skipped", "todo") if terms.get(word))
+    return f"{head}{shown or '0 passed'} ({total})"
+
+
+def clean_vitest(text: str, mine: re.Pattern[str], counts: Mapping[str, int], project_failed: bool) -> str:
+    """Vitest's default reporter ``text`` without mesh's tests (``mine``): their ``×``/``✓`` lines
+    and the messages under them, their blocks in "Failed Tests" (the rest renumbered), and the
+    file lines and closing counts put back to the project's own (``counts``: how many of mesh's
+    failed and passed)."""
+    lines = text.split("\n")
+    # The "Failed Tests" section: blocks ended by their [i/n] rule.
+    out: list[str] = []
+    block: list[str] = []
+    kept_blocks: list[list[str]] = []
+    header_at = None
+    for line in lines:
+        if _VITEST_HEADER.match(line):
+            header_at = len(out)
+            out.append(line)
+            continue
+        if header_at is None:
+            out.append(line)
+            continue
+        block.append(line)
+        if _VITEST_RULE.match(line):
+            if not any(mine.search(row) for row in block if row.lstrip().startswith("FAIL")):
+                kept_blocks.append(block)
+            block = []
+    if header_at is not None:
+        tail = block
+        total = len(kept_blocks)
+        for index, kept in enumerate(kept_blocks, 1):
+            kept[-1] = re.sub(r"\[\d+/\d+\]", f"[{index}/{total}]", kept[-1])
+        if total:
+            out[header_at] = _VITEST_HEADER.sub(lambda m: f"{m.group(1)}{total}{m.group(3)}", out[header_at])
+            out += [row for kept in kept_blocks for row in kept]
+        else:
+            del out[header_at]
+        out += tail
+    # The per-file lists and the counts.
+    cleaned: list[str] = []
+    dropping_under: int | None = None
+    for line in out:
+        if dropping_under is not None:
+            if line.strip() and _indent(line) > dropping_under:
+                continue
+            dropping_under = None
+        if mine.search(line) and re.match(r"^\s*[×✓↓] ", line):
+            dropping_under = _indent(line)
+            continue
+        cleaned.append(line)
+    result: list[str] = []
+    files = {"failed": 0, "passed": 0}
+    passed_under: int | None = None
+    for line in cleaned:
+        if passed_under is not None:
+            if line.strip() and _indent(line) > passed_under and re.match(r"^\s*[✓↓] ", line):
+                continue  # a file that passes lists no tests (as Vitest prints it)
+            passed_under = None
+        found = _VITEST_FILE.match(line)
+        if found is not None:
+            tests, failed = int(found.group(3)), int(found.group(4) or 0)
+            skipped = found.group(5)
+            failed_now = max(0, failed - counts.get("failed", 0)) if project_failed else 0
+            tests_now = max(0, tests - counts.get("failed", 0) - counts.get("passed", 0))
+            mark = "❯" if failed_now else "✓"
+            parts = [f"{tests_now} test{'s' if tests_now != 1 else ''}"] + \
+                ([f"{failed_now} failed"] if failed_now else []) + ([f"{skipped} skipped"] if skipped else [])
+            files["failed" if failed_now else "passed"] += 1
+            passed_under = None if failed_now or not failed else _indent(line)
+            line = f"{found.group(1)}{mark} {found.group(2)} ({' | '.join(parts)}){found.group(6)}"
+        elif (match := _VITEST_TESTS.match(line)) is not None:
+            terms = _vitest_terms(match.group(2))
+            terms["failed"] = max(0, terms.get("failed", 0) - counts.get("failed", 0))
+            terms["passed"] = max(0, terms.get("passed", 0) - counts.get("passed", 0))
+            line = _vitest_line(match.group(1), terms)
+        elif (match := _VITEST_FILES.match(line)) is not None and sum(files.values()):
+            line = _vitest_line(match.group(1), {**_vitest_terms(match.group(2)), **files})
+        result.append(line)
+    return "\n".join(result)

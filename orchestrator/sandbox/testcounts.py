@@ -351,6 +351,7 @@ def verdict(probe: Probe, exit_passed: bool, planted: canaries.Planted | None = 
                 exit_code = 1  # mocha exits with its number of failures: here, the twins'
             elif probe.runner == "cargo test" and exit_code == 101 and "could not compile" not in output:
                 exit_code = 1  # cargo's status for failed tests (and for a target that did not build)
+        shown.order = [case.id in mine for case in run.cases]
         run = run.without(mine)
         counts = run.counts()
         shown.runner = probe.runner or ""

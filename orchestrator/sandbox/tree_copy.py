@@ -109,6 +109,18 @@ def changed_lines(repo: Path, commit: str, limit: int = 2000) -> dict[str, tuple
     return {name: tuple(ranges) for name, ranges in found.items()}
 
 
+def changed_paths(repo: Path, since: str, commit: str, limit: int = 20000) -> tuple[str, ...] | None:
+    """The paths that differ between the commits ``since`` and ``commit`` (both sides of a
+    rename); None when git cannot say or past ``limit`` paths."""
+    try:
+        out = _git(repo, "diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
+                   "--end-of-options", f"{since}^{{commit}}", f"{commit}^{{commit}}")
+    except ValueError:
+        return None
+    paths = [name.decode("utf-8", "replace") for name in out.split(b"\0") if name]
+    return tuple(paths) if len(paths) <= limit else None
+
+
 def materialize_tree(repo: Path, commit: str, dest: Path) -> str:
     """Write exactly the committed tree of ``commit`` (in checkout ``repo``) into new directory ``dest``.
 

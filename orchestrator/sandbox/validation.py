@@ -51,15 +51,16 @@ from orchestrator.sandbox import cgroups
 from orchestrator.sandbox import bwrap as _sandbox
 from orchestrator.mutants import planting
 from orchestrator.mutants.table import MUTATORS
-from orchestrator.sandbox import canaries, testcounts
+from orchestrator.sandbox import canaries, testcounts, workspace_runs
 from orchestrator.sandbox.allowlist import (ARGS_PLACEHOLDER, PATH_PLACEHOLDER, explain, is_allowed, matching_template,
                                              parse_allow_entry, placeholder_args, split, stays_inside)
 from orchestrator.sandbox.bwrap import Limits
 from orchestrator.sandbox.cache_layers import shown as caches_shown
 from orchestrator.sandbox.project_env import ProjectEnv
 from orchestrator.sandbox.project_view import ProjectView, carry_into
-from orchestrator.sandbox.tree_copy import changed_lines, materialize_tree
+from orchestrator.sandbox.tree_copy import changed_lines, changed_paths, materialize_tree
 from orchestrator.testruns.model import MAX_FAILURES_KEPT, Run, failures_kept
+from orchestrator.testruns.workspaces import workspace_run
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
 from redact.controls import strip_terminal
@@ -358,18 +359,20 @@ class _Place:
     # What the commit under validation changed (path: its hunks' line ranges): their tests get
     # mesh's twins first.
     changed: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # The paths changed since the base of the change under validation (``since``); None: unknown.
+    since_paths: tuple[str, ...] | None = None
 
     def report_folder(self) -> tuple[Path, str]:
         """A new empty folder for one command's test report, and its path as the command sees it."""
         folder = Path(tempfile.mkdtemp(prefix="report-", dir=self.scratch))
         return folder, (testcounts.SANDBOX_REPORT if self.bwrap else str(folder))
 
-    def launch(self, argv: list[str], program: str,
-               report: Path | None = None) -> tuple[list[str], str | None, Path]:
-        """(argv to start, executable, host cwd) for ``program`` run with ``argv``; ``report``
-        is a folder shown at ``testcounts.SANDBOX_REPORT``."""
+    def launch(self, argv: list[str], program: str, report: Path | None = None,
+               subdir: str = "") -> tuple[list[str], str | None, Path]:
+        """(argv to start, executable, host cwd) for ``program`` run with ``argv`` in the tree's
+        folder ``subdir``; ``report`` is a folder shown at ``testcounts.SANDBOX_REPORT``."""
         if self.bwrap is None:
-            return argv, program, self.root
+            return argv, program, self.root / subdir if subdir else self.root
         ro_binds: list[tuple[str, str]] = []
         inside = program
         root = os.path.realpath(self.root)
@@ -391,7 +394,7 @@ class _Place:
         shell = shutil.which("sh", path="/usr/bin:/bin") or "/bin/sh"
         view_ro, view_rw = self.view_mounts()
         full = _sandbox.bwrap_argv(
-            self.bwrap, [shell, "-c", self.copy_in_script(), "mesh-validate", inside, *argv[1:]], network=False,
+            self.bwrap, [shell, "-c", self.copy_in_script(subdir), "mesh-validate", inside, *argv[1:]], network=False,
             binds=[*([(str(report), testcounts.SANDBOX_REPORT)] if report else []), *view_rw],
             ro_binds=[(str(self.root), _SANDBOX_SOURCE), *((path, path) for path in self.extra_ro),
                       *dict.fromkeys(ro_binds), *view_ro],
@@ -409,14 +412,17 @@ class _Place:
             (rw if mount.writable else ro).append((mount.source, target))
         return ro, rw
 
-    def copy_in_script(self) -> str:
+    def copy_in_script(self, subdir: str = "") -> str:
         """The sandbox's first step: copy the tree in, run the setup commands (the user's, each
-        already resolved and quoted word by word), then become the command (``"$@"``)."""
+        already resolved and quoted word by word), then become the command (``"$@"``), in the
+        tree's folder ``subdir``."""
         steps = [f"cp -RP {_SANDBOX_SOURCE}/. {shlex.quote(self.tree_target)}/ || exit 125"]
         for setup in self.setup:
             words = " ".join(shlex.quote(word) for word in setup)
             note = shlex.quote(f"mesh: the setup command {shlex.join(setup[1:]) or setup[0]} failed")
             steps.append(f"{words} >&2 || {{ echo {note} >&2; exit 124; }}")
+        if subdir:
+            steps.append(f"cd {shlex.quote(subdir)} || exit 125")
         return "; ".join([*steps, 'exec "$@"'])
 
 
@@ -435,6 +441,7 @@ def run_validation(
     hidden: Sequence[str | Path] = (),
     environment: ProjectView | ProjectEnv | None = None,
     select: Mapping[str, str] | None = None,
+    since: str | None = None,
 ) -> list[ValidationResult]:
     """Run each allowed command and return one result per command, in order.
 
@@ -455,7 +462,9 @@ def run_validation(
     attempted, whatever the outcome of the ones before it. ``select`` names, by command, the one
     test a command is to run (its runner's selection added by mesh after the allowlist admitted
     the command: a flaky test run again alone); a runner that cannot select it gives a result
-    rejected as ``unselectable``.
+    rejected as ``unselectable``. ``since`` is the commit the change under validation starts from
+    (its base): with it a workspace command runs only the packages the change reaches
+    (``workspace_runs``); without it, all of them.
 
     Raises ValueError when ``cwd`` is missing, or (bwrap) is no git checkout or lacks
     ``commit``, and ``SandboxUnavailable`` when bwrap cannot be used.
@@ -495,7 +504,8 @@ def run_validation(
                            tree_bytes=_tree_bytes(tree), scratch=Path(scratch),
                            tree_target=target,
                            extra_ro=tuple(program_binds(view.python.python)) if view and view.python else (),
-                           view=view, changed=changed_lines(cwd, full))
+                           view=view, changed=changed_lines(cwd, full),
+                           since_paths=changed_paths(cwd, since, full) if since else None)
             problem = _resolve_setup(place, allow)
             if problem is not None:
                 started = time.monotonic()
@@ -510,7 +520,8 @@ def run_validation(
                 # The copy's modules before an editable install's (which points at the checkout).
                 run_env["PYTHONPATH"] = os.pathsep.join(
                     [str(where), str(where / "src"), *([run_env["PYTHONPATH"]] if run_env.get("PYTHONPATH") else [])])
-            place = _Place(where, run_env, limits=limits, scratch=Path(scratch))
+            place = _Place(where, run_env, limits=limits, scratch=Path(scratch),
+                           since_paths=changed_paths(cwd, since, commit or "HEAD") if since else None)
         return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
                                hidden_values=passed_values, test_id=(select or {}).get(command))
                 for command in commands]
@@ -588,12 +599,12 @@ def _resolve_setup(place: _Place, allow: Sequence[str]) -> str | None:
 
 def run_configured(commands: Sequence[str], cfg, *, cwd: Path, commit: str | None,
                    environment: ProjectEnv | None = None, hidden: Sequence[str | Path] = (),
-                   select: Mapping[str, str] | None = None) -> list[ValidationResult]:
+                   select: Mapping[str, str] | None = None, since: str | None = None) -> list[ValidationResult]:
     """``run_validation`` with the settings of a ``[validation]`` table (``cfg``)."""
     return run_validation(commands, cwd=cwd, allow=cfg.allow, timeout_s=cfg.timeout_s,
                           max_output_bytes=cfg.max_output_bytes, commit=commit, sandbox=cfg.sandbox,
                           env_names=cfg.env, limits=cfg.limits, hidden=hidden, environment=environment,
-                          select=select)
+                          select=select, since=since)
 
 
 # How much more of a command's output is kept while mesh's own tests' failures are in it.
@@ -644,25 +655,51 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
             reason="not_found", duration_s=time.monotonic() - started,
             stderr_tail=scrub(f"program not found: {argv[0]}{_where_searched(argv[0], place)}"),
         )
+    workspace = workspace_run(argv, place.root)
+    if workspace is not None:
+        def one(sub_argv: list[str], folder: str, sub_id: str | None) -> ValidationResult:
+            found = _resolve_program(sub_argv[0], place.root, place.env["PATH"], place.view if place.bwrap else None)
+            if found is None:
+                return ValidationResult(command=scrub(shlex.join(sub_argv)), exit_code=None, passed=False,
+                                        rejected=False, reason="not_found",
+                                        stderr_tail=f"program not found: {sub_argv[0]}")
+            return _run_probe(command, sub_argv, found, place, started, timeout_s=timeout_s,
+                              max_output_bytes=max_output_bytes, hidden_values=hidden_values, test_id=sub_id,
+                              subdir=folder, unset=workspace_runs.NOT_FOR_NPM)
+        return workspace_runs.run(command, *workspace, place.since_paths, one, started, test_id=test_id,
+                                  max_output_bytes=max_output_bytes, root=place.root)
+    return _run_probe(command, argv, program, place, started, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
+                      hidden_values=hidden_values, test_id=test_id)
+
+
+def _run_probe(command: str, argv: list[str], program: str, place: _Place, started: float, *, timeout_s: float,
+               max_output_bytes: int, hidden_values: Sequence[str], test_id: str | None = None,
+               subdir: str = "", unset: Sequence[str] = ()) -> ValidationResult:
+    """Run the admitted ``command`` as ``argv`` (``program`` resolved) in the tree's folder
+    ``subdir`` without the variables ``unset``: its runner's report read, mesh's twins and
+    control tests planted and judged."""
+    tree = place.root / subdir if subdir else place.root
     if test_id is not None:
         # The one test to run again, selected by mesh after the allowlist admitted the command.
-        narrowed = testcounts.select(argv, test_id, place.root)
+        narrowed = testcounts.select(argv, test_id, tree)
         if narrowed is None:
             return _rejected(command, "unselectable", started, f"its runner cannot run {test_id!r} alone")
         argv = narrowed
+    changed = place.changed if not subdir else {
+        path[len(subdir) + 1:]: lines for path, lines in place.changed.items() if path.startswith(subdir + "/")}
     # Twins of the project's own tests (``orchestrator.mutants``) and control tests whose
     # outcome mesh knows, in the tree copy only (never the user's checkout).
-    twins = planting.plant(argv, testcounts.runner_of(argv, place.root), place.root, place.changed) \
-        if place.bwrap else None
+    twins = planting.plant(argv, testcounts.runner_of(argv, tree), tree, changed) if place.bwrap else None
     if twins is not None and twins.args:
         argv = [*argv, *twins.args]  # a command that names its tests runs their twins too
     # The report argument is mesh's own, added after the allowlist admitted the command.
-    probe = testcounts.instrument(argv, *place.report_folder(), tree=place.root,
-                                  root=place.tree_target if place.bwrap else str(place.root))
+    probe = testcounts.instrument(argv, *place.report_folder(), tree=tree,
+                                  root=(f"{place.tree_target}/{subdir}" if subdir else place.tree_target)
+                                  if place.bwrap else str(tree))
     if probe.argv[0] != argv[0]:
         # The runner is started through another program (``django-admin test``, ``./manage.py
         # test``: through Python, with mesh's shim).
-        program = _resolve_program(probe.argv[0], place.root, place.env["PATH"], place.view if place.bwrap else None)
+        program = _resolve_program(probe.argv[0], tree, place.env["PATH"], place.view if place.bwrap else None)
         if program is None:
             if twins is not None:
                 twins.remove()
@@ -672,12 +709,13 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
                 stderr_tail=scrub(f"program not found: {probe.argv[0]} (to run {argv[0]}'s tests)"
                                   f"{_where_searched(probe.argv[0], place)}"))
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
-    planted = canaries.plant(testcounts.runner_args(argv, place.root), probe.runner, place.root) if place.bwrap else None
-    launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder)
+    planted = canaries.plant(testcounts.runner_args(argv, tree), probe.runner, tree) if place.bwrap else None
+    launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder, subdir=subdir)
     # mesh's own tests' failures are taken out of the output: keep more of it, cut it after.
     kept_bytes = max_output_bytes + (_CONTROLS_OUTPUT if twins is not None or planted is not None else 0)
     try:
-        result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=probe.environment(place.env),
+        env = {name: value for name, value in probe.environment(place.env).items() if name not in unset}
+        result = _run_one(command, launch_argv, executable, cwd=host_cwd, env=env,
                           timeout_s=timeout_s,
                           max_output_bytes=kept_bytes, started=started, limits=place.limits,
                           confine=place.bwrap is not None, hidden_values=hidden_values, capture=probe.capture)

@@ -55,7 +55,17 @@ def mesh_plain_errors():
     def plain(err):
         if err is None:
             return err
-        return (RemoteTraceback, RemoteTraceback("".join(traceback.format_exception(*err)).rstrip()), None)
+        kind, value, tb = err
+        frames = []
+        while tb is not None:
+            frames.append((tb.tb_frame, tb.tb_lineno))
+            tb = tb.tb_next
+        while frames and "__unittest" in frames[0][0].f_globals:
+            frames.pop(0)
+        cut = next((i for i, (frame, _) in enumerate(frames) if "__unittest" in frame.f_globals), len(frames))
+        text = "Traceback (most recent call last):\\n" + "".join(traceback.StackSummary.extract(iter(frames[:cut])).format())
+        text += "".join(traceback.format_exception_only(kind, value))
+        return (RemoteTraceback, RemoteTraceback(text.rstrip()), None)
     def wrap(name, at):
         real = getattr(remote, name)
         def method(self, *args):

@@ -138,6 +138,9 @@ class Run:
     reported: bool = True
     # Tests that failed, then passed when run again alone (counted as passed, and said so).
     flaky: list[str] = field(default_factory=list)
+    # The id prefixes of the tests this run set out to run (a workspace's packages that the
+    # change reaches); None: all of them. The base's other tests were not run, not lost.
+    scope: tuple[str, ...] | None = None
 
     def add(self, test_id: str, status: str, duration_s: float | None = None, message: str = "") -> None:
         """Append a case (its id suffixed `` #2``, ``#3``... when already taken; its message
@@ -181,12 +184,12 @@ class Run:
     def without(self, ids: set[str]) -> Run:
         """This run without the cases whose id is in ``ids`` (mesh's own control tests)."""
         return Run(self.runner, [case for case in self.cases if case.id not in ids], list(self.collection_errors),
-                   self.reported, [test for test in self.flaky if test not in ids])
+                   self.reported, [test for test in self.flaky if test not in ids], self.scope)
 
     def with_messages(self, change: Callable[[str], str]) -> Run:
         """This run with each failure's message passed through ``change``."""
         cases = [Case(c.id, c.status, c.duration_s, change(c.message)) if c.message else c for c in self.cases]
-        return Run(self.runner, cases, list(self.collection_errors), self.reported, list(self.flaky))
+        return Run(self.runner, cases, list(self.collection_errors), self.reported, list(self.flaky), self.scope)
 
     def relative_to(self, root: str) -> Run:
         """This run with ``root/`` taken out of its messages (a stack frame's absolute path in the
@@ -197,7 +200,7 @@ class Run:
         cases = [Case(c.id, c.status, c.duration_s, c.message.replace(prefix, "")) if prefix in c.message else c
                  for c in self.cases]
         errors = [(where, message.replace(prefix, "")) for where, message in self.collection_errors]
-        return Run(self.runner, cases, errors, self.reported, list(self.flaky))
+        return Run(self.runner, cases, errors, self.reported, list(self.flaky), self.scope)
 
     def with_flaky(self, ids: list[str]) -> Run:
         """This run with the tests ``ids`` (which failed, then passed alone) counted as passed and
@@ -205,7 +208,7 @@ class Run:
         marked = set(ids)
         cases = [Case(case.id, "passed", case.duration_s) if case.id in marked else case for case in self.cases]
         return Run(self.runner, cases, list(self.collection_errors), self.reported,
-                   [*self.flaky, *(test for test in ids if test not in self.flaky)])
+                   [*self.flaky, *(test for test in ids if test not in self.flaky)], self.scope)
 
 
 class Reader(Protocol):

@@ -52,6 +52,7 @@ class Comparison:
 
     broken: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
     new_failures: list[str] = field(default_factory=list)
     fixed: list[str] = field(default_factory=list)
     still_failing: list[str] = field(default_factory=list)
@@ -61,11 +62,11 @@ class Comparison:
     def worse(self) -> bool:
         """Whether the candidate lost anything the base had: a test broken or gone, a new
         failing test, or more modules that could not be collected."""
-        return bool(self.broken or self.gone or self.new_failures or self.more_collection_errors)
+        return bool(self.broken or self.gone or self.skipped or self.new_failures or self.more_collection_errors)
 
     def lost(self, limit: int = 50) -> dict[str, list[str]]:
         """The tests the candidate lost, for a result (``broken``, ``gone``, ``new_failures``)."""
-        return {name: ids[:limit] for name, ids in (("broken", self.broken), ("gone", self.gone),
+        return {name: ids[:limit] for name, ids in (("broken", self.broken), ("gone", self.gone), ("skipped", self.skipped),
                                                     ("new_failures", self.new_failures)) if ids}
 
     def line(self, *, limit: int = 10) -> str:
@@ -76,6 +77,7 @@ class Comparison:
 
         lists = ((self.broken, "{n} test(s) that passed on the base fail: {names}"),
                  (self.gone, "{n} test(s) that passed on the base are gone: {names}"),
+                 (self.skipped, "{n} test(s) that passed on the base are skipped now: {names}"),
                  (self.new_failures, "{n} new test(s) fail: {names}"))
         parts = [form.format(n=len(ids), names=named(ids)) for ids, form in lists if ids]
         if self.more_collection_errors:
@@ -91,9 +93,13 @@ def compare(base: BaseStatuses, run: Run) -> Comparison:
     now = {case.id: case.status for case in run.cases}
     out = Comparison()
     for test, then in base.statuses.items():
+        if run.scope is not None and not test.startswith(run.scope):
+            continue  # a package the change does not reach: not run, not lost
         status = now.get(test)
-        if then == "passed" and status in (None, "skipped"):
-            out.gone.append(test)  # deleted, renamed, deselected, or skipped now: not tested any more
+        if then == "passed" and status is None:
+            out.gone.append(test)  # deleted, renamed or deselected: not tested any more
+        elif then == "passed" and status == "skipped":
+            out.skipped.append(test)
         elif then == "passed" and status in _FAILING:
             out.broken.append(test)
         elif then in _FAILING and status == "passed":
@@ -103,6 +109,7 @@ def compare(base: BaseStatuses, run: Run) -> Comparison:
     out.new_failures = [test for test, status in now.items() if status in _FAILING and test not in base.statuses]
     # A subtest's parent first (``TestX`` before ``TestX/case``): the names a person looks for.
     out.gone.sort(key=lambda test: test.count("/"))
+    out.skipped.sort(key=lambda test: test.count("/"))
     out.broken.sort(key=lambda test: test.count("/"))
     out.more_collection_errors = max(0, len(run.collection_errors) - base.collection_errors)
     return out

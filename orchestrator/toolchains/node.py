@@ -28,6 +28,8 @@ from pathlib import Path
 
 from orchestrator.sandbox.project_view import Mount
 from orchestrator.toolchains.base import DependenciesMissing, Found, Project, ToolchainMissing, shown_program
+from orchestrator.testruns.table import reader_for
+from orchestrator.testruns.workspaces import workspace_of
 from orchestrator.toolchains.caches import cache_mount
 
 __all__ = ["LOCKFILES", "TOOLCHAIN"]
@@ -38,12 +40,21 @@ _INSTALL = {"npm": "npm ci", "pnpm": "pnpm install --frozen-lockfile", "yarn": "
             "yarn-berry": "yarn install --immutable", "bun": "bun install --frozen-lockfile"}
 _FOLDER_FLAG = {"npm": "--prefix", "pnpm": "--dir", "yarn": "--cwd", "bun": "--cwd"}
 _PNP = (".pnp.cjs", ".pnp.loader.mjs", ".pnp.data.json", ".yarn/cache", ".yarn/unplugged", ".yarn/install-state.gz")
-_WRITABLE = (".cache", ".vite")
+# Folders tools write into node_modules: Babel's, ESLint's and Terser's caches, Vite's and Vitest's,
+# and the bundled config files Vite writes there before loading them (``.vite-temp``).
+_WRITABLE = (".cache", ".vite", ".vite-temp")
+# The command that runs one workspace package's tests, by package manager.
+_ONE_PACKAGE = {"pnpm": "pnpm --filter {name} test", "npm": "npm test -w {folder}", "yarn": "yarn workspace {name} test"}
 _DEPENDENCY_KEYS = ("dependencies", "devDependencies", "optionalDependencies")
 _NPM_DEFAULT_TEST = "no test specified"
 _OFFLINE = {"npm_config_offline": "true", "npm_config_update_notifier": "false", "npm_config_fund": "false",
             "npm_config_audit": "false", "YARN_ENABLE_NETWORK": "0", "YARN_ENABLE_TELEMETRY": "0",
-            "COREPACK_ENABLE_NETWORK": "0", "COREPACK_ENABLE_DOWNLOAD_PROMPT": "0", "NEXT_TELEMETRY_DISABLED": "1"}
+            "COREPACK_ENABLE_NETWORK": "0", "COREPACK_ENABLE_DOWNLOAD_PROMPT": "0", "NEXT_TELEMETRY_DISABLED": "1",
+            # A ``packageManager`` pin other than the installed pnpm makes pnpm download the pinned
+            # one before running anything (it cannot offline): the installed one runs, as corepack's
+            # shims do without strict pinning.
+            "npm_config_manage_package_manager_versions": "false",
+            "pnpm_config_manage_package_manager_versions": "false", "COREPACK_ENABLE_STRICT": "0"}
 
 
 def _manifest(project: Project, folder: str) -> dict:
@@ -134,11 +145,34 @@ class Node:
         if isinstance(test, str) and _NPM_DEFAULT_TEST not in test:
             found.check = f"{runner}{flag} {run}"
             found.allow.append(found.check)
+        self._workspace(project, found, folder, runner, manifest)
         found.allow.append(f"{runner}{flag} run {{args...}}")
         if any("typescript" in (_manifest(project, f).get(key) or {}) for f in folders for key in _DEPENDENCY_KEYS):
             found.allow.append("npx tsc --noEmit" + (f" -p {folder}" if folder else ""))
         found.allow.append("node --test")
         return found
+
+    def _workspace(self, project: Project, found: Found, folder: str, runner: str, manifest: dict) -> None:
+        """A workspace's packages named, each with its runner and the workspace packages it
+        depends on, an entry running one package's tests each, and the pinned package manager."""
+        pinned = manifest.get("packageManager")
+        if isinstance(pinned, str) and pinned.split("@", 1)[0] == runner:
+            found.sees.append(f"packageManager pins {pinned}: validation runs the installed {runner}, offline"
+                              " (no download of the pinned one)")
+        workspace = workspace_of(project.root / folder)
+        if workspace is None:
+            return
+        found.label = f"node ({found.label[6:-1]} workspace)"
+        described = []
+        for package in workspace.packages:
+            reader = reader_for(["npm", "test"], project.root / folder / package.folder) if package.tested else None
+            how = reader.name if reader else ("no test script" if not package.tested else "tests not read")
+            needs = f", needs {', '.join(sorted(package.needs))}" if package.needs else ""
+            described.append(f"{package.name} ({how}{needs})")
+            if package.tested and runner in _ONE_PACKAGE:
+                found.allow.append(_ONE_PACKAGE[runner].format(name=package.name, folder=package.folder))
+        found.sees.append(f"a {runner} workspace of {len(workspace.packages)} package(s): " + "; ".join(described)
+                          + ". Its tests run package by package, only those a change reaches")
 
     def _dependencies(self, project: Project, found: Found, prefix: str, pnp: bool) -> None:
         modules = [path.rstrip("/") for path in project.ignored
