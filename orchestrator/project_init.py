@@ -42,12 +42,14 @@ class InitReport:
     next: list[str] = field(default_factory=list)
     allow: list[str] = field(default_factory=list)
     check: list[str] = field(default_factory=list)
+    # What the toolchains found worth saying: a Django project's test runner, a workspace's packages.
+    notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """The report as terminal lines."""
         out = [f"project: {self.repo}",
                "toolchains: " + (", ".join(self.toolchains) or "none recognised (mesh.toml lists no command)"),
-               f"mesh.toml: {self.config}", f"tracker: {self.tracker}"]
+               *(f"  {note}" for note in self.notes), f"mesh.toml: {self.config}", f"tracker: {self.tracker}"]
         if self.ignored:
             out.append(".gitignore: added " + ", ".join(self.ignored))
         out += [f"not installed: {line}" for line in self.missing]
@@ -121,6 +123,9 @@ def init_project(repo: Path, *, prefix: str | None = None, force: bool = False, 
     except ToolchainMissing as exc:
         raise InitError(str(exc)) from None
     report.toolchains = [f.label + (f" in {f.folder}/" if f.folder else "") for f in inspection.found]
+    report.notes = [note for f in inspection.found for note in f.sees
+                    if note.startswith(("a Django project", "a pnpm workspace", "an npm workspace", "a npm workspace",
+                                        "a yarn workspace", "packageManager pins"))]
     report.allow = list(dict.fromkeys(entry for f in inspection.found for entry in f.allow))
     report.check = inspection.check_commands()
     config = root / "mesh.toml"

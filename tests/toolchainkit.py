@@ -178,6 +178,57 @@ def vitest_project(template_root: Path, tmp_path: Path) -> Path:
     return _from_template(template_root, "vt", tmp_path, build)
 
 
+WORKSPACE_FILES = {
+    "package.json": json.dumps({"name": "mono", "private": True, "scripts": {"test": "pnpm -r test"},
+                                "devDependencies": {"vitest": "^3"}}, indent=2) + "\n",
+    # esbuild's install script is not needed by Vitest (its binary comes as a package).
+    "pnpm-workspace.yaml": "packages:\n  - 'packages/*'\nallowBuilds:\n  esbuild: false\n",
+    ".gitignore": "node_modules/\n",
+    "packages/core/package.json": json.dumps({
+        "name": "@mono/core", "version": "1.0.0", "type": "module", "main": "src/index.js",
+        "scripts": {"test": "vitest run"}, "devDependencies": {"vitest": "^3"}}, indent=2) + "\n",
+    "packages/core/src/index.js": "export const add = (a, b) => a + b;\n",
+    "packages/core/test/index.test.js": ("import { test, expect } from 'vitest';\nimport { add } from '../src/index.js';\n\n"
+                                         "test('adds', () => { expect(add(2, 3)).toBe(5); });\n"
+                                         "test('adds negatives', () => { expect(add(-2, -3)).toBe(-5); });\n"),
+    "packages/prompts/package.json": json.dumps({
+        "name": "@mono/prompts", "version": "1.0.0", "type": "module", "main": "src/index.js",
+        "scripts": {"test": "vitest run"}, "dependencies": {"@mono/core": "workspace:*"},
+        "devDependencies": {"vitest": "^3"}}, indent=2) + "\n",
+    # A TypeScript config: Vite bundles it into node_modules/.vite-temp before loading it.
+    "packages/prompts/vitest.config.ts": ("import { defineConfig } from 'vitest/config';\n"
+                                          "export default defineConfig({ test: { include: ['test/**/*.test.js'] } });\n"),
+    "packages/prompts/src/index.js": "import { add } from '@mono/core';\n\nexport const total = (xs) => xs.reduce(add, 0);\n",
+    "packages/prompts/test/index.test.js": ("import { test, expect } from 'vitest';\nimport { total } from '../src/index.js';\n\n"
+                                            "test('totals', () => { expect(total([1, 2, 3])).toBe(6); });\n"),
+    "packages/util/package.json": json.dumps({"name": "@mono/util", "version": "1.0.0",
+                                              "scripts": {"test": "node --test"}}, indent=2) + "\n",
+    "packages/util/test/util.test.js": ("const test = require('node:test');\nconst assert = require('node:assert');\n\n"
+                                        "test('twice', () => { assert.strictEqual(2 * 2, 4); });\n"),
+}
+# The pnpm version the workspace pins, not the installed one: pnpm would download it, offline it cannot.
+PINNED_PNPM = "pnpm@9.15.0"
+
+
+def pnpm_workspace(template_root: Path, tmp_path: Path) -> Path:
+    """A pnpm workspace (``vitest@3`` from the npm registry): ``@mono/core`` and ``@mono/prompts``
+    (depending on core through ``workspace:*``) tested by Vitest, ``@mono/util`` by node --test;
+    the root's ``test`` script is ``pnpm -r test``; ``packageManager`` pins another pnpm."""
+    pnpm = need("pnpm", "the pnpm workspace")
+    need("node", "the pnpm workspace")
+
+    def build(folder: Path) -> None:
+        for name, text in WORKSPACE_FILES.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+        _run([pnpm, *_INSTALL["pnpm"]], folder, tool_env(COREPACK_ENABLE_STRICT="0"))
+        manifest = json.loads((folder / "package.json").read_text())
+        manifest["packageManager"] = PINNED_PNPM  # pinned after the install, as a checkout of it has it
+        (folder / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+    return _from_template(template_root, "pnpm-workspace", tmp_path, build)
+
+
 def pnp_project(template_root: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A Yarn Plug'n'Play project (Yarn 4 from the npm registry): no node_modules, a ``.pnp.cjs``
     and ``.yarn/cache`` ignored. Returns it and the environment with that Yarn first on PATH."""

@@ -54,6 +54,8 @@ def _runner_args(argv: Sequence[str], runner: str, root: Path) -> list[str] | No
     if found is None:
         return None
     args = list(found[1])
+    if found[2] and "--" in argv:
+        args += list(argv[list(argv).index("--") + 1:])  # what ``npm test -- ARGS`` gives the script
     if runner == "vitest" and args[:1] in (["run"], ["watch"], ["dev"]):
         args = args[1:]  # Vitest's sub-commands that run the tests the config collects
     elif runner == "vitest" and args[:1] in (["related"], ["bench"], ["list"], ["init"]):

@@ -667,7 +667,7 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
                               max_output_bytes=max_output_bytes, hidden_values=hidden_values, test_id=sub_id,
                               subdir=folder, unset=workspace_runs.NOT_FOR_NPM)
         return workspace_runs.run(command, *workspace, place.since_paths, one, started, test_id=test_id,
-                                  max_output_bytes=max_output_bytes, root=place.root)
+                                  max_output_bytes=max_output_bytes, make=ValidationResult, root=place.root)
     return _run_probe(command, argv, program, place, started, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
                       hidden_values=hidden_values, test_id=test_id)
 

@@ -54,17 +54,16 @@ def _tail(text: str, limit: int) -> str:
 
 def run(command: str, workspace: Workspace, chosen: Sequence[Package], changed: Sequence[str] | None,
         one: Callable[[list[str], str, str | None], Any], started: float, *, test_id: str | None,
-        max_output_bytes: int, root: Path | None = None) -> Any:
+        max_output_bytes: int, make: Callable[..., Any], root: Path | None = None) -> Any:
     """The result of the workspace ``command``: ``one(argv, folder, test_id)`` runs one package's
     script in its folder (a ``ValidationResult``); ``changed``: the paths the change under
-    validation changed since its base (None: unknown, every package runs); ``root``: the tree."""
-    from orchestrator.sandbox.validation import ValidationResult
-
+    validation changed since its base (None: unknown, every package runs); ``root``: the tree;
+    ``make`` makes a result (``validation.ValidationResult``) of its fields."""
     if test_id is not None:
         package = next((p for p in chosen if test_id.startswith(prefix(p))), None)
         packages, why, inner = ([package], {}, test_id[len(prefix(package)):]) if package else ([], {}, None)
         if package is None:
-            return ValidationResult(command=command, exit_code=None, passed=False, rejected=True,
+            return make(command=command, exit_code=None, passed=False, rejected=True,
                                     reason="unselectable", duration_s=time.monotonic() - started,
                                     stderr_tail=f"no package of the workspace holds {test_id!r}")
     else:
@@ -91,7 +90,7 @@ def run(command: str, workspace: Workspace, chosen: Sequence[Package], changed: 
     failed = [result for _, result in results if not result.passed]
     reason = next((r for name in _REASONS for _, res in results if (r := res.reason) == name), None) or \
         next((res.reason for res in failed if res.reason), None)
-    return ValidationResult(
+    return make(
         command=command,
         exit_code=next((res.exit_code for res in failed), 0) if results else None,
         passed=bool(results) and not failed,

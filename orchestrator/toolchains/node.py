@@ -171,7 +171,7 @@ class Node:
             described.append(f"{package.name} ({how}{needs})")
             if package.tested and runner in _ONE_PACKAGE:
                 found.allow.append(_ONE_PACKAGE[runner].format(name=package.name, folder=package.folder))
-        found.sees.append(f"a {runner} workspace of {len(workspace.packages)} package(s): " + "; ".join(described)
+        found.sees.append(f"{'an' if runner == 'npm' else 'a'} {runner} workspace of {len(workspace.packages)} package(s): " + "; ".join(described)
                           + ". Its tests run package by package, only those a change reaches")
 
     def _dependencies(self, project: Project, found: Found, prefix: str, pnp: bool) -> None:
