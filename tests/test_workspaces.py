@@ -52,9 +52,9 @@ def test_packages_their_dependencies_and_the_commands_that_run_them_are_read(tmp
         ("@mono/core", "packages/core", []), ("@mono/prompts", "packages/prompts", ["@mono/core"]),
         ("@mono/util", "packages/util", [])]
     for argv in (["pnpm", "test"], ["pnpm", "-r", "test"], ["pnpm", "--recursive", "run", "test"]):
-        assert [p.name for p in workspace_run(argv, tmp_path)[1]] == ["@mono/core", "@mono/prompts", "@mono/util"]
-    assert [p.name for p in workspace_run(["pnpm", "--filter", "@mono/prompts", "test"], tmp_path)[1]] == ["@mono/prompts"]
-    assert [p.name for p in workspace_run(["pnpm", "--filter", "./packages/util", "test"], tmp_path)[1]] == ["@mono/util"]
+        assert [p.name for p in workspace_run(argv, tmp_path).chosen] == ["@mono/core", "@mono/prompts", "@mono/util"]
+    assert [p.name for p in workspace_run(["pnpm", "--filter", "@mono/prompts", "test"], tmp_path).chosen] == ["@mono/prompts"]
+    assert [p.name for p in workspace_run(["pnpm", "--filter", "./packages/util", "test"], tmp_path).chosen] == ["@mono/util"]
     assert workspace_run(["pnpm", "run", "build"], tmp_path) is None
     # npm's and Yarn's workspaces, declared in package.json.
     npm = tmp_path / "npm"
@@ -62,19 +62,20 @@ def test_packages_their_dependencies_and_the_commands_that_run_them_are_read(tmp
                  "package-lock.json": "{}", "libs/a/package.json": json.dumps({"name": "a", "scripts": {"test": "jest"}}),
                  "libs/b/package.json": json.dumps({"name": "b", "dependencies": {"a": "*"},
                                                     "scripts": {"test": "jest"}})})
-    assert [p.name for p in workspace_run(["npm", "test", "--workspaces"], npm)[1]] == ["a", "b"]
-    assert [p.name for p in workspace_run(["npm", "test", "-w", "libs/b"], npm)[1]] == ["b"]
+    assert [p.name for p in workspace_run(["npm", "test", "--workspaces"], npm).chosen] == ["a", "b"]
+    assert [p.name for p in workspace_run(["npm", "test", "-w", "libs/b"], npm).chosen] == ["b"]
     yarn = tmp_path / "yarn"
     _write(yarn, {"package.json": json.dumps({"name": "r", "workspaces": {"packages": ["libs/*"]}}), "yarn.lock": "",
                   "libs/a/package.json": json.dumps({"name": "a", "scripts": {"test": "jest"}})})
     assert workspace_of(yarn).manager == "yarn"
-    assert [p.name for p in workspace_run(["yarn", "workspaces", "run", "test"], yarn)[1]] == ["a"]
-    assert [p.name for p in workspace_run(["yarn", "workspace", "a", "test"], yarn)[1]] == ["a"]
+    assert [p.name for p in workspace_run(["yarn", "workspaces", "run", "test"], yarn).chosen] == ["a"]
+    assert [p.name for p in workspace_run(["yarn", "workspace", "a", "test"], yarn).chosen] == ["a"]
 
 
 def test_a_change_reaches_its_package_and_those_depending_on_it_declared_or_not(tmp_path):
     _write(tmp_path, WORKSPACE_FILES)
-    workspace, chosen = workspace_run(["pnpm", "test"], tmp_path)
+    found = workspace_run(["pnpm", "test"], tmp_path)
+    workspace, chosen = found.workspace, found.chosen
     names = lambda found: [p.name for p in found[0]]  # noqa: E731
     assert names(affected(workspace, chosen, ["packages/core/src/index.js"], tmp_path)) == ["@mono/core", "@mono/prompts"]
     assert affected(workspace, chosen, ["packages/core/src/index.js"], tmp_path)[1]["@mono/prompts"] == \
@@ -208,3 +209,22 @@ def test_an_honest_patch_lands_and_the_landed_branch_passes_in_a_clean_clone(tem
                                "pnpm_config_manage_package_manager_versions": "false"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert os.path.exists(clone / "packages/core/src/index.js")
+
+
+def test_the_root_pretest_builds_what_the_packages_tests_import(templates, tmp_path):
+    """clack's layout: the root's ``pretest`` builds each package's ``dist/`` (git-ignored), which a
+    dependent package imports; ``pnpm test`` runs it before the packages' tests."""
+    repo = pnpm_workspace(templates, tmp_path)
+    manifest = json.loads((repo / "package.json").read_text())
+    manifest["scripts"]["pretest"] = "node build.js"
+    (repo / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (repo / "build.js").write_text("const fs = require('fs');\nfs.mkdirSync('packages/core/dist', { recursive: true });\n"
+                                   "fs.copyFileSync('packages/core/src/index.js', 'packages/core/dist/index.js');\n")
+    core = json.loads((repo / "packages/core/package.json").read_text())
+    core["main"] = "dist/index.js"
+    (repo / "packages/core/package.json").write_text(json.dumps(core, indent=2) + "\n")
+    (repo / ".gitignore").write_text("node_modules/\ndist/\n")
+    commit_all(repo, "build before testing")
+    result = validate(repo, "pnpm test")
+    assert result.passed and {case.id for case in result.run.cases} == IDS, result.stdout_tail + result.stderr_tail
+    assert "── @mono/prompts (packages/prompts): npm run pretest, then npm test ──" in result.stdout_tail

@@ -368,7 +368,7 @@ class _Place:
         return folder, (testcounts.SANDBOX_REPORT if self.bwrap else str(folder))
 
     def launch(self, argv: list[str], program: str, report: Path | None = None,
-               subdir: str = "") -> tuple[list[str], str | None, Path]:
+               subdir: str = "", before: Sequence[str] = ()) -> tuple[list[str], str | None, Path]:
         """(argv to start, executable, host cwd) for ``program`` run with ``argv`` in the tree's
         folder ``subdir``; ``report`` is a folder shown at ``testcounts.SANDBOX_REPORT``."""
         if self.bwrap is None:
@@ -394,7 +394,8 @@ class _Place:
         shell = shutil.which("sh", path="/usr/bin:/bin") or "/bin/sh"
         view_ro, view_rw = self.view_mounts()
         full = _sandbox.bwrap_argv(
-            self.bwrap, [shell, "-c", self.copy_in_script(subdir), "mesh-validate", inside, *argv[1:]], network=False,
+            self.bwrap, [shell, "-c", self.copy_in_script(subdir, before), "mesh-validate", inside, *argv[1:]],
+            network=False,
             binds=[*([(str(report), testcounts.SANDBOX_REPORT)] if report else []), *view_rw],
             ro_binds=[(str(self.root), _SANDBOX_SOURCE), *((path, path) for path in self.extra_ro),
                       *dict.fromkeys(ro_binds), *view_ro],
@@ -412,12 +413,12 @@ class _Place:
             (rw if mount.writable else ro).append((mount.source, target))
         return ro, rw
 
-    def copy_in_script(self, subdir: str = "") -> str:
+    def copy_in_script(self, subdir: str = "", before: Sequence[str] = ()) -> str:
         """The sandbox's first step: copy the tree in, run the setup commands (the user's, each
-        already resolved and quoted word by word), then become the command (``"$@"``), in the
-        tree's folder ``subdir``."""
+        already resolved and quoted word by word) and ``before`` (a workspace's ``pretest``), then
+        become the command (``"$@"``), in the tree's folder ``subdir``."""
         steps = [f"cp -RP {_SANDBOX_SOURCE}/. {shlex.quote(self.tree_target)}/ || exit 125"]
-        for setup in self.setup:
+        for setup in [*self.setup, *([tuple(before)] if before else [])]:
             words = " ".join(shlex.quote(word) for word in setup)
             note = shlex.quote(f"mesh: the setup command {shlex.join(setup[1:]) or setup[0]} failed")
             steps.append(f"{words} >&2 || {{ echo {note} >&2; exit 124; }}")
@@ -657,27 +658,33 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         )
     workspace = workspace_run(argv, place.root)
     if workspace is not None:
-        def one(sub_argv: list[str], folder: str, sub_id: str | None) -> ValidationResult:
-            found = _resolve_program(sub_argv[0], place.root, place.env["PATH"], place.view if place.bwrap else None)
-            if found is None:
+        view = place.view if place.bwrap else None
+
+        def one(sub_argv: list[str], folder: str, sub_id: str | None, before: Sequence[str] = ()) -> ValidationResult:
+            found = _resolve_program(sub_argv[0], place.root, place.env["PATH"], view)
+            first = _resolve_program(before[0], place.root, place.env["PATH"], view) if before else None
+            if found is None or (before and first is None):
+                missing = sub_argv[0] if found is None else before[0]
                 return ValidationResult(command=scrub(shlex.join(sub_argv)), exit_code=None, passed=False,
-                                        rejected=False, reason="not_found",
-                                        stderr_tail=f"program not found: {sub_argv[0]}")
+                                        rejected=False, reason="not_found", stderr_tail=f"program not found: {missing}")
             return _run_probe(command, sub_argv, found, place, started, timeout_s=timeout_s,
                               max_output_bytes=max_output_bytes, hidden_values=hidden_values, test_id=sub_id,
-                              subdir=folder, unset=workspace_runs.NOT_FOR_NPM)
-        return workspace_runs.run(command, *workspace, place.since_paths, one, started, test_id=test_id,
-                                  max_output_bytes=max_output_bytes, make=ValidationResult, root=place.root)
+                              subdir=folder, unset=workspace_runs.NOT_FOR_NPM,
+                              before=(first, *before[1:]) if before else ())
+        return workspace_runs.run(command, workspace, place.since_paths, one, started, test_id=test_id,
+                                  max_output_bytes=max_output_bytes, make=ValidationResult, root=place.root,
+                                  before_each=place.bwrap is not None)
     return _run_probe(command, argv, program, place, started, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
                       hidden_values=hidden_values, test_id=test_id)
 
 
 def _run_probe(command: str, argv: list[str], program: str, place: _Place, started: float, *, timeout_s: float,
                max_output_bytes: int, hidden_values: Sequence[str], test_id: str | None = None,
-               subdir: str = "", unset: Sequence[str] = ()) -> ValidationResult:
+               subdir: str = "", unset: Sequence[str] = (), before: Sequence[str] = ()) -> ValidationResult:
     """Run the admitted ``command`` as ``argv`` (``program`` resolved) in the tree's folder
-    ``subdir`` without the variables ``unset``: its runner's report read, mesh's twins and
-    control tests planted and judged."""
+    ``subdir`` without the variables ``unset`` (``before``: a command run first at the tree's
+    root, in the sandbox): its runner's report read, mesh's twins and control tests planted and
+    judged."""
     tree = place.root / subdir if subdir else place.root
     if test_id is not None:
         # The one test to run again, selected by mesh after the allowlist admitted the command.
@@ -710,7 +717,8 @@ def _run_probe(command: str, argv: list[str], program: str, place: _Place, start
                                   f"{_where_searched(probe.argv[0], place)}"))
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
     planted = canaries.plant(testcounts.runner_args(argv, tree), probe.runner, tree) if place.bwrap else None
-    launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder, subdir=subdir)
+    launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder, subdir=subdir,
+                                                     before=before)
     # mesh's own tests' failures are taken out of the output: keep more of it, cut it after.
     kept_bytes = max_output_bytes + (_CONTROLS_OUTPUT if twins is not None or planted is not None else 0)
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from orchestrator.testruns.model import Run
-from orchestrator.testruns.workspaces import Package, Workspace, affected, package_argv, prefix
+from orchestrator.testruns.workspaces import Package, WorkspaceRun, affected, package_argv, prefix
 
 __all__ = ["NOT_FOR_NPM", "run"]
 
@@ -52,13 +52,20 @@ def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[-limit:]
 
 
-def run(command: str, workspace: Workspace, chosen: Sequence[Package], changed: Sequence[str] | None,
+def run(command: str, found: WorkspaceRun, changed: Sequence[str] | None,
         one: Callable[[list[str], str, str | None], Any], started: float, *, test_id: str | None,
-        max_output_bytes: int, make: Callable[..., Any], root: Path | None = None) -> Any:
+        max_output_bytes: int, make: Callable[..., Any], root: Path | None = None, before_each: bool = True) -> Any:
     """The result of the workspace ``command``: ``one(argv, folder, test_id)`` runs one package's
     script in its folder (a ``ValidationResult``); ``changed``: the paths the change under
     validation changed since its base (None: unknown, every package runs); ``root``: the tree;
-    ``make`` makes a result (``validation.ValidationResult``) of its fields."""
+    ``make`` makes a result (``validation.ValidationResult``) of its fields. The root's
+    ``pretest`` (``found.before``) runs first: in each package's sandbox (``before_each``: the tree
+    is copied afresh for each), else once, in the tree itself."""
+    workspace, chosen = found.workspace, found.chosen
+    if found.before and not before_each:
+        first = one(list(found.before), "", None)
+        if not first.passed:
+            return first
     if test_id is not None:
         package = next((p for p in chosen if test_id.startswith(prefix(p))), None)
         packages, why, inner = ([package], {}, test_id[len(prefix(package)):]) if package else ([], {}, None)
@@ -71,11 +78,13 @@ def run(command: str, workspace: Workspace, chosen: Sequence[Package], changed: 
         if not packages:  # the change reaches no package with tests: they all run
             packages, why = list(chosen), {}
         inner = None
-    results = [(package, one(package_argv(workspace), package.folder, inner)) for package in packages]
+    each = found.before if before_each else ()
+    results = [(package, one(package_argv(workspace), package.folder, inner, each)) for package in packages]
     share = max(2000, max_output_bytes // max(1, len(results)))
     out, err = [], []
     for package, result in results:
-        head = f"── {package.name} ({package.folder}): {' '.join(package_argv(workspace))} ──"
+        first = f"npm run pretest, then " if found.before else ""
+        head = f"── {package.name} ({package.folder}): {first}{' '.join(package_argv(workspace))} ──"
         out.append(f"{head}\n{_tail(result.stdout_tail, share)}")
         err.append(f"{head}\n{_tail(result.stderr_tail, share)}")
     left = [package for package in chosen if package not in packages]

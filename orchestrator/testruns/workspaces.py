@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 from orchestrator.testruns.commands import program, script_command
 
-__all__ = ["Package", "Workspace", "affected", "package_argv", "prefix", "workspace_of", "workspace_run"]
+__all__ = ["Package", "Workspace", "WorkspaceRun", "affected", "package_argv", "prefix", "workspace_of", "workspace_run"]
 
 _DEPENDENCY_KEYS = ("dependencies", "devDependencies", "optionalDependencies", "peerDependencies")
 _MAX_PACKAGES = 500
@@ -214,23 +214,38 @@ def _recognised(argv: Sequence[str]) -> tuple[str, list[str]] | None:
     return None
 
 
-def workspace_run(argv: Sequence[str], tree: Path | str | None) -> tuple[Workspace, list[Package]] | None:
-    """(the workspace, the packages with a test script it runs, in order) when ``argv`` runs the
-    workspace's packages' tests, directly or as the root ``test`` script (``pnpm test``,
-    ``npm test``, ``yarn test``); None otherwise."""
+@dataclass(frozen=True)
+class WorkspaceRun:
+    """What a workspace command runs: its ``workspace``, the packages with a test script it runs
+    (``chosen``, in order), and ``before``: the root's ``pretest`` script, run first (at the root,
+    in each package's sandbox) when the command is the root ``test`` script that has one (a build
+    the packages' tests import from)."""
+
+    workspace: Workspace
+    chosen: tuple[Package, ...]
+    before: tuple[str, ...] = ()
+
+
+def workspace_run(argv: Sequence[str], tree: Path | str | None) -> WorkspaceRun | None:
+    """What ``argv`` runs when it runs the workspace's packages' tests, directly or as the root
+    ``test`` script (``pnpm test``, ``npm test``, ``yarn test``); None otherwise."""
     workspace = workspace_of(tree)
     if workspace is None:
         return None
     found = _recognised(argv)
+    before: tuple[str, ...] = ()
     if found is None and program(argv) in ("pnpm", "npm", "yarn") and _is_test(list(argv[1:])):
         script = script_command(["npm", "test"], tree)
         found = _recognised(script) if script else None
+        scripts = _json(Path(tree) / "package.json").get("scripts")
+        if found is not None and isinstance(scripts, dict) and isinstance(scripts.get("pretest"), str):
+            before = ("npm", "run", "pretest")
     if found is None:
         return None
     _manager, filters = found
-    chosen = [package for package in workspace.packages if package.tested and
-              (not filters or any(_matches(package, f) for f in filters))]
-    return workspace, chosen
+    chosen = tuple(package for package in workspace.packages if package.tested and
+                   (not filters or any(_matches(package, f) for f in filters)))
+    return WorkspaceRun(workspace, chosen, before)
 
 
 def _matches(package: Package, selector: str) -> bool:
