@@ -11,6 +11,7 @@ Subpackages (each ``__init__`` says what it holds):
 - ``mutants`` (twins of a project's own tests, each expecting another value, that a runner
   must report failed: one module per language): may import ``orchestrator.testruns``.
 - ``sandbox``: may import ``redact``, ``roles``, ``orchestrator.testruns``, ``orchestrator.mutants``.
+- ``forges`` (pull requests on GitHub and GitLab: one module per forge): may import ``redact``.
 - ``worktree``: may import ``tracker``, ``redact``.
 - ``toolchains`` (what validation needs of each ecosystem: dependencies, caches, generated
   files, the base check and the base's results by test): may import ``redact``, ``roles``,
@@ -29,7 +30,7 @@ Subpackages (each ``__init__`` says what it holds):
 - ``landing``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
   ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
   ``orchestrator.toolchains``,
-  ``orchestrator.ledger``, ``orchestrator.protocol``.
+  ``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.forges``.
 - ``views``: may import ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``,
   ``orchestrator.config``, ``orchestrator.sandbox``, ``orchestrator.worktree``,
   ``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.landing``.
@@ -54,7 +55,7 @@ Modules directly here:
 - ``eval_settings`` (the ``[eval]`` table: arms and history ranges, plain models): may import nothing.
 - ``config`` (``mesh.toml`` validated): may import ``redact``, ``roles``, ``orchestrator.sandbox``,
   ``orchestrator.worktree``, ``orchestrator.workspace``, ``orchestrator.price_rows``,
-  ``orchestrator.eval_settings``.
+  ``orchestrator.eval_settings``, ``orchestrator.forges``.
 - ``runner`` (``mesh run``/``resume`` as a library: the tracker, config, backend, sandbox and
   lease put together into an engine): may import ``tracker``, ``redact``, ``roles``,
   ``orchestrator.safe_text``, ``orchestrator.workspace``, ``orchestrator.config``,

@@ -28,6 +28,7 @@ from redact.known import SIGNING_KEY_ENV
 from orchestrator.worktree.policy import check_pattern
 from orchestrator.workspace import ConfigError, config_table
 from orchestrator.eval_settings import EvalConfig
+from orchestrator.forges.settings import ForgeConfig
 from orchestrator.price_rows import (
     DEFAULT_PRICE_ROWS as _DEFAULT_PRICE_ROWS,
     DEFAULT_PRICES_AS_OF,
@@ -453,6 +454,16 @@ class MeshConfig(_Strict):
     llm: LlmConfig = Field(default_factory=LlmConfig)
     prices: PriceTable = Field(default_factory=PriceTable)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    forge: ForgeConfig | None = None
+
+    @model_validator(mode="after")
+    def _forge_token_stays_with_mesh(self) -> "MeshConfig":
+        if self.forge is not None:
+            name = self.forge.token_name()
+            if name in self.worker_env or name in self.validation.env:
+                raise ValueError(f"{name} is the forge's token (forge.token_env): it may not be passed to workers"
+                                 " (worker_env) or validation (validation.env)")
+        return self
 
     @field_validator("roles", "fallback_roles")
     @classmethod

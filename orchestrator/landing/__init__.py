@@ -7,9 +7,9 @@ named locks shared by every runner of a tracker (``locks``), the integration bra
 its base before a task is cut (``follow``), closed work landing before its dependents start
 (``catch_up``), and the CI gate: ``mesh ci-close`` (``ci_close``), the
 configuration it reads from the protected branch (``ci_config``) and whether a checkout holds the
-approved tree (``binding``).
+approved tree (``binding``); the pull requests landed work becomes on a forge (``pull_requests``).
 
 May import: ``tracker``, ``redact``, ``roles``, ``orchestrator.safe_text``, ``orchestrator.config``,
 ``orchestrator.sandbox``, ``orchestrator.worktree``, ``orchestrator.toolchains``,
-``orchestrator.ledger``, ``orchestrator.protocol``. Never ``views``, ``cli`` or the command modules.
+``orchestrator.ledger``, ``orchestrator.protocol``, ``orchestrator.forges``. Never ``views``, ``cli`` or the command modules.
 """

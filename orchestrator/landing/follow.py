@@ -35,6 +35,7 @@ from tracker.store import Tracker
 from orchestrator.protocol.checkpoint import load_checkpoints, signing_key
 from orchestrator.protocol.faults import crash_point
 from orchestrator.protocol.runhead import run_order, trusted_run_heads
+from orchestrator.landing.records import base_branch
 from orchestrator.worktree.gitops import _MESH_IDENTITY, GitError, _git, _summary
 
 if TYPE_CHECKING:  # a lander is handed in
@@ -43,10 +44,6 @@ if TYPE_CHECKING:  # a lander is handed in
 __all__ = ["BaseProblem", "FollowResult", "base_branch", "follow_base", "follow_scope", "landed_commands"]
 
 _TRIES = 5
-
-
-def _key(branch: str) -> str:
-    return f"mesh.land.base:{branch}"
 
 
 @dataclass
@@ -96,24 +93,6 @@ class BaseProblem(Exception):
     def __init__(self, result: FollowResult) -> None:
         super().__init__(result.line())
         self.result = result
-
-
-def base_branch(tracker: Tracker, repo: Path, branch: str, configured: str | None = None) -> str | None:
-    """The base ``branch`` follows: ``configured`` (``drain.base``), else the one recorded for it,
-    else the branch checked out in ``repo`` now (recorded, so later runs follow the same one);
-    None when none is known (a detached HEAD)."""
-    recorded = tracker.get_config(_key(branch))
-    if configured:
-        if recorded != configured:
-            tracker.set_config(_key(branch), configured)
-        return configured
-    if recorded:
-        return recorded
-    current = _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).stdout.strip()
-    if not current or current == branch:
-        return None
-    tracker.set_config(_key(branch), current)
-    return current
 
 
 def landed_commands(tracker: Tracker, tasks: Sequence[dict], branch: str) -> list[str]:

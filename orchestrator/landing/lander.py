@@ -320,6 +320,20 @@ class Lander:
             raise SendBack(f"{reason}: {artifact.get('detail')}")
         raise Blocked(reason, artifact.get("detail") or "")
 
+    def publish(self, engine: Any, sha: str) -> None:
+        """Open or update the pull request of the landed work ([forge], ``pull_requests``). A forge
+        or push that fails leaves the task landed and says so: the next landing of the scope (or
+        the same run resumed) publishes again."""
+        from orchestrator.forges.model import ForgeError
+        from orchestrator.landing.pull_requests import publish
+
+        try:
+            publish(engine, sha)
+        except (ForgeError, GitError) as exc:
+            message = f"pull request not published: {exc}"
+            engine.bus.note("forge_failed", message)
+            engine.mutations.append(f"{engine.task['id']}: {message}")
+
     def _record(self, engine: Any, outcome: LandResult) -> dict:
         """Write the landing's ``[orch:land]`` checkpoint (once per run: its dedupe key names the
         run) and return its payload."""

@@ -119,3 +119,25 @@ def landed_commits(repo: Path, branch: str, *, run_id: str | None = None) -> dic
                 runs.setdefault(value.strip(), []).append(sha.strip())
                 break
     return {key: shas for key, shas in runs.items() if key == run_id} if run_id else runs
+
+
+def _key(branch: str) -> str:
+    return f"mesh.land.base:{branch}"
+
+
+def base_branch(tracker: Any, repo: Path, branch: str, configured: str | None = None) -> str | None:
+    """The base ``branch`` follows: ``configured`` (``drain.base``), else the one recorded for it,
+    else the branch checked out in ``repo`` now (recorded, so later runs follow the same one);
+    None when none is known (a detached HEAD)."""
+    recorded = tracker.get_config(_key(branch))
+    if configured:
+        if recorded != configured:
+            tracker.set_config(_key(branch), configured)
+        return configured
+    if recorded:
+        return recorded
+    current = _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).stdout.strip()
+    if not current or current == branch:
+        return None
+    tracker.set_config(_key(branch), current)
+    return current

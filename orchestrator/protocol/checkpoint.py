@@ -66,6 +66,7 @@ KINDS = (
     "choice",
     "outcome",
     "land",
+    "pull-request",
     "run-head",
 )
 VERSION = 1

@@ -41,6 +41,8 @@ class Closing:
         if self.lander is not None:
             # Under --onto / mesh drain the close rule gains: the work is on the integration branch.
             conditions["on_integration_branch"] = self.lander.land(self)
+            if self.config.forge is not None:
+                self.lander.publish(self, conditions["on_integration_branch"])
         # The signed run head comes before the close (or the CI gate): a CI closer racing this
         # close, or a resume after a kill here, finds the approval bound to its commit and tree.
         head = self._write_close_head("awaiting_ci" if self.config.close_mode == "ci" else "closed", conditions)

@@ -1,0 +1,51 @@
+"""What a forge is to mesh: a pull request, the protocol every forge module follows, its errors.
+
+May import the standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["Forge", "ForgeError", "PullRequest"]
+
+
+class ForgeError(Exception):
+    """A forge call that failed: its message says which call and why, never the token."""
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """A pull request (GitHub) or merge request (GitLab): its ``number`` (GitLab's ``iid``), web
+    ``url``, ``head`` and ``base`` branches, ``state`` (``open``, ``closed``, ``merged``) and title."""
+
+    number: int
+    url: str
+    head: str
+    base: str
+    state: str
+    title: str = ""
+
+    def to_dict(self) -> dict:
+        return {"number": self.number, "url": self.url, "head": self.head, "base": self.base, "state": self.state}
+
+
+class Forge(Protocol):
+    """One forge's pull requests, for one repository."""
+
+    name: str
+    # What the forge calls them: "pull request", "merge request".
+    noun: str
+
+    def find_open(self, head: str, base: str) -> PullRequest | None:
+        """The open pull request from ``head`` into ``base``, or None."""
+
+    def open(self, head: str, base: str, title: str, body: str) -> PullRequest:
+        """Open a pull request from ``head`` into ``base``."""
+
+    def update(self, number: int, title: str, body: str) -> PullRequest:
+        """Set the title and body of pull request ``number``."""
+
+    def get(self, number: int) -> PullRequest:
+        """Pull request ``number`` as it is now."""
