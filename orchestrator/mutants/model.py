@@ -368,8 +368,9 @@ def judge(twins: Sequence[Twin], run: Run) -> Judgement:
         original = status.get(original_id)
         if out.forged is None and ((original == "passed" and case.status in ("passed", "skipped"))
                                    or (original is None and case.status == "passed")):
-            out.forged = (f"{case.id} (a copy of {original_id} expecting another value, so it must fail) was"
-                          f" reported {case.status}" + ("" if original else f" and {original_id} not at all"))
+            out.forged = (f"a copy of {original_id} that must fail (it expects another value) was reported"
+                          f" {case.status}" + ("" if original else f", and {original_id} not at all")
+                          + f" (the copy: {case.id})")
     if out.forged is None:
         for twin in twins:
             if twin.mutant in seen or not twin.marks:
@@ -378,7 +379,7 @@ def judge(twins: Sequence[Twin], run: Run) -> Judgement:
             passed = next((case.id for case in run.cases if case.status == "passed"
                            and wanted <= set(_TOKEN.findall(case.id))), None)
             if passed is not None:
-                out.forged = (f"{passed} passed, and its copy expecting another value ({twin.mutant}), which must"
-                              " fail, was not reported at all")
+                out.forged = (f"{passed} passed, and a copy of it that must fail (it expects another value) was"
+                              f" not reported at all (the copy: {twin.mutant})")
                 break
     return out

@@ -1,0 +1,305 @@
+"""Fake GitHub and GitLab REST APIs on 127.0.0.1 for the pull request tests.
+
+No forge server can be installed here, so each fake serves the few endpoints mesh calls, keeps
+its pull requests in memory, and checks every request it gets and every answer it gives against
+the forge's published OpenAPI description, trimmed to those operations
+(``tests/fixtures/forges/``; its README says where each came from): a request of the wrong
+shape (an unknown or mistyped query parameter, a body missing a required field or with a field
+the operation does not take) is answered 422 and recorded in ``problems``, which every test
+checks is empty. The token each fake expects is checked on every request.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import jsonschema
+
+FIXTURES = Path(__file__).parent / "fixtures" / "forges"
+
+
+def _nullable(schema: Any) -> Any:
+    """An OpenAPI 3.0 schema as JSON Schema: ``nullable: true`` becomes a null type."""
+    if isinstance(schema, dict):
+        out = {key: _nullable(value) for key, value in schema.items() if key not in ("nullable", "example",
+                                                                                      "examples", "x-github")}
+        if schema.get("nullable") is True:
+            kind = out.get("type")
+            if isinstance(kind, str):
+                out["type"] = [kind, "null"]
+            elif "type" not in out:
+                out = {"anyOf": [out, {"type": "null"}]}
+        return out
+    if isinstance(schema, list):
+        return [_nullable(item) for item in schema]
+    return schema
+
+
+class OpenApi:
+    """A trimmed OpenAPI (3.x) or Swagger (2.0) description, to check requests and answers by."""
+
+    def __init__(self, path: Path, prefix: str = "") -> None:
+        self.doc = json.loads(path.read_text())
+        self.prefix = prefix.rstrip("/")
+        self.swagger = "swagger" in self.doc
+        self.routes = []
+        base = self.doc.get("basePath", "").rstrip("/") if self.swagger else ""
+        for template, item in self.doc["paths"].items():
+            pattern = re.sub(r"\\\{[^}]+\\\}", r"([^/]+)", re.escape(base + template))
+            names = re.findall(r"\{([^}]+)\}", template)
+            self.routes.append((re.compile(f"^{pattern}$"), names, item))
+
+    def _resolve(self, node: Any) -> Any:
+        while isinstance(node, dict) and "$ref" in node:
+            target: Any = self.doc
+            for part in node["$ref"].lstrip("#/").split("/"):
+                target = target[part.replace("~1", "/").replace("~0", "~")]
+            node = target
+        return node
+
+    def _schema(self, schema: Any) -> Any:
+        """``schema`` with its refs inlined (components or definitions)."""
+        schema = self._resolve(schema)
+        if isinstance(schema, dict):
+            return {key: self._schema(value) for key, value in schema.items()}
+        if isinstance(schema, list):
+            return [self._schema(item) for item in schema]
+        return schema
+
+    def operation(self, method: str, path: str) -> tuple[dict, dict[str, str]] | None:
+        path = path[len(self.prefix):] if self.prefix and path.startswith(self.prefix) else path
+        for pattern, names, item in self.routes:
+            found = pattern.match(path)
+            if found and method.lower() in item:
+                operation = dict(item[method.lower()])
+                operation["parameters"] = [*item.get("parameters", []), *operation.get("parameters", [])]
+                return operation, dict(zip(names, (unquote(v) for v in found.groups())))
+        return None
+
+    def check_request(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> list[str]:
+        found = self.operation(method, path)
+        if found is None:
+            return [f"{method} {path}: no such operation in the description"]
+        operation, _ = found
+        problems = []
+        params = [self._resolve(p) for p in operation["parameters"]]
+        known = {p["name"]: p for p in params if p.get("in") == "query"}
+        for name, values in query.items():
+            if name not in known:
+                problems.append(f"{method} {path}: query parameter {name!r} is not the operation's")
+                continue
+            schema = self._schema(known[name].get("schema") or {k: v for k, v in known[name].items()
+                                                                   if k in ("type", "enum")})
+            value: Any = values[-1]
+            if schema.get("type") == "integer":
+                value = int(value) if re.fullmatch(r"-?\d+", value) else value
+            elif schema.get("type") == "boolean":
+                value = {"true": True, "false": False}.get(value, value)
+            try:
+                jsonschema.validate(value, _nullable(schema))
+            except jsonschema.ValidationError as exc:
+                problems.append(f"{method} {path}: query {name}: {exc.message}")
+        for p in params:
+            if p.get("in") == "query" and p.get("required") and p["name"] not in query:
+                problems.append(f"{method} {path}: query parameter {p['name']!r} is required")
+        schema = None
+        if self.swagger:
+            body_params = [p for p in params if p.get("in") == "body"]
+            form = [p for p in params if p.get("in") == "formData"]
+            if body_params:
+                schema = self._schema(body_params[0]["schema"])
+            elif form:
+                schema = {"type": "object", "properties": {p["name"]: {k: v for k, v in p.items()
+                                                                       if k in ("type", "enum", "items")}
+                                                           for p in form},
+                          "required": [p["name"] for p in form if p.get("required")]}
+        else:
+            content = (operation.get("requestBody") or {}).get("content") or {}
+            if "application/json" in content:
+                schema = self._schema(content["application/json"].get("schema") or {})
+        if schema is not None and body is not None:
+            strict = copy.deepcopy(_nullable(schema))
+            if strict.get("type") == "object" and "properties" in strict and "additionalProperties" not in strict:
+                strict["additionalProperties"] = False  # a field the operation does not take is a mistake here
+            try:
+                jsonschema.validate(body, strict)
+            except jsonschema.ValidationError as exc:
+                problems.append(f"{method} {path}: body: {exc.message}")
+        elif body is not None and method in ("POST", "PATCH", "PUT"):
+            problems.append(f"{method} {path}: the operation takes no JSON body")
+        return problems
+
+    def check_response(self, method: str, path: str, status: int, body: Any) -> list[str]:
+        found = self.operation(method, path)
+        if found is None:
+            return []
+        operation, _ = found
+        response = self._resolve(operation.get("responses", {}).get(str(status)))
+        if response is None:
+            return [f"{method} {path}: status {status} is not one the operation answers"]
+        schema = response.get("schema") if self.swagger else \
+            ((response.get("content") or {}).get("application/json") or {}).get("schema")
+        if schema is None:
+            return []
+        try:
+            jsonschema.validate(body, _nullable(self._schema(schema)))
+        except jsonschema.ValidationError as exc:
+            return [f"{method} {path}: answer {status}: {exc.message}"]
+        return []
+
+
+@dataclass
+class Pull:
+    number: int
+    head: str
+    base: str
+    title: str
+    body: str
+    state: str = "open"
+
+
+@dataclass
+class FakeForge:
+    """The state of a fake forge: its pull requests, the requests it got, what was wrong."""
+
+    token: str
+    pulls: list[Pull] = field(default_factory=list)
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    headers_seen: list[dict[str, str]] = field(default_factory=list)
+    url: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    forge: FakeForge
+    api: OpenApi
+    kind: str
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _reply(self, status: int, body: Any) -> None:
+        method, path = self.command, urlsplit(self.path).path
+        if status < 300:
+            self.forge.problems.extend(self.api.check_response(method, path, status, body))
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _handle(self) -> None:
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else None
+        query = parse_qs(parts.query)
+        with self.forge.lock:
+            self.forge.requests.append((self.command, self.path, body))
+            self.forge.headers_seen.append(dict(self.headers))
+            if not self._authorised():
+                return self._reply(401, {"message": "Bad credentials"})
+            problems = self.api.check_request(self.command, parts.path, query, body)
+            if problems:
+                self.forge.problems.extend(problems)
+                return self._reply(422, {"message": "; ".join(problems)})
+            _, params = self.api.operation(self.command, parts.path)
+            status, answer = _answer(self.kind, self.forge, self.command, params, query, body)
+            self._reply(status, answer)
+
+    def _authorised(self) -> bool:
+        if self.kind == "github":
+            return self.headers.get("Authorization") == f"Bearer {self.forge.token}"
+        return self.headers.get("PRIVATE-TOKEN") == self.forge.token
+
+    do_GET = do_POST = do_PATCH = do_PUT = _handle
+
+
+def _github_pull(forge: FakeForge, pull: Pull) -> dict:
+    return {"number": pull.number, "html_url": f"{forge.url}/pull/{pull.number}", "state": pull.state,
+            "title": pull.title, "body": pull.body, "head": {"ref": pull.head, "sha": "0" * 40},
+            "base": {"ref": pull.base}, "merged": False, "merged_at": None, "merge_commit_sha": None,
+            "id": 1000 + pull.number,
+            "user": {"login": "mesh-bot"}}
+
+
+def _gitlab_mr(forge: FakeForge, pull: Pull) -> dict:
+    return {"id": 5000 + pull.number, "iid": pull.number, "web_url": f"{forge.url}/-/merge_requests/{pull.number}",
+            "state": {"open": "opened"}.get(pull.state, pull.state), "title": pull.title, "description": pull.body,
+            "source_branch": pull.head, "target_branch": pull.base, "sha": "0" * 40}
+
+
+@dataclass(frozen=True)
+class _Words:
+    """How one forge names what the fakes share: the number's path parameter, the update
+    method, the body's text field, the list's and the creation's branch fields, its answers."""
+
+    number: str
+    update: str
+    text: str
+    head_query: str
+    base_query: str
+    head: str
+    base: str
+    render: Any
+    duplicate: tuple[int, Any]
+    missing: Any
+
+
+_WORDS = {
+    "github": _Words("pull_number", "PATCH", "body", "head", "base", "head", "base", _github_pull,
+                     (422, {"message": "Validation Failed", "errors": [{"message": "A pull request already exists."}]}),
+                     {"message": "Not Found"}),
+    "gitlab": _Words("merge_request_iid", "PUT", "description", "source_branch", "target_branch", "source_branch",
+                     "target_branch", _gitlab_mr,
+                     (409, {"message": ["Another open merge request already exists for this source branch"]}),
+                     {"message": "404 Not found"}),
+}
+
+
+def _answer(kind: str, forge: FakeForge, method: str, params: dict, query: dict, body: Any) -> tuple[int, Any]:
+    words = _WORDS[kind]
+    if words.number in params:
+        pull = next((p for p in forge.pulls if p.number == int(params[words.number])), None)
+        if pull is None:
+            return 404, words.missing
+        if method == words.update:
+            pull.title = body.get("title", pull.title)
+            pull.body = body.get(words.text, pull.body)
+        return 200, words.render(forge, pull)
+    if method == "GET":
+        state = {"opened": "open"}.get(query.get("state", ["all"])[-1], query.get("state", ["all"])[-1])
+        head = query.get(words.head_query, [""])[-1].split(":", 1)[-1]
+        base = query.get(words.base_query, [""])[-1]
+        return 200, [words.render(forge, p) for p in forge.pulls if (state == "all" or p.state == state)
+                     and (not head or p.head == head) and (not base or p.base == base)]
+    if any(p.head == body[words.head] and p.base == body[words.base] and p.state == "open" for p in forge.pulls):
+        return words.duplicate
+    pull = Pull(len(forge.pulls) + 1, body[words.head], body[words.base], body.get("title", ""),
+                body.get(words.text) or "")
+    forge.pulls.append(pull)
+    return 201, words.render(forge, pull)
+
+
+def serve(kind: str, token: str) -> tuple[FakeForge, str, ThreadingHTTPServer]:
+    """A fake ``kind`` ("github", "gitlab") on 127.0.0.1 expecting ``token``: (its state, its
+    API URL, the server to shut down)."""
+    forge = FakeForge(token)
+    fixture = FIXTURES / f"{kind}.openapi.json"
+    api = OpenApi(fixture, prefix="" if kind == "github" else "")
+    handler = type(f"{kind}Handler", (_Handler,), {"forge": forge, "api": api, "kind": kind})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    root = f"http://127.0.0.1:{server.server_address[1]}"
+    forge.url = root
+    return forge, (root if kind == "github" else f"{root}/api/v4"), server
