@@ -108,3 +108,41 @@ def test_a_tracked_tracker_folder_does_not_stop_validation_at_the_repositorys_ow
                               environment=find_environment(repo), hidden=[repo / ".beads"])
     assert result.passed and "tracker seen: False" in result.stdout_tail, result.stderr_tail
     assert (repo / ".beads" / "config.yaml").exists()  # the checkout's own is untouched
+
+
+def test_vitest_output_loses_mesh_s_tests_file_by_file():
+    """The clack trial: every file line lost mesh's whole count; only the file holding them does."""
+    import re
+
+    from orchestrator.sandbox.node_output import clean_vitest
+
+    text = "\n".join([
+        " ❯ test/a.test.ts (5 tests | 2 failed) 12ms",
+        "   ✓ adds 1ms",
+        "   × adds twice copy 3ms",
+        "     → expected 5 to be 6",
+        "   × totals copy 1ms",
+        "     → expected 1 to be 2",
+        "   ✓ totals 0ms",
+        "   ✓ keeps 0ms",
+        " ✓ test/b.test.ts (18 tests) 4ms",
+        "",
+        " Test Files  1 failed | 1 passed (2)",
+        "      Tests  2 failed | 21 passed (23)",
+    ])
+    mine = re.compile(r"(?<![A-Za-z0-9_])(adds twice copy|totals copy)(?![A-Za-z0-9_])")
+    shown = clean_vitest(text, mine, {"failed": 2, "passed": 0}, False)
+    assert " ✓ test/a.test.ts (3 tests) 12ms" in shown and " ✓ test/b.test.ts (18 tests) 4ms" in shown, shown
+    assert "Tests  21 passed (21)" in shown and "Test Files  2 passed (2)" in shown, shown
+    assert "copy" not in shown and "expected" not in shown
+
+
+def test_a_test_writing_a_snapshot_gets_no_twin():
+    """The clack trial: twins of snapshot tests wrote snapshots of their own ("Snapshots 10 written")."""
+    from orchestrator.mutants.js_tests import MUTATOR
+
+    text = ("import { test, expect } from 'vitest';\n"
+            "test('renders', () => { expect(render()).toMatchSnapshot(); expect(f(1)).toBe(2); });\n"
+            "test('inline', () => { expect(g()).toMatchInlineSnapshot(`x`); expect(f(1)).toBe(2); });\n"
+            "test('plain', () => { expect(f(1)).toBe(2); });\n")
+    assert [c.name for c in MUTATOR.candidates("x.test.ts", text)] == ["plain"]

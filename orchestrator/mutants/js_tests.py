@@ -37,6 +37,9 @@ _MATCHER = re.compile(r"\)\s*\.(?:toBe|toEqual|toStrictEqual|to\.equal|to\.eql|t
 _END = re.compile(r"^\s*;?\s*(?:t\.end\s*\(\s*\)\s*;?\s*)?$")
 _TEST_FILE = re.compile(r"(\.|-|_|^)(test|spec)\.[cm]?[jt]sx?$|^test(-.*)?\.[cm]?[jt]sx?$")
 _SKIP_DIRS = frozenset({"node_modules", ".git", "dist", "build", "coverage", ".next", "vendor"})
+# A test that writes a snapshot: its copy, under another name, would write one of its own (an
+# inline one into the test file), a trace in the run's output and the tree: never twinned.
+_SNAPSHOT = re.compile(r"\.to(?:Match|ThrowErrorMatching)(?:Inline|File)?Snapshot\s*\(")
 _SELECTING = ("-t", "--testNamePattern", "--bail", "-b", "--onlyChanged", "-o", "--findRelatedTests", "--grep",
               "-g", "--fgrep", "-f", "--test-name-pattern", "--test-only", "--test-skip-pattern", "--changed",
               "--related", "--shard", "--testPathPattern", "--testPathIgnorePatterns")
@@ -199,7 +202,8 @@ class JsTests:
     def candidates(self, rel: str, text: str) -> list[Candidate]:
         masked = mask(text, "js")
         return [Candidate("", title, frozenset(_WORD.findall(masked.code[start:end])))
-                for title, _, start, end, literal in _tests(text, masked) if literal]
+                for title, _, start, end, literal in _tests(text, masked)
+                if literal and not _SNAPSHOT.search(masked.code[start:end])]
 
     def twin(self, rel: str, text: str, rng: random.Random, chosen: frozenset[tuple[str, str]],
              taken: set[str]) -> tuple[str, list[Twin]]:
@@ -211,7 +215,7 @@ class JsTests:
         twins: list[Twin] = []
         cursor = 0
         for title, span, start, end, literal in sorted(tests, key=lambda item: item[2]):
-            if ("", title) not in chosen or not literal or start < cursor:
+            if ("", title) not in chosen or not literal or start < cursor or _SNAPSHOT.search(masked.code[start:end]):
                 continue  # (a test inside one already copied goes with it)
             changed = changed_literal(text, literal[0][0], literal[0][1], masked, rng, "js")
             if changed is None:

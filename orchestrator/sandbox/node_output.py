@@ -193,19 +193,29 @@ def clean_vitest(text: str, mine: re.Pattern[str], counts: Mapping[str, int], pr
     # The per-file lists and the counts.
     cleaned: list[str] = []
     dropping_under: int | None = None
+    # Of each file line (by its place in ``cleaned``): mesh's tests taken from under it.
+    removed: dict[int, dict[str, int]] = {}
+    file_at: int | None = None
     for line in out:
         if dropping_under is not None:
             if line.strip() and _indent(line) > dropping_under:
                 continue
             dropping_under = None
-        if mine.search(line) and re.match(r"^\s*[×✓↓] ", line):
+        if _VITEST_FILE.match(line):
+            file_at = len(cleaned)
+        mark = re.match(r"^\s*([×✓↓]) ", line)
+        if mine.search(line) and mark:
             dropping_under = _indent(line)
+            if file_at is not None:
+                kind = {"×": "failed", "✓": "passed", "↓": "skipped"}[mark.group(1)]
+                removed.setdefault(file_at, {}).setdefault(kind, 0)
+                removed[file_at][kind] += 1
             continue
         cleaned.append(line)
     result: list[str] = []
     files = {"failed": 0, "passed": 0}
     passed_under: int | None = None
-    for line in cleaned:
+    for index, line in enumerate(cleaned):
         if passed_under is not None:
             if line.strip() and _indent(line) > passed_under and re.match(r"^\s*[✓↓] ", line):
                 continue  # a file that passes lists no tests (as Vitest prints it)
@@ -214,8 +224,9 @@ def clean_vitest(text: str, mine: re.Pattern[str], counts: Mapping[str, int], pr
         if found is not None:
             tests, failed = int(found.group(3)), int(found.group(4) or 0)
             skipped = found.group(5)
-            failed_now = max(0, failed - counts.get("failed", 0)) if project_failed else 0
-            tests_now = max(0, tests - counts.get("failed", 0) - counts.get("passed", 0))
+            taken = removed.get(index, {})
+            failed_now = max(0, failed - taken.get("failed", 0))
+            tests_now = max(0, tests - sum(taken.values()))
             mark = "❯" if failed_now else "✓"
             parts = [f"{tests_now} test{'s' if tests_now != 1 else ''}"] + \
                 ([f"{failed_now} failed"] if failed_now else []) + ([f"{skipped} skipped"] if skipped else [])
