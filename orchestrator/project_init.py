@@ -125,7 +125,7 @@ def init_project(repo: Path, *, prefix: str | None = None, force: bool = False, 
     report.toolchains = [f.label + (f" in {f.folder}/" if f.folder else "") for f in inspection.found]
     report.notes = [note for f in inspection.found for note in f.sees
                     if note.startswith(("a Django project", "a pnpm workspace", "an npm workspace", "a npm workspace",
-                                        "a yarn workspace", "packageManager pins"))]
+                                        "a yarn workspace", "packageManager pins", "the project pins Node"))]
     report.allow = list(dict.fromkeys(entry for f in inspection.found for entry in f.allow))
     report.check = inspection.check_commands()
     config = root / "mesh.toml"

@@ -93,6 +93,8 @@ def test_a_change_reaches_its_package_and_those_depending_on_it_declared_or_not(
 
 def test_mesh_init_names_the_packages_and_their_runners(templates, tmp_path):
     repo = pnpm_workspace(templates, tmp_path)
+    (repo / ".nvmrc").write_text("12.22.12\n")  # a Node older than any installed here
+    commit_all(repo, "pin node")
     env = {k: v for k, v in tool_env().items() if not k.startswith("GIT_")}
     done = subprocess.run([*MESH, "init"], cwd=repo, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
@@ -100,6 +102,7 @@ def test_mesh_init_names_the_packages_and_their_runners(templates, tmp_path):
     assert ("a pnpm workspace of 3 package(s): @mono/core (vitest); @mono/prompts (vitest, needs @mono/core);"
             " @mono/util (node --test)") in done.stdout, done.stdout
     assert "packageManager pins pnpm@9.15.0: validation runs the installed pnpm, offline" in done.stdout
+    assert "the project pins Node 12.22.12 (.nvmrc); validation runs the installed Node v" in done.stdout
     config = (repo / "mesh.toml").read_text()
     assert 'check = ["pnpm test"]' in config and '"pnpm --filter @mono/prompts test"' in config
 

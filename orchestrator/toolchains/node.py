@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 from orchestrator.sandbox.project_view import Mount
-from orchestrator.toolchains.base import DependenciesMissing, Found, Project, ToolchainMissing, shown_program
+from orchestrator.toolchains.base import DependenciesMissing, Found, Project, ToolchainMissing, run_tool, shown_program
 from orchestrator.testruns.table import reader_for
 from orchestrator.testruns.workspaces import workspace_of
 from orchestrator.toolchains.caches import cache_mount
@@ -90,6 +90,23 @@ def _yarn_flavour(project: Project, folder: str) -> str:
     return "yarn-berry" if berry or project.has(f"{folder}/.yarnrc.yml".lstrip("/")) else "yarn"
 
 
+def _pinned_node(project: Project, folder: str) -> tuple[str, str] | None:
+    """(the Node version the project pins, where) from ``.nvmrc``, ``.node-version`` or
+    ``package.json``'s ``volta.node``; None when it pins none (an alias such as ``lts/*`` neither)."""
+    prefix = f"{folder}/" if folder else ""
+    for name in (".nvmrc", ".node-version"):
+        try:
+            text = (project.root / prefix / name).read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            continue
+        if re.fullmatch(r"v?\d+(\.\d+){0,2}", text):
+            return text, name
+    volta = _manifest(project, folder).get("volta")
+    node = volta.get("node") if isinstance(volta, dict) else None
+    return (node, "package.json volta.node") if isinstance(node, str) and re.fullmatch(r"v?\d+(\.\d+){0,2}", node) \
+        else None
+
+
 def _slug(folder: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", folder.rstrip("/")) or "root"
 
@@ -131,6 +148,14 @@ class Node:
             found.mounts += mounts
             found.path += path
             found.sees.append(f"Node {os.path.realpath(node)}")
+            pinned = _pinned_node(project, folder)
+            if pinned is not None:
+                status, version = run_tool([node, "--version"], project.root, project.environ, timeout_s=10)
+                major = version.strip().lstrip("v").split(".")[0] if status == 0 else ""
+                if major and pinned[0].lstrip("v").split(".")[0] != major:
+                    found.sees.append(f"the project pins Node {pinned[0]} ({pinned[1]}); validation runs the"
+                                      f" installed Node {version.strip()}: a difference in output (snapshots,"
+                                      " colours) can fail tests that pass under the pinned one")
         tool = project.which(manager)
         if tool is not None and manager != "npm":
             mounts, path = shown_program(tool)
