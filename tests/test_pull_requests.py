@@ -129,6 +129,12 @@ def test_landed_work_opens_the_scopes_pull_request_once_and_later_landings_updat
     assert len(state.pulls) == 1 and TASK in state.pulls[0].body and second in state.pulls[0].body
     [cp] = [cp for cp in ws.checkpoints(second) if cp.kind == "pull-request"]
     assert cp.payload["artifact"]["action"] == "updated"
+    # mesh forge status asks the forge: the scope's branch and its pull request.
+    shown = ws.mesh("forge", "status", "--repo", str(ws.repo), "--json")
+    assert shown.exit_code == 0, shown.output
+    [row] = json.loads(shown.stdout)
+    assert (row["branch"], row["base"], row["pull_request"]["number"], row["pull_request"]["state"]) == (
+        "mesh/land/demo", "main", 1, "open")
     # The token is nowhere a person, a worker or a log can read it: not in the tracker, the
     # repository, the remote, mesh's own files or the run's output.
     assert TOKEN not in res.output

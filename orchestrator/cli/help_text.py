@@ -38,6 +38,7 @@ MESH_HELP = (
     '  demo      The offline end-to-end demo: a real patch, real tests, one...\n'
     '  drain     Run every ready task of the scope, in parallel, landing each...\n'
     "  eval      Measure on your repository's history whether a team beats one...\n"
+    '  forge     Pull requests on the configured forge ([forge] in mesh.toml).\n'
     '  init      Set a project up: detect its toolchains, write mesh.toml,...\n'
     '  logs      Logged worker calls, newest first: role, round, model,...\n'
     '  mcp       Serve mesh over MCP: an agent session creates tasks, starts...\n'

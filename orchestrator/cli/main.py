@@ -18,6 +18,7 @@ from tracker.cli_io import echo as _say
 
 from orchestrator.cli.common import _calls_context, _fail, _ledger_context, _open_scope, _result
 from orchestrator.cli.eval_cli import eval_group
+from orchestrator.cli.forge_cli import forge_group
 from orchestrator.cli.mcp_cli import mcp_command
 from orchestrator.cli.review_cli import review_command
 from orchestrator.cli.schema_cli import schema_command
@@ -114,6 +115,7 @@ cli.add_command(review_command)
 cli.add_command(mcp_command)
 cli.add_command(serve_command)
 cli.add_command(eval_group)
+cli.add_command(forge_group)
 
 
 def _run_options(f):

@@ -1,0 +1,81 @@
+"""``mesh forge``: the pull requests of the configured forge (``[forge]``, docs/pull-requests.md).
+
+``mesh forge status`` lists each scope's integration branch (``mesh/land/*``), the branch it
+follows, and the open pull request the forge holds for it (number, state, URL), asking the forge
+itself: what the checkpoints recorded may have been merged or closed since.
+"""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.common import _calls_context, _fail, _result
+
+__all__ = ["forge_group"]
+
+
+@click.group("forge")
+def forge_group() -> None:
+    """Pull requests on the configured forge ([forge] in mesh.toml)."""
+
+
+@forge_group.command("status")
+@click.option("--repo", type=click.Path(file_okay=False), help="The git checkout (default: .).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="Config file.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scope.")
+@click.pass_context
+def status_command(ctx: click.Context, repo, config_file, as_json) -> None:
+    """Each scope's integration branch and its pull request on the forge."""
+    from pathlib import Path
+
+    from orchestrator.forges.model import ForgeError
+    from orchestrator.forges.table import connect
+    from orchestrator.landing.records import base_branch
+    from orchestrator.worktree.gitops import _git, repo_root
+    from tracker.safe_text import printable
+
+    found = _calls_context(ctx, repo, config_file, as_json)
+    if found is None:
+        return
+    config, tracker = found
+    if config.forge is None:
+        _fail(ctx, "no [forge] table in the configuration (docs/pull-requests.md)", 2, as_json)
+        return
+    root = repo_root(Path(repo or "."))
+    branches = [line.strip() for line in _git(root, "for-each-ref", "--format=%(refname:short)",
+                                              "refs/heads/mesh/land/").stdout.splitlines() if line.strip()]
+    cfg = config.forge
+    try:
+        forge = connect(cfg.provider, cfg.repository, cfg.api_url, cfg.token_env)
+    except ForgeError as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return
+    rows = []
+    try:
+        with tracker:
+            for branch in branches:
+                base = base_branch(tracker, root, branch, config.drain.base)
+                row = {"branch": branch, "base": base, "pull_request": None, "error": None}
+                try:
+                    pull = forge.find_open(branch, base) if base else None
+                    row["pull_request"] = pull.to_dict() if pull else None
+                except ForgeError as exc:
+                    row["error"] = str(exc)
+                rows.append(row)
+    finally:
+        forge.api.close()
+
+    def render(data: list[dict]) -> str:
+        if not data:
+            return "no integration branch (mesh/land/*) here yet"
+        lines = []
+        for row in data:
+            pull = row["pull_request"]
+            what = (f"{forge.noun} #{pull['number']} {pull['state']}: {pull['url']}" if pull
+                    else f"error: {row['error']}" if row["error"] else f"no open {forge.noun}")
+            lines.append(printable(f"{row['branch']} -> {row['base'] or '(no base)'}: {what}"))
+        return "\n".join(lines)
+
+    _result(as_json, rows, render)
+    if any(row["error"] for row in rows):
+        ctx.exit(1)
