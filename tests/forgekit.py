@@ -163,7 +163,12 @@ class Pull:
     base: str
     title: str
     body: str
-    state: str = "open"
+    state: str = "open"  # open, closed (unmerged) or merged
+    merge_sha: str | None = None
+
+    def merged(self, sha: str) -> None:
+        """As the forge records a merge by someone: ``sha`` is the commit it made on the base."""
+        self.state, self.merge_sha = "merged", sha
 
 
 @dataclass
@@ -226,9 +231,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _github_pull(forge: FakeForge, pull: Pull) -> dict:
-    return {"number": pull.number, "html_url": f"{forge.url}/pull/{pull.number}", "state": pull.state,
+    return {"number": pull.number, "html_url": f"{forge.url}/pull/{pull.number}",
+            "state": "open" if pull.state == "open" else "closed",
             "title": pull.title, "body": pull.body, "head": {"ref": pull.head, "sha": "0" * 40},
-            "base": {"ref": pull.base}, "merged": False, "merged_at": None, "merge_commit_sha": None,
+            "base": {"ref": pull.base}, "merged": pull.state == "merged",
+            "merged_at": "2026-12-06T12:00:00Z" if pull.state == "merged" else None, "merge_commit_sha": pull.merge_sha,
             "id": 1000 + pull.number,
             "user": {"login": "mesh-bot"}}
 
@@ -236,7 +243,8 @@ def _github_pull(forge: FakeForge, pull: Pull) -> dict:
 def _gitlab_mr(forge: FakeForge, pull: Pull) -> dict:
     return {"id": 5000 + pull.number, "iid": pull.number, "web_url": f"{forge.url}/-/merge_requests/{pull.number}",
             "state": {"open": "opened"}.get(pull.state, pull.state), "title": pull.title, "description": pull.body,
-            "source_branch": pull.head, "target_branch": pull.base, "sha": "0" * 40}
+            "source_branch": pull.head, "target_branch": pull.base, "sha": "0" * 40,
+            **({"merge_commit_sha": pull.merge_sha} if pull.merge_sha else {})}
 
 
 @dataclass(frozen=True)
@@ -281,7 +289,8 @@ def _answer(kind: str, forge: FakeForge, method: str, params: dict, query: dict,
         state = {"opened": "open"}.get(query.get("state", ["all"])[-1], query.get("state", ["all"])[-1])
         head = query.get(words.head_query, [""])[-1].split(":", 1)[-1]
         base = query.get(words.base_query, [""])[-1]
-        return 200, [words.render(forge, p) for p in forge.pulls if (state == "all" or p.state == state)
+        return 200, [words.render(forge, p) for p in forge.pulls
+                     if (state == "all" or p.state == state or (state == "closed" and p.state == "merged"))
                      and (not head or p.head == head) and (not base or p.base == base)]
     if any(p.head == body[words.head] and p.base == body[words.base] and p.state == "open" for p in forge.pulls):
         return words.duplicate

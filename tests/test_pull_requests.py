@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 
@@ -23,12 +24,21 @@ from tests.runkit import MESH, TASK, happy_script, make_workspace, r, synthesis
 TOKEN = "ghp_mesh0test0forge0token0value0000001"
 
 
+@contextmanager
+def served(kind: str):
+    """A fake ``kind`` forge for the block; it must have seen no request of the wrong shape."""
+    state, url, server = serve(kind, TOKEN)
+    try:
+        yield state, url
+    finally:
+        server.shutdown()
+    assert state.problems == [], state.problems
+
+
 @pytest.fixture(params=["github", "gitlab"])
 def forge(request):
-    state, url, server = serve(request.param, TOKEN)
-    yield request.param, state, url
-    server.shutdown()
-    assert state.problems == [], state.problems
+    with served(request.param) as (state, url):
+        yield request.param, state, url
 
 
 def test_model_text_pings_nobody_and_closes_nothing():
@@ -79,14 +89,14 @@ def test_the_client_finds_opens_updates_and_reads_a_pull_request(forge):
         bad.find_open("a", "b")
 
 
-def _forge_workspace(tmp_path, kind: str, url: str):
+def _forge_workspace(tmp_path, kind: str, url: str, close_mode: str = "local"):
     ws = make_workspace(tmp_path)
     remote = tmp_path / "remote.git"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True, env=env)
     ws.git("remote", "add", "origin", str(remote))
     ws.git("push", "-q", "origin", "main")
-    config = (ws.repo / "mesh.toml").read_text()
+    config = f'close_mode = "{close_mode}"\n' + (ws.repo / "mesh.toml").read_text()
     config += (f'\n[forge]\nprovider = "{kind}"\nrepository = "acme/widgets"\napi_url = "{url}"\n'
                'token_env = "FORGE_TOKEN"\n')
     (ws.repo / "mesh.toml").write_text(config)
@@ -146,8 +156,7 @@ def test_landed_work_opens_the_scopes_pull_request_once_and_later_landings_updat
 
 @pytest.mark.parametrize("point", ["forge-pushed", "forge-opened"])
 def test_a_run_killed_between_push_creation_and_checkpoint_resumes_with_one_pull_request(tmp_path, point):
-    state, url, server = serve("github", TOKEN)
-    try:
+    with served("github") as (state, url):
         ws, _remote = _forge_workspace(tmp_path, "github", url)
         script = ws.write_script(happy_script())
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "FORGE_TOKEN": TOKEN}
@@ -163,22 +172,16 @@ def test_a_run_killed_between_push_creation_and_checkpoint_resumes_with_one_pull
         assert len(state.pulls) == 1, state.pulls
         cps = [cp for cp in ws.checkpoints() if cp.kind == "pull-request"]
         assert len(cps) == 1 and cps[0].payload["artifact"]["number"] == 1
-        assert state.problems == []
-    finally:
-        server.shutdown()
 
 
 def test_a_forge_that_fails_leaves_the_task_landed_and_says_so(tmp_path, monkeypatch):
-    state, url, server = serve("github", TOKEN)
-    try:
+    with served("github") as (state, url):
         monkeypatch.setenv("FORGE_TOKEN", "not-the-token")
         ws, _remote = _forge_workspace(tmp_path, "github", url)
         code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
         assert code == 0 and report["outcome"] == "closed", res.output
         assert any("pull request not published" in m and "401" in m for m in report["mutations"]), report["mutations"]
         assert state.pulls == [] and "not-the-token" not in res.output
-    finally:
-        server.shutdown()
 
 
 if __name__ == "__main__":  # pragma: no cover
@@ -203,3 +206,68 @@ def test_the_fakes_refuse_a_request_the_published_description_does_not_allow(kin
         assert answer.status_code == 422 and state.problems and state.pulls == [], (answer.text, state.problems)
     finally:
         server.shutdown()
+
+
+def _awaiting_ci(tmp_path, monkeypatch, kind: str, url: str):
+    """The demo task landed with close_mode = "ci": its pull request open, the task waiting."""
+    monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+    ws, remote = _forge_workspace(tmp_path, kind, url, close_mode="ci")
+    code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
+    assert code == 0 and report["outcome"] == "awaiting_ci", res.output
+    return ws, remote
+
+
+def _sync(ws) -> tuple[int, dict]:
+    res = ws.mesh("forge", "sync", "--label", "plan:demo", "--repo", str(ws.repo), "--json")
+    return res.exit_code, json.loads(res.stdout)
+
+
+def test_a_merged_pull_request_closes_its_tasks_bound_to_the_merge_commit(tmp_path, forge, monkeypatch):
+    kind, state, url = forge
+    ws, remote = _awaiting_ci(tmp_path, monkeypatch, kind, url)
+    assert len(state.pulls) == 1
+    # Open: nothing changes.
+    code, found = _sync(ws)
+    assert code == 0 and found["action"] == "open"
+    with ws.tracker() as t:
+        assert t.get(TASK)["status"] == "in_progress"
+    # Merged by someone, as a fast-forward of main on the remote: the task closes, bound to it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    tip = subprocess.run(["git", "--git-dir", str(remote), "rev-parse", "mesh/land/demo"], capture_output=True,
+                         text=True, env=env, check=True).stdout.strip()
+    subprocess.run(["git", "--git-dir", str(remote), "update-ref", "refs/heads/main", tip], check=True, env=env)
+    state.pulls[0].merged(tip)
+    code, found = _sync(ws)
+    assert code == 0 and found["action"] == "closed", found
+    assert [(c["task_id"], c["result"]) for c in found["tasks"]] == [(TASK, "closed")]
+    with ws.tracker() as t:
+        assert t.get(TASK)["status"] == "closed"
+    code, found = _sync(ws)  # again: nothing more to do
+    assert code == 0 and found["tasks"] == [] and found["action"] == "nothing_waiting"
+
+
+def test_a_merge_whose_tree_lacks_the_approved_one_closes_nothing(tmp_path, monkeypatch):
+    with served("github") as (state, url):
+        ws, _remote = _awaiting_ci(tmp_path, monkeypatch, "github", url)
+        # "Merged" as a commit of main that never held the approved work (someone reverted it in the merge).
+        main = ws.git("rev-parse", "main").strip()
+        state.pulls[0].merged(main)
+        code, found = _sync(ws)
+        assert code == 1 and found["action"] == "none_closed", found
+        [check] = found["tasks"]
+        assert check["result"] == "refused" and check["problems"], check
+        with ws.tracker() as t:
+            assert t.get(TASK)["status"] == "in_progress"
+
+
+def test_a_pull_request_closed_unmerged_leaves_its_tasks_open_and_says_so_once(tmp_path, monkeypatch):
+    with served("gitlab") as (state, url):
+        ws, _remote = _awaiting_ci(tmp_path, monkeypatch, "gitlab", url)
+        state.pulls[0].state = "closed"
+        for _ in range(2):
+            code, found = _sync(ws)
+            assert code == 0 and found["action"] == "closed_unmerged" and found["told"] == [TASK], found
+        with ws.tracker() as t:
+            assert t.get(TASK)["status"] == "in_progress"
+            told = [c for c in t.comments(TASK) if "was closed without being merged" in c["text"]]
+        assert len(told) == 1

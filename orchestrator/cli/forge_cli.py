@@ -79,3 +79,58 @@ def status_command(ctx: click.Context, repo, config_file, as_json) -> None:
     _result(as_json, rows, render)
     if any(row["error"] for row in rows):
         ctx.exit(1)
+
+
+@forge_group.command("sync")
+@click.option("--label", help="Scope: the plan label (else env BD_PLAN_LABEL, else --parent).")
+@click.option("--parent", help="Scope: the parent epic id.")
+@click.option("--repo", type=click.Path(file_okay=False), help="The git checkout (default: .).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="Config file.")
+@click.option("--revalidate", is_flag=True,
+              help="Re-run each task's signed validation commands, sandboxed, on the merge commit first.")
+@click.option("--require-signed", "require_signed", is_flag=True,
+              help="Refuse evidence whose checkpoints are not signed with MESH_SIGNING_KEY.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def sync_command(ctx: click.Context, label, parent, repo, config_file, revalidate, require_signed, as_json) -> None:
+    """Close the scope's approved tasks once its pull request is merged (exit 1 if one was refused).
+
+    Asks the forge for the scope's latest pull request. Merged: its merge commit is fetched and
+    checked out apart, and each waiting task is closed as `mesh ci-close` closes it there, bound
+    to that commit, only when the merged tree holds the tree its run head approved. Closed
+    without a merge: its tasks stay open, told so in a comment. Open: nothing changes.
+    """
+    from pathlib import Path
+
+    from orchestrator.cli.common import _open_scope
+    from orchestrator.forges.model import ForgeError
+    from orchestrator.landing.forge_sync import sync
+    from orchestrator.worktree.gitops import GitError, repo_root
+    from tracker.safe_text import printable
+
+    opened = _open_scope(ctx, label, parent, repo, config_file)
+    if opened is None:
+        return
+    scope, config, tracker = opened
+    try:
+        with tracker:
+            result = sync(tracker, config, scope, repo_root(Path(repo or ".")), revalidate=revalidate,
+                          require_signed=require_signed)
+    except (ForgeError, GitError) as exc:
+        _fail(ctx, str(exc), 2, as_json)
+        return
+
+    def render(data: dict) -> str:
+        pull = data["pull_request"]
+        head = f"{data['branch']} -> {data['base'] or '(no base)'}: "
+        if pull is None:
+            return head + "no pull request"
+        lines = [head + f"#{pull['number']} {pull['state']}: {pull['url']} ({data['action'].replace('_', ' ')})"]
+        lines += [f"  {check['task_id']}: {check['result']}" + "".join(f"; {p}" for p in check.get("problems") or [])
+                  for check in data["tasks"]]
+        lines += [f"  {task}: stays open (told so)" for task in data["told"]]
+        return "\n".join(printable(line) for line in lines)
+
+    _result(as_json, result.to_dict(), render)
+    if result.action == "none_closed":
+        ctx.exit(1)

@@ -32,15 +32,24 @@ class GitHub:
     def _pull(self, raw: Any) -> PullRequest:
         if not isinstance(raw, dict) or not isinstance(raw.get("number"), int):
             raise ForgeError("GitHub answered with something that is not a pull request")
-        state = "merged" if raw.get("merged_at") or raw.get("merged") else str(raw.get("state") or "")
+        merged = bool(raw.get("merged_at") or raw.get("merged"))
+        sha = raw.get("merge_commit_sha")
         return PullRequest(raw["number"], str(raw.get("html_url") or ""), str((raw.get("head") or {}).get("ref") or ""),
-                           str((raw.get("base") or {}).get("ref") or ""), state, str(raw.get("title") or ""))
+                           str((raw.get("base") or {}).get("ref") or ""), "merged" if merged else str(raw.get("state") or ""),
+                           str(raw.get("title") or ""), sha if merged and isinstance(sha, str) else None)
+
+    def _list(self, head: str, base: str, state: str) -> list[PullRequest]:
+        found = self.api.call("GET", self._pulls, params={"state": state, "head": f"{self.owner}:{head}", "base": base,
+                                                           "sort": "created", "direction": "desc", "per_page": 10})
+        pulls = [self._pull(raw) for raw in found] if isinstance(found, list) else []
+        return [pull for pull in pulls if pull.head == head and pull.base == base]
 
     def find_open(self, head: str, base: str) -> PullRequest | None:
-        found = self.api.call("GET", self._pulls, params={"state": "open", "head": f"{self.owner}:{head}",
-                                                           "base": base, "per_page": 10})
-        pulls = [self._pull(raw) for raw in found] if isinstance(found, list) else []
-        return next((pull for pull in pulls if pull.head == head and pull.base == base), None)
+        return next(iter(self._list(head, base, "open")), None)
+
+    def latest(self, head: str, base: str) -> PullRequest | None:
+        listed = self._list(head, base, "all")
+        return max(listed, key=lambda pull: pull.number) if listed else None
 
     def open(self, head: str, base: str, title: str, body: str) -> PullRequest:
         return self._pull(self.api.call("POST", self._pulls, body={"title": title, "head": head, "base": base,

@@ -32,15 +32,24 @@ class GitLab:
     def _pull(self, raw: Any) -> PullRequest:
         if not isinstance(raw, dict) or not isinstance(raw.get("iid"), int):
             raise ForgeError("GitLab answered with something that is not a merge request")
+        state = _STATES.get(str(raw.get("state")), str(raw.get("state")))
+        sha = raw.get("merge_commit_sha") or raw.get("squash_commit_sha")
         return PullRequest(raw["iid"], str(raw.get("web_url") or ""), str(raw.get("source_branch") or ""),
-                           str(raw.get("target_branch") or ""), _STATES.get(str(raw.get("state")), str(raw.get("state"))),
-                           str(raw.get("title") or ""))
+                           str(raw.get("target_branch") or ""), state, str(raw.get("title") or ""),
+                           sha if state == "merged" and isinstance(sha, str) else None)
+
+    def _list(self, head: str, base: str, state: str) -> list[PullRequest]:
+        found = self.api.call("GET", self._mrs, params={"state": state, "source_branch": head, "target_branch": base,
+                                                         "order_by": "created_at", "sort": "desc", "per_page": 10})
+        pulls = [self._pull(raw) for raw in found] if isinstance(found, list) else []
+        return [pull for pull in pulls if pull.head == head and pull.base == base]
 
     def find_open(self, head: str, base: str) -> PullRequest | None:
-        found = self.api.call("GET", self._mrs, params={"state": "opened", "source_branch": head,
-                                                         "target_branch": base, "per_page": 10})
-        pulls = [self._pull(raw) for raw in found] if isinstance(found, list) else []
-        return next((pull for pull in pulls if pull.head == head and pull.base == base), None)
+        return next(iter(self._list(head, base, "opened")), None)
+
+    def latest(self, head: str, base: str) -> PullRequest | None:
+        listed = self._list(head, base, "all")
+        return max(listed, key=lambda pull: pull.number) if listed else None
 
     def open(self, head: str, base: str, title: str, body: str) -> PullRequest:
         return self._pull(self.api.call("POST", self._mrs, body={"source_branch": head, "target_branch": base,

@@ -26,9 +26,14 @@ class PullRequest:
     base: str
     state: str
     title: str = ""
+    # The commit its merge made on the base (a merge, squash or rebase commit), once merged.
+    merge_commit: str | None = None
 
     def to_dict(self) -> dict:
-        return {"number": self.number, "url": self.url, "head": self.head, "base": self.base, "state": self.state}
+        out = {"number": self.number, "url": self.url, "head": self.head, "base": self.base, "state": self.state}
+        if self.merge_commit:
+            out["merge_commit"] = self.merge_commit
+        return out
 
 
 class Forge(Protocol):
@@ -40,6 +45,9 @@ class Forge(Protocol):
 
     def find_open(self, head: str, base: str) -> PullRequest | None:
         """The open pull request from ``head`` into ``base``, or None."""
+
+    def latest(self, head: str, base: str) -> PullRequest | None:
+        """The most recent pull request from ``head`` into ``base``, whatever its state, or None."""
 
     def open(self, head: str, base: str, title: str, body: str) -> PullRequest:
         """Open a pull request from ``head`` into ``base``."""
