@@ -275,3 +275,31 @@ def test_files_ci_only_reads_or_names_are_not_run(tmp_path):
         "          echo docs/index.md\n          python -c 'import src.app'\n"
         "      - uses: actions/upload-artifact@v4\n        with: {path: dist/app.tar.gz}\n")
     assert ci_run_files(tmp_path) == {}
+
+
+def test_the_pull_request_examples_give_secrets_to_an_installed_mesh_alone_and_never_to_a_fork():
+    """Issue 45, item 6: the examples for pull request events, the safe way."""
+    github = yaml.safe_load((EXAMPLES / "github-pull-requests.yml").read_text())
+    events = github.get("on", github.get(True))  # YAML 1.1 reads the key `on` as true
+    assert "pull_request" in events and "pull_request_target" not in events
+    check, merge = github["jobs"]["close-on-check"], github["jobs"]["close-on-merge"]
+    assert "head.repo.full_name == github.repository" in check["if"]  # never for a fork
+    for job in (check, merge):
+        steps = job["steps"]
+        secret = [s for s in steps if "secrets." in json.dumps(s.get("env") or {})]
+        assert len(secret) == 1, secret
+        words = shlex.split(secret[0]["run"])
+        assert words[0] == "mesh" and commands_run(secret[0]["run"]) == ([], [])
+        install = next(i for i, s in enumerate(steps) if "pip install" in s.get("run", ""))
+        checkout = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/checkout"))
+        assert install < checkout and "==" in steps[install]["run"]
+    assert shlex.split(merge["steps"][-1]["run"])[3:5] == ["forge", "sync"]
+    gitlab = yaml.safe_load((EXAMPLES / "gitlab-merge-requests.yml").read_text())
+    on_check = gitlab["mesh-close-on-check"]
+    assert "$CI_MERGE_REQUEST_SOURCE_PROJECT_ID == $CI_PROJECT_ID" in on_check["rules"][0]["if"]
+    for job in gitlab.values():
+        assert job["environment"]["name"] in ("mesh-ci-close", "mesh-forge-sync")
+        ran = [line for line in job["script"] if line.startswith("mesh ")]
+        assert len(ran) == 1 and all(commands_run(line) == ([], []) for line in job["script"]
+                                     if "pip install" not in line)
+        assert "(cd /tmp && python -m pip install --no-input 'beads-mesh==" in "\n".join(job["script"])
