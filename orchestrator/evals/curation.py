@@ -179,13 +179,25 @@ _GO = re.compile(r"go\.mod requires go >= ?([\w.]+)[^\n]*")
 _NODE = re.compile(r"[^\n]*(?:Unsupported engine|engine \"node\" is incompatible|requires (?:a )?node(?:\.js)?"
                    r" (?:version )?(?:>=|\^|v?\d))[^\n]*", re.I)
 _NODE_SYNTAX = re.compile(r"([^\s(]+\.[cm]?[jt]sx?):(\d+)[^\n]*(?:\n.*){0,4}?\n\s*SyntaxError: ([^\n]*)")
+# A test that reaches for the network, which a sandbox has none of.
+_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|nodename nor servname|"
+                      r"getaddrinfo (?:failed|ENOTFOUND|EAI_AGAIN)|Network is unreachable|Could not resolve host|"
+                      r"Failed to establish a new connection|urlopen error|ENETUNREACH|EAI_AGAIN")
+_HOST = re.compile(r"(?:host='|Could not resolve host: |getaddrinfo \w+ |https?://)([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
+# pytest 8 no longer calls nose-style ``setup``/``teardown`` methods: their attributes are missing.
+_NO_ATTRIBUTE = re.compile(r"AttributeError: '(Test\w*|\w*Test\w*)' object has no attribute '(\w+)'")
+_PYTEST_VERSION = re.compile(r"pytest-(\d+)\.")
+_NOSE_SETUP = re.compile(r"^\s+def (setup|teardown)\(self\)", re.M)
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 
 
 def environment_cause(result: Any, root: str = "") -> str | None:
     """The environment's fault behind a failing run, as words (None: none found): a syntax the
     installed Python or Node rejects, a pytest plugin or hook the installed pytest refuses, a Go
-    or Node older than the project asks for. ``root``: the repository's path (a path under it is
-    named relative to it)."""
+    or Node older than the project asks for, tests reaching for the network (the sandbox has
+    none), a nose-style ``setup()`` pytest 8 no longer calls, a package missing. ``root``: the
+    repository's path (a path under it is named relative to it; its test classes are read for
+    nose-style set-up)."""
     parts = [result.stdout_tail, result.stderr_tail]
     if result.run is not None:
         parts += [message for _, message in result.run.collection_errors]
@@ -207,7 +219,51 @@ def environment_cause(result: Any, root: str = "") -> str | None:
     if found := _NODE_SYNTAX.search(text):
         return (f"the environment: the installed Node rejects a syntax of {_unrooted(found.group(1), root)}"
                 f" (line {found.group(2)}: SyntaxError: {found.group(3).strip()[:120]})")
+    if _NETWORK.search(text):
+        host = _HOST.search(text)
+        return ("the environment: the tests reach for the network" + (f" ({host.group(1)})" if host else "")
+                + ", which the sandbox does not have (a test that downloads data; give it the data, or run it apart)")
+    if (found := _NO_ATTRIBUTE.search(text)) and _nose_setup(root, found.group(1), text):
+        return (f"the environment: pytest 8 and later no longer call nose-style setup()/teardown() methods, and"
+                f" {found.group(1)} defines one ({found.group(1)} object has no attribute {found.group(2)!r}):"
+                " pin pytest < 8 for this instance")
+    if found := _MISSING_MODULE.search(text):
+        return (f"the environment: a package is missing (No module named {found.group(1)!r}): install it in the"
+                " environment validation runs in")
     return None
+
+
+def _nose_setup(root: str, cls: str, text: str) -> bool:
+    """Whether the test class ``cls`` has a nose-style ``setup(self)`` (or ``teardown``) under
+    ``root`` and the run was pytest 8 or later (said in the output's header, when it is)."""
+    version = _PYTEST_VERSION.search(text)
+    if version is not None and int(version.group(1)) < 8:
+        return False
+    if not root:
+        return False
+    import os
+
+    head = re.compile(rf"^class {re.escape(cls)}\b", re.M)
+    seen = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "build", "dist")]
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            seen += 1
+            if seen > 5000:
+                return False
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as handle:
+                    source = handle.read(1 << 20)
+            except OSError:
+                continue
+            at = head.search(source)
+            if at is not None:
+                body = source[at.end():].partition("\n")[2]  # the class's lines, after its header
+                following = re.search(r"^\S", body, re.M)
+                return bool(_NOSE_SETUP.search(body[:following.start()] if following else body))
+    return False
 
 
 def _unrooted(text: str, root: str = "") -> str:

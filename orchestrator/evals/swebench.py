@@ -214,6 +214,10 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
                 return None, "its tests pass on the base already (with the test patch)"
             if result.reason in UNTRUSTED:
                 return None, f"{UNTRUSTED[result.reason]} ({result.reason})"
+            if result.reason == "timeout":
+                return None, (f"`{case.hidden_command}` did not finish within {limit:g}s on the"
+                              if limit else f"`{case.hidden_command}` did not finish on the") + \
+                    (f" {'base' if which == 0 else 'gold'} tree (a slow or hanging test; --timeout sets the limit)")
             if result.run is None:
                 return None, (f"mesh reads no per-test results of `{case.hidden_command}`: SWE-bench's"
                               " FAIL_TO_PASS and PASS_TO_PASS tests cannot be checked (--command names a runner"

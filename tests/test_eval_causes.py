@@ -1,0 +1,80 @@
+"""Issue 46, item 2: reasons that are true. A timeout is named as one (not as an unread runner),
+and the environment's commonest faults for old instances on new tools are recognised and named:
+pytest 8 no longer calling nose-style ``setup()``, tests reaching for the network the sandbox does
+not have, a syntax the installed Python rejects, a package missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from types import SimpleNamespace
+
+from orchestrator.evals.curation import environment_cause
+from orchestrator.evals.swebench import Instance, _case_of, check_instance
+from orchestrator.sandbox.validation import ValidationResult
+from orchestrator.testruns.model import Run
+
+
+def _failed(message: str, output: str = "") -> SimpleNamespace:
+    run = Run("pytest")
+    run.add("tests/test_io.py::TestWriteFile::test_write", "failed", 0.1, message)
+    return SimpleNamespace(stdout_tail=output, stderr_tail="", run=run)
+
+
+def test_a_nose_style_setup_pytest_8_skips_is_named(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_io.py").write_text(
+        "class TestWriteFile:\n    def setup(self):\n        self.file_out = open('x', 'w')\n\n"
+        "    def test_write(self):\n        self.file_out.write('a')\n")
+    result = _failed("AttributeError: 'TestWriteFile' object has no attribute 'file_out'",
+                     "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0")
+    cause = environment_cause(result, str(tmp_path))
+    assert cause is not None and "nose-style setup()" in cause and "pytest < 8" in cause, cause
+    # Under pytest 7 the same failure is not the environment's; nor a class without a nose set-up.
+    older = _failed("AttributeError: 'TestWriteFile' object has no attribute 'file_out'",
+                    "platform linux -- Python 3.11.7, pytest-7.4.4")
+    assert environment_cause(older, str(tmp_path)) is None
+    plain = _failed("AttributeError: 'TestOther' object has no attribute 'x'", "pytest-8.3.2")
+    assert environment_cause(plain, str(tmp_path)) is None
+
+
+def test_tests_reaching_for_the_network_are_named():
+    result = _failed("urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>\n"
+                     "during GET https://data.example.org/sample.dcm")
+    cause = environment_cause(result)
+    assert cause is not None and "reach for the network" in cause and "data.example.org" in cause, cause
+
+
+def test_a_missing_package_and_a_syntax_too_new_are_named():
+    cause = environment_cause(_failed("ModuleNotFoundError: No module named 'numpy'"))
+    assert cause is not None and "'numpy'" in cause and "missing" in cause
+    syntax = SimpleNamespace(stdout_tail='  File "/mesh/tree/pkg/mod.py", line 3\n    match x:\n          ^\n'
+                                         "SyntaxError: invalid syntax\n", stderr_tail="", run=None)
+    cause = environment_cause(syntax)
+    assert cause is not None and "rejects a syntax of pkg/mod.py" in cause, cause
+
+
+def test_a_timeout_is_named_as_a_timeout_with_its_command_and_limit(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "mod.py").write_text("X = 1\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                                                                "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env=env, capture_output=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, env=env, capture_output=True,
+                          text=True).stdout.strip()
+    test_patch = ("diff --git a/tests/test_slow.py b/tests/test_slow.py\nnew file mode 100644\n--- /dev/null\n"
+                  "+++ b/tests/test_slow.py\n@@ -0,0 +1,2 @@\n+def test_slow():\n+    assert True\n")
+    instance = Instance(instance_id="x__y-1", base_commit=base, problem_statement="slow", test_patch=test_patch,
+                        FAIL_TO_PASS=["tests/test_slow.py::test_slow"])
+    command = "python -m pytest tests/test_slow.py"
+    case = _case_of(instance, repo, command, None, [])
+
+    def run(tree, commands):
+        return [ValidationResult(commands[0], None, False, False, "timeout", 300.0, limit=None)]
+
+    run.timeout_s = 300
+    found, why = check_instance(repo, instance, case, run, runs=1)
+    assert found is None and "did not finish within 300s on the base tree" in why, why
+    assert "--timeout" in why and "reads no per-test results" not in why
