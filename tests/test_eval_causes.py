@@ -78,3 +78,38 @@ def test_a_timeout_is_named_as_a_timeout_with_its_command_and_limit(tmp_path):
     found, why = check_instance(repo, instance, case, run, runs=1)
     assert found is None and "did not finish within 300s on the base tree" in why, why
     assert "--timeout" in why and "reads no per-test results" not in why
+
+
+def test_a_shallow_clone_gives_its_base_or_says_what_to_run(tmp_path):
+    """Issue 46, item 3: every run of an eval from a `--depth 1` clone failed ("Needed a single
+    revision"): the base was fetched without --update-shallow."""
+    from orchestrator.evals.cases import case_repo
+    from orchestrator.evals.suite import Case
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(cwd, *args):
+        return subprocess.run(["git", *args], cwd=cwd, check=True, env=env, capture_output=True, text=True).stdout
+
+    git(repo, "init", "-q", "-b", "main")
+    commits = []
+    for n in range(3):
+        (repo / "mod.py").write_text(f"X = {n}\n")
+        git(repo, "add", "-A")
+        git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"c{n}")
+        commits.append(git(repo, "rev-parse", "HEAD").strip())
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
+    case = Case(id="c1", base=commits[-1], title="t", task="t", hidden_command="python -m pytest")
+    work = case_repo(tmp_path / "eval", shallow, case, "full")
+    assert git(work, "rev-parse", "HEAD").strip() == commits[-1]
+    assert (work / "mod.py").read_text() == "X = 2\n"
+    older = Case(id="c0", base=commits[0], title="t", task="t", hidden_command="python -m pytest")
+    try:
+        case_repo(tmp_path / "eval", shallow, older, "full")
+    except ValueError as exc:
+        assert "shallow clone without commit" in str(exc) and "fetch --unshallow" in str(exc), exc
+    else:
+        raise AssertionError("a base the shallow clone lacks was taken")

@@ -51,7 +51,11 @@ def case_repo(folder: Path, source: Path, case: Case, profile: str, view: Any = 
             _remove(partial)
             partial.mkdir(parents=True)
             _git(partial, "init", "-q", "--bare", "-b", "main")
-            _git(partial, "fetch", "-q", "--no-tags", str(origin or source), f"{case.base}:refs/heads/main")
+            _held_by(origin or source, case.base)
+            # --update-shallow: from a shallow clone, the base arrives with its history cut where the
+            # clone's is (without it git takes nothing and says nothing).
+            _git(partial, "fetch", "-q", "--no-tags", "--update-shallow", str(origin or source),
+                 f"{case.base}:refs/heads/main")
             _settle(partial, bare)
     work = folder / "repos" / case.id / profile
     if not (work / ".git").exists():
@@ -67,6 +71,31 @@ def case_repo(folder: Path, source: Path, case: Case, profile: str, view: Any = 
             _installed_into(view, source, partial)
         _settle(partial, work)  # whole or not at all: a killed clone is made again
     return work
+
+
+def _held_by(repo: Path, commit: str) -> None:
+    """ValueError saying what to run when ``repo`` lacks ``commit`` because it is a shallow or a
+    partial clone (its history or its old files fetched only in part)."""
+    try:
+        _git(repo, "cat-file", "-e", f"{commit}^{{commit}}")
+        return
+    except ValueError:
+        pass
+    try:
+        shallow = _git(repo, "rev-parse", "--is-shallow-repository").strip() == "true"
+    except ValueError:
+        shallow = False
+    if shallow:
+        raise ValueError(f"{repo} is a shallow clone without commit {commit[:12]}: run `git -C {repo} fetch"
+                         f" --unshallow` (or `git -C {repo} fetch origin {commit}`) and try again")
+    try:
+        partial = bool(_git(repo, "config", "--get", "extensions.partialclone").strip())
+    except ValueError:
+        partial = False
+    if partial:
+        raise ValueError(f"{repo} is a partial clone without commit {commit[:12]}: run `git -C {repo} fetch origin"
+                         f" {commit}` and try again")
+    raise ValueError(f"{repo} does not hold commit {commit[:12]} (fetch it there, or name another repository)")
 
 
 def _settle(partial: Path, final: Path) -> None:
