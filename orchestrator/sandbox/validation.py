@@ -51,7 +51,7 @@ from orchestrator.sandbox import cgroups
 from orchestrator.sandbox import bwrap as _sandbox
 from orchestrator.mutants import planting
 from orchestrator.mutants.table import MUTATORS
-from orchestrator.sandbox import canaries, testcounts, workspace_runs
+from orchestrator.sandbox import canaries, subset_runs, testcounts, workspace_runs
 from orchestrator.sandbox.allowlist import (ARGS_PLACEHOLDER, PATH_PLACEHOLDER, explain, is_allowed, matching_template,
                                              parse_allow_entry, placeholder_args, split, stays_inside)
 from orchestrator.sandbox.bwrap import Limits
@@ -523,9 +523,23 @@ def run_validation(
                     [str(where), str(where / "src"), *([run_env["PYTHONPATH"]] if run_env.get("PYTHONPATH") else [])])
             place = _Place(where, run_env, limits=limits, scratch=Path(scratch),
                            since_paths=changed_paths(cwd, since, commit or "HEAD") if since else None)
-        return [_check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
-                               hidden_values=passed_values, test_id=(select or {}).get(command))
-                for command in commands]
+        def run(command: str) -> ValidationResult:
+            return _check_and_run(command, allow, place, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
+                                  hidden_values=passed_values, test_id=(select or {}).get(command))
+
+        # A command whose tests another command here runs too is judged from that one's run.
+        def admitted(command: str) -> bool:  # a subset is judged only when it would have run
+            argv, template = split(command), matching_template(command, allow)
+            return bool(argv) and template is not None and all(
+                stays_inside(place.root, arg) for arg in placeholder_args(argv, template))
+
+        subsets = subset_runs.plan([c if admitted(c) else "" for c in commands], place.root, select or {}, split)
+        results: dict[int, ValidationResult] = {index: run(command) for index, command in enumerate(commands)
+                                                if index not in subsets}
+        for index, (big, pick) in subsets.items():
+            results[index] = subset_runs.derived(commands[index], commands[big], results[big], pick,
+                                                 ValidationResult) or run(commands[index])
+        return [results[index] for index in range(len(commands))]
 
 
 def _unsandboxed_tree(cwd: Path, commit: str | None, scratch: Path, view: ProjectView | None) -> Path:

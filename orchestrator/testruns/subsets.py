@@ -1,0 +1,121 @@
+"""Which validation commands run a subset of another's tests, and which of its tests they are.
+
+A task's validation often holds the synthesizer's ``python -m pytest tests/test_x.py`` beside the
+project's check ``python -m pytest``: the same runner, the same options, the second selecting
+everything the first does. Running both runs those tests twice. ``covered_by`` tells, for two
+commands, whether the larger one runs every test of the smaller (for pytest: the same program and
+options, the smaller only naming paths, modules or node ids inside what the larger names; for
+unittest: the larger discovering, or naming modules the smaller's are inside), and gives a
+predicate picking the smaller's tests out of the larger's run by their ids. Options that select or
+stop (``-k``, ``-m``, ``-x``, ``--lf``, ``--failfast``...) in either make it no subset: which tests
+run is then not the paths' business alone.
+
+The caller (``orchestrator.sandbox.validation``) still runs the smaller command when its tests
+cannot be found in the larger's run (a path outside pytest's ``testpaths``, a module the ids do
+not show): a subset is only ever judged from tests that really ran.
+
+May import the standard library and ``orchestrator.testruns`` only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Callable, Sequence
+
+from orchestrator.testruns.commands import module_run, program
+
+__all__ = ["covered_by"]
+
+_PYTEST_SELECTING = ("-k", "-m", "--deselect", "--lf", "--last-failed", "--sw", "--stepwise", "--collect-only", "--co",
+                     "-x", "--exitfirst", "--maxfail", "--ff", "--failed-first", "--nf", "--new-first",
+                     "--ignore", "--ignore-glob", "--pyargs")
+_UNITTEST_SELECTING = ("-k", "-f", "--failfast")
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def _pytest_parts(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]] | None:
+    """(the program words, the options, the selectors) of a pytest command; None otherwise."""
+    if program(argv) in ("pytest", "py.test"):
+        start, args = [argv[0]], list(argv[1:])
+    else:
+        found = module_run(argv)
+        if found is None or found[0] != "pytest":
+            return None
+        start, args = [*found[1], "-m", "pytest"], found[2]
+    options = [arg for arg in args if arg.startswith("-")]
+    selectors = [arg for arg in args if not arg.startswith("-")]
+    return start, options, selectors
+
+
+def _inside(path: str, folders: Sequence[str]) -> bool:
+    norm = os.path.normpath(path.split("::", 1)[0])
+    return any(norm == os.path.normpath(f) or norm.startswith(os.path.normpath(f).rstrip("/") + "/")
+               or os.path.normpath(f) == "." for f in folders)
+
+
+def _pytest_selects(selector: str) -> Callable[[str], bool] | None:
+    """Whether a case id of pytest's reader (``module.Class::name``) is one ``selector`` (a path
+    or a node id) selects."""
+    path, _, rest = selector.partition("::")
+    norm = os.path.normpath(path)
+    if ".." in Path(norm).parts or os.path.isabs(norm):
+        return None
+    if norm.endswith(".py"):
+        dotted = norm[:-3].replace("/", ".")
+        if not _DOTTED.match(dotted):
+            return None
+        if rest:
+            *owners, name = rest.split("::")
+            owner = ".".join([dotted, *owners])
+            exact = f"{owner}::{name}"
+            return lambda case_id: case_id == exact or (("[" not in name) and case_id.startswith(exact + "["))
+        return lambda case_id: case_id.split("::", 1)[0] == dotted or case_id.startswith(dotted + ".")
+    dotted = norm.replace("/", ".").strip(".")
+    if norm == ".":
+        return lambda case_id: True
+    if rest or not _DOTTED.match(dotted):
+        return None
+    return lambda case_id: case_id.startswith(dotted + ".")
+
+
+def _unittest_parts(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    found = module_run(argv)
+    if found is None or found[0] != "unittest":
+        return None
+    return [*found[1], "-m", "unittest"], found[2]
+
+
+def covered_by(small: Sequence[str], big: Sequence[str], tree: Path | str | None) -> Callable[[str], bool] | None:
+    """A predicate picking, from the case ids of ``big``'s run, the tests ``small`` runs, when
+    ``big`` runs every one of them; None when it does not, or when that cannot be told."""
+    if list(small) == list(big):
+        return None
+    ours, theirs = _pytest_parts(small), _pytest_parts(big)
+    if ours is not None and theirs is not None:
+        if ours[0] != theirs[0] or ours[1] != theirs[1] or not ours[2]:
+            return None
+        if any(opt.split("=", 1)[0] in _PYTEST_SELECTING for opt in ours[1]):
+            return None
+        if theirs[2] and not all(_inside(sel, [t for t in theirs[2] if "::" not in t]) for sel in ours[2]):
+            return None
+        picks = [_pytest_selects(sel) for sel in ours[2]]
+        if any(pick is None for pick in picks):
+            return None
+        return lambda case_id: any(pick(case_id) for pick in picks)
+    ours_u, theirs_u = _unittest_parts(small), _unittest_parts(big)
+    if ours_u is None or theirs_u is None or ours_u[0] != theirs_u[0]:
+        return None
+    small_args, big_args = ours_u[1], theirs_u[1]
+    if any(arg in _UNITTEST_SELECTING for arg in [*small_args, *big_args]):
+        return None
+    names = [arg for arg in small_args if not arg.startswith("-")]
+    if not names or not all(_DOTTED.match(name) for name in names) or any(a.startswith("-") for a in small_args):
+        return None
+    if big_args and big_args != ["discover"]:
+        if any(arg.startswith("-") or not _DOTTED.match(arg) for arg in big_args):
+            return None  # discovery with options, or names the subset cannot be told inside
+        if not all(any(name == b or name.startswith(b + ".") for b in big_args) for name in names):
+            return None
+    return lambda case_id: any(case_id == name or case_id.startswith(name + ".") for name in names)
