@@ -76,3 +76,18 @@ def test_a_command_the_larger_run_does_not_hold_runs_itself(tmp_path):
     first, whole = _validate(root, [small, big])
     assert whole.tests.ran == 1 and first.tests.ran == 2, (whole.tests, first.tests)
     assert "judged from" not in first.stderr_tail
+
+
+def test_go_jest_vitest_and_cargo_subsets_are_told(tmp_path):
+    (tmp_path / "go.mod").write_text("module example.com/m\n\ngo 1.19\n")
+    pick = covered_by(["go", "test", "-json", "./pkg/foo"], ["go", "test", "-json", "./..."], tmp_path)
+    assert pick is not None and pick("example.com/m/pkg/foo.TestX") and pick("example.com/m/pkg/foo.TestX/sub")
+    assert not pick("example.com/m/pkg/bar.TestX") and not pick("example.com/m/pkg/foo/deeper.TestY")
+    assert covered_by(["go", "test", "./pkg/..."], ["go", "test", "./pkg/foo"], tmp_path) is None
+    assert covered_by(["go", "test", "-run", "TestX", "./pkg"], ["go", "test", "./..."], tmp_path) is None
+    pick = covered_by(["npx", "vitest", "run", "test/a.test.ts"], ["npx", "vitest", "run"], tmp_path)
+    assert pick is not None and pick("test/a.test.ts > adds") and not pick("test/b.test.ts > adds")
+    assert covered_by(["npx", "jest", "-t", "adds", "a.test"], ["npx", "jest"], tmp_path) is None
+    assert covered_by(["npx", "jest", "a.test"], ["npx", "vitest", "run"], tmp_path) is None
+    pick = covered_by(["cargo", "test", "parser"], ["cargo", "test"], tmp_path)
+    assert pick is not None and pick("parser::tests::reads") and not pick("lexer::tests::reads")

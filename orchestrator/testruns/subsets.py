@@ -2,7 +2,10 @@
 
 A task's validation often holds the synthesizer's ``python -m pytest tests/test_x.py`` beside the
 project's check ``python -m pytest``: the same runner, the same options, the second selecting
-everything the first does. Running both runs those tests twice. ``covered_by`` tells, for two
+everything the first does. Running both runs those tests twice. Read so for pytest, unittest,
+``go test`` (``./pkg`` inside ``./...``, by the module's import path), Jest and Vitest (paths, as
+substrings of a test file's path, inside a run naming none) and ``cargo test`` (one filter inside
+a run with none). ``covered_by`` tells, for two
 commands, whether the larger one runs every test of the smaller (for pytest: the same program and
 options, the smaller only naming paths, modules or node ids inside what the larger names; for
 unittest: the larger discovering, or naming modules the smaller's are inside), and gives a
@@ -24,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Callable, Sequence
 
-from orchestrator.testruns.commands import module_run, program
+from orchestrator.testruns.commands import module_run, node_tool, program
 
 __all__ = ["covered_by"]
 
@@ -87,11 +90,103 @@ def _unittest_parts(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
     return [*found[1], "-m", "unittest"], found[2]
 
 
+def _go_parts(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """(the options, the package patterns) of ``go test``; None otherwise."""
+    if program(argv) != "go" or list(argv[1:2]) != ["test"]:
+        return None
+    args = list(argv[2:])
+    if "-run" in args or any(a.startswith(("-run=", "-skip", "-failfast", "-count", "-list")) for a in args):
+        return None  # a selection, a stop or a repetition of their own
+    return [a for a in args if a.startswith("-")], [a for a in args if not a.startswith("-")]
+
+
+def _go_module(tree: Path | str | None) -> str | None:
+    if tree is None:
+        return None
+    try:
+        text = (Path(tree) / "go.mod").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"^module\s+(\S+)", text, re.M)
+    return found.group(1) if found else None
+
+
+def _go_pattern(module: str, pattern: str) -> tuple[str, bool] | None:
+    """(the import path a ``./pkg`` or ``./pkg/...`` pattern names, whether it takes the packages
+    below it)."""
+    below = pattern.endswith("/...")
+    path = pattern[:-4] if below else pattern
+    if path in (".", "./"):
+        return module, below
+    if not path.startswith("./") or ".." in path.split("/"):
+        return None
+    return f"{module}/{path[2:].rstrip('/')}", below
+
+
+def _go(small: Sequence[str], big: Sequence[str], tree: Path | str | None) -> Callable[[str], bool] | None:
+    ours, theirs, module = _go_parts(small), _go_parts(big), _go_module(tree)
+    if ours is None or theirs is None or module is None or ours[0] != theirs[0] or not ours[1]:
+        return None
+    wanted = [_go_pattern(module, p) for p in ours[1]]
+    having = [_go_pattern(module, p) for p in (theirs[1] or ["."])]
+    if any(w is None for w in [*wanted, *having]):
+        return None
+
+    def holds(pattern: tuple[str, bool], package: str, exact_only: bool = False) -> bool:
+        path, below = pattern
+        return package == path or (below and not exact_only and package.startswith(path + "/"))
+
+    if not all(any(holds(h, w[0]) and (not w[1] or h[1]) for h in having) for w in wanted):
+        return None
+    return lambda case_id: any(holds(w, case_id.rsplit(".", 1)[0].split("/Test", 1)[0]) for w in wanted)
+
+
+def _node(small: Sequence[str], big: Sequence[str], tree: Path | str | None) -> Callable[[str], bool] | None:
+    """Jest's and Vitest's paths (substrings of a test file's path, as both match them)."""
+    names = ("jest", "vitest")
+    ours, theirs = node_tool(small, tree, names), node_tool(big, tree, names)
+    if ours is None or theirs is None or ours[0] != theirs[0]:
+        return None
+
+    def args(argv: Sequence[str], found: tuple) -> list[str]:
+        extra = list(argv[list(argv).index("--") + 1:]) if found[2] and "--" in argv else []
+        return [a for a in [*found[1], *extra] if a not in ("run",)]
+
+    small_args, big_args = args(small, ours), args(big, theirs)
+    if [a for a in small_args if a.startswith("-")] != [a for a in big_args if a.startswith("-")]:
+        return None
+    if any(a.startswith(("-t", "--testNamePattern", "--bail", "-b", "--onlyChanged", "-o", "--changed"))
+           for a in small_args):
+        return None
+    paths = [a for a in small_args if not a.startswith("-")]
+    if not paths or [a for a in big_args if not a.startswith("-")]:
+        return None
+    return lambda case_id: any(path in case_id.split(" > ", 1)[0] for path in paths)
+
+
+def _cargo(small: Sequence[str], big: Sequence[str]) -> Callable[[str], bool] | None:
+    """``cargo test FILTER`` inside ``cargo test`` (the filter a substring of a test's path)."""
+    if program(small) != "cargo" or program(big) != "cargo" or list(small[1:2]) != ["test"] \
+            or list(big[1:2]) != ["test"] or "--" in small or "--" in big:
+        return None
+    small_args, big_args = list(small[2:]), list(big[2:])
+    if [a for a in small_args if a.startswith("-")] != [a for a in big_args if a.startswith("-")] \
+            or [a for a in big_args if not a.startswith("-")]:
+        return None
+    filters = [a for a in small_args if not a.startswith("-")]
+    if len(filters) != 1 or not re.fullmatch(r"[\w:]+", filters[0]):
+        return None
+    return lambda case_id: filters[0] in case_id
+
+
 def covered_by(small: Sequence[str], big: Sequence[str], tree: Path | str | None) -> Callable[[str], bool] | None:
     """A predicate picking, from the case ids of ``big``'s run, the tests ``small`` runs, when
     ``big`` runs every one of them; None when it does not, or when that cannot be told."""
     if list(small) == list(big):
         return None
+    for other in (_go(small, big, tree), _node(small, big, tree), _cargo(small, big)):
+        if other is not None:
+            return other
     ours, theirs = _pytest_parts(small), _pytest_parts(big)
     if ours is not None and theirs is not None:
         if ours[0] != theirs[0] or ours[1] != theirs[1] or not ours[2]:
