@@ -91,3 +91,13 @@ def test_go_jest_vitest_and_cargo_subsets_are_told(tmp_path):
     assert covered_by(["npx", "jest", "a.test"], ["npx", "vitest", "run"], tmp_path) is None
     pick = covered_by(["cargo", "test", "parser"], ["cargo", "test"], tmp_path)
     assert pick is not None and pick("parser::tests::reads") and not pick("lexer::tests::reads")
+
+
+def test_an_evals_grading_runs_each_command_itself(tmp_path):
+    """A hidden command's tests all get their twins: the eval's grading judges no subset."""
+    require_bwrap()
+    root = _project(tmp_path / "p", FILES)
+    small, big = f"{PY} -m pytest tests/test_a.py", f"{PY} -m pytest"
+    first, _whole = run_validation([small, big], cwd=root, allow=[small, big], timeout_s=120, judge_subsets=False)
+    assert first.passed and first.tests.ran == 2 and "judged from" not in first.stderr_tail
+    assert first.duration_s > 0

@@ -321,7 +321,8 @@ def sandbox_results(repo: Path, settings: Any, view: Any, timeout_s: float | Non
         # The setup commands (the project's, the range's) are the user's own too.
         results = run_validation(list(commands), cwd=repo, allow=[*commands, *(view.setup if view else ())],
                                  timeout_s=limit, max_output_bytes=settings.max_output_bytes, commit=commit,
-                                 env_names=settings.env, limits=settings.limits, environment=view)
+                                 env_names=settings.env, limits=settings.limits, environment=view,
+                                 judge_subsets=False)  # a hidden command's tests all get their own twins
         for command, result in zip(commands, results):
             program = (split(command) or [""])[0]
             if result.rejected or (result.reason == "not_found" and "/" not in program):

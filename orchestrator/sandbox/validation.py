@@ -443,6 +443,7 @@ def run_validation(
     environment: ProjectView | ProjectEnv | None = None,
     select: Mapping[str, str] | None = None,
     since: str | None = None,
+    judge_subsets: bool = True,
 ) -> list[ValidationResult]:
     """Run each allowed command and return one result per command, in order.
 
@@ -465,7 +466,9 @@ def run_validation(
     the command: a flaky test run again alone); a runner that cannot select it gives a result
     rejected as ``unselectable``. ``since`` is the commit the change under validation starts from
     (its base): with it a workspace command runs only the packages the change reaches
-    (``workspace_runs``); without it, all of them.
+    (``workspace_runs``); without it, all of them. With ``judge_subsets`` a command whose tests
+    another command runs too is judged from that one's run (``subset_runs``); an eval's grading
+    runs each of its commands (a hidden command's tests all get their twins).
 
     Raises ValueError when ``cwd`` is missing, or (bwrap) is no git checkout or lacks
     ``commit``, and ``SandboxUnavailable`` when bwrap cannot be used.
@@ -533,7 +536,8 @@ def run_validation(
             return bool(argv) and template is not None and all(
                 stays_inside(place.root, arg) for arg in placeholder_args(argv, template))
 
-        subsets = subset_runs.plan([c if admitted(c) else "" for c in commands], place.root, select or {}, split)
+        subsets = subset_runs.plan([c if admitted(c) else "" for c in commands], place.root, select or {},
+                                   split) if judge_subsets else {}
         results: dict[int, ValidationResult] = {index: run(command) for index, command in enumerate(commands)
                                                 if index not in subsets}
         for index, (big, pick) in subsets.items():
