@@ -142,7 +142,8 @@ def _run_options(f):
                      help="Config file (default: mesh.toml, or [tool.mesh] in pyproject.toml)."),
         click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object."),
         click.option("--onto", help="Cut the task from and land approved work onto this integration branch"
-                                    " (default: config drain.onto, else the scope's mesh/land/<name>)."),
+                                    " (default: config drain.onto, else the branch the scope's work last landed"
+                                    " on, else the scope's mesh/land/<name>)."),
         click.option("--no-land", "no_land", is_flag=True,
                      help="Keep approved work on its task branch mesh/<task> (its dependents wait until it lands)."),
         click.option("--take-over", "take_over", is_flag=True,
