@@ -130,6 +130,12 @@ def test_landed_work_opens_the_scopes_pull_request_once_and_later_landings_updat
     assert pushed == landed
     [cp] = [cp for cp in ws.checkpoints() if cp.kind == "pull-request"]
     assert cp.payload["artifact"]["number"] == 1 and cp.payload["artifact"]["action"] == "opened"
+    # The cost of a task's runs goes in its line (replay workers cost nothing: none is said).
+    from orchestrator.landing.pull_requests import body_for
+
+    with ws.tracker() as t:
+        priced = body_for(t, ws.repo, "mesh/land/demo", "main", running={TASK: {"a-run": 0.4235}})
+    assert "$0.42 spent" in priced and "spent" not in pull.body
     # A second task of the scope lands: the same pull request, its body now holding both tasks.
     script = happy_script()
     script["synthesizer"][0] = r("synthesis", synthesis(NOTES_PATCH))

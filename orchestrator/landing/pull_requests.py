@@ -5,7 +5,7 @@ After a task lands on its scope's integration branch, mesh pushes that branch to
 ``forge.remote`` and opens the scope's pull request into the branch it follows (the scope's
 base), or updates it: one per scope, titled by the scope's epic or plan label, its body a
 summary mesh writes of every task landed on the branch (each with its commit, its tests
-counted, its review cycles and findings fixed). With ``pull_requests = "task"`` each task gets its own,
+counted, its review cycles, findings fixed and cost). With ``pull_requests = "task"`` each task gets its own,
 from ``mesh/<task>`` into the integration branch.
 
 Exactly once, crash or not: the forge is asked for the open pull request of the branch before
@@ -72,9 +72,24 @@ def _tests_line(tracker: Any, task_id: str) -> str:
     return ""
 
 
-def body_for(tracker: Any, repo: Path, head: str, base: str, *, report_url: str | None = None) -> str:
+def _cost(tracker: Any, task_id: str, current: Mapping[str, float]) -> str:
+    """``$0.42`` spent on the task: its runs' recorded costs (``[orch:outcome]``), the running
+    one's from ``current``; '' when nothing was priced."""
+    total = 0.0
+    for cp in load_checkpoints(tracker, task_id):
+        if cp.kind == "outcome" and cp.run_id not in current:
+            usage = (cp.payload.get("artifact") or {}).get("usage") or {}
+            cost = usage.get("cost_usd") if isinstance(usage, Mapping) else None
+            total += float(cost) if isinstance(cost, (int, float)) else 0.0
+    total += sum(current.values()) if current else 0.0
+    return f"${total:.2f} spent" if total > 0 else ""
+
+
+def body_for(tracker: Any, repo: Path, head: str, base: str, *, report_url: str | None = None,
+             running: Mapping[str, Mapping[str, float]] | None = None) -> str:
     """The summary of every task landed on ``head`` since ``base``: each task with its commit, tests
-    counted, review cycles and findings fixed (from its commit message), neutralised."""
+    counted, review cycles, findings fixed (from its commit message) and cost (``running``: the
+    cost so far of a task's run that is still going, by task and run), neutralised."""
     log = _git(repo, "log", "--reverse", "--format=%H%x00%B%x1e", f"refs/heads/{base}..refs/heads/{head}",
                check=False).stdout if base else ""
     lines = [f"Work landed by mesh on `{head}`, for review into `{base}`.", ""]
@@ -93,7 +108,8 @@ def body_for(tracker: Any, repo: Path, head: str, base: str, *, report_url: str 
             if rest else ""
         fixed = [line[2:] for line in rest.splitlines() if line.startswith("- ")]
         facts = [f"`{sha[:12]}`", *([_tests_line(tracker, task_id)] if tracker is not None else []),
-                 cycles.rstrip("."), f"{len(fixed)} finding(s) fixed" if fixed else ""]
+                 cycles.rstrip("."), f"{len(fixed)} finding(s) fixed" if fixed else "",
+                 _cost(tracker, task_id, (running or {}).get(task_id, {})) if tracker is not None else ""]
         lines.append(f"- **{neutral(task_id)}**: {neutral(title.strip())} ({', '.join(f for f in facts if f)})")
         lines += [f"  - fixed: {neutral(finding)[:200]}" for finding in fixed[:5]]
         if report_url:
@@ -131,7 +147,8 @@ def publish(engine: Any, sha: str, *, environ: Mapping[str, str] | None = None, 
     try:
         title = scope_title(engine.tracker, engine.task, lander.branch) if cfg.pull_requests == "scope" else \
             f"{neutral(str(engine.task.get('title') or engine.task['id']))[:200]} ({neutral(engine.task['id'])})"
-        body = body_for(engine.tracker, lander.repo, head, base)
+        body = body_for(engine.tracker, lander.repo, head, base,
+                        running={engine.task["id"]: {engine.run_id: float(getattr(engine.usage, "cost_usd", 0.0) or 0.0)}})
         pull: PullRequest | None = forge.find_open(head, base)
         if pull is None:
             pull = forge.open(head, base, title, body)
