@@ -1,7 +1,7 @@
 """Issue 46, item 2: reasons that are true. A timeout is named as one (not as an unread runner),
 and the environment's commonest faults for old instances on new tools are recognised and named:
 pytest 8 no longer calling nose-style ``setup()``, tests reaching for the network the sandbox does
-not have, a syntax the installed Python rejects, a package missing."""
+not have, a syntax the installed Python rejects."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ def test_tests_reaching_for_the_network_are_named():
     assert cause is not None and "reach for the network" in cause and "data.example.org" in cause, cause
 
 
-def test_a_missing_package_and_a_syntax_too_new_are_named():
-    cause = environment_cause(_failed("ModuleNotFoundError: No module named 'numpy'"))
-    assert cause is not None and "'numpy'" in cause and "missing" in cause
+def test_a_syntax_too_new_is_named_and_a_missing_module_is_not():
+    # A module missing may be the commit's (one it deleted) or a set-up step's (a generated one).
+    assert environment_cause(_failed("ModuleNotFoundError: No module named 'numpy'")) is None
     syntax = SimpleNamespace(stdout_tail='  File "/mesh/tree/pkg/mod.py", line 3\n    match x:\n          ^\n'
                                          "SyntaxError: invalid syntax\n", stderr_tail="", run=None)
     cause = environment_cause(syntax)

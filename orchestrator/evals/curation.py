@@ -188,14 +188,14 @@ _HOST = re.compile(r"(?:host='|Could not resolve host: |getaddrinfo \w+ |https?:
 _NO_ATTRIBUTE = re.compile(r"AttributeError: '(Test\w*|\w*Test\w*)' object has no attribute '(\w+)'")
 _PYTEST_VERSION = re.compile(r"pytest-(\d+)\.")
 _NOSE_SETUP = re.compile(r"^\s+def (setup|teardown)\(self\)", re.M)
-_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 
 
 def environment_cause(result: Any, root: str = "") -> str | None:
     """The environment's fault behind a failing run, as words (None: none found): a syntax the
     installed Python or Node rejects, a pytest plugin or hook the installed pytest refuses, a Go
     or Node older than the project asks for, tests reaching for the network (the sandbox has
-    none), a nose-style ``setup()`` pytest 8 no longer calls, a package missing. ``root``: the
+    none), a nose-style ``setup()`` pytest 8 no longer calls. A module missing is not named: it
+    may be the commit's (a module it deleted) or a set-up step's (a generated one). ``root``: the
     repository's path (a path under it is named relative to it; its test classes are read for
     nose-style set-up)."""
     parts = [result.stdout_tail, result.stderr_tail]
@@ -227,9 +227,6 @@ def environment_cause(result: Any, root: str = "") -> str | None:
         return (f"the environment: pytest 8 and later no longer call nose-style setup()/teardown() methods, and"
                 f" {found.group(1)} defines one ({found.group(1)} object has no attribute {found.group(2)!r}):"
                 " pin pytest < 8 for this instance")
-    if found := _MISSING_MODULE.search(text):
-        return (f"the environment: a package is missing (No module named {found.group(1)!r}): install it in the"
-                " environment validation runs in")
     return None
 
 
