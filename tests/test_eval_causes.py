@@ -113,3 +113,39 @@ def test_a_shallow_clone_gives_its_base_or_says_what_to_run(tmp_path):
         assert "shallow clone without commit" in str(exc) and "fetch --unshallow" in str(exc), exc
     else:
         raise AssertionError("a base the shallow clone lacks was taken")
+
+
+def test_ids_naming_another_machines_paths_are_counted_and_not_graded(tmp_path):
+    """Issue 46, item 2: ids holding machine-specific paths can never match; the instance says how
+    many (a PASS_TO_PASS one is left out of the grading, not a reason to drop the instance)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "mod.py").write_text("X = 1\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                                                                "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env=env, capture_output=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, env=env, capture_output=True,
+                          text=True).stdout.strip()
+    test_patch = ("diff --git a/tests/test_a.py b/tests/test_a.py\nnew file mode 100644\n--- /dev/null\n"
+                  "+++ b/tests/test_a.py\n@@ -0,0 +1,2 @@\n+def test_new():\n+    assert True\n")
+    gold = ("diff --git a/mod.py b/mod.py\n--- a/mod.py\n+++ b/mod.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n")
+    instance = Instance(instance_id="x__y-2", base_commit=base, problem_statement="p", test_patch=test_patch,
+                        patch=gold, FAIL_TO_PASS=["tests/test_a.py::test_new"],
+                        PASS_TO_PASS=["tests/test_a.py::test_old", "tests/test_a.py::test_path[/home/swe/data/x.csv]"])
+    case = _case_of(instance, repo, "python -m pytest tests/test_a.py", None, [])
+    calls = []
+
+    def run(tree, commands):
+        calls.append(tree)
+        result = Run("pytest")
+        result.add("tests.test_a::test_new", "failed" if len(calls) == 1 else "passed", 0.1, "assert X == 2")
+        result.add("tests.test_a::test_old", "passed", 0.1)
+        result.add("tests.test_a::test_path[/tmp/run/data/x.csv]", "passed", 0.1)
+        return [ValidationResult(commands[0], 1 if len(calls) == 1 else 0, len(calls) > 1, False, None,
+                                 tests=result.counts(), run=result)]
+
+    found, note = check_instance(repo, instance, case, run, runs=1)
+    assert found is not None, note
+    assert found.pass_to_pass == ["tests.test_a::test_old"] and found.fail_to_pass == ["tests.test_a::test_new"]
+    assert "1 PASS_TO_PASS test id(s) name a path of the machine SWE-bench's logs came from" in note, note

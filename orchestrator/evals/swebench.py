@@ -149,6 +149,11 @@ def mesh_test_id(test: str, runner: str) -> str | None:
     return ".".join([module, *owners]) + (sep + params if sep else "")
 
 
+# A test id holding an absolute path of the machine SWE-bench's logs were made on (a parameter
+# naming a file there): no run elsewhere reports it so.
+_MACHINE_PATH = re.compile(r"(?:^|[\[(,=\s'\"])(?:/(?:home|tmp|root|Users|usr|opt|var|private|testbed)/|[A-Za-z]:\\)")
+
+
 def _resolved(test: str, runner: str, reported: Sequence[str]) -> str | None:
     """``test`` when the runner reports it so, else ``mesh_test_id`` (pytest's and unittest's
     readers), else the one reported test whose name is ``test`` (its last part)."""
@@ -232,13 +237,13 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
     base, gold = _outcomes(on[0]), _outcomes(on[1])
     reported = list(dict.fromkeys(t for outcomes in (*base, *gold) for t in outcomes))
     flaky = list(dict.fromkeys([*_varied(base), *_varied(gold)]))
-    unmatched, failing, f2p, p2p, unseen = [], [], [], [], []
+    unmatched, failing, f2p, p2p, unseen, foreign = [], [], [], [], [], []
     named: dict[str, str] = {}
     for kind, tests in (("FAIL_TO_PASS", instance.FAIL_TO_PASS), ("PASS_TO_PASS", instance.PASS_TO_PASS)):
         for test in tests:
             mapped = _resolved(test, runner, reported)
             if mapped is None or (mapped not in reported and (gold or kind == "PASS_TO_PASS")):
-                unmatched.append(test)
+                (foreign if _MACHINE_PATH.search(test) and kind == "PASS_TO_PASS" else unmatched).append(test)
             elif mapped in flaky:
                 continue
             elif kind == "FAIL_TO_PASS" and base[0].get(mapped) == "passed":
@@ -256,7 +261,8 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
     if unmatched:
         return None, (f"{len(unmatched)} of its test id(s) are not among the tests `{case.hidden_command}` reports"
                       f" ({_names(unmatched)}); mesh's {runner or 'runner'} names them like"
-                      f" {_names(reported) or 'nothing'}")
+                      f" {_names(reported) or 'nothing'}"
+                      + (f"; {len(foreign)} more name a path of the machine its logs came from" if foreign else ""))
     if failing:
         cause = environment_cause(on[1][0] if gold else on[0][0], str(root))
         return None, (f"{failing[0]}" + (f" and {len(failing) - 1} more" if len(failing) > 1 else "")
@@ -266,6 +272,8 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
     note = (f"; {len(unseen)} FAIL_TO_PASS test(s) not reported on the base, and no gold patch shows that"
             f" the runner names them so: {_names(unseen)}") if unseen else ""
     note += "" if gold else "; no gold patch: checked on the base only"
+    note += (f"; {len(foreign)} PASS_TO_PASS test id(s) name a path of the machine SWE-bench's logs came from"
+             f" and can never match here (not graded): {_names(foreign)}") if foreign else ""
     return case.model_copy(update={"grading": "tests", "fail_to_pass": f2p, "pass_to_pass": p2p, "flaky": flaky,
                                    "check_command": None, "swebench_ids": named}), note
 
