@@ -21,6 +21,19 @@ def _failed(message: str, output: str = "") -> SimpleNamespace:
     return SimpleNamespace(stdout_tail=output, stderr_tail="", run=run)
 
 
+def _one_commit(tmp_path):
+    """A repository of one commit (``mod.py``) and that commit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "mod.py").write_text("X = 1\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                                                                "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env=env, capture_output=True)
+    return repo, subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, env=env, capture_output=True,
+                                text=True).stdout.strip()
+
+
 def test_a_nose_style_setup_pytest_8_skips_is_named(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_io.py").write_text(
@@ -55,15 +68,7 @@ def test_a_syntax_too_new_is_named_and_a_missing_module_is_not():
 
 
 def test_a_timeout_is_named_as_a_timeout_with_its_command_and_limit(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "mod.py").write_text("X = 1\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit",
-                                                                "-qm", "base"]):
-        subprocess.run(["git", *args], cwd=repo, check=True, env=env, capture_output=True)
-    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, env=env, capture_output=True,
-                          text=True).stdout.strip()
+    repo, base = _one_commit(tmp_path)
     test_patch = ("diff --git a/tests/test_slow.py b/tests/test_slow.py\nnew file mode 100644\n--- /dev/null\n"
                   "+++ b/tests/test_slow.py\n@@ -0,0 +1,2 @@\n+def test_slow():\n+    assert True\n")
     instance = Instance(instance_id="x__y-1", base_commit=base, problem_statement="slow", test_patch=test_patch,
@@ -118,15 +123,7 @@ def test_a_shallow_clone_gives_its_base_or_says_what_to_run(tmp_path):
 def test_ids_naming_another_machines_paths_are_counted_and_not_graded(tmp_path):
     """Issue 46, item 2: ids holding machine-specific paths can never match; the instance says how
     many (a PASS_TO_PASS one is left out of the grading, not a reason to drop the instance)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "mod.py").write_text("X = 1\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit",
-                                                                "-qm", "base"]):
-        subprocess.run(["git", *args], cwd=repo, check=True, env=env, capture_output=True)
-    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, env=env, capture_output=True,
-                          text=True).stdout.strip()
+    repo, base = _one_commit(tmp_path)
     test_patch = ("diff --git a/tests/test_a.py b/tests/test_a.py\nnew file mode 100644\n--- /dev/null\n"
                   "+++ b/tests/test_a.py\n@@ -0,0 +1,2 @@\n+def test_new():\n+    assert True\n")
     gold = ("diff --git a/mod.py b/mod.py\n--- a/mod.py\n+++ b/mod.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n")
