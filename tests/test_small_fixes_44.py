@@ -131,7 +131,7 @@ def test_vitest_output_loses_mesh_s_tests_file_by_file():
         "      Tests  2 failed | 21 passed (23)",
     ])
     mine = re.compile(r"(?<![A-Za-z0-9_])(adds twice copy|totals copy)(?![A-Za-z0-9_])")
-    shown = clean_vitest(text, mine, {"failed": 2, "passed": 0}, False)
+    shown = clean_vitest(text, mine, {"failed": 2, "passed": 0})
     assert " ✓ test/a.test.ts (3 tests) 12ms" in shown and " ✓ test/b.test.ts (18 tests) 4ms" in shown, shown
     assert "Tests  21 passed (21)" in shown and "Test Files  2 passed (2)" in shown, shown
     assert "copy" not in shown and "expected" not in shown

@@ -11,12 +11,12 @@ from typing import Any
 from urllib.parse import quote
 
 from orchestrator.forges.api import Api
-from orchestrator.forges.model import ForgeError, PullRequest
+from orchestrator.forges.model import ForgeError, ListedPulls, PullRequest
 
 __all__ = ["GitHub"]
 
 
-class GitHub:
+class GitHub(ListedPulls):
     name = "github"
     noun = "pull request"
 
@@ -43,13 +43,6 @@ class GitHub:
                                                            "sort": "created", "direction": "desc", "per_page": 10})
         pulls = [self._pull(raw) for raw in found] if isinstance(found, list) else []
         return [pull for pull in pulls if pull.head == head and pull.base == base]
-
-    def find_open(self, head: str, base: str) -> PullRequest | None:
-        return next(iter(self._list(head, base, "open")), None)
-
-    def latest(self, head: str, base: str) -> PullRequest | None:
-        listed = self._list(head, base, "all")
-        return max(listed, key=lambda pull: pull.number) if listed else None
 
     def open(self, head: str, base: str, title: str, body: str) -> PullRequest:
         return self._pull(self.api.call("POST", self._pulls, body={"title": title, "head": head, "base": base,

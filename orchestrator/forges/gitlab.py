@@ -12,16 +12,17 @@ from typing import Any
 from urllib.parse import quote
 
 from orchestrator.forges.api import Api
-from orchestrator.forges.model import ForgeError, PullRequest
+from orchestrator.forges.model import ForgeError, ListedPulls, PullRequest
 
 __all__ = ["GitLab"]
 
 _STATES = {"opened": "open", "closed": "closed", "merged": "merged", "locked": "open"}
 
 
-class GitLab:
+class GitLab(ListedPulls):
     name = "gitlab"
     noun = "merge request"
+    open_state = "opened"
 
     def __init__(self, repository: str, api_url: str, token: str, *, transport: Any = None) -> None:
         if not repository.strip("/") or repository.startswith("/"):
@@ -43,13 +44,6 @@ class GitLab:
                                                          "order_by": "created_at", "sort": "desc", "per_page": 10})
         pulls = [self._pull(raw) for raw in found] if isinstance(found, list) else []
         return [pull for pull in pulls if pull.head == head and pull.base == base]
-
-    def find_open(self, head: str, base: str) -> PullRequest | None:
-        return next(iter(self._list(head, base, "opened")), None)
-
-    def latest(self, head: str, base: str) -> PullRequest | None:
-        listed = self._list(head, base, "all")
-        return max(listed, key=lambda pull: pull.number) if listed else None
 
     def open(self, head: str, base: str, title: str, body: str) -> PullRequest:
         return self._pull(self.api.call("POST", self._mrs, body={"source_branch": head, "target_branch": base,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Forge", "ForgeError", "PullRequest"]
+__all__ = ["Forge", "ForgeError", "ListedPulls", "PullRequest"]
 
 
 class ForgeError(Exception):
@@ -57,3 +57,21 @@ class Forge(Protocol):
 
     def get(self, number: int) -> PullRequest:
         """Pull request ``number`` as it is now."""
+
+
+class ListedPulls:
+    """``find_open`` and ``latest`` of a forge module whose ``_list(head, base, state)`` lists the
+    pull requests from ``head`` into ``base`` in one of its states (``open_state``: the forge's
+    word for open; ``"all"``: any)."""
+
+    open_state = "open"
+
+    def _list(self, head: str, base: str, state: str) -> list[PullRequest]:
+        raise NotImplementedError
+
+    def find_open(self, head: str, base: str) -> PullRequest | None:
+        return next(iter(self._list(head, base, self.open_state)), None)
+
+    def latest(self, head: str, base: str) -> PullRequest | None:
+        listed = self._list(head, base, "all")
+        return max(listed, key=lambda pull: pull.number) if listed else None

@@ -302,7 +302,7 @@ def clean_output(shown: Shown, text: str) -> str:
                       + r")(?![A-Za-z0-9_])")
     counts = {"failed": 0, "passed": 0, "xfail": 0, "errors": 0, "skipped": 0, **shown.counts}
     if shown.runner == "vitest":
-        return node_output.clean_vitest(text, mine, counts, shown.project_failed)
+        return node_output.clean_vitest(text, mine, counts)
     if shown.runner == "jest":
         return node_output.clean_jest(text, mine, counts, shown.project_failed)
     if shown.runner == "node --test":

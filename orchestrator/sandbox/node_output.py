@@ -155,7 +155,7 @@ def _vitest_line(head: str, terms: Mapping[str, int]) -> str:
     return f"{head}{shown or '0 passed'} ({total})"
 
 
-def clean_vitest(text: str, mine: re.Pattern[str], counts: Mapping[str, int], project_failed: bool) -> str:
+def clean_vitest(text: str, mine: re.Pattern[str], counts: Mapping[str, int]) -> str:
     """Vitest's default reporter ``text`` without mesh's tests (``mine``): their ``×``/``✓`` lines
     and the messages under them, their blocks in "Failed Tests" (the rest renumbered), and the
     file lines and closing counts put back to the project's own (``counts``: how many of mesh's

@@ -175,6 +175,11 @@ def _rejected(command: str, reason: str, started: float, detail: str = "") -> Va
     )
 
 
+def _not_found(command: str, started: float, detail: str) -> ValidationResult:
+    return ValidationResult(command=scrub(command), exit_code=None, passed=False, rejected=False, reason="not_found",
+                            duration_s=time.monotonic() - started, stderr_tail=scrub(detail))
+
+
 def clean_output(text: str, hidden_values: Sequence[str] = ()) -> str:
     """Validation output made safe to keep: no terminal controls, no secret, no passed value."""
     text = scrub(strip_terminal(text))
@@ -240,11 +245,7 @@ def _run_one(
                 start_new_session=True, close_fds=True, preexec_fn=prepare,
             )
         except OSError as exc:
-            return ValidationResult(
-                command=scrub(command), exit_code=None, passed=False, rejected=False,
-                reason="not_found", duration_s=time.monotonic() - started,
-                stderr_tail=scrub(f"cannot run {argv[0]!r}: {exc.strerror or exc}"),
-            )
+            return _not_found(command, started, f"cannot run {argv[0]!r}: {exc.strerror or exc}")
         assert proc.stdout is not None and proc.stderr is not None
         readers = [
             threading.Thread(target=drain, args=(proc.stdout, out_sink), daemon=True),
@@ -669,11 +670,7 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         return _rejected(command, "not_allowed", started, "a path leaves the worktree")
     program = _resolve_program(argv[0], place.root, place.env["PATH"], place.view if place.bwrap else None)
     if program is None:
-        return ValidationResult(
-            command=scrub(command), exit_code=None, passed=False, rejected=False,
-            reason="not_found", duration_s=time.monotonic() - started,
-            stderr_tail=scrub(f"program not found: {argv[0]}{_where_searched(argv[0], place)}"),
-        )
+        return _not_found(command, started, f"program not found: {argv[0]}{_where_searched(argv[0], place)}")
     workspace = workspace_run(argv, place.root)
     if workspace is not None:
         view = place.view if place.bwrap else None
@@ -683,8 +680,7 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
             first = _resolve_program(before[0], place.root, place.env["PATH"], view) if before else None
             if found is None or (before and first is None):
                 missing = sub_argv[0] if found is None else before[0]
-                return ValidationResult(command=scrub(shlex.join(sub_argv)), exit_code=None, passed=False,
-                                        rejected=False, reason="not_found", stderr_tail=f"program not found: {missing}")
+                return _not_found(shlex.join(sub_argv), started, f"program not found: {missing}")
             return _run_probe(command, sub_argv, found, place, started, timeout_s=timeout_s,
                               max_output_bytes=max_output_bytes, hidden_values=hidden_values, test_id=sub_id,
                               subdir=folder, unset=workspace_runs.NOT_FOR_NPM,
@@ -728,11 +724,8 @@ def _run_probe(command: str, argv: list[str], program: str, place: _Place, start
         if program is None:
             if twins is not None:
                 twins.remove()
-            return ValidationResult(
-                command=scrub(command), exit_code=None, passed=False, rejected=False,
-                reason="not_found", duration_s=time.monotonic() - started,
-                stderr_tail=scrub(f"program not found: {probe.argv[0]} (to run {argv[0]}'s tests)"
-                                  f"{_where_searched(probe.argv[0], place)}"))
+            return _not_found(command, started, f"program not found: {probe.argv[0]} (to run {argv[0]}'s tests)"
+                                                f"{_where_searched(probe.argv[0], place)}")
     testcounts.prepare(probe, owner=_sandbox.sandbox_user() if place.bwrap else None)
     planted = canaries.plant(testcounts.runner_args(argv, tree), probe.runner, tree) if place.bwrap else None
     launch_argv, executable, host_cwd = place.launch(probe.argv, program, report=probe.folder, subdir=subdir,

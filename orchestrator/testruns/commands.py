@@ -9,7 +9,7 @@ import os
 import re
 from typing import Sequence
 
-__all__ = ["module_run", "program", "tool_args"]
+__all__ = ["module_run", "program", "script_run", "tool_args"]
 
 _PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
 # Interpreter options that take a value as the next argument; any other option stands alone.
@@ -39,6 +39,29 @@ def module_run(argv: Sequence[str]) -> tuple[str, list[str], list[str]] | None:
             index += 1
         else:
             return None
+    return None
+
+
+def script_run(argv: Sequence[str]) -> tuple[list[str], str, list[str]] | None:
+    """(interpreter and its options, script, its arguments) for ``python [options] script.py
+    ...`` or ``./script.py ...``; None otherwise."""
+    if not argv:
+        return None
+    if argv[0].endswith(".py"):
+        return ["python"], argv[0], list(argv[1:])
+    if not _PYTHON.fullmatch(program(argv)):
+        return None
+    index = 1
+    while index < len(argv):
+        arg = argv[index]
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            index += 2
+        elif arg.startswith("-"):
+            if arg.startswith(("-m", "-c")) or arg == "-":
+                return None
+            index += 1
+        else:
+            return (list(argv[:index]), arg, list(argv[index + 1:])) if arg.endswith(".py") else None
     return None
 
 

@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from orchestrator.testruns.commands import module_run, program
+from orchestrator.testruns.commands import module_run, program, script_run
 from orchestrator.testruns.unittest_reader import RESULT_CODE, Unittest
 
 __all__ = ["READER", "SHIM", "django_command", "unittest_args"]
@@ -93,8 +93,6 @@ else:
     execute_from_command_line(["django-admin", *sys.argv[1:]])
 """
 
-_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
-_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X")
 # What a project's own test script holds when it runs Django's runner.
 _RUNS_DJANGO = re.compile(rb"execute_from_command_line|DiscoverRunner|get_runner\s*\(|call_command\(\s*['\"]test['\"]")
 _SCRIPT_BYTES = 256 << 10
@@ -104,29 +102,6 @@ _WITH_VALUE = frozenset({"-p", "--pattern", "-t", "--top-level-directory", "-k",
 _OPTIONAL_VALUE = frozenset({"--parallel", "--shuffle"})
 _SELECTING = frozenset({"-k", "--tag", "--exclude-tag"})
 _STOPPING = frozenset({"--failfast"})
-
-
-def _script_run(argv: Sequence[str]) -> tuple[list[str], str, list[str]] | None:
-    """(interpreter and its options, script, its arguments) for ``python [options] script.py
-    ...`` or ``./script.py ...``; None otherwise."""
-    if not argv:
-        return None
-    if argv[0].endswith(".py"):
-        return ["python"], argv[0], list(argv[1:])
-    if not _PYTHON.fullmatch(program(argv)):
-        return None
-    index = 1
-    while index < len(argv):
-        arg = argv[index]
-        if arg in _PYTHON_OPTIONS_WITH_VALUE:
-            index += 2
-        elif arg.startswith("-"):
-            if arg.startswith(("-m", "-c")) or arg == "-":
-                return None
-            index += 1
-        else:
-            return (list(argv[:index]), arg, list(argv[index + 1:])) if arg.endswith(".py") else None
-    return None
 
 
 def _runs_django(tree: Path | str | None, script: str) -> bool:
@@ -151,7 +126,7 @@ def django_command(argv: Sequence[str], tree: Path | str | None) -> tuple[list[s
     if argv and program(argv) in ("django-admin", "django-admin.py") and list(argv[1:2]) == ["test"]:
         folder = os.path.dirname(argv[0])
         return [os.path.join(folder, "python") if folder else "python"], "admin", ["test"], list(argv[2:])
-    script = _script_run(argv)
+    script = script_run(argv)
     if script is None:
         return None
     python, path, args = script

@@ -52,9 +52,6 @@ class Workspace:
     manager: str
     packages: tuple[Package, ...]
 
-    def named(self, name: str) -> Package | None:
-        return next((package for package in self.packages if package.name == name), None)
-
 
 def _json(path: Path) -> dict:
     try:
@@ -106,7 +103,7 @@ def _folders(root: Path, globs: Iterable[str]) -> list[str]:
     return included
 
 
-def _manager(root: Path) -> str | None:
+def _manager(root: Path) -> str:
     if (root / "pnpm-lock.yaml").is_file() or (root / "pnpm-workspace.yaml").is_file():
         return "pnpm"
     if (root / "yarn.lock").is_file():
@@ -147,7 +144,7 @@ def workspace_of(root: Path | str | None) -> Workspace | None:
                  for dep in data[key] if dep in raw and dep != name}
         scripts = data.get("scripts") if isinstance(data.get("scripts"), dict) else {}
         packages.append(Package(name, folder, frozenset(needs), isinstance(scripts.get("test"), str)))
-    return Workspace(_manager(root) or "npm", tuple(_ordered(packages)))
+    return Workspace(_manager(root), tuple(_ordered(packages)))
 
 
 def _ordered(packages: list[Package]) -> list[Package]:
@@ -162,7 +159,7 @@ def _ordered(packages: list[Package]) -> list[Package]:
     return done
 
 
-def _filters(args: Sequence[str]) -> list[str] | None:
+def _filters(args: Sequence[str]) -> list[str]:
     """The package filters of a workspace command's options (``--filter X``, ``-F X``, ``-w X``,
     ``--workspace=X``); [] for all packages."""
     found: list[str] = []
@@ -196,7 +193,7 @@ def _recognised(argv: Sequence[str]) -> tuple[str, list[str]] | None:
     tool, args = program(argv), list(argv[1:])
     options = [arg for arg in args if arg.startswith("-")]
     words = [arg for arg in args if not arg.startswith("-")]
-    filters = _filters(args) or []
+    filters = _filters(args)
     filter_values = set(filters)
     words = [word for word in words if word not in filter_values]
     if tool == "yarn" and words[:1] == ["workspace"]:

@@ -90,6 +90,9 @@ def _yarn_flavour(project: Project, folder: str) -> str:
     return "yarn-berry" if berry or project.has(f"{folder}/.yarnrc.yml".lstrip("/")) else "yarn"
 
 
+_VERSION = re.compile(r"v?\d+(\.\d+){0,2}")
+
+
 def _pinned_node(project: Project, folder: str) -> tuple[str, str] | None:
     """(the Node version the project pins, where) from ``.nvmrc``, ``.node-version`` or
     ``package.json``'s ``volta.node``; None when it pins none (an alias such as ``lts/*`` neither)."""
@@ -99,12 +102,11 @@ def _pinned_node(project: Project, folder: str) -> tuple[str, str] | None:
             text = (project.root / prefix / name).read_text(encoding="utf-8", errors="replace").strip()
         except OSError:
             continue
-        if re.fullmatch(r"v?\d+(\.\d+){0,2}", text):
+        if _VERSION.fullmatch(text):
             return text, name
     volta = _manifest(project, folder).get("volta")
     node = volta.get("node") if isinstance(volta, dict) else None
-    return (node, "package.json volta.node") if isinstance(node, str) and re.fullmatch(r"v?\d+(\.\d+){0,2}", node) \
-        else None
+    return (node, "package.json volta.node") if isinstance(node, str) and _VERSION.fullmatch(node) else None
 
 
 def _slug(folder: str) -> str:
