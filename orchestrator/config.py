@@ -39,12 +39,14 @@ from orchestrator.price_rows import (
     user_prices_path,
     with_cache_rates,
 )
-from orchestrator.sandbox.bwrap import Limits
-from orchestrator.sandbox.worker_sandbox import WorkerLimits
-from orchestrator.sandbox.allowlist import explain, is_allowed, parse_allow_entry
 from roles.backends.command import split_command
 from roles.bounds import AnswerBounds
 from roles.backends.presets import PRESET_NAMES, WORKER_NAMES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from orchestrator.sandbox.bwrap import Limits
+    from orchestrator.sandbox.worker_sandbox import WorkerLimits
 
 __all__ = [
     "ConfigError",
@@ -166,6 +168,12 @@ class ValidationConfig(_Strict):
     @field_validator("allow")
     @classmethod
     def _check_allow(cls, value: list[str]) -> list[str]:
+        # The sandbox's modules load with a config that names commands: reading one that does not
+        # (``mesh show``, ``mesh usage``) imports none of them.
+        if not value:
+            return value
+        from orchestrator.sandbox.allowlist import parse_allow_entry
+
         for entry in value:
             try:
                 parse_allow_entry(entry)
@@ -189,6 +197,8 @@ class ValidationConfig(_Strict):
 
     @model_validator(mode="after")
     def _setup_is_allowed(self) -> "ValidationConfig":
+        if self.setup or self.check:
+            from orchestrator.sandbox.allowlist import explain, is_allowed
         for command in [*self.setup, *self.check]:
             if not is_allowed(command, self.allow):
                 raise ValueError(f"{command!r} (setup or check) is not admitted by validation.allow:"
@@ -198,6 +208,8 @@ class ValidationConfig(_Strict):
     @property
     def limits(self) -> Limits:
         """The per-process resource limits of a validation command."""
+        from orchestrator.sandbox.bwrap import Limits
+
         return Limits(cpu_s=self.cpu_limit_s, memory_mb=self.memory_limit_mb, file_size_mb=self.file_size_limit_mb,
                       max_processes=self.max_processes, tree_growth_mb=self.tree_growth_mb)
 
@@ -220,6 +232,8 @@ class WorkerLimitsConfig(_Strict):
     @property
     def limits(self) -> WorkerLimits:
         """The caps the worker sandbox applies to each call."""
+        from orchestrator.sandbox.worker_sandbox import WorkerLimits
+
         return WorkerLimits(memory_mb=self.memory_mb, max_processes=self.max_processes,
                             home_growth_mb=self.home_growth_mb, home_files=self.home_files)
 
@@ -442,7 +456,9 @@ class MeshConfig(_Strict):
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     protected_branches: list[str] = Field(default_factory=lambda: list(ALWAYS_PROTECTED))
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
-    close_mode: Literal["local", "ci"] = "local"
+    # "local": closed by the run; "ci": closed by mesh ci-close (or mesh forge sync on merge);
+    # "forge": closed once its pull request's required checks pass ([forge], docs/pull-requests.md).
+    close_mode: Literal["local", "ci", "forge"] = "local"
     lease_ttl_s: float = Field(default=60.0, gt=0)
     # A process mesh started as a worker (MESH_WORKER set) may start mesh runs or drains itself
     # (orchestrator.runner.refuse_nested_run): off, so an agent cannot recurse into mesh by accident.
@@ -459,10 +475,13 @@ class MeshConfig(_Strict):
     @model_validator(mode="after")
     def _forge_token_stays_with_mesh(self) -> "MeshConfig":
         if self.forge is not None:
-            name = self.forge.token_name()
-            if name in self.worker_env or name in self.validation.env:
-                raise ValueError(f"{name} is the forge's token (forge.token_env): it may not be passed to workers"
-                                 " (worker_env) or validation (validation.env)")
+            for name, what in ((self.forge.token_name(), "the forge's token (forge.token_env)"),
+                               (self.forge.webhook_secret_env, "the forge webhook's secret (forge.webhook_secret_env)")):
+                if name and (name in self.worker_env or name in self.validation.env):
+                    raise ValueError(f"{name} is {what}: it may not be passed to workers"
+                                     " (worker_env) or validation (validation.env)")
+        elif self.close_mode == "forge":
+            raise ValueError('close_mode = "forge" needs a [forge] table (docs/pull-requests.md)')
         return self
 
     @field_validator("roles", "fallback_roles")

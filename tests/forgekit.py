@@ -32,6 +32,8 @@ def _nullable(schema: Any) -> Any:
         out = {key: _nullable(value) for key, value in schema.items() if key not in ("nullable", "example",
                                                                                       "examples", "x-github")}
         if schema.get("nullable") is True:
+            if isinstance(out.get("enum"), list) and None not in out["enum"]:
+                out["enum"] = [*out["enum"], None]  # OpenAPI 3.0: nullable admits null beside the enum
             kind = out.get("type")
             if isinstance(kind, str):
                 out["type"] = [kind, "null"]
@@ -147,7 +149,9 @@ class OpenApi:
             return [f"{method} {path}: status {status} is not one the operation answers"]
         schema = response.get("schema") if self.swagger else \
             ((response.get("content") or {}).get("application/json") or {}).get("schema")
-        if schema is None:
+        if schema is None or isinstance(body, str):
+            # A plain-text answer (GitLab's job log: its description gives the job entity, the
+            # server sends the log as text/plain) is checked for its status only.
             return []
         try:
             jsonschema.validate(body, _nullable(self._schema(schema)))
@@ -172,11 +176,29 @@ class Pull:
 
 
 @dataclass
+class Round:
+    """What the fake forge says of one pushed head (the n-th distinct commit whose checks are
+    asked): its ``checks`` as (name, conclusion or None while running, log), and the ``reviews``
+    given on it as (login, state, body, [(path, line, comment), ...]), state one of
+    ``approved``, ``changes_requested``, ``commented``."""
+
+    checks: list[tuple[str, str | None, str]] = field(default_factory=list)
+    reviews: list[tuple[str, str, str, list[tuple[str, int, str]]]] = field(default_factory=list)
+    # Asks of the checks answered "running" before the conclusions show.
+    running_for: int = 0
+
+
+@dataclass
 class FakeForge:
     """The state of a fake forge: its pull requests, the requests it got, what was wrong."""
 
     token: str
     pulls: list[Pull] = field(default_factory=list)
+    # What each pushed head gets, in the order heads are asked about (the last one repeats).
+    rounds: list[Round] = field(default_factory=list)
+    heads: list[str] = field(default_factory=list)
+    asked: dict[str, int] = field(default_factory=dict)
+    merges: list[tuple[int, str]] = field(default_factory=list)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     headers_seen: list[dict[str, str]] = field(default_factory=list)
@@ -196,9 +218,10 @@ class _Handler(BaseHTTPRequestHandler):
         method, path = self.command, urlsplit(self.path).path
         if status < 300:
             self.forge.problems.extend(self.api.check_response(method, path, status, body))
-        data = json.dumps(body).encode()
+        text = isinstance(body, str)  # a job's log is plain text
+        data = body.encode() if text else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if text else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -219,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.forge.problems.extend(problems)
                 return self._reply(422, {"message": "; ".join(problems)})
             _, params = self.api.operation(self.command, parts.path)
-            status, answer = _answer(self.kind, self.forge, self.command, params, query, body)
+            status, answer = _answer(self.kind, self.forge, self.command, params, query, body, parts.path)
             self._reply(status, answer)
 
     def _authorised(self) -> bool:
@@ -236,7 +259,7 @@ def _github_pull(forge: FakeForge, pull: Pull) -> dict:
             "title": pull.title, "body": pull.body, "head": {"ref": pull.head, "sha": "0" * 40},
             "base": {"ref": pull.base}, "merged": pull.state == "merged",
             "merged_at": "2026-12-06T12:00:00Z" if pull.state == "merged" else None, "merge_commit_sha": pull.merge_sha,
-            "id": 1000 + pull.number,
+            "id": 1000 + pull.number, "mergeable_state": "clean",
             "user": {"login": "mesh-bot"}}
 
 
@@ -275,8 +298,114 @@ _WORDS = {
 }
 
 
-def _answer(kind: str, forge: FakeForge, method: str, params: dict, query: dict, body: Any) -> tuple[int, Any]:
+def _round(forge: FakeForge, sha: str, ask: bool) -> tuple[int, Round]:
+    """The round of head ``sha`` (a head asked about for the first time starts the next);
+    ``ask``: this is a new look at its checks."""
+    if sha not in forge.heads:
+        forge.heads.append(sha)
+    index = forge.heads.index(sha)
+    rounds = forge.rounds or [Round()]
+    forge.asked[sha] = forge.asked.get(sha, 0) + (1 if ask else 0)
+    return index, rounds[min(index, len(rounds) - 1)]
+
+
+def _checks(forge: FakeForge, sha: str, ask: bool = True) -> list[tuple[int, str, str | None, str]]:
+    """(id, name, conclusion or None while running, log) of head ``sha``'s checks."""
+    index, found = _round(forge, sha, ask)
+    running = forge.asked[sha] <= found.running_for
+    return [(100 * (index + 1) + n, name, None if running else conclusion, log)
+            for n, (name, conclusion, log) in enumerate(found.checks)]
+
+
+def _reviews(forge: FakeForge) -> tuple[str, list[tuple[int, str, str, str, list[tuple[int, str, int, str]]]]]:
+    """The latest head and the reviews given on it: (id, login, state, body, [(id, path, line, text)])."""
+    if not forge.heads:
+        return "", []
+    sha = forge.heads[-1]
+    index = len(forge.heads) - 1
+    rounds = forge.rounds or [Round()]
+    found = rounds[min(index, len(rounds) - 1)] if index < len(rounds) else Round()
+    return sha, [(1000 * (index + 1) + n, login, state, body,
+                  [(1000 * (index + 1) + 10 * n + k, path, line, text) for k, (path, line, text) in enumerate(notes)])
+                 for n, (login, state, body, notes) in enumerate(found.reviews)]
+
+
+def _github_extra(forge: FakeForge, method: str, path: str, params: dict) -> tuple[int, Any] | None:
+    if path.endswith("/check-runs"):
+        runs = [{"id": cid, "head_sha": params["ref"], "name": name, "html_url": f"{forge.url}/runs/{cid}",
+                 "details_url": f"{forge.url}/runs/{cid}", "status": "in_progress" if conclusion is None else "completed",
+                 "conclusion": conclusion, "output": {"title": name, "summary": f"{name}: {conclusion or 'running'}",
+                                                      "text": log or None},
+                 "app": {"slug": "github-actions"}} for cid, name, conclusion, log in _checks(forge, params["ref"])]
+        return 200, {"total_count": len(runs), "check_runs": runs}
+    if path.endswith("/status"):
+        return 200, {"state": "pending", "sha": params["ref"], "total_count": 0, "statuses": []}
+    if path.endswith("/reviews"):
+        sha, reviews = _reviews(forge)
+        return 200, [{"id": rid, "user": {"login": login}, "body": body, "commit_id": sha,
+                      "state": {"approved": "APPROVED", "changes_requested": "CHANGES_REQUESTED"}.get(state, "COMMENTED"),
+                      "html_url": f"{forge.url}/review/{rid}", "submitted_at": "2026-12-06T12:00:00Z"}
+                     for rid, login, state, body, _ in reviews]
+    if path.endswith("/comments") and method == "GET":
+        sha, reviews = _reviews(forge)
+        return 200, [{"id": nid, "pull_request_review_id": rid, "diff_hunk": "@@", "path": npath, "commit_id": sha,
+                      "user": {"login": login}, "body": text, "html_url": f"{forge.url}/c/{nid}", "line": line,
+                      "original_line": line, "side": "RIGHT", "start_line": None}
+                     for rid, login, _, _, notes in reviews for nid, npath, line, text in notes]
+    if path.endswith("/merge"):
+        pull = next(p for p in forge.pulls if p.number == int(params["pull_number"]))
+        forge.merges.append((pull.number, forge.heads[-1] if forge.heads else ""))
+        return 200, {"sha": "1" * 40, "merged": True, "message": "Pull Request successfully merged"}
+    return None
+
+
+def _gitlab_extra(forge: FakeForge, method: str, path: str, params: dict, query: dict) -> tuple[int, Any] | None:
+    if path.endswith("/pipelines") and "sha" in query:
+        sha = query["sha"][-1]
+        checks = _checks(forge, sha)
+        index = forge.heads.index(sha)
+        state = ("running" if any(c is None for _, _, c, _ in checks)
+                 else "failed" if any(c == "failure" for _, _, c, _ in checks) else "success")
+        return 200, [{"id": 700 + index, "iid": index + 1, "sha": sha, "status": state,
+                      "web_url": f"{forge.url}/-/pipelines/{700 + index}"}]
+    if path.endswith("/jobs"):
+        index = int(params["pipeline_id"]) - 700
+        sha = forge.heads[index]
+        return 200, [{"id": cid, "name": name, "stage": "test", "allow_failure": False,
+                      "status": {None: "running", "failure": "failed"}.get(conclusion, conclusion),
+                      "web_url": f"{forge.url}/-/jobs/{cid}"} for cid, name, conclusion, _ in _checks(forge, sha, False)]
+    if path.endswith("/trace"):
+        job = int(params["job_id"])
+        for sha in forge.heads:
+            for cid, _name, _conclusion, log in _checks(forge, sha, False):
+                if cid == job:
+                    return 200, log
+        return 404, {"message": "404 Not found"}
+    if path.endswith("/approvals"):
+        _, reviews = _reviews(forge)
+        return 200, {"approved": any(state == "approved" for _, _, state, _, _ in reviews),
+                     "approved_by": [{"user": {"username": login}} for _, login, state, _, _ in reviews
+                                     if state == "approved"]}
+    if path.endswith("/discussions"):
+        sha, reviews = _reviews(forge)
+        return 200, [{"id": f"d{nid}", "notes": [{"id": nid, "body": text, "author": {"username": login},
+                                                   "system": False, "resolvable": True, "resolved": False,
+                                                   "position": {"new_path": npath, "new_line": line, "head_sha": sha}}]}
+                     for _, login, _, _, notes in reviews for nid, npath, line, text in notes]
+    if path.endswith("/merge"):
+        forge.merges.append((int(params["merge_request_iid"]), forge.heads[-1] if forge.heads else ""))
+        pull = next(p for p in forge.pulls if p.number == int(params["merge_request_iid"]))
+        return 200, _gitlab_mr(forge, pull)
+    return None
+
+
+def _answer(kind: str, forge: FakeForge, method: str, params: dict, query: dict, body: Any,
+            path: str = "") -> tuple[int, Any]:
     words = _WORDS[kind]
+    extra = _github_extra(forge, method, path, params) if kind == "github" else \
+        _gitlab_extra(forge, method, path, params, query)
+    if extra is not None:
+        return extra
     if words.number in params:
         pull = next((p for p in forge.pulls if p.number == int(params[words.number])), None)
         if pull is None:

@@ -58,10 +58,25 @@ class Api:
     def close(self) -> None:
         self._client.close()
 
+    def text(self, method: str, path: str, *, tail: int) -> str:
+        """The last ``tail`` characters of a plain-text answer (a job's log); ForgeError as ``call``."""
+        return self._send(method, path, {}, None, (200,)).text[-tail:]
+
     def call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
              body: Mapping[str, Any] | None = None, expect: tuple[int, ...] = (200,)) -> Any:
         """The decoded JSON answer of ``method path``; ForgeError when the forge answers another
         status than ``expect`` or cannot be reached."""
+        response = self._send(method, path, params, body, expect)
+        what = f"{method} {path}"
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except (ValueError, json.JSONDecodeError):
+            raise ForgeError(f"{what}: the answer is not JSON") from None
+
+    def _send(self, method: str, path: str, params: Mapping[str, Any] | None, body: Mapping[str, Any] | None,
+              expect: tuple[int, ...]) -> Any:
         import httpx
 
         what = f"{method} {path}"
@@ -72,12 +87,7 @@ class Api:
             raise ForgeError(f"{what}: {scrub(type(exc).__name__)}: {scrub(str(exc))[:300]}") from None
         if response.status_code not in expect:
             raise ForgeError(f"{what}: HTTP {response.status_code}: {_message(response.text)}")
-        if not response.content:
-            return None
-        try:
-            return response.json()
-        except (ValueError, json.JSONDecodeError):
-            raise ForgeError(f"{what}: the answer is not JSON") from None
+        return response
 
 
 def _message(text: str) -> str:

@@ -31,6 +31,22 @@ class ForgeConfig(BaseModel):
     # One pull request per scope (its integration branch, into the branch it follows), or one
     # per task (from mesh/<task>, into the scope's integration branch).
     pull_requests: Literal["scope", "task"] = "scope"
+    # After each push, how long to wait for the pull request head's checks (0: not at all); a
+    # failing one is a validation failure of the task that pushed it (a revision follows).
+    checks_timeout_s: float = Field(default=0.0, ge=0, le=86400)
+    # How often the forge is asked meanwhile.
+    checks_poll_s: float = Field(default=15.0, gt=0, le=3600)
+    # The checks that must pass (by name: a check run's, a status's context, a GitLab job's);
+    # empty: every check reported on the head.
+    required_checks: list[str] = Field(default_factory=list)
+    # The logins whose reviews on the pull request count: their changes requested and line
+    # comments become review findings, their approval is a task's human review. Empty: nobody's.
+    reviewers: list[str] = Field(default_factory=list)
+    # "auto": mesh merges the pull request once its checks (and a listed reviewer's approval,
+    # where a person's review is asked) pass, through the forge's own merge; "never": people do.
+    merge: Literal["never", "auto"] = "never"
+    # The variable holding the secret of the forge's webhook to ``mesh serve`` (None: no webhook).
+    webhook_secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
     @field_validator("api_url")
     @classmethod

@@ -68,7 +68,7 @@ from orchestrator.landing.records import (LandResult, fixed_findings, land_check
 if TYPE_CHECKING:  # the model only types the lander: read-only views import this module without pydantic
     from orchestrator.config import MeshConfig
 
-__all__ = ["Lander", "SCRATCH_PREFIX", "failure_detail"]
+__all__ = ["Lander", "SCRATCH_PREFIX", "failure_detail", "landing_phase"]
 
 SCRATCH_PREFIX = "mesh-land-"
 
@@ -286,7 +286,8 @@ class Lander:
         task, ``Blocked`` on a second.
         """
         task_id = engine.task["id"]
-        stored = engine._stored("land", None, "land")
+        phase = landing_phase(engine)
+        stored = engine._stored("land", None, phase)
         if stored is None:
             commands = list((engine.bus.synthesis or {}).get("validation_commands") or [])
             self.emit("land_queued", {"task": task_id})
@@ -302,11 +303,15 @@ class Lander:
                         crash_point("land-push-task")
                     message = task_commit_message(engine.task, engine.run_id, review_cycles=engine.bus.review_cycle,
                                                   findings=fixed_findings(engine.bus.reviews))
-                    outcome = self.land_commits(task_id=task_id, run_id=engine.run_id, fork=engine.worktree.base,
+                    # A later landing of the run (the forge asked for changes) lands what the
+                    # task did since the one before.
+                    earlier = None if phase == "land" else engine.memo[("land", "", "land")].payload
+                    fork = _source_of(self.repo, earlier["artifact"]["sha"]) if earlier else engine.worktree.base
+                    outcome = self.land_commits(task_id=task_id, run_id=engine.run_id, fork=fork,
                                                 head=engine.worktree.branch, commands=commands, validated=validated,
-                                                message=message)
+                                                message=message, again=earlier is not None)
                     # Recorded under the lock: the next landing finds the branch and its record agreeing.
-                    stored = self._record(engine, outcome)
+                    stored = self._record(engine, outcome, phase)
                     crash_point("land-checkpoint")
                 crash_point("land-unlocked")
             finally:
@@ -320,21 +325,38 @@ class Lander:
             raise SendBack(f"{reason}: {artifact.get('detail')}")
         raise Blocked(reason, artifact.get("detail") or "")
 
-    def publish(self, engine: Any, sha: str) -> None:
-        """Open or update the pull request of the landed work ([forge], ``pull_requests``). A forge
-        or push that fails leaves the task landed and says so: the next landing of the scope (or
-        the same run resumed) publishes again."""
+    def publish(self, engine: Any, sha: str) -> dict | None:
+        """Open or update the pull request of the landed work ([forge], ``pull_requests``); its
+        ``[orch:pull-request]`` artifact. A forge or push that fails leaves the task landed and
+        says so (None): the next landing of the scope (or the same run resumed) publishes again."""
         from orchestrator.forges.model import ForgeError
         from orchestrator.landing.pull_requests import publish
 
         try:
-            publish(engine, sha)
+            return publish(engine, sha, phase=landing_phase(engine))
         except (ForgeError, GitError) as exc:
             message = f"pull request not published: {exc}"
             engine.bus.note("forge_failed", message)
             engine.mutations.append(f"{engine.task['id']}: {message}")
+            return None
 
-    def _record(self, engine: Any, outcome: LandResult) -> dict:
+    def forge_verdict(self, engine: Any, published: dict | None) -> str:
+        """The forge's verdict on the pushed head (``forge_verdict``): its state; ``ForgeChanges``
+        when it asks for changes. A forge that cannot answer is said, as a failed publication is."""
+        from orchestrator.forges.model import ForgeError
+        from orchestrator.landing.forge_verdict import verdict_of
+
+        if published is None:
+            return "unpublished"
+        try:
+            return verdict_of(engine, published, phase=landing_phase(engine))
+        except ForgeError as exc:
+            message = f"the {published.get('provider')} checks could not be read: {exc}"
+            engine.bus.note("forge_failed", message)
+            engine.mutations.append(f"{engine.task['id']}: {message}")
+            return "unknown"
+
+    def _record(self, engine: Any, outcome: LandResult, phase: str = "land") -> dict:
         """Write the landing's ``[orch:land]`` checkpoint (once per run: its dedupe key names the
         run) and return its payload."""
         task_id = engine.task["id"]
@@ -346,7 +368,7 @@ class Lander:
         summary = (f"{outcome.result} on {self.branch}" + (f" at {outcome.sha[:12]} ({outcome.method})"
                                                             if outcome.sha else "")
                    + (f"; {artifact['action'].replace('_', ' ')}" if artifact["action"] != "none" else ""))
-        stored = engine._checkpoint("land", None, "land", summary, artifact, details=outcome.detail)
+        stored = engine._checkpoint("land", None, phase, summary, artifact, details=outcome.detail)
         engine.mutations.append(f"land {task_id}: {summary}")
         self.emit("land_done", {"task": task_id, **{k: artifact[k] for k in ("result", "sha", "method",
                                                                             "duration_s", "validation_s")}})
@@ -355,19 +377,19 @@ class Lander:
     # ------------------------------------------------------------------ git side
 
     def land_commits(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
-                     validated: str | None = None, message: str | None = None) -> LandResult:
+                     validated: str | None = None, message: str | None = None, again: bool = False) -> LandResult:
         """Land as ``_land_once`` does; when another process moved the branch during the landing
         (its compare-and-set failed), land again on the new tip."""
         for _ in range(_MOVED_RETRIES):
             try:
                 return self._land_once(task_id=task_id, run_id=run_id, fork=fork, head=head, commands=commands,
-                                       validated=validated, message=message)
+                                       validated=validated, message=message, again=again)
             except _BranchMoved:
                 continue
         raise GitError("git_failed", f"{self.branch} kept moving during the landing of {task_id}")
 
     def _land_once(self, *, task_id: str, run_id: str, fork: str, head: str, commands: list[str],
-                   validated: str | None = None, message: str | None = None) -> LandResult:
+                   validated: str | None = None, message: str | None = None, again: bool = False) -> LandResult:
         """Land ``fork..head`` on the tip as one commit, validate it, fast-forward the branch.
 
         The commit's tree is the task's final tree when nothing landed since the task started,
@@ -376,11 +398,14 @@ class Lander:
         ``validated`` is a commit whose tree already passed these commands (the task's last
         proof): a result with exactly that tree (nothing landed since the task started) is not
         validated again. Idempotent: commits of ``run_id`` already on the branch are reported
-        as landed.
+        as landed (``again``, a later landing of the run: its commit of this very ``head``).
         """
         started = time.monotonic()
         onto = self.sync()
         done = landed_commits(self.repo, self.branch, run_id=run_id).get(run_id)
+        if done and again:
+            source = _git(self.repo, "rev-parse", "--verify", f"{head}^{{commit}}").stdout.strip()
+            done = [sha for sha in done if _source_of(self.repo, sha) == source]
         if done:
             return LandResult("landed", self.branch, onto=onto, sha=done[-1], method="already",
                               duration_s=time.monotonic() - started)
@@ -389,7 +414,8 @@ class Lander:
             return LandResult("landed", self.branch, onto=onto, sha=onto, method="empty",
                               duration_s=time.monotonic() - started)
         identity = None if _has_user(self.repo) else _MESH_IDENTITY
-        if onto == _git(self.repo, "rev-parse", "--verify", f"{fork}^{{commit}}").stdout.strip():
+        if onto == _git(self.repo, "rev-parse", "--verify", f"{fork}^{{commit}}").stdout.strip() or (
+                again and _tree(self.repo, onto) == _tree(self.repo, fork)):
             # Nothing landed since the task started: the task's own final tree, the very tree
             # that was validated and reviewed (what a signed run head names).
             method, merged = "squash", commits[-1]
@@ -505,6 +531,21 @@ def _git_bytes(cwd: Path, *args: str, input: bytes | None = None,
     """``gitops._git`` for bytes: a diff is carried from one git to another undecoded."""
     return subprocess.run(["git", *_SAFETY_CONFIG, *args], cwd=cwd, input=input, capture_output=True,
                           env=_env(env), timeout=_GIT_TIMEOUT_S)
+
+
+def landing_phase(engine: Any) -> str:
+    """The checkpoint phase of the run's landing now: ``land`` for its first (and that one
+    resumed), ``land-rN`` for one after the forge asked for changes (review cycle N)."""
+    first = engine.memo.get(("land", "", "land"))
+    if first is None or first.payload.get("review_cycle") == engine.bus.review_cycle:
+        return "land"
+    return f"land-r{engine.bus.review_cycle}"
+
+
+def _source_of(repo: Path, sha: str) -> str:
+    """The task commit a landing commit was made from (its ``Mesh-Source`` trailer), '' if none."""
+    return _git(repo, "log", "-1", "--format=%(trailers:key=Mesh-Source,valueonly,unfold)", sha,
+                check=False).stdout.strip()
 
 
 def _tree(repo: Path, commit: str) -> str:

@@ -122,10 +122,12 @@ def body_for(tracker: Any, repo: Path, head: str, base: str, *, report_url: str 
     return "\n".join(lines)
 
 
-def publish(engine: Any, sha: str, *, environ: Mapping[str, str] | None = None, transport: Any = None) -> dict:
-    """Push the landed work and open or update its pull request (once per run); the stored
-    ``[orch:pull-request]`` artifact. ``ForgeError``/``GitError`` when the forge or the push fails."""
-    stored = engine._stored("pull-request", None, "land")
+def publish(engine: Any, sha: str, *, phase: str = "land", environ: Mapping[str, str] | None = None,
+            transport: Any = None) -> dict:
+    """Push the landed work and open or update its pull request (once per landing: ``phase``
+    names it); the stored ``[orch:pull-request]`` artifact. ``ForgeError``/``GitError`` when the
+    forge or the push fails."""
+    stored = engine._stored("pull-request", None, phase)
     if stored is not None:
         return stored["artifact"]
     cfg = engine.config.forge
@@ -135,12 +137,12 @@ def publish(engine: Any, sha: str, *, environ: Mapping[str, str] | None = None, 
         base = base_branch(engine.tracker, lander.repo, lander.branch, engine.config.drain.base)
         if not base:
             raise ForgeError(f"{lander.branch} follows no base branch (a detached HEAD?): set drain.base")
-        tip = _git(lander.repo, "rev-parse", "--verify", f"refs/heads/{head}^{{commit}}").stdout.strip()
+        pushed = _git(lander.repo, "rev-parse", "--verify", f"refs/heads/{head}^{{commit}}").stdout.strip()
         # The base is the user's branch: never pushed (the forge refuses a base it does not have).
-        _push(lander.repo, cfg.remote, tip, head, force=False)
+        _push(lander.repo, cfg.remote, pushed, head, force=False)
     else:
-        head, base = engine.worktree.branch, lander.branch
-        _push(lander.repo, cfg.remote, engine.worktree.head(), head, force=True)
+        head, base, pushed = engine.worktree.branch, lander.branch, engine.worktree.head()
+        _push(lander.repo, cfg.remote, pushed, head, force=True)
         _push(lander.repo, cfg.remote, sha, base, force=False)
     crash_point("forge-pushed")
     forge = connect(cfg.provider, cfg.repository, cfg.api_url, cfg.token_env, environ, transport=transport)
@@ -160,8 +162,8 @@ def publish(engine: Any, sha: str, *, environ: Mapping[str, str] | None = None, 
     finally:
         forge.api.close()
     artifact = {"provider": cfg.provider, "repository": cfg.repository, **pull.to_dict(), "action": action,
-                "sha": sha}
+                "sha": sha, "pushed": pushed, "noun": forge.noun}
     summary = f"{forge.noun} #{pull.number} {action}: {pull.url}"
-    stored = engine._checkpoint("pull-request", None, "land", summary, artifact)
+    stored = engine._checkpoint("pull-request", None, phase, summary, artifact)
     engine.mutations.append(f"{engine.task['id']}: {summary}")
     return stored["artifact"]

@@ -67,6 +67,7 @@ KINDS = (
     "outcome",
     "land",
     "pull-request",
+    "forge-verdict",
     "run-head",
 )
 VERSION = 1
@@ -121,11 +122,14 @@ def verify_payload(payload: dict[str, Any], key: bytes) -> bool:
     return hmac.compare_digest(sig, want)
 
 
-def dedupe_key(run_id: str, seq: int, kind: str = "") -> str:
-    """The tracker-level uniqueness key of a checkpoint: ``(run_id, seq)``. A run lands at most
-    once, so its ``[orch:land]`` is keyed by the run alone: the tracker checks for it and writes
-    it in one transaction, and two writers of the run that disagree on the seq still write one."""
-    return f"orch:{run_id}:land" if kind == "land" else f"orch:{run_id}:{seq}"
+def dedupe_key(run_id: str, seq: int, kind: str = "", phase: str = "land") -> str:
+    """The tracker-level uniqueness key of a checkpoint: ``(run_id, seq)``. A run lands once per
+    landing phase (``land``; ``land-rN`` after the forge asked for changes), so its
+    ``[orch:land]`` is keyed by the run and phase alone: the tracker checks for it and writes it
+    in one transaction, and two writers of the run that disagree on the seq still write one."""
+    if kind != "land":
+        return f"orch:{run_id}:{seq}"
+    return f"orch:{run_id}:land" if phase == "land" else f"orch:{run_id}:{phase}"
 
 
 def format_checkpoint(kind: str, summary: str, payload: dict[str, Any], *, details: str = "") -> str:
@@ -239,5 +243,6 @@ def write_checkpoint(tracker: Tracker, task_id: str, kind: str, summary: str, pa
         payload = sign_payload(payload, key)
     text = format_checkpoint(kind, summary, payload, details=details)
     comment = tracker.add_comment(task_id, text, author=author,
-                                  dedupe_key=dedupe or dedupe_key(payload["run_id"], payload["seq"], kind))
+                                  dedupe_key=dedupe or dedupe_key(payload["run_id"], payload["seq"], kind,
+                                                                 str((payload.get("step") or ["", "", "land"])[-1])))
     return payload, text, comment

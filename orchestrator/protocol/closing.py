@@ -42,12 +42,19 @@ class Closing:
             # Under --onto / mesh drain the close rule gains: the work is on the integration branch.
             conditions["on_integration_branch"] = self.lander.land(self)
             if self.config.forge is not None:
-                self.lander.publish(self, conditions["on_integration_branch"])
+                published = self.lander.publish(self, conditions["on_integration_branch"])
+                # The forge's checks and reviewers on the pushed head: changes asked raise
+                # ForgeChanges (a revision cycle); the state is a close condition of "forge" mode.
+                conditions["forge_checks"] = self.lander.forge_verdict(self, published)
         # The signed run head comes before the close (or the CI gate): a CI closer racing this
         # close, or a resume after a kill here, finds the approval bound to its commit and tree.
-        head = self._write_close_head("awaiting_ci" if self.config.close_mode == "ci" else "closed", conditions)
+        # "forge": closed here when the head's required checks passed, else left to the CI gate
+        # (mesh forge sync closes it once they pass, or on the merge).
+        waits = self.config.close_mode == "ci" or (
+            self.config.close_mode == "forge" and conditions.get("forge_checks") != "passed")
+        head = self._write_close_head("awaiting_ci" if waits else "closed", conditions)
         task_id = self.task["id"]
-        if self.config.close_mode == "ci":
+        if waits:
             self._check_lease()
             gate = self.tracker.gate_create(f"CI close for {task_id}", blocks=task_id, await_type="ci",
                                             await_id=self.run_id, idempotency_key=f"{self.run_id}:ci-gate")

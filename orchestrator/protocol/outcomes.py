@@ -73,6 +73,15 @@ class SendBack(Exception):
     """Control flow: approved work did not land; the task gets a new attempt on the current tip."""
 
 
+class ForgeChanges(Exception):
+    """Control flow: landed and pushed work the forge asks changes of (a failing check, a listed
+    reviewer's changes): ``review`` is the review it amounts to, for the revision."""
+
+    def __init__(self, review: dict):
+        super().__init__(review.get("summary") or "changes asked on the pull request")
+        self.review = review
+
+
 def new_run_id() -> str:
     """A sortable, unique run id."""
     return "run-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)

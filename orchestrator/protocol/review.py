@@ -22,7 +22,7 @@ from orchestrator.protocol.validation_findings import NOT_ALLOWED, with_validati
 from redact import scrub_obj
 from orchestrator.protocol.human_review import REQUEST, wait_for_submission
 from orchestrator.protocol.tamper_findings import TAMPER_PREFIX, with_tamper_findings
-from orchestrator.protocol.outcomes import Attempt, Blocked, ConfigMistake, RunReport
+from orchestrator.protocol.outcomes import Attempt, Blocked, ConfigMistake, ForgeChanges, RunReport
 
 
 
@@ -43,6 +43,13 @@ class ReviewCycles:
         inputs = {"synthesis": self.bus.synthesis, "validation": self.validation, "review_cycle": cycle,
                   "diff": self.worktree.diff_from_base(),
                   "prior_reviews": [self.bus.reviews[c] for c in sorted(self.bus.reviews) if c < cycle]}
+        if self._review_on_forge():
+            # The person reviews on the pull request ([forge] reviewers): the work lands and is
+            # pushed first, and their approval of its head is awaited there (forge_verdict).
+            artifact = {"decision": "approve", "findings": [],
+                        "summary": "Deferred to the pull request's reviewers (forge.reviewers)."}
+            return self._record_review(cycle, artifact, None, extra={
+                "reviewer": "deferred/forge", "tampering": [t.to_dict() for t in self._tampering()]})
         if self.human_review:
             artifact, person = self._person_review(cycle)
             return self._record_review(cycle, artifact, None, extra={"reviewer": person})
@@ -56,6 +63,12 @@ class ReviewCycles:
                 raise Blocked("invalid_finding_shape", err.message)
             raise Blocked("review_unparsable", err.message if err else "")
         return self._record_review(cycle, artifact, attempt)
+
+    def _review_on_forge(self) -> bool:
+        """A person's review is asked and given on the pull request: the task lands on a forge
+        ([forge] with reviewers listed)."""
+        forge = self.config.forge
+        return bool(self.human_review and self.lander is not None and forge is not None and forge.reviewers)
 
     def _record_review(self, cycle: int, artifact: dict, attempt: Attempt | None, *,
                        extra: Mapping[str, Any] | None = None) -> dict:
@@ -124,7 +137,25 @@ class ReviewCycles:
                               "open_must_fix": len(must_fix), "review_issue": self.bus.review_issue,
                               "subtasks": dict(self.bus.review_subtasks)})
             if approved:
-                return self._close()
+                try:
+                    return self._close()
+                except ForgeChanges as changes:
+                    # Landed and pushed, and the forge asks for changes: they are this cycle's
+                    # findings (sub-issues), and a revision follows as after any review.
+                    review, must_fix = changes.review, changes.review["findings"]
+                    self._sync_findings(review, False)
+                    self._checkpoint("review-cycle", None, f"r{cycle}f",
+                                     f"cycle {cycle}: changes asked on the pull request",
+                                     {"cycle": cycle, "decision": review["decision"], "approved": False,
+                                      "open_must_fix": len(must_fix), "review_issue": self.bus.review_issue,
+                                      "subtasks": dict(self.bus.review_subtasks), "forge": True})
+                    if cycle >= self.config.review_max_cycles:
+                        raise Blocked("validation_failed" if any(f["finding_id"] == "VALIDATION" for f in must_fix)
+                                      else "review_not_approved",
+                                      f"{review['summary']} after {cycle} review cycle(s); the work is on"
+                                      f" {self.lander.branch}, not closed") from None
+                    self.profile.revise(self, review)
+                    continue
             if cycle >= self.config.review_max_cycles and not self.validation_pass:
                 raise Blocked("validation_failed", f"the validation still fails after {cycle} review cycle(s): "
                               + failed_detail(self.validation))

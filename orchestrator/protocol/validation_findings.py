@@ -21,7 +21,7 @@ from roles.parsing import ParseError, ParsedResponse
 
 from roles.validation_text import failing_tests, failure_text, lost_tests
 
-__all__ = ["NOT_ALLOWED", "VALIDATION_FINDING", "allowed_commands_check", "validation_finding",
+__all__ = ["NOT_ALLOWED", "VALIDATION_FINDING", "allowed_commands_check", "failure_location", "validation_finding",
            "with_validation_finding"]
 
 VALIDATION_FINDING = "VALIDATION"
@@ -51,6 +51,12 @@ def _location(output: str, *, first: bool = False) -> str | None:
         path, line = found[0] if first and not _FRAME.search(output) else found[-1]
         return f"{path}:{line}"
     return None
+
+
+def failure_location(output: str) -> str | None:
+    """The ``path:line`` a failure's output points at (a traceback's deepest frame, a runner's
+    ``path:line``), None when it names none."""
+    return _location(output)
 
 
 def _named(ids: list[str], limit: int = 3) -> str:

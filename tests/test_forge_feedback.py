@@ -1,0 +1,73 @@
+"""Issue 45, items 3 and 4: the pull request's checks and its reviewers' reviews fed back into the
+task: a failing check is the VALIDATION finding of a revision whose commit is pushed again; a
+listed reviewer's line comment is a finding and a revision; an approval by a listed reviewer is
+a task's human review; ``close_mode = "forge"`` closes a task once its checks pass. Against the
+fake forges of ``tests/forgekit.py`` (every request and answer checked against the forge's
+published OpenAPI description) and a real bare git remote."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from orchestrator.ledger.calls import calls_for
+from tests.forgekit import Round
+from tests.runkit import PATCH_REVISION, TASK, critique, happy_script, r, review, revision_plan, synthesis, vote
+from tests.test_pull_requests import TOKEN, _forge_workspace, served
+
+LOG = ("FAILED tests/test_temperature.py::test_freezing - AssertionError: 0.0 != 32.0\n"
+       "ci-only-marker: the runner's own line\n1 failed, 4 passed in 0.12s")
+
+
+def _with_revision(script: dict, fids: list[str]) -> dict:
+    """``script`` with one revision cycle after its first approval, then a second approval."""
+    script["synthesizer"] += [r("revision-plan", revision_plan(fids)), r("vote", vote()),
+                              r("revision", synthesis(PATCH_REVISION))]
+    for role in ("critic_a", "critic_b", "skeptic"):
+        script[role] += [r("critique", critique()), r("vote", vote())]
+    script["proposer"].append(r("vote", vote()))
+    script["reviewer"].append(r("review", review()))
+    return script
+
+
+def _feedback_config(ws, extra: str) -> None:
+    config = (ws.repo / "mesh.toml").read_text() + f"checks_timeout_s = 60\nchecks_poll_s = 0.1\n{extra}"
+    (ws.repo / "mesh.toml").write_text(config)
+    ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "feedback")
+    ws.git("push", "-q", "origin", "main")
+
+
+def _remote_tip(remote, branch: str) -> str:
+    return subprocess.run(["git", "--git-dir", str(remote), "rev-parse", branch], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab"])
+def test_a_failing_check_is_fed_to_the_revision_and_its_commit_pushed_again(tmp_path, kind, monkeypatch):
+    with served(kind) as (state, url):
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        state.rounds = [Round(checks=[("unit-tests", "failure", LOG), ("lint", "success", "")], running_for=2),
+                        Round(checks=[("unit-tests", "success", ""), ("lint", "success", "")])]
+        ws, remote = _forge_workspace(tmp_path, kind, url)
+        _feedback_config(ws, "")
+        code, report, res = ws.run(_with_revision(happy_script(), ["VALIDATION"]), "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "closed", res.output
+        # The failing check's log reached the revision's plan: the runner's own line is there.
+        with ws.tracker() as t:
+            prompts = [c["prompt"] for c in calls_for(t, task_id=TASK) if c["round"] == "revision-plan"]
+        assert len(prompts) == 1 and "ci-only-marker" in prompts[0] and "unit-tests" in prompts[0]
+        # Two landings, both pushed: the revision's commit is on the remote, one pull request.
+        lands = [cp.payload["artifact"] for cp in ws.checkpoints() if cp.kind == "land"]
+        assert [land["result"] for land in lands] == ["landed", "landed"], "\n".join(cp.kind + " " + cp.summary for cp in ws.checkpoints())
+        assert _remote_tip(remote, "mesh/land/demo") == lands[1]["sha"] == ws.git("rev-parse", "mesh/land/demo").strip()
+        assert len(state.pulls) == 1 and len(state.heads) == 2
+        verdicts = [cp.payload["artifact"]["state"] for cp in ws.checkpoints() if cp.kind == "forge-verdict"]
+        assert verdicts == ["failed", "passed"]
+        # The finding was a sub-issue of the task, closed once the checks passed.
+        with ws.tracker() as t:
+            [finding] = [i for i in t.list(status=["open", "closed"]) if "check(s) failed" in (i.get("title") or "")]
+            assert finding["status"] == "closed" and "ci-only-marker" in finding["description"]
+            assert t.get(TASK)["status"] == "closed"
+        log = ws.git("log", "--format=%s", "main..mesh/land/demo").splitlines()
+        assert len(log) == 2  # one commit per landing of the task
