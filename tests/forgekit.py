@@ -216,6 +216,8 @@ class FakeForge:
     heads: list[str] = field(default_factory=list)
     asked: dict[str, int] = field(default_factory=dict)
     merges: list[tuple[int, str]] = field(default_factory=list)
+    # The bare remote branches are pushed to: a pull request's head commit is read there.
+    remote: Path | None = None
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     headers_seen: list[dict[str, str]] = field(default_factory=list)
@@ -270,10 +272,20 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_PUT = _handle
 
 
+def _head_sha(forge: FakeForge, pull: Pull) -> str:
+    if forge.remote is None:
+        return "0" * 40
+    import subprocess
+
+    found = subprocess.run(["git", "--git-dir", str(forge.remote), "rev-parse", "--verify", f"refs/heads/{pull.head}"],
+                           capture_output=True, text=True)
+    return found.stdout.strip() or "0" * 40
+
+
 def _github_pull(forge: FakeForge, pull: Pull) -> dict:
     return {"number": pull.number, "html_url": f"{forge.url}/pull/{pull.number}",
             "state": "open" if pull.state == "open" else "closed",
-            "title": pull.title, "body": pull.body, "head": {"ref": pull.head, "sha": "0" * 40},
+            "title": pull.title, "body": pull.body, "head": {"ref": pull.head, "sha": _head_sha(forge, pull)},
             "base": {"ref": pull.base}, "merged": pull.state == "merged",
             "merged_at": "2026-12-06T12:00:00Z" if pull.state == "merged" else None, "merge_commit_sha": pull.merge_sha,
             "id": 1000 + pull.number, "mergeable_state": "clean",
@@ -283,7 +295,7 @@ def _github_pull(forge: FakeForge, pull: Pull) -> dict:
 def _gitlab_mr(forge: FakeForge, pull: Pull) -> dict:
     return {"id": 5000 + pull.number, "iid": pull.number, "web_url": f"{forge.url}/-/merge_requests/{pull.number}",
             "state": {"open": "opened"}.get(pull.state, pull.state), "title": pull.title, "description": pull.body,
-            "source_branch": pull.head, "target_branch": pull.base, "sha": "0" * 40,
+            "source_branch": pull.head, "target_branch": pull.base, "sha": _head_sha(forge, pull),
             **({"merge_commit_sha": pull.merge_sha} if pull.merge_sha else {})}
 
 

@@ -158,3 +158,59 @@ def test_a_human_review_on_the_pull_request_waits_for_a_listed_reviewer(tmp_path
         assert report["outcome"] == "closed", err[-2000:]
         [verdict] = [cp.payload["artifact"] for cp in ws.checkpoints() if cp.kind == "forge-verdict"]
         assert verdict["approved_by"] == "alice"
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab"])
+def test_close_mode_forge_closes_a_task_once_its_pull_requests_checks_pass(tmp_path, kind, monkeypatch):
+    import json
+
+    from tests.test_pull_requests import _sync
+
+    with served(kind) as (state, url):
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        # The checks outlast the wait: the task waits, its gate open.
+        state.rounds = [Round(checks=[("unit-tests", "success", ""), ("e2e", None, "")], running_for=10 ** 6)]
+        ws, remote = _forge_workspace(tmp_path, kind, url, close_mode="forge")
+        state.remote = remote
+        _feedback_config(ws, 'required_checks = ["unit-tests"]\n')
+        text = (ws.repo / "mesh.toml").read_text().replace("checks_timeout_s = 60", "checks_timeout_s = 1")
+        (ws.repo / "mesh.toml").write_text(text)
+        ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "short wait")
+        code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "awaiting_ci", res.output
+        [verdict] = [cp.payload["artifact"] for cp in ws.checkpoints() if cp.kind == "forge-verdict"]
+        assert verdict["state"] == "pending"
+        # Still running: mesh forge sync closes nothing.
+        code, found = _sync(ws)
+        assert code == 0 and found["action"] == "open" and found["tasks"] == [], found
+        with ws.tracker() as t:
+            assert t.get(TASK)["status"] == "in_progress"
+        # The required check passed (e2e still running does not count): closed, bound to the head.
+        state.rounds[0].running_for = 0
+        code, found = _sync(ws)
+        assert code == 0 and found["action"] == "closed", found
+        [check] = found["tasks"]
+        assert check["result"] == "closed", check
+        with ws.tracker() as t:
+            assert t.get(TASK)["status"] == "closed"
+            closing = [c["text"] for c in t.comments(TASK) if _remote_tip(remote, "mesh/land/demo")[:12] in c["text"]]
+        assert closing, "the close names the pull request's head commit"
+        assert json.dumps(found)
+
+
+def test_close_mode_forge_closes_at_once_when_the_checks_pass_within_the_wait(tmp_path, monkeypatch):
+    with served("github") as (state, url):
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        state.rounds = [Round(checks=[("unit-tests", "success", "")], running_for=3)]
+        ws, _remote = _forge_workspace(tmp_path, "github", url, close_mode="forge")
+        _feedback_config(ws, "")
+        code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "closed", res.output
+        assert state.asked[state.heads[0]] == 4  # asked until the check finished
+
+
+def test_close_mode_forge_needs_a_forge():
+    from orchestrator.config import MeshConfig
+
+    with pytest.raises(ValueError, match="needs a \\[forge\\] table"):
+        MeshConfig.model_validate({"close_mode": "forge"})

@@ -10,7 +10,11 @@ whether it is open, merged (and by which commit) or closed unmerged:
   merged, with whatever they changed, the approval is of a tree, not of a pull request);
 - **closed unmerged**: its tasks stay open, each told so once, in a comment naming the pull
   request;
-- **open**, or none: nothing changes.
+- **open**: nothing changes, except with ``close_mode = "forge"``: once the required checks of
+  its head passed (``[forge] required_checks``, else every check reported; a head with none
+  reported does not pass), the head is fetched and checked out the same way and the waiting
+  tasks are closed there, bound to the head commit;
+- none: nothing changes.
 
 Run again, it does nothing twice: closed tasks are no longer waiting, and the comment carries a
 dedupe key. The forge's answer is the only input from outside; the tracker's evidence is
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.forges.model import ForgeError, PullRequest
+from orchestrator.forges.model import ForgeError
 from orchestrator.forges.table import connect
 from orchestrator.landing.catch_up import scope_branch
 from orchestrator.landing.ci_close import candidates, ci_close
@@ -57,9 +61,9 @@ class SyncResult:
                 "tasks": self.checks, "told": self.told}
 
 
-def _merged_checkout(repo: Path, remote: str, pull: PullRequest, scratch: Path) -> Path:
-    """A detached worktree of ``pull``'s merge commit, fetched from ``remote``."""
-    sha = pull.merge_commit or ""
+def _checkout(repo: Path, remote: str, sha: str, scratch: Path) -> Path:
+    """A detached worktree of commit ``sha`` (a merge commit, a pull request's head), fetched
+    from ``remote``."""
     fetched = _git(repo, "fetch", "--quiet", "--no-tags", "--", remote, sha, check=False)
     if fetched.returncode != 0 and _git(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode != 0:
         raise GitError("remote_unavailable", f"git fetch {remote} {sha[:12]}: {_summary(fetched.stderr)}")
@@ -92,7 +96,19 @@ def sync(tracker: Any, config: Any, scope: Scope, repo: Path, *, revalidate: boo
     result.pull = pull.to_dict()
     if pull.state == "open":
         result.action = "open"
-        return result
+        if config.close_mode != "forge" or not pull.head_sha:
+            return result
+        forge = connect(cfg.provider, cfg.repository, cfg.api_url, cfg.token_env, transport=transport)
+        try:
+            checks = [c for c in forge.checks(pull.head_sha)
+                      if not cfg.required_checks or c.name in cfg.required_checks]
+        finally:
+            forge.api.close()
+        result.pull["checks"] = [c.to_dict() for c in checks]
+        named = {c.name for c in checks}
+        if not checks or any(c.state != "passed" for c in checks) or not set(cfg.required_checks) <= named:
+            return result
+        return _close_at(tracker, config, scope, repo, pull.head_sha, result, revalidate, require_signed)
     if pull.state != "merged" or not pull.merge_commit:
         result.action = "closed_unmerged"
         for task in candidates(tracker, scope):
@@ -101,9 +117,15 @@ def sync(tracker: Any, config: Any, scope: Scope, repo: Path, *, revalidate: boo
                                 dedupe_key=f"forge-closed:{cfg.provider}:{pull.number}")
             result.told.append(task["id"])
         return result
+    return _close_at(tracker, config, scope, repo, pull.merge_commit, result, revalidate, require_signed)
+
+
+def _close_at(tracker: Any, config: Any, scope: Scope, repo: Path, sha: str, result: SyncResult,
+              revalidate: bool, require_signed: bool) -> SyncResult:
+    """Close ``scope``'s waiting tasks as ``mesh ci-close`` does, on a checkout of ``sha``."""
     scratch = Path(tempfile.mkdtemp(prefix="mesh-forge-sync-"))
     try:
-        checkout = _merged_checkout(repo, cfg.remote, pull, scratch)
+        checkout = _checkout(repo, config.forge.remote, sha, scratch)
         checks = ci_close(tracker, config, scope, repo=checkout, revalidate=revalidate, require_signed=require_signed)
     finally:
         _git(repo, "worktree", "remove", "--force", str(scratch / "merged"), check=False)
