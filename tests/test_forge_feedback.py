@@ -214,3 +214,23 @@ def test_close_mode_forge_needs_a_forge():
 
     with pytest.raises(ValueError, match="needs a \\[forge\\] table"):
         MeshConfig.model_validate({"close_mode": "forge"})
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab"])
+def test_merge_auto_merges_through_the_forge_once_the_checks_pass_and_never_otherwise(tmp_path, kind, monkeypatch):
+    with served(kind) as (state, url):
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        state.rounds = [Round(checks=[("unit-tests", "success", "")])]
+        ws, remote = _forge_workspace(tmp_path, kind, url)
+        _feedback_config(ws, 'merge = "auto"\n')
+        code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "closed", res.output
+        assert state.merges == [(1, _remote_tip(remote, "mesh/land/demo"))]
+        assert any("merged at" in m for m in report["mutations"]), report["mutations"]
+    with served(kind) as (state, url):  # the default: mesh never merges
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        state.rounds = [Round(checks=[("unit-tests", "success", "")])]
+        ws, _remote = _forge_workspace(tmp_path / "again", kind, url)
+        _feedback_config(ws, "")
+        code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "closed" and state.merges == [], res.output

@@ -227,4 +227,38 @@ def verdict_of(engine: Any, published: dict, *, phase: str, transport: Any = Non
     artifact = stored["artifact"]
     if artifact.get("review"):
         raise ForgeChanges(artifact["review"])
+    if cfg.merge == "auto" and artifact["state"] == "passed":
+        _merge(engine, published, artifact["sha"], phase=phase, transport=transport)
     return str(artifact["state"])
+
+
+def _merge(engine: Any, published: dict, sha: str, *, phase: str, transport: Any = None) -> None:
+    """``merge = "auto"``: merge the pull request whose head ``sha`` passed, through the forge's
+    own merge (GitLab: auto-merge, once its pipeline succeeds), branch protection deciding; once
+    (``[orch:pull-request]`` of phase ``<phase>:merge``). A refusal is said, never forced."""
+    from orchestrator.forges.model import ForgeError
+    from orchestrator.forges.table import connect
+
+    step = f"{phase}:merge"
+    if engine._stored("pull-request", None, step) is not None:
+        return
+    cfg = engine.config.forge
+    number, noun = int(published["number"]), str(published.get("noun") or "pull request")
+    forge = connect(cfg.provider, cfg.repository, cfg.api_url, cfg.token_env, transport=transport)
+    try:
+        try:
+            forge.merge(number, sha)
+            action = "merged"
+        except ForgeError as exc:
+            # Merged already (a run killed after the merge, before its checkpoint), or refused.
+            if forge.get(number).state != "merged":
+                message = f"{noun} #{number} not merged: {exc}"
+                engine.bus.note("forge_failed", message)
+                engine.mutations.append(f"{engine.task['id']}: {message}")
+                return
+            action = "merged"
+    finally:
+        forge.api.close()
+    summary = f"{noun} #{number} {action} at {sha[:12]} (merge = auto)"
+    engine._checkpoint("pull-request", None, step, summary, {**published, "action": action, "sha": sha})
+    engine.mutations.append(f"{engine.task['id']}: {summary}")
