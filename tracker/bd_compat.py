@@ -15,16 +15,19 @@ plain SQL that SQLite and PostgreSQL both accept; nothing is imported that
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta, timezone
-
 from .errors import InvalidValueError
 from .model import BLOCKING_STATUSES, COMPUTED_FIELDS, INFRA_TYPES, parse_ts
+from .rows import _ISSUE_SELECT
 from .store import Tracker
+
+TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 __all__ = [
     "BD_VERSION",
+    "READY_SORTS",
+    "LIST_SORTS",
     "QUICKSTART",
     "version_line",
     "version_object",
@@ -49,9 +52,11 @@ BD_VERSION = "0.50.3"
 
 _ACTIVE = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 _WORK = "issue_type NOT IN (" + ",".join(f"'{t}'" for t in INFRA_TYPES) + ")"
-_SORTS = ("hybrid", "priority", "oldest")
+READY_SORTS = ("hybrid", "priority", "oldest")  # ``ready --sort`` (its policies)
+# ``list --sort``'s fields (``bd_views.sort_issues`` orders by them).
+LIST_SORTS = ("priority", "created", "updated", "closed", "status", "id", "title", "type", "assignee")
 # cmd/bd/detect_pollution.go:184 (testPrefixPattern) and :194 (sequentialPattern). Patterns,
-# not compiled here: ``re`` compiles (and keeps) them at first use, which the hot reads never reach.
+# not compiled here: ``re`` is imported and compiles (and keeps) them at first use, which the hot reads never reach.
 _TEST_PREFIX = r"^(test|benchmark|sample|tmp|temp|debug|dummy)[-_\s]"
 _SEQUENTIAL = r"^[a-z]+-\d+$"
 
@@ -144,10 +149,12 @@ def _sorted(issues: list[dict], sort: str | None) -> list[dict]:
     """bd's ready sort policies (internal/storage/sqlite/ready.go:875)."""
     if sort in (None, "priority"):
         return issues  # the tracker's ready order already is (priority, created_at, id)
-    if sort not in _SORTS:
-        raise InvalidValueError(f"invalid sort policy {sort!r} (one of: {', '.join(_SORTS)})")
+    if sort not in READY_SORTS:
+        raise InvalidValueError(f"invalid sort policy {sort!r} (one of: {', '.join(READY_SORTS)})")
     if sort == "oldest":
         return sorted(issues, key=lambda i: (parse_ts(i["created_at"]), i["id"]))
+    from datetime import datetime, timedelta, timezone
+
     # hybrid: issues from the last 48 hours by priority first, then older ones by age.
     recent = datetime.now(timezone.utc) - timedelta(hours=48)
 
@@ -198,21 +205,19 @@ def blocked(tracker: Tracker, *, parent: str | None = None) -> list[dict]:
     """``blocked --json`` (cmd/bd/ready.go:221): bd's ``BlockedIssue`` (types.go:919), the issues
     whose status is blocked or deferred or that a ``blocks`` edge to unfinished work holds
     back (internal/storage/sqlite/ready.go:558), each with the ids holding it."""
-    rows = tracker.db.read(
-        f"SELECT i.id FROM issues i WHERE i.status IN {_ACTIVE} AND COALESCE(i.pinned, 0) = 0"
+    _, rows = tracker.db.read_tuples(
+        f"SELECT {_ISSUE_SELECT} FROM issues i WHERE i.status IN {_ACTIVE} AND COALESCE(i.pinned, 0) = 0"
         " AND (i.status IN ('blocked', 'deferred') OR EXISTS (SELECT 1 FROM dependencies d"
         " JOIN issues b ON b.id = d.depends_on_id WHERE d.issue_id = i.id AND d.type = 'blocks'"
         f" AND b.status IN {_ACTIVE})) ORDER BY i.priority, i.created_at, i.id"
     )
-    ids = [r[0] for r in rows]
     if parent:
         scope = {i["id"] for i in tracker.list(parent=parent, descendants=True, include_closed=True)}
-        ids = [i for i in ids if i in scope]
-    out = []
-    for issue_id in ids:
-        blockers = [b["id"] for b in tracker.blockers(issue_id)]
-        out.append(dict(issue(tracker.get(issue_id)), blocked_by_count=len(blockers), blocked_by=blockers))
-    return out
+        rows = [r for r in rows if r[0] in scope]
+    # The issues and their blockers in one read each (an issue at a time was 0.2 s at 10,000 issues).
+    blockers = tracker.blocker_ids(r[0] for r in rows)
+    return [dict(issue(obj), blocked_by_count=len(blockers[obj["id"]]), blocked_by=blockers[obj["id"]])
+            for obj in tracker._hydrate(rows, counts=False)]
 
 
 def _children_by_epic(tracker: Tracker) -> dict[str, list[str]]:
@@ -282,6 +287,8 @@ def epic_status(tracker: Tracker, *, eligible_only: bool = False) -> list[dict]:
 def pollution(tracker: Tracker) -> dict:
     """``doctor --check=pollution --json`` (cmd/bd/doctor_pollution.go:59): issues that look
     like test leftovers, scored by bd's heuristics (cmd/bd/detect_pollution.go:192)."""
+    import re
+
     issues = [i for i in tracker.list(include_closed=True) if i["status"] != "tombstone"]
     per_minute: dict[int, int] = {}
     for i in issues:

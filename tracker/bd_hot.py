@@ -1,13 +1,14 @@
-"""bd's hot read commands (``ready``, ``list``, ``show`` with ``--json``) answered without click.
+"""bd's read commands (``ready``, ``list``, ``show``, ``blocked``, ``stats``/``status``, with
+``--json``) answered without click, for ``bd`` and ``mesh tracker`` alike.
 
 Agents run ``bd ready --json``, ``bd show ID --json`` and ``bd list --json`` dozens of times
 per task, a new process each (beads-mcp runs one per tool call, beads-ui one per refresh).
 The full command line pays for click and every command module at each start, several
-times the bare interpreter. ``answer`` recognises exactly those command lines, with the
-options and global flags beads clients add (``--limit``, ``--status``, ``--actor``,
-``--db``, the sync and daemon flags), and returns what the full command prints, built by
-the same functions (``ready_issues``, ``list_issues``, ``show_issues``, which ``cli``
-calls too). Anything else, and any failure (no workspace, an unknown id, a damaged
+times the bare interpreter. ``answer`` recognises exactly those command lines, with every
+option of their own (``_OPTIONS``: the values click would read the same way) and bd's global
+flags, and returns what the full command prints, built by the same functions
+(``ready_issues``, ``list_issues``, ``show_issues``, ``bd_compat.blocked`` and
+``statistics``, which ``cli`` calls too). Anything else, and any failure (no workspace, an unknown id, a damaged
 database), returns None: the caller then runs the full command line, which does the work
 again and reports it as it always does. So this module changes how fast an answer comes,
 never what it is.
@@ -16,13 +17,16 @@ never what it is.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 
 from . import bd_compat as bd
-from .hot_output import option_value
+from .hot_output import option_value, split_csv
 from .model import INFRA_TYPES
 from .safe_text import json_text
 from .store import Tracker
+
+TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["answer", "ready_issues", "list_issues", "show_issues"]
 
@@ -30,10 +34,34 @@ __all__ = ["answer", "ready_issues", "list_issues", "show_issues"]
 _FLAGS = frozenset({"--json", "--readonly", "-q", "--quiet", "-v", "--verbose", "--no-daemon", "--no-auto-flush",
                     "--no-auto-import", "--sandbox", "--allow-stale", "--profile"})
 _GLOBAL_VALUES = {"--db": "db", "--actor": "actor", "--lock-timeout": None, "--dolt-auto-commit": None}
-# The command options answered here, each command's own (after its name, as click wants them).
-_OPTIONS = {"ready": {"-n": "limit", "--limit": "limit"},
-            "list": {"-n": "limit", "--limit": "limit", "-s": "status", "--status": "status"},
-            "show": {}}
+
+# What each command's own options take, as click reads them (``tracker.cli``): a value, a repeatable
+# value, a flag, a count (``--limit``: digits; anything else, a negative number too, is click's to
+# read), a priority (0-4) or one of a few words. A value that is empty or looks like an option is
+# left to click, which reports it or reads it its own way.
+_VALUE, _MANY, _FLAG, _COUNT, _PRIORITY = "value", "many", "flag", "count", "priority"
+
+
+def _options(*specs: tuple[tuple[str, ...], str, object]) -> dict[str, tuple[str, object]]:
+    return {name: (key, kind) for names, key, kind in specs for name in names}
+
+
+_SHARED = ((("-l", "--label"), "labels", _MANY), (("--label-any",), "labels_any", _MANY),
+           (("-t", "--type"), "issue_type", _VALUE), (("-p", "--priority"), "priority", _PRIORITY),
+           (("--parent",), "parent", _VALUE), (("-a", "--assignee"), "assignee", _VALUE),
+           (("-n", "--limit"), "limit", _COUNT))
+_OPTIONS = {
+    "ready": _options(*_SHARED, (("-u", "--unassigned"), "unassigned", _FLAG), (("-s", "--sort"), "sort", bd.READY_SORTS)),
+    "list": _options(*_SHARED, (("-s", "--status"), "status", _VALUE), (("--no-assignee",), "no_assignee", _FLAG),
+                     (("--title",), "title", _VALUE), (("--all",), "include_closed", _FLAG),
+                     (("--include-templates",), "include_templates", _FLAG),
+                     (("--include-gates",), "include_gates", _FLAG), (("--include-infra",), "include_infra", _FLAG),
+                     (("--sort",), "sort_by", bd.LIST_SORTS), (("-r", "--reverse"), "reverse", _FLAG)),
+    "show": {},
+    "blocked": _options((("--parent",), "parent", _VALUE)),
+    "stats": {},
+    "status": {},
+}
 _DEFAULT_LIMIT = {"ready": 10, "list": 50}  # bd's defaults (``--limit 0``: all)
 
 
@@ -97,15 +125,26 @@ def _parse(args: Sequence[str]) -> tuple[str, dict, list[str], dict] | None:
         own = _OPTIONS.get(command or "", {})
         if word in _FLAGS:
             json_seen = json_seen or word == "--json"
-        elif name in _GLOBAL_VALUES or name in own:
+        elif name in _GLOBAL_VALUES:
             value, k = option_value(words, k)
-            if not value:
+            if not value or value.startswith("-"):
                 return None
-            if name in _GLOBAL_VALUES:
-                if _GLOBAL_VALUES[name]:
-                    given[_GLOBAL_VALUES[name]] = value
+            if _GLOBAL_VALUES[name]:
+                given[_GLOBAL_VALUES[name]] = value
+        elif name in own:
+            key, kind = own[name]
+            if kind == _FLAG:
+                if name != word:  # --flag=value: click's to refuse
+                    return None
+                options[key] = True
             else:
-                options[own[name]] = value
+                value, k = option_value(words, k)
+                if not _valid(value, kind):
+                    return None
+                if kind == _MANY:
+                    options.setdefault(key, []).append(value)
+                else:
+                    options[key] = int(value) if kind in (_COUNT, _PRIORITY) else value
         elif word.startswith("-"):
             return None
         elif command is None:
@@ -119,11 +158,23 @@ def _parse(args: Sequence[str]) -> tuple[str, dict, list[str], dict] | None:
         k += 1
     if command is None or not json_seen or (command == "show") != bool(positional):
         return None
-    limit = options.get("limit")
-    if limit is not None and not (limit.isascii() and limit.isdigit()):
-        return None
-    options["limit"] = _DEFAULT_LIMIT.get(command) if limit is None else int(limit)
+    if command in _DEFAULT_LIMIT:
+        options.setdefault("limit", _DEFAULT_LIMIT[command])
+    for key in ("labels", "labels_any"):
+        if key in options:
+            options[key] = split_csv(options[key])
     return command, given, positional, options
+
+
+def _valid(value: str | None, kind: object) -> bool:
+    """Whether the hot path reads ``value`` of an option of ``kind`` as click would."""
+    if not value or value.startswith("-"):
+        return False
+    if kind == _COUNT:
+        return value.isascii() and value.isdigit()
+    if kind == _PRIORITY:
+        return value in ("0", "1", "2", "3", "4")
+    return kind in (_VALUE, _MANY) or value in kind  # type: ignore[operator]
 
 
 def answer(args: Sequence[str], settings: dict) -> str | None:
@@ -138,11 +189,15 @@ def answer(args: Sequence[str], settings: dict) -> str | None:
     try:
         with Tracker.open(merged.get("db"), actor=merged.get("actor")) as t:
             if command == "ready":
-                result = ready_issues(t, limit=options["limit"])
+                result = ready_issues(t, **options)
             elif command == "list":
-                result = list_issues(t, status=options.get("status"), limit=options["limit"])
-            else:
+                result = list_issues(t, **options)
+            elif command == "show":
                 result = show_issues(t, positional)
+            elif command == "blocked":
+                result = bd.blocked(t, **options)
+            else:
+                result = bd.statistics(t)
     except Exception:  # every failure is the full command line's to report, in its words
         return None
     return json_text(result, indent=2) + "\n"

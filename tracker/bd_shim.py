@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from .store import DB_NAME
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["bd_settings", "run", "main"]
 
@@ -32,7 +34,7 @@ def bd_settings(environ: Mapping[str, str], *, db: str | None = None, actor: str
     """The tracker settings (``db``, ``actor``) bd's environment gives, unless ``db``/``actor``
     are given (a command line's, which win over the environment)."""
     beads_dir = environ.get("BEADS_DIR")
-    env_db = environ.get("BEADS_DB") or (str(Path(beads_dir) / DB_NAME) if beads_dir else None)
+    env_db = environ.get("BEADS_DB") or (os.path.join(beads_dir, DB_NAME) if beads_dir else None)
     return {"db": db or env_db or None,
             "actor": actor or environ.get("BD_ACTOR") or environ.get("BEADS_ACTOR") or None}
 

@@ -9,14 +9,15 @@ resolves its ids here.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta, timezone
-
-from .bd_compat import details, issue, issue_with_counts, list_filter
+from .bd_compat import LIST_SORTS, details, issue, issue_with_counts, list_filter
 from .errors import InvalidValueError, NotFoundError
 from .model import parse_ts
 from .store import Tracker
+
+TYPE_CHECKING = False  # a hot ``bd show`` resolves its ids here: nothing imported that it does not use
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from datetime import datetime
 
 __all__ = [
     "LIST_SORTS",
@@ -35,7 +36,6 @@ __all__ = [
 ]
 
 # cmd/bd/list.go:810: the fields --sort accepts.
-LIST_SORTS = ("priority", "created", "updated", "closed", "status", "id", "title", "type", "assignee")
 # cmd/bd/stale.go:28.
 STALE_STATUSES = ("open", "in_progress", "blocked", "deferred")
 # cmd/bd/count.go:343: --by-status, --by-priority, --by-type, --by-assignee, --by-label.
@@ -63,7 +63,12 @@ def resolve_id(tracker: Tracker, text: str) -> str:
     if tracker.exists(text):
         return text
     prefix = tracker.prefix.rstrip("-") + "-"
-    normalized = text if text.startswith(prefix) or re.match(_PREFIXED, text) else prefix + text
+    if text.startswith(prefix):
+        normalized = text
+    else:
+        import re
+
+        normalized = text if re.match(_PREFIXED, text) else prefix + text
     if tracker.exists(normalized):
         return normalized
     wanted = normalized[len(prefix):] if normalized.startswith(prefix) else normalized
@@ -178,6 +183,8 @@ def stale(tracker: Tracker, *, days: int = 30, status: str | None = None, limit:
     closed whose ``updated_at`` is more than ``days`` old, least recently updated first."""
     if status and status not in STALE_STATUSES:
         raise InvalidValueError(f"invalid status {status!r}. Valid values: {', '.join(STALE_STATUSES)}")
+    from datetime import datetime, timedelta, timezone
+
     cutoff = (now or datetime.now(timezone.utc)) - timedelta(days=days)
     issues = [i for i in tracker.list(status=[status] if status else None)
               if parse_ts(i["updated_at"]) < cutoff]
@@ -190,6 +197,8 @@ def duplicates(tracker: Tracker) -> dict:
     with the same title, description, design, acceptance criteria and status, each with bd's
     suggested merge target (most dependency edges, then most mentions in other issues' text,
     then the smallest id) and the command that merges by hand."""
+    import re
+
     every = [i for i in tracker.list(include_closed=True) if i["status"] != "tombstone"]
     groups: dict[tuple, list[dict]] = {}
     for item in every:

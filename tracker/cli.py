@@ -262,7 +262,7 @@ def list_cmd(status: str | None, labels: tuple[str, ...], labels_any: tuple[str,
 @_priority_filter
 @click.option("-a", "--assignee", help="Only issues assigned to this name.")
 @click.option("-u", "--unassigned", is_flag=True, help="Only issues assigned to no one.")
-@click.option("-s", "--sort", "sort_policy", type=click.Choice(["hybrid", "priority", "oldest"]),
+@click.option("-s", "--sort", "sort_policy", type=click.Choice(bd.READY_SORTS),
               help="priority (the default here: priority, then age), oldest, or hybrid (bd's default: "
                    "the last 48 hours by priority, older work by age).")
 @click.option("--parent", help="Only descendants of this issue (epic scope).")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .errors import TrackerError, WorkspaceError
+from .hot_output import split_csv
 from .safe_text import inert, json_text, printable
 
 if TYPE_CHECKING:
@@ -119,14 +120,6 @@ def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
 def say(text: Callable[[Any], str]) -> Callable[[Any], None]:
     """A human formatter printing the one line ``text`` makes of a result."""
     return lambda result: echo(text(result))
-
-
-def split_csv(values: tuple[str, ...] | None) -> list[str]:
-    """Values of a repeatable option, each of which may also be comma-separated (like bd)."""
-    out: list[str] = []
-    for value in values or ():
-        out.extend(part.strip() for part in value.split(",") if part.strip())
-    return out
 
 
 def issue_line(issue: dict) -> str:

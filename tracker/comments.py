@@ -5,13 +5,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 from .dialect import JSON_IDS
 from .errors import InvalidValueError
 from .jsontext import id_array
 from .model import now_iso
 from .rows import _COMMENT_COLUMNS, _comment_obj
+
+TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 __all__ = ["Comments"]
 

@@ -9,13 +9,16 @@ The schema and its versions are in ``schema``.
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
+import os
 
-from .db import Database
-from .dialect import is_url, sqlite_path
+from .db import Database, sqlite3
+from .dialect import is_url, sqlite_file
 from .errors import AlreadyInitializedError, WorkspaceError
 from .schema import ensure_schema
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["open_database", "refuse_initialized"]
 
@@ -29,8 +32,8 @@ def open_database(target: Path | str, *, create: bool = False):
         db = PostgresDatabase(str(target))
         where = db.display
     else:
-        db = Database(sqlite_path(target), create=create)
-        where = str(db.path)
+        db = Database(sqlite_file(target), create=create)
+        where = db.display
     try:
         ensure_schema(db, create=create, where=where)
     except sqlite3.DatabaseError as exc:  # a damaged file surfaces at the first query
@@ -46,7 +49,7 @@ def refuse_initialized(target: Path | str, prefix: str | None) -> None:
     """AlreadyInitializedError when ``target`` holds a workspace (an issue prefix or an issue):
     ``init`` there would rewrite a live workspace's prefix. No tracker database there yet (or one
     ``init`` could not open either) passes."""
-    if not is_url(target) and not sqlite_path(target).exists():
+    if not is_url(target) and not os.path.exists(sqlite_file(target)):
         return
     try:
         db = open_database(target)

@@ -7,14 +7,13 @@ issue has a ``hook`` and a ``role`` slot and a state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from .errors import ConflictError, InvalidValueError
 from .model import AGENT_STATES, normalize_ts, now_iso
 from .rows import _row_obj
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from .rows import Conn, Row
 
 __all__ = ["Coordination"]

@@ -10,12 +10,17 @@ schema: ``postgres`` and ``schema`` build on it, not the other way round.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
+import os
 import time
 from _thread import RLock  # threading's RLock itself, without importing threading at every start
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+
+try:
+    # The C module itself: the ``sqlite3`` package around it adds only its datetime adapters
+    # (deprecated since 3.12; the tracker stores text) and imports datetime and collections for
+    # them, a tenth of a hot read's whole process. Its classes are the package's own.
+    import _sqlite3 as sqlite3
+except ImportError:  # pragma: no cover - an interpreter whose sqlite3 is built otherwise
+    import sqlite3  # type: ignore[no-redef]
 
 from .errors import WorkspaceError
 from .jsontext import id_array
@@ -23,6 +28,8 @@ from .model import BLOCKING_STATUSES
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
     from typing import Any
 
 __all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes"]
@@ -51,29 +58,44 @@ class Transactions:
     def _end(self, commit: bool) -> None:
         raise NotImplementedError
 
-    @contextlib.contextmanager
-    def transaction(self, *, exclusive: bool = True) -> Iterator[Any]:
+    def transaction(self, *, exclusive: bool = True) -> _Transaction:
         """A write transaction on ``conn``; nested calls join the outer one."""
-        with self._lock:
-            if self._depth:
-                self._join(exclusive)
-                self._depth += 1
-                try:
-                    yield self.conn
-                finally:
-                    self._depth -= 1
-                return
-            self._begin(exclusive)
-            self._depth = 1
-            try:
-                yield self.conn
-            except BaseException:
-                self._depth = 0
-                self._end(commit=False)
-                raise
+        return _Transaction(self, exclusive)
+
+
+class _Transaction:
+    """``Transactions.transaction``'s context manager, as a class: ``contextlib`` is not worth
+    its import on a hot read's path. The outer one begins and ends (commits unless an exception
+    leaves it); an inner one joins it."""
+
+    __slots__ = ("owner", "exclusive", "outer")
+
+    def __init__(self, owner: Transactions, exclusive: bool):
+        self.owner, self.exclusive, self.outer = owner, exclusive, False
+
+    def __enter__(self) -> Any:
+        owner = self.owner
+        owner._lock.acquire()
+        try:
+            if owner._depth:
+                owner._join(self.exclusive)
             else:
-                self._depth = 0
-                self._end(commit=True)
+                owner._begin(self.exclusive)
+                self.outer = True
+        except BaseException:
+            owner._lock.release()
+            raise
+        owner._depth += 1
+        return owner.conn
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        owner = self.owner
+        try:
+            owner._depth -= 1
+            if self.outer:
+                owner._end(commit=kind is None)
+        finally:
+            owner._lock.release()
 
 
 class Database(Transactions):
@@ -82,14 +104,14 @@ class Database(Transactions):
     engine = "sqlite"
 
     def __init__(self, path: Path | str, *, create: bool = False):
-        self.path = Path(path)
-        if not create and not self.path.exists():
-            raise WorkspaceError(f"no tracker database at {self.path} (run 'mesh tracker init')")
+        self.file = os.fspath(path)
+        if not create and not os.path.exists(self.file):
+            raise WorkspaceError(f"no tracker database at {self.file} (run 'mesh tracker init')")
         if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(self.file) or ".", exist_ok=True)
         try:
             self.conn = sqlite3.connect(
-                str(self.path),
+                self.file,
                 timeout=BUSY_TIMEOUT_MS / 1000,
                 isolation_level=None,
                 check_same_thread=False,
@@ -98,7 +120,7 @@ class Database(Transactions):
             self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
-                raise WorkspaceError(f"cannot enable WAL on {self.path} (journal mode {mode})")
+                raise WorkspaceError(f"cannot enable WAL on {self.file} (journal mode {mode})")
             # NORMAL is durable across application crashes in WAL mode; only an OS crash can
             # lose the last transactions, never corrupt the file.
             self.conn.execute("PRAGMA synchronous = NORMAL")
@@ -108,11 +130,18 @@ class Database(Transactions):
             # grows with the tracker instead of the answer. Pages are allocated only as used.
             self.conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         except sqlite3.DatabaseError as exc:
-            raise WorkspaceError(f"cannot open tracker database {self.path}: {exc}") from exc
+            raise WorkspaceError(f"cannot open tracker database {self.file}: {exc}") from exc
         self._lock = RLock()
         self._depth = 0
 
-    display = property(lambda self: str(self.path))
+    display = property(lambda self: self.file)
+
+    @property
+    def path(self) -> Path:
+        """The database file (made on demand: a hot read never needs ``pathlib``)."""
+        from pathlib import Path
+
+        return Path(self.file)
 
     # SQLite has one writer at a time: every transaction is ``exclusive``.
     def _begin(self, exclusive: bool) -> None:

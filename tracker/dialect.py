@@ -25,12 +25,14 @@ Also here: telling a PostgreSQL URL from a file path, and a URL's printable form
 
 from __future__ import annotations
 
-import functools
-import re
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from re import Match
 
-__all__ = ["is_url", "display_target", "to_postgres", "JSON_IDS", "ROWID_TABLES"]
+# Nothing imported here at the top: a hot read (``tracker.bd_hot``) loads this module, and
+# needs none of ``re``, ``pathlib``, ``urllib`` or ``functools`` (a fifth of its process).
+__all__ = ["is_url", "display_target", "to_postgres", "sqlite_file", "sqlite_path", "JSON_IDS", "ROWID_TABLES"]
 
 # A JSON array of ids, as a one-column table (``value``), in both engines' spelling.
 JSON_IDS = "(SELECT value FROM json_each(?))"
@@ -46,19 +48,27 @@ def is_url(target: object) -> bool:
     return isinstance(target, str) and target.lower().startswith(_URL_SCHEMES)
 
 
-def sqlite_path(target: str | Path) -> Path:
+def sqlite_file(target: str | Path) -> str:
     """The file of a SQLite target: a path, or a URL as SQLAlchemy writes them
     (``sqlite:///relative/mesh.db``, ``sqlite:////absolute/mesh.db``)."""
     text = str(target)
-    if text.startswith("sqlite:///"):
-        return Path(text[len("sqlite:///"):])
-    return Path(text)
+    return text[len("sqlite:///"):] if text.startswith("sqlite:///") else text
+
+
+def sqlite_path(target: str | Path) -> Path:
+    """``sqlite_file`` as a ``Path``."""
+    from pathlib import Path
+
+    return Path(sqlite_file(target))
 
 
 def display_target(target: str | Path) -> str:
     """A target as it may be printed or logged: a URL loses its password."""
     if not is_url(target):
         return str(target)
+    import re
+    from urllib.parse import urlsplit, urlunsplit
+
     parts = urlsplit(str(target))
     netloc = parts.netloc
     if "@" in netloc:
@@ -78,9 +88,24 @@ _INDEXED_BY = r"(?i)\s+INDEXED BY \w+"
 _CREATE_TABLE = r"(?i)^\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)\s*\("
 
 
-@functools.lru_cache(maxsize=1024)
+_TRANSLATED: dict[str, str] = {}
+_TRANSLATED_MAX = 1024
+
+
 def to_postgres(sql: str) -> str:
-    """``sql`` as PostgreSQL reads it (see the module doc)."""
+    """``sql`` as PostgreSQL reads it (see the module doc); each distinct statement is rewritten
+    once (the first ``_TRANSLATED_MAX`` of them are kept)."""
+    done = _TRANSLATED.get(sql)
+    if done is None:
+        done = _rewrite(sql)
+        if len(_TRANSLATED) < _TRANSLATED_MAX:
+            _TRANSLATED[sql] = done
+    return done
+
+
+def _rewrite(sql: str) -> str:
+    import re
+
     sql = re.sub(_IN_JSON_IDS, " = ANY(ARRAY(SELECT json_array_elements_text(?::json)))", sql)
     sql = sql.replace("json_each(?)", "json_array_elements_text(?::json)")
     sql = re.sub(_INDEXED_BY, "", sql).replace(" CROSS JOIN ", " JOIN ")
@@ -90,7 +115,7 @@ def to_postgres(sql: str) -> str:
     return re.sub(_PLACEHOLDER, _placeholder, sql)
 
 
-def _placeholder(match: re.Match) -> str:
+def _placeholder(match: Match) -> str:
     token = match.group(0)
     if token == "?":
         return "%s"
@@ -100,6 +125,8 @@ def _placeholder(match: re.Match) -> str:
 
 
 def _ddl(sql: str, table: str) -> str:
+    import re
+
     sql = re.sub(r"\bINTEGER PRIMARY KEY(?: AUTOINCREMENT)?", _IDENTITY, sql)
     sql = re.sub(r"\bINTEGER\b(?! GENERATED)", "BIGINT", sql)
     sql = re.sub(r"\bREAL\b", "DOUBLE PRECISION", sql)

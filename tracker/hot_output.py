@@ -1,5 +1,5 @@
 """What the hot paths (``bd_hot``'s answers, ``mesh logs``' and ``mesh --help``'s) share: how
-they read an option's value and how they print, as click would, without importing click or
+they read an option's value (and a repeatable one's comma-separated values) and how they print, as click would, without importing click or
 anything else.
 
 May import: the standard library only.
@@ -12,9 +12,10 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import NoReturn
 
-__all__ = ["finish", "option_value"]
+__all__ = ["finish", "option_value", "split_csv"]
 
 
 def option_value(words: list[str], k: int) -> tuple[str | None, int]:
@@ -25,6 +26,14 @@ def option_value(words: list[str], k: int) -> tuple[str | None, int]:
     if k + 1 < len(words):
         return words[k + 1], k + 1
     return None, k
+
+
+def split_csv(values: Sequence[str] | None) -> list[str]:
+    """Values of a repeatable option, each of which may also be comma-separated (like bd)."""
+    out: list[str] = []
+    for value in values or ():
+        out.extend(part.strip() for part in value.split(",") if part.strip())
+    return out
 
 
 def finish(text: str) -> NoReturn:

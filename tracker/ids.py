@@ -7,8 +7,6 @@ collision stays under a bound (beads' adaptive length: the birthday bound
 
 from __future__ import annotations
 
-import math
-
 __all__ = ["adaptive_length", "base36_hash", "hash_id", "child_id", "DEFAULT_PREFIX", "MIN_LENGTH", "MAX_LENGTH"]
 
 # The prefix of a workspace that names none.
@@ -22,6 +20,8 @@ _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 def collision_probability(n: int, length: int) -> float:
     """Birthday-bound probability that ``n`` random ids of ``length`` base36 chars collide."""
+    import math  # here: a read never makes an id
+
     space = 36.0**length
     return 1.0 - math.exp(-(float(n) ** 2) / (2.0 * space))
 

@@ -8,7 +8,6 @@ transaction and appends to the ``events`` table.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
 
 from . import ids as idgen
 from .db import refresh_ready_state
@@ -32,6 +31,7 @@ from .rows import (
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Any
     from .rows import Conn, Row
 

@@ -7,10 +7,13 @@ normalised copies exist only for ordering and comparisons.
 
 from __future__ import annotations
 
-import re
-from datetime import datetime, timedelta, timezone
+import time
 
 from .errors import InvalidValueError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from datetime import datetime
 
 __all__ = [
     "STATUSES",
@@ -119,22 +122,47 @@ EXPORT_ORDER = (
 )
 COMPUTED_FIELDS = ("dependency_count", "dependent_count", "comment_count", "parent")
 
-# Patterns, not compiled here: ``re`` compiles (and keeps) them at first use, which a hot read never reaches.
+# Patterns, not compiled here: ``re`` is imported and compiles (and keeps) them at first use, which a hot read
+# never reaches.
 _FRACTION = r"(\.\d{1,6})\d*"
 
 
 def now_iso() -> str:
-    """The current time as RFC 3339 UTC with microseconds (``...Z``)."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """The current time as RFC 3339 UTC with microseconds (``...Z``), already in
+    ``normalize_ts``' form. From ``time``: a hot read compares it with ``defer_until`` and need
+    not import ``datetime``."""
+    seconds, micro = divmod(time.time_ns() // 1000, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micro:06d}Z"
+
+
+_dt = None  # the ``datetime`` module, once a timestamp is read (``_datetime``)
+
+
+def _datetime():
+    """The ``datetime`` module, imported at the first timestamp read: a hot read reads none
+    (``now_iso`` needs only ``time``), and the module global keeps the many calls of an
+    import as cheap as a top-level import would."""
+    global _dt
+    import datetime
+
+    _dt = datetime
+    return datetime
 
 
 def parse_ts(value: str) -> datetime:
     """Parse an RFC 3339 timestamp of any precision (beads writes up to nanoseconds)."""
-    text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
-    text = re.sub(_FRACTION, lambda m: m.group(1), text, count=1)
-    dt = datetime.fromisoformat(text)
+    dt_mod = _dt or _datetime()
+    try:
+        # Python 3.11 reads every RFC 3339 form beads writes (Z, offsets, nanoseconds truncated).
+        dt = dt_mod.datetime.fromisoformat(value)
+    except ValueError:
+        import re
+
+        text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
+        text = re.sub(_FRACTION, lambda m: m.group(1), text, count=1)
+        dt = dt_mod.datetime.fromisoformat(text)
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=dt_mod.timezone.utc)
     return dt
 
 
@@ -142,19 +170,19 @@ def normalize_ts(value: str | None) -> str | None:
     """A sortable UTC form of ``value`` (``YYYY-MM-DDTHH:MM:SS.ffffffZ``), or None if empty/bad."""
     if not value:
         return None
+    dt_mod = _dt or _datetime()
     try:
-        # Python 3.11 reads every RFC 3339 form beads writes (Z, offsets, nanoseconds
-        # truncated); it is the fast path of an import that normalises 200,000 stamps.
-        dt = datetime.fromisoformat(value)
+        # The fast path of an import that normalises 200,000 stamps (see ``parse_ts``).
+        dt = dt_mod.datetime.fromisoformat(value)
     except (ValueError, TypeError):
         try:
             dt = parse_ts(value)
         except (ValueError, TypeError, AttributeError):
             return None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=dt_mod.timezone.utc)
     elif dt.utcoffset():
-        dt = dt.astimezone(timezone.utc)
+        dt = dt.astimezone(dt_mod.timezone.utc)
     return dt.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
@@ -167,6 +195,8 @@ def parse_duration(text: str) -> int:
     spec = text.strip()
     if spec.isdigit():
         return int(spec) * 10**9
+    import re
+
     pos, total = 0, 0.0
     for m in re.finditer(_DURATION, spec):
         if m.start() != pos:
@@ -180,7 +210,8 @@ def parse_duration(text: str) -> int:
 
 def add_ns(ts: str, ns: int) -> str:
     """``ts`` plus ``ns`` nanoseconds, normalised."""
-    return (parse_ts(ts) + timedelta(microseconds=ns / 1000)).astimezone(timezone.utc).strftime(
+    dt_mod = _dt or _datetime()
+    return (parse_ts(ts) + dt_mod.timedelta(microseconds=ns / 1000)).astimezone(dt_mod.timezone.utc).strftime(
         "%Y-%m-%dT%H:%M:%S.%fZ"
     )
 

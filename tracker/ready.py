@@ -7,9 +7,6 @@ a claim is one compare-and-set ``UPDATE`` that exactly one claimer wins.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable, Sequence
-
 from .errors import ConflictError, NotFoundError
 from .issues import _descendants_cte, _drop_kept_originals
 from .model import BLOCKING_STATUSES, NON_WORK_TYPES, normalize_ts, now_iso
@@ -17,6 +14,7 @@ from .rows import _ISSUE_COLUMNS, _ISSUE_SELECT
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
     from typing import Any
     from .rows import Conn
 
@@ -73,7 +71,7 @@ class ReadyWork:
             "(i.pinned IS NULL OR i.pinned = 0)",
         ]
         where += extra_where
-        params: list[Any] = [normalize_ts(now or now_iso()), *extra_params]
+        params: list[Any] = [normalize_ts(now) if now else now_iso(), *extra_params]
         if issue_type:
             types = [issue_type] if isinstance(issue_type, str) else list(issue_type)
             where.append(f"i.issue_type IN ({','.join('?' * len(types))})")
@@ -229,10 +227,20 @@ class ReadyWork:
         return True
 
 
-@functools.lru_cache(maxsize=64)
+_CLAIM_SQL: dict[tuple[str, str], str] = {}
+
+
 def _claim_sql(prefix: str, candidate: str) -> str:
-    """The statement of ``_claim_in_one`` (built once per candidate query: its columns joined at
-    each call were a tenth of the client's time)."""
+    """The statement of ``_claim_in_one`` (built once per candidate query, of which there are as
+    many as ``claim_next``'s option sets: its columns joined at each call were a tenth of the
+    client's time)."""
+    key = (prefix, candidate)
+    if key not in _CLAIM_SQL:
+        _CLAIM_SQL[key] = _build_claim_sql(prefix, candidate)
+    return _CLAIM_SQL[key]
+
+
+def _build_claim_sql(prefix: str, candidate: str) -> str:
     from .pg_functions import RELATED, open_labels_left, without_keys  # here: a SQLite process never loads it
 
     kept = "ARRAY['status', 'assignee']"  # the kept originals a claim supersedes

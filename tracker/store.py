@@ -14,7 +14,6 @@ beads' field names, plus ``labels``, ``dependencies``, ``dependency_count``,
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from . import ids as idgen
 from .comments import Comments
@@ -22,7 +21,7 @@ from .connect import open_database, refuse_initialized
 from .coordination import Coordination
 from .db import ready_state_changes, refresh_ready_state
 from .dependencies import Dependencies
-from .dialect import is_url, sqlite_path
+from .dialect import is_url, sqlite_file
 from .errors import WorkspaceError
 from .issues import Issues
 from .jsontext import dumps
@@ -31,6 +30,7 @@ from .ready import ReadyWork
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
     from .rows import Conn
 
@@ -42,21 +42,40 @@ DEFAULT_PREFIX = idgen.DEFAULT_PREFIX
 
 def find_workspace(start: Path | None = None) -> Path | None:
     """The nearest folder at or above ``start`` that holds a ``.beads/`` folder."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / ".beads").is_dir():
+    from pathlib import Path
+
+    found = _workspace_folder(start)
+    return Path(found) if found else None
+
+
+def _workspace_folder(start: Path | str | None) -> str | None:
+    """``find_workspace`` in strings (``os.path``: a hot read never needs ``pathlib``)."""
+    folder = os.path.realpath(start or os.getcwd())
+    while True:
+        if os.path.isdir(os.path.join(folder, ".beads")):
             return folder
-    return None
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
 
 
 def default_db_path(start: Path | None = None) -> Path | str | None:
     """``MESH_DB`` if set (a path or a PostgreSQL URL), else ``.beads/mesh.db`` of the
     enclosing workspace."""
+    from pathlib import Path
+
+    target = _default_target(start)
+    return target if target is None or is_url(target) else Path(target)
+
+
+def _default_target(start: Path | str | None = None) -> str | None:
+    """``default_db_path`` as a string."""
     env = os.environ.get("MESH_DB")
     if env:
-        return env if is_url(env) else sqlite_path(env)
-    root = find_workspace(start)
-    return root / ".beads" / DB_NAME if root else None
+        return env if is_url(env) else sqlite_file(env)
+    root = _workspace_folder(start)
+    return os.path.join(root, ".beads", DB_NAME) if root else None
 
 
 class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
@@ -69,7 +88,6 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
 
     def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
         self.db = open_database(path, create=create)
-        self.path = self.db.path
         self.actor = actor or os.environ.get("MESH_ACTOR") or os.environ.get("USER") or "mesh"
 
     # ----------------------------------------------------------------- lifecycle
@@ -80,7 +98,7 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
         """Create the workspace database ``<root>/.beads/mesh.db`` (or ``db_path``); refused where one
         holds a workspace already, unless ``force`` opens it. Its prefix is ``prefix``, else the one
         stored, else ``issue-prefix`` of ``<root>/.beads/config.yaml``, else ``bd``."""
-        target = (db_path if is_url(db_path) else sqlite_path(db_path)) if db_path else root / ".beads" / DB_NAME
+        target = (db_path if is_url(db_path) else sqlite_file(db_path)) if db_path else root / ".beads" / DB_NAME
         if not force:
             refuse_initialized(target, prefix)
         tracker = cls(target, actor=actor, create=True)
@@ -93,10 +111,15 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
     @classmethod
     def open(cls, path: Path | str | None = None, *, actor: str | None = None) -> "Tracker":
         """Open an existing database (``path``, ``MESH_DB`` or the enclosing workspace)."""
-        target = (path if is_url(path) else sqlite_path(path)) if path else default_db_path()
+        target = (path if is_url(path) else sqlite_file(path)) if path else _default_target()
         if target is None:
             raise WorkspaceError("no .beads/ workspace found here or above (run 'mesh tracker init')")
         return cls(target, actor=actor)
+
+    @property
+    def path(self) -> Path | str:
+        """What reopens this database: its file (a ``Path``), or its PostgreSQL URL."""
+        return self.db.path
 
     def close(self) -> None:
         self.db.close()
@@ -256,6 +279,7 @@ def write_workspace_files(beads: Path, where: dict) -> list[str]:
     each only where it is missing; the paths written. Nothing for a database elsewhere (``--db``):
     a ``.beads/`` without its database would pass for the workspace."""
     import json  # here: the hot bd reads import this module and never need json
+    from pathlib import Path
 
     if where.get("engine") or Path(where["database_path"]).resolve() != (beads / DB_NAME).resolve():
         return []
