@@ -44,7 +44,7 @@ from roles.bounds import AnswerBounds
 from roles.backends.presets import PRESET_NAMES, WORKER_NAMES
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the sandbox's modules load when a config names commands or its limits are read
     from orchestrator.sandbox.bwrap import Limits
     from orchestrator.sandbox.worker_sandbox import WorkerLimits
 
@@ -168,12 +168,8 @@ class ValidationConfig(_Strict):
     @field_validator("allow")
     @classmethod
     def _check_allow(cls, value: list[str]) -> list[str]:
-        # The sandbox's modules load with a config that names commands: reading one that does not
-        # (``mesh show``, ``mesh usage``) imports none of them.
-        if not value:
-            return value
-        from orchestrator.sandbox.allowlist import parse_allow_entry
-
+        if value:
+            from orchestrator.sandbox.allowlist import parse_allow_entry
         for entry in value:
             try:
                 parse_allow_entry(entry)
@@ -209,7 +205,6 @@ class ValidationConfig(_Strict):
     def limits(self) -> Limits:
         """The per-process resource limits of a validation command."""
         from orchestrator.sandbox.bwrap import Limits
-
         return Limits(cpu_s=self.cpu_limit_s, memory_mb=self.memory_limit_mb, file_size_mb=self.file_size_limit_mb,
                       max_processes=self.max_processes, tree_growth_mb=self.tree_growth_mb)
 
@@ -233,7 +228,6 @@ class WorkerLimitsConfig(_Strict):
     def limits(self) -> WorkerLimits:
         """The caps the worker sandbox applies to each call."""
         from orchestrator.sandbox.worker_sandbox import WorkerLimits
-
         return WorkerLimits(memory_mb=self.memory_mb, max_processes=self.max_processes,
                             home_growth_mb=self.home_growth_mb, home_files=self.home_files)
 
