@@ -234,3 +234,67 @@ def test_merge_auto_merges_through_the_forge_once_the_checks_pass_and_never_othe
         _feedback_config(ws, "")
         code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
         assert code == 0 and report["outcome"] == "closed" and state.merges == [], res.output
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab"])
+def test_the_forges_webhook_to_mesh_serve_closes_merged_work_and_refuses_an_unsigned_delivery(tmp_path, kind,
+                                                                                               monkeypatch):
+    import hashlib
+    import hmac
+    import json
+    import os
+
+    import httpx
+
+    from tests.servekit import Server
+
+    secret = "hook-secret-0123456789"
+    with served(kind) as (state, url):
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        monkeypatch.setenv("FORGE_HOOK_SECRET", secret)
+        ws, remote = _forge_workspace(tmp_path, kind, url, close_mode="ci")
+        text = (ws.repo / "mesh.toml").read_text() + 'webhook_secret_env = "FORGE_HOOK_SECRET"\n'
+        (ws.repo / "mesh.toml").write_text(text)
+        ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "hook")
+        from tests.servekit import KEY
+
+        code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo", env={"MESH_SIGNING_KEY": KEY})
+        assert code == 0 and report["outcome"] == "awaiting_ci", res.output
+        tip = _remote_tip(remote, "mesh/land/demo")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        subprocess.run(["git", "--git-dir", str(remote), "update-ref", "refs/heads/main", tip], check=True, env=env)
+        state.pulls[0].merged(tip)
+        if kind == "github":
+            body = json.dumps({"action": "closed", "pull_request": {"number": 1, "merged": True,
+                                                                    "head": {"ref": "mesh/land/demo"}}}).encode()
+            good = {"X-GitHub-Event": "pull_request",
+                    "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()}
+            bad = {"X-GitHub-Event": "pull_request", "X-Hub-Signature-256": "sha256=" + "0" * 64}
+        else:
+            body = json.dumps({"object_kind": "merge_request", "object_attributes": {
+                "iid": 1, "action": "merge", "source_branch": "mesh/land/demo"}}).encode()
+            good = {"X-Gitlab-Event": "Merge Request Hook", "X-Gitlab-Token": secret}
+            bad = {"X-Gitlab-Event": "Merge Request Hook", "X-Gitlab-Token": "guess"}
+        server = Server(ws)
+        try:
+            hook = server.url.split("?")[0].rstrip("/") + "/forge/webhook"
+            # As the forge delivers it: from elsewhere (another Host, no page of this server).
+            headers = {"Host": "hooks.example.com", "Content-Type": "application/json"}
+            for refused in ({**headers, **bad}, headers):
+                answer = httpx.post(hook, content=body, headers=refused)
+                assert answer.status_code == 401, answer.text
+            with ws.tracker() as t:
+                assert t.get(TASK)["status"] == "in_progress"
+            assert httpx.get(hook).status_code == 405
+            answer = httpx.post(hook, content=body, headers={**headers, **good}, timeout=120)
+            assert answer.status_code == 200 and answer.json()["summary"].startswith("synced 1 scope"), answer.text
+            [synced] = answer.json()["synced"]
+            assert synced["action"] == "closed", synced
+            with ws.tracker() as t:
+                assert t.get(TASK)["status"] == "closed"
+            # Delivered again: nothing more happens.
+            answer = httpx.post(hook, content=body, headers={**headers, **good}, timeout=120)
+            assert answer.status_code == 200 and answer.json()["synced"] == [], answer.text
+        finally:
+            server.stop()
+        assert secret not in "".join(server.lines)

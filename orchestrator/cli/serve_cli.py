@@ -7,6 +7,7 @@ the command runs: ``mesh --help`` and every other command start without them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -77,7 +78,7 @@ def serve_command(ctx: click.Context, host: str, port: int, token: str | None, r
 
     settings = Settings(target=target, actor=actor, host=host, port=port, token=token, read_only=read_only,
                         prices=config.prices, key=signing_key(), reviewer=git_user_name(Path(repo or ".")),
-                        evals=_evals_folder(Path(repo or ".")))
+                        evals=_evals_folder(Path(repo or ".")), webhook=_webhook(config, Path(repo or ".")))
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     click.echo(f"mesh serve: {url}" + ("  (read-only)" if read_only else ""), err=True)
@@ -103,3 +104,23 @@ def _evals_folder(repo: Path) -> Path | None:
         return repo_root(repo.resolve()) / ".mesh" / "evals"
     except GitError:
         return None
+
+
+def _webhook(config: Any, repo: Any) -> tuple[str, str, Any] | None:
+    """The forge's webhook, when ``[forge] webhook_secret_env`` names a secret that is set: its
+    provider, secret and the sync of a branch (docs/pull-requests.md)."""
+    import os
+
+    forge = config.forge
+    if forge is None or not forge.webhook_secret_env:
+        return None
+    secret = os.environ.get(forge.webhook_secret_env) or ""
+    if not secret:
+        click.echo(f"mesh serve: the forge webhook is not served: export {forge.webhook_secret_env}", err=True)
+        return None
+    from orchestrator.landing.forge_hook import sync_branch
+    from orchestrator.worktree.gitops import repo_root
+
+    root = repo_root(repo)
+    click.echo("mesh serve: the forge webhook is served at /forge/webhook", err=True)
+    return forge.provider, secret, lambda tracker, branch: sync_branch(tracker, config, root, branch)

@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -40,7 +40,7 @@ from orchestrator.web.events import TaskCards, change_stream, last_event_id, tas
 from orchestrator.web.times import when
 from orchestrator.web.evals import eval_list, eval_page, run_report
 from orchestrator.web.ledger_pages import call_page, logs_page, usage_page
-from orchestrator.web.security import COOKIE, SECURITY_HEADERS, STANDALONE_CSP, Guard, body_limit
+from orchestrator.web.security import COOKIE, SECURITY_HEADERS, STANDALONE_CSP, WEBHOOK, Guard, body_limit
 from orchestrator.web.task import review_from_form, review_page, task_page, task_status
 
 __all__ = ["Settings", "create_app", "git_user_name"]
@@ -65,6 +65,8 @@ class Settings:
     reviewer: str | None = None
     # Where the repository's evals are (``<repo>/.mesh/evals``), None when serving no repository.
     evals: Path | None = None
+    # The forge's webhook: (provider, secret, the sync of a branch), None when not served.
+    webhook: tuple[str, str, Any] | None = None
 
 
 class _Guarded:
@@ -315,6 +317,21 @@ def create_app(settings: Settings) -> Any:
     def standalone(html: str) -> HTMLResponse:
         return HTMLResponse(html, headers={"Content-Security-Policy": STANDALONE_CSP})
 
+    async def forge_webhook(request: Request) -> Response:
+        from orchestrator.landing.forge_hook import event_branch, verify
+
+        provider, secret, sync_branch = settings.webhook
+        body = await request.body()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if not verify(provider, secret, headers, body):
+            return PlainTextResponse("refused: the delivery does not carry the webhook's secret\n", status_code=401)
+        branch = event_branch(provider, headers, body)
+        if branch is None:
+            return PlainTextResponse("ignored: not an event mesh waits on\n", status_code=202)
+        synced = await read(sync_branch, tracker(), branch)
+        return JSONResponse({"branch": branch, "synced": synced,
+                             "summary": f"synced {len(synced)} scope(s) of {printable(branch, one_line=True)}"})
+
     async def csp_report(request: Request) -> Response:
         body = (await request.body())[:4000].decode("utf-8", "replace")
         print(printable(scrub(f"mesh serve: CSP report: {body}"), one_line=True), file=sys.stderr, flush=True)
@@ -357,10 +374,12 @@ def create_app(settings: Settings) -> Any:
         Route("/logs/{call:int}", call),
         Route("/csp-report", csp_report, methods=["POST"]),
         *writes,
+        *([Route(WEBHOOK, forge_webhook, methods=["POST"])] if settings.webhook else []),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
-    guard = Guard(host=settings.host, port=settings.port, token=settings.token, read_only=settings.read_only)
+    guard = Guard(host=settings.host, port=settings.port, token=settings.token, read_only=settings.read_only,
+                  webhook=settings.webhook is not None)
     return _Guarded(app, guard)
 
 

@@ -14,6 +14,9 @@
 - No request body is read beyond its limit (``body_limit``: 16 KiB for a CSP report, 1 MiB for
   a form): a ``Content-Length`` above it is refused (413) before anything is read, and a body
   sent without one (chunked) is counted while it streams in and refused when it passes it.
+- The forge's webhook (``/forge/webhook``, served only when ``[forge] webhook_secret_env`` names
+  a secret that is set) needs no token and no same-origin: the delivery must carry the secret
+  (GitHub's HMAC signature of the body, GitLab's token), checked before the body is used.
 - Every answer carries a Content-Security-Policy without inline script or style (scripts and
   styles only from this server, no frame, no plugin, no base change, forms only to this server,
   connections only to this server) and ``nosniff``, ``no-referrer`` and ``DENY`` for framing.
@@ -27,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
-__all__ = ["CSP", "STANDALONE_CSP", "COOKIE", "CSP_REPORT_BYTES", "Guard", "MAX_BODY_BYTES", "SECURITY_HEADERS", "Verdict", "body_limit",
+__all__ = ["WEBHOOK", "CSP", "STANDALONE_CSP", "COOKIE", "CSP_REPORT_BYTES", "Guard", "MAX_BODY_BYTES", "SECURITY_HEADERS", "Verdict", "body_limit",
            "needs_token", "new_token"]
 
 LOOPBACK = "127.0.0.1"
@@ -49,6 +52,8 @@ SECURITY_HEADERS = {
 
 
 MAX_BODY_BYTES = 1 << 20
+# Where a forge delivers its events (``[forge] webhook_secret_env``).
+WEBHOOK = "/forge/webhook"
 CSP_REPORT_BYTES = 16 << 10
 
 
@@ -86,6 +91,8 @@ class Guard:
     port: int
     token: str | None
     read_only: bool = False
+    # A forge's webhook is served (``[forge] webhook_secret_env`` names a set secret).
+    webhook: bool = False
 
     def _token_ok(self, given: str | None) -> bool:
         return bool(given) and self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
@@ -93,6 +100,15 @@ class Guard:
     def check(self, method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str],
               cookies: Mapping[str, str]) -> Verdict:
         """The verdict on one request (header names lower-case)."""
+        if path == WEBHOOK and self.webhook:
+            # The forge's delivery: it has no token of this server and comes from no page of
+            # it; the webhook's secret (checked by the route, before the body is read) stands in.
+            if method != "POST":
+                return Verdict(405, "the forge's webhook takes POST only")
+            length = headers.get("content-length")
+            if length is None or not length.strip().isdigit() or int(length) > MAX_BODY_BYTES:
+                return Verdict(413, f"refused: a delivery here is {MAX_BODY_BYTES} bytes at most, with its length")
+            return Verdict()
         if self.token is None:
             host = (headers.get("host") or "").lower()
             if host not in (f"{LOOPBACK}:{self.port}", f"localhost:{self.port}"):
