@@ -38,6 +38,17 @@ def _feedback_config(ws, extra: str) -> None:
     ws.git("push", "-q", "origin", "main")
 
 
+def _person_on_the_pull_request(ws) -> dict:
+    """``reviewer = "human"`` in the workspace's mesh.toml; the happy script without a model
+    reviewer (the person reviews on the pull request)."""
+    text = (ws.repo / "mesh.toml").read_text()
+    (ws.repo / "mesh.toml").write_text('reviewer = "human"\n' + text)
+    ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "human")
+    script = happy_script()
+    del script["reviewer"]
+    return script
+
+
 def _remote_tip(remote, branch: str) -> str:
     return subprocess.run(["git", "--git-dir", str(remote), "rev-parse", branch], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -107,11 +118,7 @@ def test_a_listed_reviewers_approval_on_the_pull_request_is_the_tasks_human_revi
                               reviews=[("mallory", "approved", "", []), ("alice", "approved", "lgtm", [])])]
         ws, _remote = _forge_workspace(tmp_path, kind, url)
         _feedback_config(ws, 'reviewers = ["alice"]\n')
-        text = (ws.repo / "mesh.toml").read_text()
-        (ws.repo / "mesh.toml").write_text('reviewer = "human"\n' + text)
-        ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "human")
-        script = happy_script()
-        del script["reviewer"]  # no model reviewer: the person reviews on the pull request
+        script = _person_on_the_pull_request(ws)  # no model reviewer: the person reviews on the pull request
         code, report, res = ws.run(script, "--onto", "mesh/land/demo")
         assert code == 0 and report["outcome"] == "closed", res.output
         [verdict] = [cp.payload["artifact"] for cp in ws.checkpoints() if cp.kind == "forge-verdict"]
@@ -130,11 +137,7 @@ def test_a_human_review_on_the_pull_request_waits_for_a_listed_reviewer(tmp_path
         state.rounds = [Round(checks=[("unit-tests", "success", "")], reviews=[("mallory", "approved", "", [])])]
         ws, _remote = _forge_workspace(tmp_path, "github", url)
         _feedback_config(ws, 'reviewers = ["alice"]\n')
-        text = (ws.repo / "mesh.toml").read_text()
-        (ws.repo / "mesh.toml").write_text('reviewer = "human"\n' + text)
-        ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "human")
-        script = happy_script()
-        del script["reviewer"]
+        script = _person_on_the_pull_request(ws)
         path = ws.write_script(script)
         from tests.runkit import MESH
 
@@ -298,3 +301,59 @@ def test_the_forges_webhook_to_mesh_serve_closes_merged_work_and_refuses_an_unsi
         finally:
             server.stop()
         assert secret not in "".join(server.lines)
+
+
+def test_the_pull_request_shows_its_reviewers_the_lines_reaching_into_the_tests_and_links_reports(
+        tmp_path, monkeypatch):
+    """Round E left to the pull request's reviewers: a change reaching into the test machinery is
+    named in the body they read (nobody else flags it to them), and each task links its report."""
+    from orchestrator.mutants import planting
+    from tests.test_tamper_check import forged_patch
+
+    monkeypatch.setattr(planting, "MUTATORS", {})  # the twins would catch it first; the body is shown here
+    with served("github") as (state, url):
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        state.rounds = [Round(checks=[("unit-tests", "success", "")], reviews=[("alice", "approved", "", [])])]
+        ws, remote = _forge_workspace(tmp_path, "github", url)
+        state.remote = remote
+        _feedback_config(ws, 'reviewers = ["alice"]\nreport_url = "https://mesh.example.com"\n')
+        script = _person_on_the_pull_request(ws)
+        script["synthesizer"][0] = r("synthesis", synthesis(forged_patch(ws.repo)))
+        code, report, res = ws.run(script, "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "closed", res.output
+        body = state.pulls[0].body
+        assert "reaches into the test machinery" in body and "temperature.py:" in body, body
+        assert f"report: https://mesh.example.com/task/{TASK}" in body
+        # mesh forge status shows the head's checks and the reviews given.
+        shown = ws.mesh("forge", "status", "--repo", str(ws.repo))
+        assert shown.exit_code == 0 and "checks: 1 passed" in shown.stdout and "review: alice approved" in shown.stdout, \
+            shown.output
+
+
+def test_a_comment_on_a_file_an_earlier_task_changed_tells_that_task(tmp_path, monkeypatch):
+    from tests.test_pull_requests import NOTES_PATCH
+
+    with served("github") as (state, url):
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        ws, _remote = _forge_workspace(tmp_path, "github", url)
+        _feedback_config(ws, 'reviewers = ["alice"]\n')
+        # The first task (temperature.py) lands; checks pass, nobody comments.
+        state.rounds = [Round(checks=[("unit-tests", "success", "")]),
+                        # The second (NOTES.md) is pushed: alice comments on the first one's file.
+                        Round(checks=[("unit-tests", "success", "")],
+                              reviews=[("alice", "commented", "", [("temperature.py", 8, "name this constant")])]),
+                        Round(checks=[("unit-tests", "success", "")])]
+        code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "closed", res.output
+        script = _with_revision(happy_script(), ["PR"])
+        script["synthesizer"][0] = r("synthesis", synthesis(NOTES_PATCH))
+        script["synthesizer"][-1] = r("revision", synthesis(NOTES_PATCH.replace("two decimals", "2 decimals")
+                                                            .replace("new file mode 100644\n--- /dev/null",
+                                                                     "--- a/NOTES.md").replace("@@ -0,0 +1 @@",
+                                                                                               "@@ -1 +1 @@\n-Conversions are rounded to two decimals.")))
+        code, report, res = ws.run(script, "--onto", "mesh/land/demo")
+        second = report["task"]["id"]
+        assert code == 0 and report["outcome"] == "closed", res.output
+        with ws.tracker() as t:
+            told = [c["text"] for c in t.comments(TASK) if "commented on temperature.py:8" in c["text"]]
+        assert len(told) == 1 and second in told[0]

@@ -1,8 +1,10 @@
 """``mesh forge``: the pull requests of the configured forge (``[forge]``, docs/pull-requests.md).
 
 ``mesh forge status`` lists each scope's integration branch (``mesh/land/*``), the branch it
-follows, and the open pull request the forge holds for it (number, state, URL), asking the forge
-itself: what the checkpoints recorded may have been merged or closed since.
+follows, and the open pull request the forge holds for it (number, state, URL, its head's checks
+and the reviews given), asking the forge itself: what the checkpoints recorded may have been
+merged or closed since. ``mesh forge sync`` closes a scope's tasks once its pull request merged
+(or, with ``close_mode = "forge"``, once its required checks passed).
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ def status_command(ctx: click.Context, repo, config_file, as_json) -> None:
                 try:
                     pull = forge.find_open(branch, base) if base else None
                     row["pull_request"] = pull.to_dict() if pull else None
+                    if pull is not None and pull.head_sha:
+                        # Its head's checks and the reviews given on it, as the forge has them now.
+                        row["checks"] = [c.to_dict() for c in forge.checks(pull.head_sha)]
+                        row["reviews"] = [{"login": r.login, "state": r.state, "comments": len(r.notes)}
+                                          for r in forge.reviews(pull.number)]
                 except ForgeError as exc:
                     row["error"] = str(exc)
                 rows.append(row)
@@ -74,6 +81,16 @@ def status_command(ctx: click.Context, repo, config_file, as_json) -> None:
             what = (f"{forge.noun} #{pull['number']} {pull['state']}: {pull['url']}" if pull
                     else f"error: {row['error']}" if row["error"] else f"no open {forge.noun}")
             lines.append(printable(f"{row['branch']} -> {row['base'] or '(no base)'}: {what}"))
+            checks = row.get("checks") or []
+            if checks:
+                counted = {state: sum(1 for c in checks if c["state"] == state) for state in ("passed", "failed",
+                                                                                              "pending")}
+                lines.append(printable("  checks: " + ", ".join(f"{n} {state}" for state, n in counted.items() if n)
+                                       + "".join(f"; {c['name']} {c['conclusion']}" for c in checks
+                                                 if c["state"] == "failed")))
+            lines += [printable(f"  review: {r['login']} {r['state'].replace('_', ' ')}"
+                                + (f" ({r['comments']} line comment(s))" if r["comments"] else ""))
+                      for r in row.get("reviews") or []]
         return "\n".join(lines)
 
     _result(as_json, rows, render)

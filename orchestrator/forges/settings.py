@@ -45,10 +45,13 @@ class ForgeConfig(BaseModel):
     # "auto": mesh merges the pull request once its checks (and a listed reviewer's approval,
     # where a person's review is asked) pass, through the forge's own merge; "never": people do.
     merge: Literal["never", "auto"] = "never"
+    # The public address of ``mesh serve`` (e.g. https://mesh.example.com): each task's line in a
+    # pull request's body links its report there. None: no link.
+    report_url: str | None = None
     # The variable holding the secret of the forge's webhook to ``mesh serve`` (None: no webhook).
     webhook_secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-    @field_validator("api_url")
+    @field_validator("api_url", "report_url")
     @classmethod
     def _check_api_url(cls, value: str | None) -> str | None:
         from orchestrator.forges.api import check_api_url

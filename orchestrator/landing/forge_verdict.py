@@ -224,6 +224,8 @@ def verdict_of(engine: Any, published: dict, *, phase: str, transport: Any = Non
                    + (f", approved by {verdict.approved_by}" if verdict.approved_by else ""))
         stored = engine._checkpoint("forge-verdict", None, phase, summary, artifact)
         engine.mutations.append(f"{engine.task['id']}: {summary}")
+    if stored["artifact"].get("review"):
+        _tell_other_tasks(engine, published, stored["artifact"])
     artifact = stored["artifact"]
     if artifact.get("review"):
         raise ForgeChanges(artifact["review"])
@@ -262,3 +264,30 @@ def _merge(engine: Any, published: dict, sha: str, *, phase: str, transport: Any
     summary = f"{noun} #{number} {action} at {sha[:12]} (merge = auto)"
     engine._checkpoint("pull-request", None, step, summary, {**published, "action": action, "sha": sha})
     engine.mutations.append(f"{engine.task['id']}: {summary}")
+
+
+def _tell_other_tasks(engine: Any, published: dict, artifact: dict) -> None:
+    """A reviewer's line comment on a file another task of the pull request changed (and this
+    one did not): that task is told, once, which revision took it up. The revision of the task
+    that pushed makes the change (its worktree holds every landed task's files)."""
+    from orchestrator.worktree.gitops import _git
+
+    repo, head, base = engine.lander.repo, str(published.get("head") or ""), str(published.get("base") or "")
+    wt = engine.worktree
+    mine = set(_git(wt.path, "diff", "--name-only", "--no-renames", wt.base, wt.branch, check=False).stdout.split())
+    for review in artifact.get("reviews") or []:
+        for note in review.get("notes") or []:
+            path = str(note.get("path") or "")
+            if not path or path in mine or not head or not base:
+                continue
+            log = _git(repo, "log", "--format=%(trailers:key=Mesh-Task,valueonly,unfold)",
+                       f"refs/heads/{base}..refs/heads/{head}", "--", path, check=False).stdout.split()
+            for task_id in dict.fromkeys(log):
+                if task_id == engine.task["id"]:
+                    continue
+                engine._check_lease()
+                engine.tracker.add_comment(
+                    task_id, f"mesh: {review.get('login')} commented on {path}:{note.get('line')} of"
+                             f" {published.get('noun') or 'pull request'} #{published.get('number')}, a file this task"
+                             f" changed; the revision of {engine.task['id']} (run {engine.run_id}) takes it up",
+                    dedupe_key=f"forge-note:{published.get('provider')}:{note.get('id')}:{task_id}")

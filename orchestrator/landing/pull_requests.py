@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import quote
 
 from orchestrator.forges.model import ForgeError, PullRequest
 from orchestrator.forges.table import connect
@@ -72,6 +73,15 @@ def _tests_line(tracker: Any, task_id: str) -> str:
     return ""
 
 
+def _tampering(tracker: Any, task_id: str) -> list[Mapping[str, Any]]:
+    """What of the task's change reaches into the test machinery, when its review was left to
+    the pull request's reviewers (they must be told: ``tamper``'s lines)."""
+    for cp in reversed(load_checkpoints(tracker, task_id)):
+        if cp.kind == "review" and cp.payload.get("reviewer") == "deferred/forge":
+            return [t for t in cp.payload.get("tampering") or [] if isinstance(t, Mapping)]
+    return []
+
+
 def _cost(tracker: Any, task_id: str, current: Mapping[str, float]) -> str:
     """``$0.42`` spent on the task: its runs' recorded costs (``[orch:outcome]``), the running
     one's from ``current``; '' when nothing was priced."""
@@ -112,8 +122,11 @@ def body_for(tracker: Any, repo: Path, head: str, base: str, *, report_url: str 
                  _cost(tracker, task_id, (running or {}).get(task_id, {})) if tracker is not None else ""]
         lines.append(f"- **{neutral(task_id)}**: {neutral(title.strip())} ({', '.join(f for f in facts if f)})")
         lines += [f"  - fixed: {neutral(finding)[:200]}" for finding in fixed[:5]]
+        if tracker is not None:
+            lines += [f"  - **reaches into the test machinery** at `{neutral(t['location'])}`: {neutral(t['what'])}"
+                      " (a person's approval is needed)" for t in _tampering(tracker, task_id)[:5]]
         if report_url:
-            lines.append(f"  - report: {report_url.rstrip('/')}/task/{neutral(task_id)}")
+            lines.append(f"  - report: {report_url.rstrip('/')}/task/{quote(task_id, safe='')}")
     if count > _BODY_TASKS:
         lines.append(f"- and {count - _BODY_TASKS} more task(s)")
     if not count:
@@ -149,7 +162,7 @@ def publish(engine: Any, sha: str, *, phase: str = "land", environ: Mapping[str,
     try:
         title = scope_title(engine.tracker, engine.task, lander.branch) if cfg.pull_requests == "scope" else \
             f"{neutral(str(engine.task.get('title') or engine.task['id']))[:200]} ({neutral(engine.task['id'])})"
-        body = body_for(engine.tracker, lander.repo, head, base,
+        body = body_for(engine.tracker, lander.repo, head, base, report_url=cfg.report_url,
                         running={engine.task["id"]: {engine.run_id: float(getattr(engine.usage, "cost_usd", 0.0) or 0.0)}})
         pull: PullRequest | None = forge.find_open(head, base)
         if pull is None:
