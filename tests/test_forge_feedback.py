@@ -82,6 +82,11 @@ def test_a_failing_check_is_fed_to_the_revision_and_its_commit_pushed_again(tmp_
             assert t.get(TASK)["status"] == "closed"
         log = ws.git("log", "--format=%s", "main..mesh/land/demo").splitlines()
         assert len(log) == 2  # one commit per landing of the task
+        # The token is nowhere a worker, a person or a log can read it, the waits included.
+        assert TOKEN not in res.output
+        for path in ws.root.rglob("*"):
+            if path.is_file() and path.stat().st_size < 50 << 20:
+                assert TOKEN.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.parametrize("kind", ["github", "gitlab"])
@@ -357,3 +362,43 @@ def test_a_comment_on_a_file_an_earlier_task_changed_tells_that_task(tmp_path, m
         with ws.tracker() as t:
             told = [c["text"] for c in t.comments(TASK) if "commented on temperature.py:8" in c["text"]]
         assert len(told) == 1 and second in told[0]
+
+
+@pytest.mark.parametrize("point", ["forge-pushed#2", "land-ref#2", "land-checkpoint#2", "finding-issue#1"])
+def test_a_run_killed_in_the_forges_revision_resumes_with_one_pull_request_and_one_commit_per_landing(
+        tmp_path, point):
+    import json
+    import os
+
+    from tests.runkit import MESH
+
+    with served("github") as (state, url):
+        state.rounds = [Round(checks=[("unit-tests", "failure", LOG)]), Round(checks=[("unit-tests", "success", "")])]
+        ws, remote = _forge_workspace(tmp_path, "github", url)
+        _feedback_config(ws, "")
+        full = _with_revision(happy_script(), ["VALIDATION"])
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "FORGE_TOKEN": TOKEN}
+
+        def argv(script) -> list[str]:
+            return [*MESH, "--db", str(ws.db), "--actor", "tester", "run", "--label", "plan:demo", "--backend",
+                    "replay", "--script", str(script), "--repo", str(ws.repo), "--json", "--onto", "mesh/land/demo"]
+
+        killed = subprocess.run(argv(ws.write_script(full)), capture_output=True, text=True,
+                                env={**env, "MESH_CRASH_AT": point}, timeout=300)
+        assert killed.returncode == -9, killed.stderr[-3000:]
+        # The resumed run is asked only what the killed one was not (the replay goes on from there).
+        with ws.tracker() as t:
+            for call in calls_for(t, task_id=TASK):
+                full[call["role"]].pop(0)
+        resumed = subprocess.run(argv(ws.write_script(full, "resume.json")), capture_output=True, text=True, env=env,
+                                 timeout=300)
+        report = json.loads(resumed.stdout) if resumed.stdout.strip().startswith("{") else None
+        assert report is not None and report["outcome"] == "closed", resumed.stdout[-2000:] + resumed.stderr[-3000:]
+        assert len(state.pulls) == 1
+        lands = [cp.payload["artifact"] for cp in ws.checkpoints() if cp.kind == "land"]
+        assert [land["result"] for land in lands] == ["landed", "landed"]
+        assert len(ws.git("log", "--format=%H", "main..mesh/land/demo").split()) == 2
+        assert _remote_tip(remote, "mesh/land/demo") == lands[1]["sha"]
+        with ws.tracker() as t:
+            findings = [i for i in t.list(status=["open", "closed"]) if "check(s) failed" in (i.get("title") or "")]
+        assert len(findings) == 1
