@@ -113,6 +113,12 @@ class BaseTests:
     statuses: dict[str, BaseStatuses] = field(default_factory=dict)
     # (repository whose build caches hold them, the base's tree, the validation view's key)
     store: tuple[Path, str, str] | None = None
+    # Commands whose runs of the base tree may stand for a command's (the check commands), and a
+    # checkout to read a package's path from.
+    covering: list[str] = field(default_factory=list)
+    tree_path: Path | None = None
+    # command -> the command whose kept run of the base tree its statuses were read from.
+    read_from: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def resumed(cls, artifacts: Iterable[Any], commit: str) -> BaseTests:
@@ -128,6 +134,13 @@ class BaseTests:
         """The base's statuses for ``command``: held, or kept on this machine."""
         if command not in self.statuses and self.store is not None:
             found = base_results.load(*self.store[:2], command, self.store[2])
+            if found is None and self.covering:
+                # The tree's tests ran once already under a command covering this one: read, not rerun.
+                from orchestrator.sandbox.subset_runs import base_statuses
+
+                derived = base_statuses(command, self.covering, self.store, self.tree_path)
+                if derived is not None:
+                    self.read_from[command], found = derived
             if found is not None:
                 self.statuses[command] = found
         return self.statuses.get(command)
@@ -175,7 +188,8 @@ class BaseTests:
 
     def to_dict(self) -> dict[str, Any]:
         """The form kept in the proof artifact (``base_tests``): the counts, not the statuses."""
-        return {"commit": self.commit, "counts": dict(self.counts)}
+        return {"commit": self.commit, "counts": dict(self.counts),
+                **({"read_from": dict(self.read_from)} if self.read_from else {})}
 
 
 # At most this many failing tests of one command are run again alone, per validation.
@@ -270,10 +284,17 @@ class Proof:
         their test runners report (``testcounts.runner_counts_phrase``), so one failed command never
         reads as one failed test."""
         rejected = sum(1 for r in self.results if r["rejected"])
-        counted = [c for c in (TestCounts.from_dict(r.get("tests")) for r in self.results) if c]
+        # A command judged from another's run ran no test of its own: its tests are counted once.
+        judged = sum(1 for r in self.results if r.get("judged_from"))
+        counted = [c for c in (TestCounts.from_dict(r.get("tests")) for r in self.results if not r.get("judged_from"))
+                   if c]
+        read = self.base_tests.read_from if self.base_tests else {}
         return (f"{'pass' if self.passed else 'fail'}: {sum(r['passed'] for r in self.results)}/{self.ran} command(s) passed"
                 + (f", {rejected} rejected" if rejected else "")
-                + (f"; {runner_counts_phrase(counted)}" if counted else ""))
+                + (f"; {runner_counts_phrase(counted)}" if counted else "")
+                + (f"; {judged} command(s) judged from another's run" if judged else "")
+                + (f"; the base's results of {len(read)} command(s) read from its earlier run, not run again"
+                   if read else ""))
 
     def details(self) -> str:
         """One line per command (a failed one naming its first failing tests)."""

@@ -17,7 +17,7 @@ from orchestrator.protocol.validation_findings import allowed_commands_check
 from orchestrator.protocol.proof import BaseTests, Proof, retry_flaky
 from orchestrator.protocol.outcomes import Attempt, Blocked
 from orchestrator.toolchains import base_results
-from orchestrator.toolchains.base_check import note_validated
+from orchestrator.toolchains.base_check import check_commands, note_validated
 
 if TYPE_CHECKING:
     from orchestrator.sandbox.validation import ValidationResult
@@ -264,12 +264,21 @@ class Rounds:
         last = proofs[-1] if proofs else None
         if not last or last.get("commit") != head or not isinstance(last.get("results"), list):
             return None
-        if [r.get("command") for r in last["results"] if isinstance(r, Mapping)] != commands:
+        if [r.get("command") for r in last["results"] if isinstance(r, Mapping)] != \
+                [*commands, *self._covering_checks(commands)]:
             return None
         return Proof(list(last["results"]), bool(last.get("passed")),
                      sum(1 for r in last["results"] if isinstance(r, Mapping) and not r.get("rejected")), head,
                      BaseTests.resumed([last], last["base_tests"]["commit"]) if isinstance(last.get("base_tests"), Mapping)
                      and isinstance(last["base_tests"].get("commit"), str) else None)
+
+    def _covering_checks(self, commands: list[str]) -> list[str]:
+        """The project's check commands covering one of ``commands`` (``subset_runs.covering``)."""
+        from orchestrator.sandbox.subset_runs import covering
+
+        checks = list(self.base_check.commands) if self.base_check is not None else \
+            check_commands(self.config.validation, list(getattr(self.environment, "checks", ()) or ()))
+        return covering(commands, checks, self.worktree.path)
 
     def _validate_head(self, commands: list[str], head: str | None = None) -> Proof:
         """Run ``commands`` on the head of the engine's task branch (or on the commit ``head``);
@@ -287,6 +296,9 @@ class Rounds:
                                   environment=self.environment, hidden=tracker_paths(self.tracker), since=since)
 
         head = head or self.worktree.head()
+        # A command the project's check covers is judged from the check's run, which then also
+        # serves as the base check of the task cut from this tree: its tests run once.
+        commands = [*commands, *self._covering_checks(commands)]
         # A workspace's packages the change does not reach are not run (the base's run them all).
         results = run(commands, head, self.worktree.base)
         crash_point("validation")
@@ -299,6 +311,10 @@ class Rounds:
             tree = base_results.tree_of(repo, self.base_tests.commit)
             if tree is not None:  # each test's status on the base, kept on this machine by tree
                 self.base_tests.store = (repo, tree, base_results.view_key(self.environment))
+                # A command the base check's run covers is read from it, the base not run again.
+                self.base_tests.covering = list(self.base_check.commands) if self.base_check is not None else \
+                    check_commands(cfg, list(getattr(self.environment, "checks", ()) or ()))
+                self.base_tests.tree_path = self.worktree.path
             if self.base_check is not None and self.base_check.commit == self.base_tests.commit:
                 # The base check ran these commands on this very tree: its counts serve.
                 for result in self.base_check.results:
@@ -319,8 +335,13 @@ class Rounds:
             results = self.base_check.judge(results, self.base_tests.known)
         proof = Proof.of(results, commit=head, base_tests=self.base_tests)
         if proof.passed:
-            # A tree whose check commands passed here is a passed base for the task cut after it lands.
+            # A tree whose check commands passed here is a passed base for the task cut after it lands,
+            # and every command's test statuses are its, for the comparison of the task cut after it.
             note_validated(repo, head, results, self.environment, cfg)
+            tree = base_results.tree_of(repo, head)
+            for result in results if tree is not None else ():
+                if result.run is not None and not result.rejected:
+                    base_results.save(repo, tree, result.command, base_results.view_key(self.environment), result.run)
         return proof
 
 

@@ -15,8 +15,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.testruns.model import Run
 from orchestrator.testruns.subsets import covered_by
+from orchestrator.toolchains import base_results
 
-__all__ = ["derived", "plan"]
+__all__ = ["base_statuses", "covering", "derived", "plan"]
 
 # A larger run with one of these reasons says nothing trustworthy of its tests: its subsets share it.
 _SHARED_REASONS = ("runner_forged", "test_report_unreadable", "no_test_report")
@@ -50,7 +51,8 @@ def derived(command: str, big_command: str, big: Any, pick: Callable[[str], bool
         return None
     if big.reason in _SHARED_REASONS:
         return make(command=command, exit_code=big.exit_code, passed=False, rejected=False, reason=big.reason,
-                    stderr_tail=f"mesh: judged from the run of `{big_command}`, which ran its tests: {big.reason}")
+                    stderr_tail=f"mesh: judged from the run of `{big_command}`, which ran its tests: {big.reason}",
+                    judged_from=big_command)
     if big.run is None:
         return None
     cases = [case for case in big.run.cases if pick(case.id)]
@@ -63,4 +65,45 @@ def derived(command: str, big_command: str, big: Any, pick: Callable[[str], bool
     note = (f"mesh: judged from the tests of `{big_command}`, which ran every test this command selects"
             f" ({counts.ran} ran here); not run again")
     return make(command=command, exit_code=1 if failed else 0, passed=not failed, rejected=False, reason=None,
-                stderr_tail=note, tests=counts, run=run)
+                stderr_tail=note, tests=counts, run=run, judged_from=big_command)
+
+
+def base_statuses(command: str, covering: Sequence[str], store: tuple[Any, str, str], tree: Any
+                  ) -> tuple[str, "base_results.BaseStatuses"] | None:
+    """A base tree's statuses for ``command`` read from those kept for a command of ``covering``
+    that runs every test it selects (the base check's run of that tree): (that command, the
+    statuses of ``command``'s tests), or None when none covers it or its tests are not found
+    there. ``store``: (repository, the base's tree, the view's key); ``tree``: a checkout to read
+    a package's module path from."""
+    from orchestrator.sandbox.allowlist import split
+
+    small = split(command) or []
+    for big in covering:
+        if big == command or not small:
+            continue
+        pick = covered_by(small, split(big) or [], tree)
+        if pick is None:
+            continue
+        kept = base_results.load(store[0], store[1], big, store[2])
+        if kept is None:
+            continue
+        chosen = {test: status for test, status in kept.statuses.items() if pick(test)}
+        if any(status != "skipped" for status in chosen.values()):
+            return big, base_results.BaseStatuses(kept.runner, chosen, 0)
+    return None
+
+
+def covering(commands: Sequence[str], checks: Sequence[str], tree: Any) -> list[str]:
+    """The check commands (``checks``) not in ``commands`` that run every test of one of them:
+    run in their place, they judge it from their run, and leave the whole tree's results for
+    the next task cut from it (its base check), so the tree's tests run once."""
+    from orchestrator.sandbox.allowlist import split
+
+    out = []
+    for check in checks:
+        if check in commands or check in out:
+            continue
+        big = split(check) or []
+        if big and any(covered_by(split(command) or [], big, tree) is not None for command in commands):
+            out.append(check)
+    return out

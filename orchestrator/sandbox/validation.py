@@ -108,6 +108,8 @@ class ValidationResult:
     run: Run | None = field(default=None, compare=False, repr=False)
     # The tests the candidate lost against its base, by kind (``broken``, ``gone``, ``new_failures``).
     lost: dict[str, list[str]] | None = None
+    # The command whose run this one was judged from, not run itself (``subset_runs``).
+    judged_from: str | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field (the test counts as ``TestCounts.to_dict`` has them,
@@ -116,6 +118,8 @@ class ValidationResult:
         del out["run"]
         if not self.lost:
             del out["lost"]
+        if self.judged_from is None:
+            del out["judged_from"]
         if self.run is not None and (self.run.failures() or self.run.collection_errors):
             out["failures"] = failures_kept(self.run)
         if self.run is not None and self.run.flaky:

@@ -90,6 +90,27 @@ def _unittest_parts(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
     return [*found[1], "-m", "unittest"], found[2]
 
 
+def _discovery_start(args: Sequence[str]) -> str | None:
+    """The dotted package ``unittest discover``'s options start from, with test ids named from
+    the current folder (``-t .``, or no ``-s``); '' for the current folder; None when its ids are
+    named from elsewhere or an option is not read here."""
+    values: dict[str, str] = {}
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("-v", "--verbose", "-q", "--quiet", "-b", "--buffer", "-c", "--catch"):
+            continue
+        if arg in ("-s", "--start-directory", "-t", "--top-level-directory", "-p", "--pattern") and rest:
+            values[arg.lstrip("-")[0]] = rest.pop(0)
+            continue
+        return None
+    start = os.path.normpath(values.get("s", "."))
+    top = os.path.normpath(values.get("t", "." if "s" not in values else start))
+    if top != "." or start.startswith(("..", "/")):
+        return None
+    return "" if start == "." else start.replace(os.sep, ".")
+
+
 def _go_parts(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
     """(the options, the package patterns) of ``go test``; None otherwise."""
     if program(argv) != "go" or list(argv[1:2]) != ["test"]:
@@ -208,7 +229,11 @@ def covered_by(small: Sequence[str], big: Sequence[str], tree: Path | str | None
     names = [arg for arg in small_args if not arg.startswith("-")]
     if not names or not all(_DOTTED.match(name) for name in names) or any(a.startswith("-") for a in small_args):
         return None
-    if big_args and big_args != ["discover"]:
+    if big_args and big_args[0] == "discover" and big_args != ["discover"]:
+        start = _discovery_start(big_args[1:])
+        if start is None or not all(start == "" or name.startswith(start + ".") for name in names):
+            return None  # ids relative to another top folder, or a start the names are not inside
+    elif big_args and big_args != ["discover"]:
         if any(arg.startswith("-") or not _DOTTED.match(arg) for arg in big_args):
             return None  # discovery with options, or names the subset cannot be told inside
         if not all(any(name == b or name.startswith(b + ".") for b in big_args) for name in names):
