@@ -146,3 +146,61 @@ def test_ids_naming_another_machines_paths_are_counted_and_not_graded(tmp_path):
     assert found is not None, note
     assert found.pass_to_pass == ["tests.test_a::test_old"] and found.fail_to_pass == ["tests.test_a::test_new"]
     assert "1 PASS_TO_PASS test id(s) name a path of the machine SWE-bench's logs came from" in note, note
+
+
+def test_ids_swebench_cut_at_a_space_are_matched_as_its_grading_matches_them(tmp_path):
+    """Issue 46, item 4: SWE-bench's log parser keeps a status line's second word, so a
+    parametrized id holding a space is recorded cut (``test_expr[assert``, pytest-dev__pytest-11143).
+    It names every test of which it is the first word; it passes only when they all pass (pytest's
+    summary puts failures after passes, and SWE-bench keeps the last line of a name)."""
+    from orchestrator.evals.export import _tests_status
+
+    repo, base = _one_commit(tmp_path)
+    test_patch = ("diff --git a/tests/test_a.py b/tests/test_a.py\nnew file mode 100644\n--- /dev/null\n"
+                  "+++ b/tests/test_a.py\n@@ -0,0 +1,2 @@\n+def test_expr():\n+    assert True\n")
+    gold = "diff --git a/mod.py b/mod.py\n--- a/mod.py\n+++ b/mod.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n"
+    instance = Instance(instance_id="x__y-3", base_commit=base, problem_statement="p", test_patch=test_patch,
+                        patch=gold, FAIL_TO_PASS=["tests/test_a.py::test_expr[assert"],
+                        PASS_TO_PASS=["tests/test_a.py::test_old"])
+    case = _case_of(instance, repo, "python -m pytest tests/test_a.py", None, [])
+    calls = []
+
+    def run(tree, commands):
+        calls.append(tree)
+        on_base = len(calls) == 1
+        result = Run("pytest")
+        result.add("tests.test_a::test_expr[assert x == 1]", "failed" if on_base else "passed", 0.1, "assert")
+        result.add("tests.test_a::test_expr[assert  y]", "failed" if on_base else "passed", 0.1, "assert")
+        result.add("tests.test_a::test_expression", "passed", 0.1)
+        result.add("tests.test_a::test_old", "passed", 0.1)
+        return [ValidationResult(commands[0], 1 if on_base else 0, not on_base, False, None, tests=result.counts(),
+                                 run=result)]
+
+    found, note = check_instance(repo, instance, case, run, runs=1)
+    assert found is not None, note
+    assert found.fail_to_pass == ["tests.test_a::test_expr[assert x == 1]", "tests.test_a::test_expr[assert  y]"]
+    # Exported as SWE-bench names it, once: a failure when one of the tests it stands for failed.
+    graded = {"fail_to_pass": {"failed": ["tests.test_a::test_expr[assert  y]"]}, "pass_to_pass": {"failed": []}}
+    status = _tests_status(found, graded)
+    assert status["FAIL_TO_PASS"] == {"success": [], "failure": ["tests/test_a.py::test_expr[assert"]}
+    graded["fail_to_pass"]["failed"] = []
+    assert _tests_status(found, graded)["FAIL_TO_PASS"] == {"success": ["tests/test_a.py::test_expr[assert"],
+                                                           "failure": []}
+
+
+def test_an_instances_test_file_outside_the_usual_names_is_run_itself_not_the_whole_suite(tmp_path):
+    """Issue 46, item 8: astroid's tests/unittest_nodes.py is the instance's test file: named to the
+    instance's command, as SWE-bench's harness names it, never replaced by the whole check."""
+    from orchestrator.evals.swebench import instance_test_files
+
+    repo, base = _one_commit(tmp_path)
+    test_patch = "".join(
+        f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1,2 @@\n x = 1\n+y = 2\n"
+        for path in ("tests/unittest_nodes.py", "tests/conftest.py", "tests/testdata/python3/module.py",
+                     "tests/test_other.py", "tests/testdata/notes.txt"))
+    assert instance_test_files(test_patch) == ["tests/test_other.py", "tests/unittest_nodes.py"]
+    instance = Instance(instance_id="pylint-dev__astroid-1", base_commit=base, problem_statement="p",
+                        test_patch=test_patch, patch="", FAIL_TO_PASS=["tests/unittest_nodes.py::test_x"],
+                        PASS_TO_PASS=[])
+    case = _case_of(instance, repo, "python -m pytest -rA {tests}", "python -m pytest", [])
+    assert case.hidden_command == "python -m pytest -rA tests/test_other.py tests/unittest_nodes.py"

@@ -153,6 +153,9 @@ def _tests_status(case: Case, tests: dict) -> dict[str, dict[str, list[str]]] | 
     for kind, listed, key in (("FAIL_TO_PASS", case.fail_to_pass, "fail_to_pass"),
                               ("PASS_TO_PASS", case.pass_to_pass, "pass_to_pass")):
         failed = set((tests.get(key) or {}).get("failed") or [])
-        status[kind] = {"success": [case.swebench_ids.get(t, t) for t in listed if t not in failed],
-                        "failure": [case.swebench_ids.get(t, t) for t in listed if t in failed]}
+        # Several tests may stand for one id SWE-bench cut at a space: it fails when one of them does.
+        failing = list(dict.fromkeys(case.swebench_ids.get(t, t) for t in listed if t in failed))
+        status[kind] = {"success": [name for name in dict.fromkeys(case.swebench_ids.get(t, t) for t in listed)
+                                    if name not in failing],
+                        "failure": failing}
     return status

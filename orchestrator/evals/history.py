@@ -215,16 +215,17 @@ def history(repo: Path, *, since: str | None = None, until: str = "HEAD") -> Ite
             yield commit.strip(), parents.split(), message
 
 
-def hidden_command(command: str | None, tests: Sequence[str], whole: str | None = None) -> str | None:
+def hidden_command(command: str | None, tests: Sequence[str], whole: str | None = None, *,
+                   chosen: bool = False) -> str | None:
     """The command that runs a case's hidden tests: ``command`` with ``{tests}`` standing for the
-    test files among ``tests`` (data files and helpers are copied in, not named); when none is
-    one (the commit changed a test's data only), ``whole``, the project's whole check, which runs
-    the tests that read that data."""
+    test files among ``tests`` (data files and helpers are copied in, not named; ``chosen``: the
+    ``tests`` are the files to name); when none is one (the commit changed a test's data only),
+    ``whole``, the project's whole check, which runs the tests that read that data."""
     if not command:
         return None
     if "{tests}" not in command:
         return command
-    files = [path for path in tests if is_test_file(path)]
+    files = list(tests) if chosen else [path for path in tests if is_test_file(path)]
     if files:
         return command.replace("{tests}", " ".join(files))
     return whole

@@ -154,15 +154,31 @@ def mesh_test_id(test: str, runner: str) -> str | None:
 _MACHINE_PATH = re.compile(r"(?:^|[\[(,=\s'\"])(?:/(?:home|tmp|root|Users|usr|opt|var|private|testbed)/|[A-Za-z]:\\)")
 
 
-def _resolved(test: str, runner: str, reported: Sequence[str]) -> str | None:
-    """``test`` when the runner reports it so, else ``mesh_test_id`` (pytest's and unittest's
-    readers), else the one reported test whose name is ``test`` (its last part)."""
+def _resolved(test: str, runner: str, reported: Sequence[str]) -> list[str]:
+    """The reported tests SWE-bench's ``test`` names: itself when the runner reports it so, else
+    ``mesh_test_id`` (pytest's and unittest's readers), else the one reported test whose name is
+    ``test`` (its last part); [] when none. A pytest id SWE-bench's log parser cut at a space
+    (``test_x[assert`` of ``test_x[assert a == b]``: it keeps a status line's second word) names
+    every reported test it is the first word of: SWE-bench's status for it is the last such line
+    of the log, and pytest's summary puts failures after passes, so it passes only when they all do."""
     mapped = test if test in reported else mesh_test_id(test, runner) if runner in ("pytest", "unittest") else None
+    if mapped is not None and (mapped in reported or not _cut(test)):
+        return [mapped]
+    if _cut(test):
+        keys = {test, mapped} - {None}
+        cut = [r for r in reported if " " in r and r.split()[0] in keys]
+        if cut:
+            return cut
     if mapped is not None:
-        return mapped
+        return [mapped]
     named = [r for r in reported if re.split(r"::|\.", r.split("[", 1)[0])[-1] == test.split("[", 1)[0]
              and r.endswith(test[len(test.split("[", 1)[0]):])]
-    return named[0] if len(named) == 1 else None
+    return named[:1] if len(named) == 1 else []
+
+
+def _cut(test: str) -> bool:
+    """A pytest id cut at a space by SWE-bench's log parser: a parameter list left open."""
+    return test.count("[") > test.count("]")
 
 
 def _outcomes(results: Sequence[Any]) -> list[dict[str, str]]:
@@ -180,13 +196,29 @@ def _title(instance: Instance) -> str:
                 instance.instance_id)
 
 
+def instance_test_files(test_patch: str) -> list[str]:
+    """The test files of an instance's test patch, as SWE-bench's harness names them to its test
+    command: every file the patch leaves, data excepted (mesh's runners' own names first; a
+    module of a test folder that the project's pytest configuration collects under another
+    pattern, astroid's ``tests/unittest_nodes.py``, too: named on the command line, pytest runs
+    it whatever its ``python_files``)."""
+    from orchestrator.evals.history import is_test_file, is_test_path
+
+    paths = patch_paths(test_patch, after=True)
+    named = [path for path in paths if is_test_file(path)]
+    other = [path for path in paths if path not in named and path.endswith(".py") and is_test_path(path)
+             and path.rsplit("/", 1)[-1] not in ("conftest.py", "__init__.py")
+             and not re.search(r"(^|/)(fixtures?|data|testdata|test_data|resources|helpers?|__fixtures__)/", path)]
+    return [*named, *other]
+
+
 def _case_of(instance: Instance, root: Path, command: str, whole: str | None, ranges: Sequence[Any]) -> Case:
     from orchestrator.evals.history import hidden_command, range_for
 
     where = range_for(root, instance.base_commit, ranges)
     return Case(id="candidate", base=instance.base_commit, title=_title(instance)[:200],
                 task=instance.problem_statement,
-                hidden_command=hidden_command(command, patch_paths(instance.test_patch, after=True), whole),
+                hidden_command=hidden_command(command, instance_test_files(instance.test_patch), whole, chosen=True),
                 source="swebench",
                 instance_id=instance.instance_id, test_patch=instance.test_patch,
                 **({"setup": where.setup, "env": where.env} if where else {}))
@@ -240,8 +272,8 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
     unmatched, failing, f2p, p2p, unseen, foreign = [], [], [], [], [], []
     named: dict[str, str] = {}
     for kind, tests in (("FAIL_TO_PASS", instance.FAIL_TO_PASS), ("PASS_TO_PASS", instance.PASS_TO_PASS)):
-        for test in tests:
-            mapped = _resolved(test, runner, reported)
+        for test, mapped in ((test, mapped) for test in tests for mapped in (_resolved(test, runner, reported)
+                                                                              or [None])):
             if mapped is None or (mapped not in reported and (gold or kind == "PASS_TO_PASS")):
                 (foreign if _MACHINE_PATH.search(test) and kind == "PASS_TO_PASS" else unmatched).append(test)
             elif mapped in flaky:
