@@ -78,6 +78,11 @@ def test_four_profiles_are_counted_and_compared_as_computed_by_hand(library, tmp
     # The text report says the same.
     text = mesh("eval", "report", str(out), cwd=repo).stdout
     assert "full" in text and "7/9" in text and "1 vs 3, p=0.625" in text
+    # Against another reference: a page of its own, the eval's page left as it was.
+    before = (out / "report.html").read_bytes()
+    other = mesh("eval", "report", str(out), "--reference", "lite", cwd=repo)
+    assert other.returncode == 0 and "report-vs-lite.html" in other.stdout, other.stderr
+    assert (out / "report.html").read_bytes() == before and (out / "report-vs-lite.html").is_file()
     # Each run worked in a repository of its own holding only its base: no later commit is there.
     for case in cases:
         repo_of = out / "repos" / case.id / "lite"
@@ -108,6 +113,18 @@ def test_a_resolved_run_that_ended_blocked_is_counted_apart(library, tmp_path):
     text = mesh("eval", "report", str(out), cwd=repo).stdout
     assert "closed: resolved runs that also ended closed" in text
     assert "2 of 2 finished, 1 of them closed" in (out / "report.html").read_text()
+    # --redo: that one pair runs anew (its result, repository and task new), the other is kept.
+    kept = json.loads((out / "results" / cases[0].id / "lite.json").read_text())
+    old = json.loads((out / "results" / cases[1].id / "lite.json").read_text())
+    again = mesh("eval", "run", str(suite), "--profile", "lite", "--worker-cmd", command, "--out", str(out), "--yes",
+                 "--redo", f"{cases[1].id}:lite", cwd=repo)
+    assert again.returncode == 0 and "1 run(s) to make (1 done)" in again.stderr, again.stderr
+    assert json.loads((out / "results" / cases[0].id / "lite.json").read_text()) == kept
+    new = json.loads((out / "results" / cases[1].id / "lite.json").read_text())
+    assert new["task"] != old["task"] and new["outcome"] == "blocked"
+    wrong = mesh("eval", "run", str(suite), "--profile", "lite", "--worker-cmd", command, "--out", str(out), "--yes",
+                 "--redo", f"{cases[1].id}:full", cwd=repo)
+    assert wrong.returncode == 2 and "no arm 'full'" in wrong.stderr
 
 
 def test_a_worker_that_searches_everything_finds_no_hidden_test(library, tmp_path):

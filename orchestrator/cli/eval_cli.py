@@ -127,6 +127,8 @@ def suite_command(ctx: click.Context, from_git: bool, from_swebench, repo, confi
 @click.option("--max-usd", type=click.FloatRange(min=0), help="Stop starting runs once the eval spent this much.")
 @click.option("--batch", is_flag=True, help="The anthropic backend's calls as Message Batches (half price, slower).")
 @click.option("--retry-errors", is_flag=True, help="Run again the pairs whose run ended in an error.")
+@click.option("--redo", "redo", multiple=True, metavar="CASE[:ARM[.tK]]",
+              help="Run this pair anew, its result and repository removed (repeat; CASE: every arm and trial).")
 @click.option("--backend", type=click.Choice(["replay", "command", "anthropic", "llm"]),
               help="Worker backend of the arms that name no worker.")
 @click.option("--worker", type=click.Choice(["claude-code", "codex", "opencode"]),
@@ -138,7 +140,7 @@ def suite_command(ctx: click.Context, from_git: bool, from_swebench, repo, confi
                                                       " stderr).")
 @click.pass_context
 def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jobs, out, repo, config_file, remote,
-                max_usd, batch, retry_errors, backend, worker, worker_cmd, yes: bool, as_json: bool) -> None:
+                max_usd, batch, retry_errors, redo, backend, worker, worker_cmd, yes: bool, as_json: bool) -> None:
     """Run every case of SUITE with each arm (a profile with its workers) as real mesh runs, each in
     a repository of its own holding only the case's base; grade each with its hidden tests.
     Exit 1 while a run is in error (a missing CLI, the API's rate limit, ...: --retry-errors).
@@ -155,7 +157,7 @@ def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jo
                           trials=trials, repo=Path(repo) if repo else None,
                           config_file=Path(config_file) if config_file else None, out=Path(out) if out else None,
                           db=root.get("db"), remote=remote, jobs=jobs, max_usd=max_usd, batch=batch,
-                          retry_errors=retry_errors, run_args={"backend": backend, "worker": worker, "worker_cmd": worker_cmd})
+                          retry_errors=retry_errors, redo=list(redo), run_args={"backend": backend, "worker": worker, "worker_cmd": worker_cmd})
     try:
         with _interruptible():
             evaluation = EvalRun(options, echo=lambda line: _say(line, err=True))
@@ -217,7 +219,8 @@ def _interruptible():
 @eval_group.command("report")
 @_eval_folder_options
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
-              help="Also write the report page there (default: FOLDER/report.html).")
+              help="Also write the report page there (default: FOLDER/report.html; with --reference ARM,"
+                   " FOLDER/report-vs-ARM.html, the eval's own page left as it is).")
 @click.option("--reference", metavar="ARM", help="Compare every arm with this one (default: the eval's reference).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.pass_context
@@ -238,7 +241,9 @@ def report_command(ctx: click.Context, folder, suite, repo, html_path, reference
     except ReportError as exc:
         _fail(ctx, str(exc), 2, as_json)
         return
-    page = Path(html_path) if html_path else Path(folder) / "report.html"
+    # A page against another reference is a page of its own: the eval's page stays the eval's.
+    page = Path(html_path) if html_path else Path(folder) / (f"report-vs-{reference}.html" if reference
+                                                             else "report.html")
     write_text(page, render_eval_page(report))
     if as_json:
         click.echo(json.dumps({**report, "page": str(page)}, indent=2))

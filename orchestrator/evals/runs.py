@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.evals import redo
 from orchestrator.evals.arms import Arm, ArmError, arms_from, slot
 from orchestrator.evals.cases import Grade, case_repo, grade_run
 from orchestrator.evals.launch import blocked_error, run_error, timed_run
@@ -80,6 +81,7 @@ class EvalOptions:
     max_usd: float | None = None
     batch: bool = False
     retry_errors: bool = False
+    redo: list[str] = field(default_factory=list)  # --redo CASE[:ARM[.tK]]: pairs run anew (``redo``)
     # --backend/--worker/--worker-cmd: the workers of an arm that names none of its own.
     run_args: dict[str, str | None] = field(default_factory=dict)
 
@@ -192,6 +194,14 @@ class EvalRun(EvalPlan):
         self._scheduled: set[tuple[str, str]] = set()
         self._finished: set[tuple[str, str]] = set()
         self.view = None
+        try:
+            self._redo = redo.keys(options.redo, [c.id for c in self.cases], [a.name for a in self.arms],
+                                   options.trials)
+        except ValueError as exc:
+            raise EvalError(str(exc)) from None
+        if self._redo and self.board.shared:
+            raise EvalError("--redo works on an eval of this machine; a shared eval's pairs are its runners'")
+        self._redo_left = set(self._redo)  # to run anew, their results not yet removed
 
     # ------------------------------------------------------------------ the plan
 
@@ -210,7 +220,8 @@ class EvalRun(EvalPlan):
         out = []
         for pair in self.pairs():
             done = self.result(*pair.key)
-            if done is None or (self.options.retry_errors and done.get("state") == "error"):
+            if done is None or (self.options.retry_errors and done.get("state") == "error") or \
+                    pair.key in self._redo_left:
                 out.append(pair)
         return out
 
@@ -307,6 +318,10 @@ class EvalRun(EvalPlan):
         """Run every pending pair (``jobs`` at a time) and grade it; returns a summary."""
         self._prepare_environment()
         self._warn_missing_workers()
+        for key in sorted(self._redo_left):
+            if redo.clear(self.folder, key, self.board):
+                self.echo(f"{key[0]} {key[1]}: its result and repository removed, to run anew (--redo)")
+        self._redo_left = set()
         pending = self.pending()
         self._scheduled = {pair.key for pair in pending}
         self.progress = self._progress(pending)
@@ -521,7 +536,8 @@ class EvalRun(EvalPlan):
         with self.tracker() as tracker:
             issue = tracker.create((case.title or case.task.splitlines()[0])[:200], description=case.task,
                                    labels=[self._label(case.id, run_slot)], issue_type="task",
-                                   idempotency_key=f"{self.meta['eval']}:{case.id}:{run_slot}")
+                                   idempotency_key=f"{self.meta['eval']}:{case.id}:{run_slot}"
+                                   + (f":r{n}" if (n := redo.generation(self.folder, case.id, run_slot)) else ""))
             return issue["id"]
 
     def _mesh_run(self, pair: Pair, attempt: Attempt, *, resume: bool, number: int) -> tuple[str, str] | None:
