@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # `make fuzz FUZZ_TESTS=tests/test_scrub_windows.py` fuzzes one file (default: every property test).
 FUZZ_TESTS ?=
 
-.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code agent-clis toolchains django
+.PHONY: test fuzz demo install bench clean sandbox chromium beads-ui postgres claude-code agent-clis toolchains django eval-wheels
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -93,12 +93,20 @@ django: $(STAMP)
 	@[ -e $(DJANGO_SITE)/pytest_django ] || $(BIN)/pip install --quiet --target $(DJANGO_SITE) 'django>=5.2,<6' 'pytest-django>=4.9,<5' \
 	  || echo "could not install Django: tests/test_django.py will skip"
 
-install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains django
+# tests/test_eval_environments.py builds SWE-bench-style environments offline: wheels of pytest 7
+# and of a recent pytest (and what they need) from PyPI, kept beside the venv.
+EVAL_WHEELS := $(VENV)/eval-wheels
+eval-wheels: $(STAMP)
+	@[ -e $(EVAL_WHEELS)/.done ] || { $(BIN)/pip download --quiet --only-binary :all: -d $(EVAL_WHEELS) 'pytest>=7.4,<8' 2>/dev/null \
+	  && $(BIN)/pip download --quiet --only-binary :all: -d $(EVAL_WHEELS) 'pytest>=8.4,<10' 2>/dev/null && touch $(EVAL_WHEELS)/.done; } \
+	  || echo "could not download pytest wheels: tests/test_eval_environments.py will skip"
+
+install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains django eval-wheels
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each given whole files (a module's
 # fixtures are made once); TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains django
+test: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains django eval-wheels
 	MESH_REQUIRE_POSTGRES=1 MESH_REQUIRE_TOOLCHAINS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # Long random runs of the property tests (Hypothesis's "fuzz" profile, tests/conftest.py);

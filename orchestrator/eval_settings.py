@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["ARM_NAME", "ArmConfig", "EvalConfig", "HistoryRange"]
+__all__ = ["ARM_NAME", "ArmConfig", "EvalConfig", "EvalEnv", "HistoryRange"]
 
 # An arm's name: a folder and a file name of the eval (results/<case>/<arm>.json), a plan label's part.
 ARM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$"
@@ -83,11 +83,40 @@ class HistoryRange(_Strict):
         return value
 
 
+class EvalEnv(_Strict):
+    """``[[eval.env]]``: a Python environment some cases are run and graded in (SWE-bench's spec
+    of a repository version: its Python, its pinned packages, its test command). A case takes the
+    first entry whose ``versions`` hold its instance's version, else the first whose ``before``
+    comes after its base; mesh builds each once (``orchestrator.evals.environments``)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+    # SWE-bench's ``version`` of the instances it serves ("5.0"), and/or a revision whose
+    # ancestors it serves (a base range, as ``[[eval.history]]``).
+    versions: list[str] = Field(default_factory=list)
+    before: str | None = None
+    # A version ("3.8": a ``python3.8`` on PATH or under pyenv) or an interpreter's path.
+    python: str = Field(min_length=1)
+    # pip requirements, pinned as the spec pins them ("pytest<8", "numpy==1.26.4").
+    packages: list[str] = Field(default_factory=list)
+    # More arguments to pip (a mirror: ["--index-url", "..."]; offline: ["--no-index", "--find-links", "DIR"]).
+    pip_args: list[str] = Field(default_factory=list)
+    # The instance's test command, ``{tests}`` standing for its test files (else --command's).
+    test_command: str | None = None
+
+    @model_validator(mode="after")
+    def _serves_something(self) -> "EvalEnv":
+        if not self.versions and not self.before:
+            raise ValueError(f"[[eval.env]] {self.name}: name the instance versions it serves, or before = REV")
+        return self
+
+
 class EvalConfig(_Strict):
-    """`[eval]`: the arms ``mesh eval run --arm NAME`` takes by name, and the history ranges."""
+    """`[eval]`: the arms ``mesh eval run --arm NAME`` takes by name, the history ranges and the
+    environments cases run in."""
 
     arms: dict[str, ArmConfig] = Field(default_factory=dict)
     history: list[HistoryRange] = Field(default_factory=list)
+    env: list[EvalEnv] = Field(default_factory=list)
 
     @field_validator("arms")
     @classmethod

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.evals import redo
+from orchestrator.evals.environments import CaseEnvironments, view_in
 from orchestrator.evals.arms import Arm, ArmError, arms_from, slot
 from orchestrator.evals.cases import Grade, case_repo, grade_run
 from orchestrator.evals.launch import blocked_error, run_error, timed_run
@@ -194,6 +195,7 @@ class EvalRun(EvalPlan):
         self._scheduled: set[tuple[str, str]] = set()
         self._finished: set[tuple[str, str]] = set()
         self.view = None
+        self.environments = CaseEnvironments(self.config.eval.env, echo)
         try:
             self._redo = redo.keys(options.redo, [c.id for c in self.cases], [a.name for a in self.arms],
                                    options.trials)
@@ -558,6 +560,9 @@ class EvalRun(EvalPlan):
         env = {**os.environ, "MESH_DB": self.db, "MESH_EVAL_CASE": pair.case.id,
                "MESH_EVAL_PROFILE": pair.arm.profile, "MESH_EVAL_ARM": pair.arm.name,
                "MESH_EVAL_TRIAL": str(pair.trial), "MESH_EVAL_ATTEMPT": str(number)}
+        built = self.environments.for_case(pair.case)
+        if built:  # the case's [[eval.env]]: the run's validation finds it as the active environment
+            env["VIRTUAL_ENV"] = built["prefix"]
         note = self.board.wall_note(pair.case.id, attempt.slot)
 
         def wall(seconds: float) -> None:
@@ -646,7 +651,7 @@ class EvalRun(EvalPlan):
             return self.error_result(pair, "eval", f"the run ended on another runner at {validated[:12]}, which"
                                                    " stopped before it shared that commit: this runner cannot grade"
                                                    " it", **figures, **extra)
-        view = self._view(chosen.repo)
+        view = view_in(self._view(chosen.repo), self.environments.for_case(pair.case), chosen.repo)
         # A case curated at suite build is graded by its lists: the base's check says nothing more.
         checks, base_passes = ([], False) if pair.case.grading else self._base_checks(pair.case, chosen.repo, view)
         grade: Grade = grade_run(chosen.repo, self.origin, pair.case, head, settings=self.config.validation, view=view,
@@ -659,7 +664,8 @@ class EvalRun(EvalPlan):
         graded = {key: value for key, value in grade.to_dict().items() if key not in ("resolved", "detail", "commit")}
         result = {"case": pair.case.id, "arm": pair.arm.name, "profile": pair.arm.profile, "trial": pair.trial,
                   "arm_description": self.meta["arms"][pair.arm.name], "state": state, "detail": detail,
-                  "error": None, "head": head, "graded_commit": grade.commit, **graded, **figures, **extra}
+                  "error": None, "head": head, "graded_commit": grade.commit, **graded, **figures, **extra,
+                  **({"environment": pair.case.environment["name"]} if pair.case.environment else {})}
         result["model_patch"] = self._model_patch(pair.case, result)
         self._put(pair, result)
         self.echo(f"{pair.case.id} {pair.slot}: {state} ({result['outcome']}, {usage['calls']} call(s),"

@@ -70,6 +70,12 @@ class Case(BaseModel):
     setup: str | None = None
     env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = \
         Field(default_factory=dict)
+    # A SWE-bench instance's version and environment_setup_commit, as its record gives them.
+    version: str | None = None
+    environment_setup_commit: str | None = None
+    # The ``[[eval.env]]`` it was kept in (``orchestrator.evals.environments``): its name, Python
+    # version and the packages installed; its checks, arms and grading run in the same.
+    environment: dict[str, Any] | None = None
 
     def hidden_paths(self) -> list[str]:
         """Every hidden test file's path."""

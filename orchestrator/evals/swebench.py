@@ -56,6 +56,15 @@ class Instance(BaseModel):
     PASS_TO_PASS: list[str] = Field(default_factory=list)
     patch: str | None = None
     repo: str | None = None
+    # SWE-bench's spec key (the repository's version the instance belongs to) and the commit its
+    # environment is set up from.
+    version: str | None = None
+    environment_setup_commit: str | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, (int, float)) else value
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
@@ -321,7 +330,9 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
                     progress: Callable[[str], None] | None = None) -> BuiltSuite:
     """Build and write the suite of the SWE-bench instances in ``instances`` that are of ``repo``
     and pass their checks (``check_instance``), at most ``limit``; sealed ids in the file's order."""
+    from orchestrator.eval_settings import HistoryRange
     from orchestrator.evals.curation import whole_check
+    from orchestrator.evals.environments import EnvironmentUnusable, build, choose, view_in
     from orchestrator.evals.history import ranges_of, seal
     from orchestrator.worktree.policy import PatchPolicy
 
@@ -332,6 +343,10 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
     except ValueError as exc:
         raise SuiteError(str(exc)) from None
     whole = whole_check(config.validation, list(inspection.view.checks), command)
+    try:  # the [[eval.env]] entries serving a base range: their revisions resolved here
+        env_ranges = ranges_of(root, [HistoryRange(before=e.before) for e in config.eval.env if e.before])
+    except ValueError as exc:
+        raise SuiteError(str(exc).replace("[[eval.history]]", "[[eval.env]]")) from None
     built = BuiltSuite(out=out, command=command, dropped=dropped, looked_at=len(dropped), unit="instance",
                        order="in the file's order")
     names = repository_names(root)
@@ -356,9 +371,22 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
                 continue
             if progress is not None:
                 progress(f"checking {instance.instance_id}  {title} ({len(built.kept)} kept so far)")
-            case = _case_of(instance.model_copy(update={"base_commit": base}), root, command, whole, ranges)
-            run = sandbox_results(root, config.validation, inspection.view, timeout_s, setup=case.setup, env=case.env)
+            spec = choose(config.eval.env, instance.version, base, root, env_ranges)
+            try:
+                made = build(spec, echo=progress) if spec is not None else None
+            except EnvironmentUnusable as exc:
+                built.dropped.append(Dropped(instance.instance_id, title, f"its environment {spec.name}: {exc}"))
+                continue
+            case = _case_of(instance.model_copy(update={"base_commit": base}), root,
+                            spec.test_command if spec is not None and spec.test_command else command, whole, ranges)
+            case = case.model_copy(update={
+                "version": instance.version, "environment_setup_commit": instance.environment_setup_commit,
+                "environment": {k: made[k] for k in ("name", "python_version", "packages")} if made else None})
+            run = sandbox_results(root, config.validation, view_in(inspection.view, made, root), timeout_s,
+                                  setup=case.setup, env=case.env)
             kept, note = check_instance(root, instance, case, run, runs=runs, policy=policy)
+            if kept is not None and made:
+                note += f"; in the environment {made['name']} (Python {made['python_version']})"
             if kept is None:
                 built.dropped.append(Dropped(instance.instance_id, title, note))
             else:

@@ -1,0 +1,194 @@
+"""An environment per case, from its spec: the Python and packages a SWE-bench instance's version
+asks (``[[eval.env]]``), built once without Docker.
+
+SWE-bench's harness pins, per repository and version, a Python, packages and a test command, and
+grades each instance in a container built from them. mesh reproduces the Python side of that: an
+``[[eval.env]]`` entry names a Python (a version found on PATH or under pyenv, or a path) and
+pip requirements; ``build`` makes a virtualenv of that Python under mesh's cache folder
+(``<cache>/mesh-eval-envs/<name>-<spec hash>/``) and installs them, once per spec (a lock keeps
+two builders apart; a build that fails leaves nothing behind and says pip's last lines). A case
+records the environment it was kept in (``Case.environment``: its name, Python version and the
+packages pip installed), and its base check, gold check, arms' validation and grading all run in
+it: it is the validation view's Python (read-only in the sandbox, first on PATH), and an arm's
+``mesh run`` gets it as ``VIRTUAL_ENV``.
+
+What this does not reproduce, said per instance at import: system libraries (a container's
+``apt-get install``), and a Python that cannot be found on the machine (``python = "3.6"`` with
+no such interpreter installed): such an instance is dropped with that reason.
+
+May import what ``orchestrator.evals`` may.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CaseEnvironments", "EnvironmentUnusable", "build", "choose", "view_in"]
+
+_PIP_TIMEOUT_S = 1800
+
+
+class EnvironmentUnusable(ValueError):
+    """An environment that cannot be built here: the message says what is missing."""
+
+
+def find_python(wanted: str) -> Path:
+    """The interpreter ``wanted`` names: a path, else ``pythonX.Y`` on PATH, else pyenv's newest
+    ``X.Y.*`` (``PYENV_ROOT`` or ``~/.pyenv``)."""
+    if os.sep in wanted:
+        path = Path(wanted).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise EnvironmentUnusable(f"python = {wanted!r}: not an executable interpreter")
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", wanted):
+        raise EnvironmentUnusable(f"python = {wanted!r}: a version (3.8) or an interpreter's path")
+    short = ".".join(wanted.split(".")[:2])
+    found = shutil.which(f"python{short}")
+    if found and _version(Path(found)).startswith(wanted):
+        return Path(found)
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    for folder in sorted(glob.glob(str(root / "versions" / f"{wanted}*")), key=_numeric, reverse=True):
+        candidate = Path(folder) / "bin" / "python"
+        if candidate.is_file() and _version(candidate).startswith(wanted):
+            return candidate
+    raise EnvironmentUnusable(f"Python {wanted} is not installed on this machine (looked for python{short} on PATH"
+                              f" and under {root}/versions); install it (pyenv install {wanted}, uv python install"
+                              f" {wanted}) or name an interpreter's path")
+
+
+def _numeric(path: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", os.path.basename(path)))
+
+
+def _version(python: Path) -> str:
+    try:
+        done = subprocess.run([str(python), "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def choose(envs: Sequence[Any], version: str | None, base: str, repo: Path, ranges: Sequence[Any] = ()) -> Any | None:
+    """The ``[[eval.env]]`` entry a case takes: the first whose ``versions`` hold its instance's
+    ``version``, else the first whose ``before`` (resolved in ``ranges``: ``history.Range``s of
+    the entries' ``before``) comes after its ``base``; None when none does."""
+    from orchestrator.evals.history import range_for
+
+    if version is not None:
+        for env in envs:
+            if version in env.versions:
+                return env
+    for env in envs:
+        if env.before:
+            matching = [r for r in ranges if r.before == env.before]
+            if matching and range_for(repo, base, matching) is not None:
+                return env
+    return None
+
+
+def _key(env: Any, version: str) -> str:
+    spec = json.dumps([version, sorted(env.packages), list(env.pip_args)])
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def build(env: Any, *, cache: Path | None = None, echo: Any = None) -> dict[str, Any]:
+    """The built environment of ``env`` (made now, or found made): ``{"name", "prefix", "python",
+    "python_version", "packages"}``. ``EnvironmentUnusable`` when its Python is not here or pip
+    fails."""
+    from orchestrator.worktree.gitops import cache_dir
+
+    python = find_python(env.python)
+    version = _version(python)
+    root = (cache or cache_dir() / "mesh-eval-envs")
+    root.mkdir(parents=True, exist_ok=True)
+    prefix = root / f"{env.name}-{_key(env, version)}"
+    record = prefix / "mesh-env.json"
+    with open(root / f".{prefix.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per spec; the next finds it made
+        if record.is_file():
+            return json.loads(record.read_text(encoding="utf-8"))
+        partial = prefix.with_name(prefix.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        if echo:
+            echo(f"building the environment {env.name}: Python {version}, {', '.join(env.packages) or 'no package'}")
+        try:
+            # At its final path: a virtualenv's scripts name the path they were made at.
+            shutil.rmtree(prefix, ignore_errors=True)
+            _run([str(python), "-m", "venv", str(prefix)], f"the virtualenv of Python {version}")
+            if env.packages:
+                _run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                      *env.pip_args, *env.packages], f"pip install {' '.join(env.packages)}")
+            frozen = _run([str(prefix / "bin" / "python"), "-m", "pip", "freeze", "--disable-pip-version-check"],
+                          "pip freeze").split()
+        except EnvironmentUnusable:
+            shutil.rmtree(prefix, ignore_errors=True)
+            raise
+        made = {"name": env.name, "prefix": str(prefix), "python": str(prefix / "bin" / "python"),
+                "python_version": version, "packages": frozen}
+        record.write_text(json.dumps(made, indent=1), encoding="utf-8")
+        return made
+
+
+def _run(argv: list[str], what: str) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S,
+                              env={k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME",
+                                                                                   "PYTHONPATH")})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnvironmentUnusable(f"{what}: {exc}") from None
+    if done.returncode != 0:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+        raise EnvironmentUnusable(f"{what} failed: {tail[:400]}")
+    return done.stdout
+
+
+def view_in(view: Any, built: dict[str, Any] | None, repo: Path) -> Any:
+    """``view`` (a ``ProjectView``, or None) whose Python is the built environment ``built``."""
+    if not built:
+        return view
+    from orchestrator.sandbox.project_env import ProjectEnv
+    from orchestrator.sandbox.project_view import ProjectView
+
+    python = ProjectEnv(prefix=built["prefix"], python=built["python"], how=f"[[eval.env]] {built['name']}",
+                        project_root=str(repo))
+    return replace(view, python=python) if view is not None else ProjectView(project_root=str(repo), python=python)
+
+
+class CaseEnvironments:
+    """The built environments of an eval's cases, by ``[[eval.env]]`` name, each built (or found
+    built) once per process, whichever thread asks first."""
+
+    def __init__(self, envs: Sequence[Any], echo: Any = None) -> None:
+        import threading
+
+        self.specs = {env.name: env for env in envs}
+        self.echo = echo
+        self._built: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def for_case(self, case: Any) -> dict[str, Any] | None:
+        """The built environment ``case`` was kept in, None for one kept in the project's own;
+        ``EnvironmentUnusable`` when mesh.toml no longer names it or it cannot be built here."""
+        name = (case.environment or {}).get("name")
+        if not name:
+            return None
+        spec = self.specs.get(name)
+        if spec is None:
+            raise EnvironmentUnusable(f"case {case.id} was kept in the environment {name}, which [[eval.env]] of"
+                                      " mesh.toml no longer names")
+        with self._lock:
+            if name not in self._built:
+                self._built[name] = build(spec, echo=self.echo)
+            return self._built[name]

@@ -1,0 +1,128 @@
+"""Issue 46, item 1: an environment per instance, from its spec. Two SWE-bench-format instances of
+a small project need different pinned environments: one's tests use nose-style ``setup()``, which
+pytest 8 no longer calls (it needs pytest < 8), the other's use ``pytest.RaisesGroup`` (pytest >=
+8.4). With an ``[[eval.env]]`` per instance version both are kept with their gold patch, each in
+its environment, and an eval grades each arm's run there; without them the first is dropped for
+its true cause. The environments are built offline from wheels ``make eval-wheels`` downloads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.evalkit import git, mesh, write_worker
+
+WHEELS = Path(sys.prefix) / "eval-wheels"
+pytestmark = pytest.mark.skipif(not (WHEELS / ".done").exists(), reason="no pytest wheels (make eval-wheels)")
+COMMAND = "python -m pytest -rA {tests}"
+PYTHON = "%d.%d" % sys.version_info[:2]
+
+CALC = "def add(a, b):\n    return a - b\n\n\ndef both():\n    raise ValueError('one')\n"
+FIXED_ADD = CALC.replace("return a - b", "return a + b")
+FIXED_BOTH = CALC.replace("    raise ValueError('one')\n",
+                          "    raise ExceptionGroup('both', [ValueError('one'), KeyError('two')])\n")
+NOSE = ("import calc\n\n\nclass TestAdd:\n    def setup(self):\n        self.pair = (2, 3)\n\n"
+        "    def test_add(self):\n        assert calc.add(*self.pair) == 5\n")
+GROUPS = ("import pytest\n\nimport calc\n\n\ndef test_both():\n"
+          "    with pytest.RaisesGroup(ValueError, KeyError):\n        calc.both()\n")
+
+
+def _commit(repo: Path, files: dict[str, str], message: str) -> str:
+    for path, text in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def _instance(repo: Path, base: str, commit: str, version: str, f2p: list[str], number: int) -> dict:
+    return {"instance_id": f"ada__calc-{number}", "repo": "ada/calc", "base_commit": base, "version": version,
+            "environment_setup_commit": base, "problem_statement": git(repo, "log", "-1", "--format=%B", commit),
+            "patch": git(repo, "diff", base, commit, "--", "calc.py"),
+            "test_patch": git(repo, "diff", base, commit, "--", "tests"), "FAIL_TO_PASS": f2p, "PASS_TO_PASS": []}
+
+
+def _config(repo: Path, envs: bool) -> None:
+    # Without [[eval.env]]: this Python's environment (a recent pytest) is the project's.
+    # The scripted worker answers by case and arm: it is given their names.
+    text = 'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE", "MESH_EVAL_ARM", "MESH_EVAL_TRIAL"]\n'
+    text += f'[validation]\nallow = ["{COMMAND}", "python -m pytest -rA {{path}}"]\ntimeout_s = 120\n' + ("" if envs else f'python = "{sys.executable}"\n')
+    if envs:
+        for name, version, pin in (("legacy", "1.0", "pytest<8"), ("modern", "2.0", "pytest>=8.4")):
+            text += (f'\n[[eval.env]]\nname = "{name}"\nversions = ["{version}"]\npython = "{PYTHON}"\n'
+                     f'packages = ["{pin}"]\npip_args = ["--no-index", "--find-links", "{WHEELS}"]\n')
+    (repo / "mesh.toml").write_text(text)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("envs")
+    repo = root / "calc"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    start = _commit(repo, {"calc.py": CALC, "tests/__init__.py": "", ".gitignore": "mesh.toml\n.mesh/\n",
+                           "tests/test_calc.py": "import calc\n\n\ndef test_module():\n    assert calc.add\n"},
+                    "start")
+    fix = _commit(repo, {"calc.py": FIXED_ADD, "tests/test_nose.py": NOSE}, "Fix add\n\nadd subtracts.")
+    git(repo, "checkout", "-q", start)
+    group = _commit(repo, {"calc.py": FIXED_BOTH, "tests/test_groups.py": GROUPS},
+                    "Raise both errors\n\nboth() must raise a group of both errors.")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-edit", group)  # both commits in main's history
+    instances = root / "instances.jsonl"
+    found = [_instance(repo, start, fix, "1.0", ["tests/test_nose.py::TestAdd::test_add"], 1),
+             _instance(repo, start, group, "2.0", ["tests/test_groups.py::test_both"], 2)]
+    instances.write_text("".join(json.dumps(i) + "\n" for i in found))
+    return root, repo, instances, found
+
+
+def test_each_instance_is_kept_and_graded_in_the_environment_its_version_names(project, tmp_path):
+    root, repo, instances, found = project
+    _config(repo, envs=False)  # the project's own environment only: the nose-style tests cannot run
+    plain = mesh("eval", "suite", "--from-swebench", str(instances), "--command", COMMAND, "--runs", "1", "-o",
+                 str(tmp_path / "plain.jsonl"), "--json", cwd=repo)
+    assert plain.returncode in (0, 1), plain.stderr
+    dropped = {d["commit"]: d["why"] for d in json.loads(plain.stdout)["dropped"]}
+    assert "nose-style" in dropped.get("ada__calc-1", ""), dropped
+    _config(repo, envs=True)
+    suite = tmp_path / "suite.jsonl"
+    built = mesh("eval", "suite", "--from-swebench", str(instances), "--command", COMMAND, "--runs", "1", "-o",
+                 str(suite), "--json", cwd=repo)
+    assert built.returncode == 0, built.stderr
+    from orchestrator.evals.suite import read_suite
+
+    cases = read_suite(suite)
+    assert [c.instance_id for c in cases] == ["ada__calc-1", "ada__calc-2"], built.stdout
+    legacy, modern = cases
+    assert (legacy.version, legacy.environment["name"], modern.environment["name"]) == ("1.0", "legacy", "modern")
+    assert any(p.startswith("pytest==7.") for p in legacy.environment["packages"])
+    assert not any(p.startswith("pytest==7.") for p in modern.environment["packages"])
+    assert legacy.environment_setup_commit == found[0]["environment_setup_commit"]
+    # An eval's runs are graded in the same environments: the gold patches resolve both.
+    command = write_worker(tmp_path, repo, [], {"single": [c.id for c in cases]}, check="python -m pytest -rA tests")
+    table = json.loads((tmp_path / "worker" / "table.json").read_text())
+    table["patches"] = {case.id: inst["patch"] for case, inst in zip(cases, found)}
+    (tmp_path / "worker" / "table.json").write_text(json.dumps(table))
+    out = tmp_path / "ev"
+    done = mesh("eval", "run", str(suite), "--profile", "single", "--worker-cmd", command, "--out", str(out), "--yes",
+                cwd=repo)
+    assert done.returncode == 0, done.stderr
+    for case, env in zip(cases, ("legacy", "modern")):
+        result = json.loads((out / "results" / case.id / "single.json").read_text())
+        assert result["state"] == "resolved" and result["environment"] == env, (result["detail"], result.get("outcome"))
+
+
+def test_a_python_that_is_not_here_drops_the_instance_saying_so(project, tmp_path):
+    root, repo, instances, _ = project
+    _config(repo, envs=True)
+    text = (repo / "mesh.toml").read_text().replace(f'python = "{PYTHON}"', 'python = "2.1"', 1)
+    (repo / "mesh.toml").write_text(text)
+    built = mesh("eval", "suite", "--from-swebench", str(instances), "--command", COMMAND, "--runs", "1", "-o",
+                 str(tmp_path / "s.jsonl"), "--json", cwd=repo)
+    dropped = {d["commit"]: d["why"] for d in json.loads(built.stdout)["dropped"]}
+    assert "Python 2.1 is not installed on this machine" in dropped["ada__calc-1"], dropped
