@@ -384,6 +384,7 @@ def _github_extra(forge: FakeForge, method: str, path: str, params: dict) -> tup
     if path.endswith("/merge"):
         pull = next(p for p in forge.pulls if p.number == int(params["pull_number"]))
         forge.merges.append((pull.number, forge.heads[-1] if forge.heads else ""))
+        pull.merged("1" * 40)
         return 200, {"sha": "1" * 40, "merged": True, "message": "Pull Request successfully merged"}
     return None
 
@@ -424,6 +425,7 @@ def _gitlab_extra(forge: FakeForge, method: str, path: str, params: dict, query:
     if path.endswith("/merge"):
         forge.merges.append((int(params["merge_request_iid"]), forge.heads[-1] if forge.heads else ""))
         pull = next(p for p in forge.pulls if p.number == int(params["merge_request_iid"]))
+        pull.merged("1" * 40)
         return 200, _gitlab_mr(forge, pull)
     return None
 

@@ -82,6 +82,10 @@ def test_a_failing_check_is_fed_to_the_revision_and_its_commit_pushed_again(tmp_
             assert t.get(TASK)["status"] == "closed"
         log = ws.git("log", "--format=%s", "main..mesh/land/demo").splitlines()
         assert len(log) == 2  # one commit per landing of the task
+        # The body lists the task once, at its last landing, with the finding its revision fixed.
+        body = state.pulls[0].body
+        assert body.count(f"**{TASK}**") == 1 and "2 landings" in body and "1 finding(s) fixed" in body, body
+        assert lands[1]["sha"][:12] in body
         # The token is nowhere a worker, a person or a log can read it, the waits included.
         assert TOKEN not in res.output
         for path in ws.root.rglob("*"):
@@ -235,6 +239,7 @@ def test_merge_auto_merges_through_the_forge_once_the_checks_pass_and_never_othe
         assert code == 0 and report["outcome"] == "closed", res.output
         assert state.merges == [(1, _remote_tip(remote, "mesh/land/demo"))]
         assert any("merged at" in m for m in report["mutations"]), report["mutations"]
+        assert "merges it once its checks pass" in state.pulls[0].body
     with served(kind) as (state, url):  # the default: mesh never merges
         monkeypatch.setenv("FORGE_TOKEN", TOKEN)
         state.rounds = [Round(checks=[("unit-tests", "success", "")])]
@@ -402,3 +407,49 @@ def test_a_run_killed_in_the_forges_revision_resumes_with_one_pull_request_and_o
         with ws.tracker() as t:
             findings = [i for i in t.list(status=["open", "closed"]) if "check(s) failed" in (i.get("title") or "")]
         assert len(findings) == 1
+
+
+def test_after_a_merge_the_next_pull_request_holds_only_the_work_not_merged_yet(tmp_path, monkeypatch):
+    """The local base is not what the forge merged into: the body is built against the remote's."""
+    import os
+
+    from tests.test_pull_requests import NOTES_PATCH
+
+    with served("github") as (state, url):
+        monkeypatch.setenv("FORGE_TOKEN", TOKEN)
+        ws, remote = _forge_workspace(tmp_path, "github", url)
+        code, report, res = ws.run(happy_script(), "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "closed", res.output
+        # Merged on the forge (the remote's main moved), the local main left behind.
+        tip = _remote_tip(remote, "mesh/land/demo")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        subprocess.run(["git", "--git-dir", str(remote), "update-ref", "refs/heads/main", tip], check=True, env=env)
+        state.pulls[0].merged(tip)
+        script = happy_script()
+        script["synthesizer"][0] = r("synthesis", synthesis(NOTES_PATCH))
+        code, report, res = ws.run(script, "--onto", "mesh/land/demo")
+        assert code == 0 and report["outcome"] == "closed", res.output
+        assert len(state.pulls) == 2 and state.pulls[1].state == "open"
+        body = state.pulls[1].body
+        assert report["task"]["id"] in body and TASK not in body, body
+        shown = ws.mesh("forge", "status", "--repo", str(ws.repo))
+        assert "#2 open" in shown.stdout
+
+
+def test_the_webhook_reads_the_branch_of_each_event_mesh_waits_on():
+    import json as _json
+
+    from orchestrator.landing.forge_hook import event_branch
+
+    def branch(provider, event, payload):
+        return event_branch(provider, {"x-github-event": event}, _json.dumps(payload).encode())
+
+    assert branch("github", "check_suite", {"check_suite": {"pull_requests": [], "head_branch": "mesh/land/x"}}) \
+        == "mesh/land/x"
+    assert branch("github", "check_run", {"check_run": {"pull_requests": [], "check_suite": {
+        "head_branch": "mesh/land/y"}}}) == "mesh/land/y"
+    assert branch("github", "status", {"branches": [{"name": "main"}, {"name": "mesh/land/z"}]}) == "mesh/land/z"
+    assert branch("github", "push", {"ref": "refs/heads/main"}) is None
+    assert branch("gitlab", "", {"object_kind": "pipeline", "merge_request": {"source_branch": "mesh/land/w"}}) \
+        == "mesh/land/w"
+    assert event_branch("github", {"x-github-event": "pull_request"}, b"not json") is None

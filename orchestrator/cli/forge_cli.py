@@ -61,6 +61,9 @@ def status_command(ctx: click.Context, repo, config_file, as_json) -> None:
                 try:
                     pull = forge.find_open(branch, base) if base else None
                     row["pull_request"] = pull.to_dict() if pull else None
+                    if pull is None and base:  # merged or closed: the latest says which
+                        last = forge.latest(branch, base)
+                        row["latest"] = last.to_dict() if last else None
                     if pull is not None and pull.head_sha:
                         # Its head's checks and the reviews given on it, as the forge has them now.
                         row["checks"] = [c.to_dict() for c in forge.checks(pull.head_sha)]
@@ -78,8 +81,10 @@ def status_command(ctx: click.Context, repo, config_file, as_json) -> None:
         lines = []
         for row in data:
             pull = row["pull_request"]
+            last = row.get("latest")
             what = (f"{forge.noun} #{pull['number']} {pull['state']}: {pull['url']}" if pull
-                    else f"error: {row['error']}" if row["error"] else f"no open {forge.noun}")
+                    else f"error: {row['error']}" if row["error"] else f"no open {forge.noun}"
+                    + (f" (the latest, #{last['number']}, is {last['state']}: {last['url']})" if last else ""))
             lines.append(printable(f"{row['branch']} -> {row['base'] or '(no base)'}: {what}"))
             checks = row.get("checks") or []
             if checks:
@@ -115,7 +120,9 @@ def sync_command(ctx: click.Context, label, parent, repo, config_file, revalidat
     Asks the forge for the scope's latest pull request. Merged: its merge commit is fetched and
     checked out apart, and each waiting task is closed as `mesh ci-close` closes it there, bound
     to that commit, only when the merged tree holds the tree its run head approved. Closed
-    without a merge: its tasks stay open, told so in a comment. Open: nothing changes.
+    without a merge: its tasks stay open, told so in a comment. Open: nothing changes, except
+    with close_mode = "forge": once its head's required checks passed, its waiting tasks are
+    closed the same way on a checkout of that head.
     """
     from pathlib import Path
 
@@ -142,7 +149,10 @@ def sync_command(ctx: click.Context, label, parent, repo, config_file, revalidat
         head = f"{data['branch']} -> {data['base'] or '(no base)'}: "
         if pull is None:
             return head + "no pull request"
-        lines = [head + f"#{pull['number']} {pull['state']}: {pull['url']} ({data['action'].replace('_', ' ')})"]
+        what = {"closed": "its waiting tasks closed", "none_closed": "no task closed", "nothing_waiting":
+                "no task waiting", "open": "open: nothing to close yet", "closed_unmerged": "closed without a merge:"
+                " its tasks stay open"}.get(data["action"], data["action"].replace("_", " "))
+        lines = [head + f"#{pull['number']} {pull['state']}: {pull['url']} ({what})"]
         lines += [f"  {check['task_id']}: {check['result']}" + "".join(f"; {p}" for p in check.get("problems") or [])
                   for check in data["tasks"]]
         lines += [f"  {task}: stays open (told so)" for task in data["told"]]

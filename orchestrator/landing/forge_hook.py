@@ -49,9 +49,18 @@ def event_branch(provider: str, headers: Mapping[str, str], body: bytes) -> str 
             return _text(((payload.get("pull_request") or {}).get("head") or {}).get("ref"))
         if event in ("check_suite", "check_run"):
             inner = payload.get(event) or {}
-            pulls = inner.get("pull_requests") if isinstance(inner, dict) else None
+            inner = inner if isinstance(inner, dict) else {}
+            pulls = inner.get("pull_requests")
             if isinstance(pulls, list) and pulls and isinstance(pulls[0], dict):
                 return _text((pulls[0].get("head") or {}).get("ref"))
+            # No pull request named (GitHub leaves the list empty in some cases): the branch it ran on.
+            suite = inner.get("check_suite") if event == "check_run" else inner
+            return _text((suite or {}).get("head_branch") if isinstance(suite, dict) else None)
+        if event == "status":  # a commit status (CI reporting through statuses): the branches holding it
+            branches = payload.get("branches")
+            if isinstance(branches, list):
+                return next((_text(b.get("name")) for b in branches if isinstance(b, dict)
+                             and str(b.get("name") or "").startswith("mesh/")), None)
         return None
     kind = payload.get("object_kind")
     if kind == "merge_request":

@@ -138,15 +138,18 @@ def _check_finding(failing: Sequence[Check], noun: str) -> dict[str, Any]:
             "code_context": last.strip()[:300] or "(no log)"}
 
 
-def _note_findings(reviews: Sequence[Review], first_line: str) -> list[dict[str, Any]]:
+def _note_findings(reviews: Sequence[Review], first_line: str,
+                   code_at: Callable[[str, int], str] | None = None) -> list[dict[str, Any]]:
     out = []
     for review in reviews:
         notes = review.notes or ()
         for note in notes:
             text = note.body.strip() or "(no text)"
+            code = (code_at(note.path, note.line) if code_at else "") or f"{note.path}:{note.line}"
             out.append({"finding_id": f"PR-{note.id}", "location": f"{note.path}:{note.line}", "severity": "High",
                         "label": "MUST_FIX", "issue": f"{review.login}: {text.splitlines()[0][:200]}",
-                        "evidence": text[:4000], "minimal_fix": text[:2000], "code_context": f"{note.path}:{note.line}"})
+                        "evidence": f"{review.login} commented on {note.path}:{note.line} of the pull request:\n{text[:4000]}",
+                        "minimal_fix": "make the change the reviewer's comment asks for", "code_context": code})
         if not notes and review.body.strip():
             text = review.body.strip()
             out.append({"finding_id": f"PR-{review.id}", "location": first_line, "severity": "High",
@@ -155,7 +158,8 @@ def _note_findings(reviews: Sequence[Review], first_line: str) -> list[dict[str,
     return out
 
 
-def review_for(verdict: Verdict, noun: str, first_line: str) -> dict[str, Any] | None:
+def review_for(verdict: Verdict, noun: str, first_line: str,
+               code_at: Callable[[str, int], str] | None = None) -> dict[str, Any] | None:
     """The review a verdict amounts to (a ``ReviewArtifact``'s shape, checked), or None when it
     asks for nothing: the failing checks' ``VALIDATION`` finding, the reviewers' findings."""
     from roles.schemas import ReviewArtifact
@@ -163,7 +167,7 @@ def review_for(verdict: Verdict, noun: str, first_line: str) -> dict[str, Any] |
     findings = []
     if verdict.failing:
         findings.append(_check_finding(verdict.failing, noun))
-    findings += _note_findings(verdict.reviews, first_line)
+    findings += _note_findings(verdict.reviews, first_line, code_at)
     if not findings:
         return None
     who = sorted({r.login for r in verdict.reviews})
@@ -183,6 +187,22 @@ def _first_line(diff: str) -> str:
         if lines:
             return f"{path}:{min(lines)}"
     return "validation:1"
+
+
+def _code_at(root: Any, path: str, line: int) -> str:
+    """The line ``line`` of ``path`` in the worktree (what a reviewer's comment points at), ''
+    when there is none (a path outside it, a line past its end)."""
+    from pathlib import Path
+
+    base = Path(root).resolve()
+    target = (base / path).resolve()
+    if not target.is_relative_to(base) or not target.is_file():
+        return ""
+    try:
+        lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return lines[line - 1].rstrip()[:300] if 0 < line <= len(lines) and lines[line - 1].strip() else ""
 
 
 def _taken(engine: Any) -> set[str]:
@@ -217,7 +237,8 @@ def verdict_of(engine: Any, published: dict, *, phase: str, transport: Any = Non
         finally:
             forge.api.close()
         artifact = verdict.to_dict()
-        artifact["review"] = review_for(verdict, noun, _first_line(engine.worktree.diff_from_base()))
+        artifact["review"] = review_for(verdict, noun, _first_line(engine.worktree.diff_from_base()),
+                                        lambda path, line: _code_at(engine.worktree.path, path, line))
         failing = ", ".join(c.name for c in verdict.failing)
         summary = (f"{noun} #{published['number']} at {verdict.sha[:12]}: {verdict.state}"
                    + (f" ({failing})" if failing else "")

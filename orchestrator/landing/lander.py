@@ -45,6 +45,7 @@ wrong); a second failure blocks it with ``merge_conflict`` or ``integration_vali
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -263,6 +264,11 @@ class Lander:
         """Make ``engine`` cut from and land onto this branch; a task sent back earlier gets
         what went wrong in its notes, so every role of the new attempt sees it."""
         engine.lander = self
+        forge = getattr(engine.config, "forge", None)
+        if forge is not None and not os.environ.get(forge.token_name()):
+            # Said before any worker is paid: the work would land, but no pull request would follow.
+            engine.notes.append(f"warning: [forge] {forge.provider} {forge.repository}: {forge.token_name()} is not"
+                                " set, so landed work will not become a pull request; export it")
         failed = [cp for cp in land_checkpoints(load_checkpoints(engine.tracker, engine.task["id"]))
                   if cp.run_id != engine.run_id and (cp.payload.get("artifact") or {}).get("result") != "landed"]
         if not failed:
@@ -338,6 +344,7 @@ class Lander:
             message = f"pull request not published: {exc}"
             engine.bus.note("forge_failed", message)
             engine.mutations.append(f"{engine.task['id']}: {message}")
+            engine.echo(f"warning: {message} (the scope's next landing publishes again)")
             return None
 
     def forge_verdict(self, engine: Any, published: dict | None) -> str:
@@ -354,6 +361,7 @@ class Lander:
             message = f"the {published.get('provider')} checks could not be read: {exc}"
             engine.bus.note("forge_failed", message)
             engine.mutations.append(f"{engine.task['id']}: {message}")
+            engine.echo(f"warning: {message}")
             return "unknown"
 
     def _record(self, engine: Any, outcome: LandResult, phase: str = "land") -> dict:

@@ -65,7 +65,8 @@ def _tests_line(tracker: Any, task_id: str) -> str:
         if cp.kind != "proof":
             continue
         results = (cp.payload.get("artifact") or {}).get("results") or []
-        counted = [r.get("tests") for r in results if isinstance(r, Mapping) and isinstance(r.get("tests"), Mapping)]
+        counted = [r.get("tests") for r in results if isinstance(r, Mapping) and isinstance(r.get("tests"), Mapping)
+                   and not r.get("judged_from")]  # a subset judged from another's run: its tests counted once
         if counted:
             ran = sum(int(t.get("ran") or 0) for t in counted)
             passed = sum(int(t.get("passed") or 0) for t in counted)
@@ -95,29 +96,38 @@ def _cost(tracker: Any, task_id: str, current: Mapping[str, float]) -> str:
     return f"${total:.2f} spent" if total > 0 else ""
 
 
-def body_for(tracker: Any, repo: Path, head: str, base: str, *, report_url: str | None = None,
-             running: Mapping[str, Mapping[str, float]] | None = None) -> str:
-    """The summary of every task landed on ``head`` since ``base``: each task with its commit, tests
-    counted, review cycles, findings fixed (from its commit message) and cost (``running``: the
-    cost so far of a task's run that is still going, by task and run), neutralised."""
-    log = _git(repo, "log", "--reverse", "--format=%H%x00%B%x1e", f"refs/heads/{base}..refs/heads/{head}",
-               check=False).stdout if base else ""
-    lines = [f"Work landed by mesh on `{head}`, for review into `{base}`.", ""]
-    count = 0
+def _landed(repo: Path, since: str, head: str) -> dict[str, tuple[list[str], str]]:
+    """Task -> (its landing commits on ``head`` since ``since``, oldest first; the last one's
+    message), tasks in the order they first landed."""
+    log = _git(repo, "log", "--reverse", "--format=%H%x00%B%x1e", f"{since}..refs/heads/{head}", check=False).stdout
+    out: dict[str, tuple[list[str], str]] = {}
     for entry in log.split("\x1e"):
         sha, _, message = entry.strip("\n").partition("\x00")
         trailers = dict(line.split(": ", 1) for line in message.splitlines() if line.startswith("Mesh-") and ": " in line)
         task_id = trailers.get("Mesh-Task")
-        if not sha or not task_id:
-            continue
-        count += 1
-        if count > _BODY_TASKS:
-            continue
+        if sha and task_id:
+            out[task_id] = ([*out.get(task_id, ([], ""))[0], sha], message)
+    return out
+
+
+def body_for(tracker: Any, repo: Path, head: str, base: str, *, report_url: str | None = None,
+             running: Mapping[str, Mapping[str, float]] | None = None, since: str | None = None,
+             merge: bool = False) -> str:
+    """The summary of every task landed on ``head`` since ``base`` (``since``: the base as the
+    remote has it, so work merged there is not listed again): one line per task with its last
+    landing's commit (and how many landings it took), tests counted, review cycles, findings
+    fixed (from its commit message) and cost (``running``: the cost so far of a task's run that
+    is still going, by task and run), neutralised. ``merge``: mesh merges it (``merge = "auto"``)."""
+    landed = _landed(repo, since or f"refs/heads/{base}", head) if base else {}
+    lines = [f"Work landed by mesh on `{head}`, for review into `{base}`.", ""]
+    for task_id, (shas, message) in list(landed.items())[:_BODY_TASKS]:
         title, _, rest = message.partition("\n\n")
         cycles = next((part for part in rest.splitlines()[0].split(", ") if "review cycle" in part), "") \
             if rest else ""
         fixed = [line[2:] for line in rest.splitlines() if line.startswith("- ")]
-        facts = [f"`{sha[:12]}`", *([_tests_line(tracker, task_id)] if tracker is not None else []),
+        facts = [f"`{shas[-1][:12]}`" + (f", {len(shas)} landings (the pull request's checks or reviewers asked"
+                                         " for changes)" if len(shas) > 1 else ""),
+                 *([_tests_line(tracker, task_id)] if tracker is not None else []),
                  cycles.rstrip("."), f"{len(fixed)} finding(s) fixed" if fixed else "",
                  _cost(tracker, task_id, (running or {}).get(task_id, {})) if tracker is not None else ""]
         lines.append(f"- **{neutral(task_id)}**: {neutral(title.strip())} ({', '.join(f for f in facts if f)})")
@@ -127,12 +137,21 @@ def body_for(tracker: Any, repo: Path, head: str, base: str, *, report_url: str 
                       " (a person's approval is needed)" for t in _tampering(tracker, task_id)[:5]]
         if report_url:
             lines.append(f"  - report: {report_url.rstrip('/')}/task/{quote(task_id, safe='')}")
-    if count > _BODY_TASKS:
-        lines.append(f"- and {count - _BODY_TASKS} more task(s)")
-    if not count:
+    if len(landed) > _BODY_TASKS:
+        lines.append(f"- and {len(landed) - _BODY_TASKS} more task(s)")
+    if not landed:
         lines.append("(no task landed yet)")
-    lines += ["", "Opened and updated by mesh; merging it is yours."]
+    lines += ["", "Opened and updated by mesh; it merges it once its checks pass (merge = auto)." if merge
+              else "Opened and updated by mesh; merging it is yours."]
     return "\n".join(lines)
+
+
+def _remote_base(repo: Path, remote: str, base: str) -> str | None:
+    """The base branch as ``remote`` has it now (fetched into ``refs/mesh/forge/``), None when it
+    cannot be fetched: what was merged there is no longer this pull request's work."""
+    ref = f"refs/mesh/forge/{remote}/{base}"
+    fetched = _git(repo, "fetch", "--quiet", "--no-tags", "--", remote, f"+refs/heads/{base}:{ref}", check=False)
+    return ref if fetched.returncode == 0 else None
 
 
 def publish(engine: Any, sha: str, *, phase: str = "land", environ: Mapping[str, str] | None = None,
@@ -163,6 +182,7 @@ def publish(engine: Any, sha: str, *, phase: str = "land", environ: Mapping[str,
         title = scope_title(engine.tracker, engine.task, lander.branch) if cfg.pull_requests == "scope" else \
             f"{neutral(str(engine.task.get('title') or engine.task['id']))[:200]} ({neutral(engine.task['id'])})"
         body = body_for(engine.tracker, lander.repo, head, base, report_url=cfg.report_url,
+                        since=_remote_base(lander.repo, cfg.remote, base), merge=cfg.merge == "auto",
                         running={engine.task["id"]: {engine.run_id: float(getattr(engine.usage, "cost_usd", 0.0) or 0.0)}})
         pull: PullRequest | None = forge.find_open(head, base)
         if pull is None:

@@ -143,6 +143,9 @@ class ReviewCycles:
                     # Landed and pushed, and the forge asks for changes: they are this cycle's
                     # findings (sub-issues), and a revision follows as after any review.
                     review, must_fix = changes.review, changes.review["findings"]
+                    # The cycle's review is now what the pull request asked: its findings are what
+                    # the revision fixes (and what the next landing's commit says it fixed).
+                    self.bus.add_review(cycle, review)
                     self._sync_findings(review, False)
                     self._checkpoint("review-cycle", None, f"r{cycle}f",
                                      f"cycle {cycle}: changes asked on the pull request",
