@@ -79,7 +79,7 @@ _RUNS = [["tracker", "ready", "--json"], ["tracker", "list", "--json"], ["tracke
          ["tracker", "blocked"], ["tracker", "stats"], ["tracker", "doctor"], ["status", "--label", "plan-x"], ["logs"], ["usage"],
          ["prices"], ["clean"],
          pytest.param(["show", "ID"], marks=pytest.mark.xfail(
-             strict=True, reason="orchestrator.protocol.proof imports orchestrator.sandbox.testcounts at its top"))]
+             strict=True, reason="orchestrator.toolchains (base_results, caches) imports the sandbox package (bwrap, cache_layers, project_env) at its top"))]
 
 
 @pytest.mark.parametrize("args", _RUNS, ids=lambda a: " ".join(a))

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from roles.validation_text import failing_tests, failure_lines, lost_tests, output_lines, verdict_notes
 
 from orchestrator.safe_text import clip
-from orchestrator.sandbox.testcounts import TestCounts, runner_counts_phrase
 from orchestrator.toolchains import base_results
 from orchestrator.toolchains.base_results import BaseStatuses
 
@@ -73,11 +72,11 @@ def output_tail(result: Mapping[str, Any], lines: int = TAIL_LINES) -> list[str]
 def tests_line(result: Mapping[str, Any], base_counts: Any = None) -> str:
     """``12 ran: 12 passed, ...; base tree 12 ran`` for a result dict with counts, else "";
     ``base_counts`` is a proof's ``base_tests.counts`` (tracker text: any shape)."""
-    counts = TestCounts.from_dict(result.get("tests"))
+    counts = _counts(result.get("tests"))
     if counts is None:
         return ""
     command = result.get("command")
-    base = TestCounts.from_dict(base_counts.get(command)) \
+    base = _counts(base_counts.get(command)) \
         if isinstance(base_counts, Mapping) and isinstance(command, str) else None
     flaky = [test for test in result.get("flaky") or [] if isinstance(test, str)]
     return (counts.line() + (f"; base tree {base.ran} ran" if base else "")
@@ -100,6 +99,20 @@ def state(result: Mapping[str, Any], base_counts: Any = None) -> str:
     if isinstance(result.get("limit"), str):
         parts.append(f"{result['limit']} limit hit")
     return f"fail ({', '.join([*parts, *([f'tests {tests}'] if tests else [])])})"
+
+
+def _counts(data: Any) -> Any:
+    """``TestCounts.from_dict`` (imported when a proof is read: the views that show one without
+    judging it, ``mesh show``, do not load the sandbox's test readers)."""
+    from orchestrator.sandbox.testcounts import TestCounts
+
+    return TestCounts.from_dict(data)
+
+
+def _phrase(counted: Sequence[Any]) -> str:
+    from orchestrator.sandbox.testcounts import runner_counts_phrase
+
+    return runner_counts_phrase(counted)
 
 
 @dataclass
@@ -136,7 +149,7 @@ class BaseTests:
             found = base_results.load(*self.store[:2], command, self.store[2])
             if found is None and self.covering:
                 # The tree's tests ran once already under a command covering this one: read, not rerun.
-                from orchestrator.sandbox.subset_runs import base_statuses
+                from orchestrator.toolchains.base_results import base_statuses
 
                 derived = base_statuses(command, self.covering, self.store, self.tree_path)
                 if derived is not None:
@@ -178,7 +191,7 @@ class BaseTests:
             note = f"mesh: held against the base tree {self.commit[:12]} test by test: {found.line()}"
             return replace(result, passed=False, reason=reason, lost=found.lost(),
                            stderr_tail=f"{result.stderr_tail.rstrip()}\n{note}".lstrip())
-        base = TestCounts.from_dict(self.counts.get(result.command))
+        base = _counts(self.counts.get(result.command))
         if base is not None and result.tests.ran < base.ran:
             note = (f"mesh: {result.tests.ran} test(s) ran, {base.ran} on the base tree"
                     f" {self.commit[:12]}: tests were removed, skipped or deselected")
@@ -286,12 +299,12 @@ class Proof:
         rejected = sum(1 for r in self.results if r["rejected"])
         # A command judged from another's run ran no test of its own: its tests are counted once.
         judged = sum(1 for r in self.results if r.get("judged_from"))
-        counted = [c for c in (TestCounts.from_dict(r.get("tests")) for r in self.results if not r.get("judged_from"))
+        counted = [c for c in (_counts(r.get("tests")) for r in self.results if not r.get("judged_from"))
                    if c]
         read = self.base_tests.read_from if self.base_tests else {}
         return (f"{'pass' if self.passed else 'fail'}: {sum(r['passed'] for r in self.results)}/{self.ran} command(s) passed"
                 + (f", {rejected} rejected" if rejected else "")
-                + (f"; {runner_counts_phrase(counted)}" if counted else "")
+                + (f"; {_phrase(counted)}" if counted else "")
                 + (f"; {judged} command(s) judged from another's run" if judged else "")
                 + (f"; the base's results of {len(read)} command(s) read from its earlier run, not run again"
                    if read else ""))

@@ -15,9 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.testruns.model import Run
 from orchestrator.testruns.subsets import covered_by
-from orchestrator.toolchains import base_results
 
-__all__ = ["base_statuses", "covering", "derived", "plan"]
+__all__ = ["covering", "derived", "plan"]
 
 # A larger run with one of these reasons says nothing trustworthy of its tests: its subsets share it.
 _SHARED_REASONS = ("runner_forged", "test_report_unreadable", "no_test_report")
@@ -66,31 +65,6 @@ def derived(command: str, big_command: str, big: Any, pick: Callable[[str], bool
             f" ({counts.ran} ran here); not run again")
     return make(command=command, exit_code=1 if failed else 0, passed=not failed, rejected=False, reason=None,
                 stderr_tail=note, tests=counts, run=run, judged_from=big_command)
-
-
-def base_statuses(command: str, covering: Sequence[str], store: tuple[Any, str, str], tree: Any
-                  ) -> tuple[str, "base_results.BaseStatuses"] | None:
-    """A base tree's statuses for ``command`` read from those kept for a command of ``covering``
-    that runs every test it selects (the base check's run of that tree): (that command, the
-    statuses of ``command``'s tests), or None when none covers it or its tests are not found
-    there. ``store``: (repository, the base's tree, the view's key); ``tree``: a checkout to read
-    a package's module path from."""
-    from orchestrator.sandbox.allowlist import split
-
-    small = split(command) or []
-    for big in covering:
-        if big == command or not small:
-            continue
-        pick = covered_by(small, split(big) or [], tree)
-        if pick is None:
-            continue
-        kept = base_results.load(store[0], store[1], big, store[2])
-        if kept is None:
-            continue
-        chosen = {test: status for test, status in kept.statuses.items() if pick(test)}
-        if any(status != "skipped" for status in chosen.values()):
-            return big, base_results.BaseStatuses(kept.runner, chosen, 0)
-    return None
 
 
 def covering(commands: Sequence[str], checks: Sequence[str], tree: Any) -> list[str]:

@@ -22,12 +22,12 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from orchestrator.testruns.model import Run
 from orchestrator.toolchains.caches import project_cache_root
 
-__all__ = ["BaseStatuses", "Comparison", "compare", "load", "save", "tree_of", "view_key"]
+__all__ = ["BaseStatuses", "Comparison", "base_statuses", "compare", "load", "save", "tree_of", "view_key"]
 
 _VERSION = 1
 _FAILING = ("failed", "errored")
@@ -163,3 +163,30 @@ def load(repo: Path, tree: str, command: str, view_key: str) -> BaseStatuses | N
     statuses = {k: v for k, v in raw["statuses"].items() if isinstance(k, str) and isinstance(v, str)}
     errors = raw.get("collection_errors")
     return BaseStatuses(str(raw.get("runner") or ""), statuses, errors if isinstance(errors, int) else 0)
+
+
+def base_statuses(command: str, covering: Sequence[str], store: tuple[Any, str, str], tree: Any
+                  ) -> tuple[str, BaseStatuses] | None:
+    """A base tree's statuses for ``command`` read from those kept for a command of ``covering``
+    that runs every test it selects (the base check's run of that tree): (that command, the
+    statuses of ``command``'s tests), or None when none covers it or its tests are not found
+    there. ``store``: (repository, the base's tree, the view's key); ``tree``: a checkout to read
+    a package's module path from."""
+    from orchestrator.sandbox.allowlist import split
+    from orchestrator.testruns.subsets import covered_by
+
+    small = split(command) or []
+    for big in covering:
+        if big == command or not small:
+            continue
+        pick = covered_by(small, split(big) or [], tree)
+        if pick is None:
+            continue
+        kept = load(store[0], store[1], big, store[2])
+        if kept is None:
+            continue
+        chosen = {test: status for test, status in kept.statuses.items() if pick(test)}
+        if any(status != "skipped" for status in chosen.values()):
+            return big, BaseStatuses(kept.runner, chosen, 0)
+    return None
+
