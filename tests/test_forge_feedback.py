@@ -17,6 +17,7 @@ from tests.runkit import PATCH_REVISION, TASK, critique, happy_script, r, review
 from tests.test_pull_requests import TOKEN, _forge_workspace, served
 
 LOG = ("FAILED tests/test_temperature.py::test_freezing - AssertionError: 0.0 != 32.0\n"
+       "/home/runner/work/widgets/widgets/temperature.py:8: in fahrenheit_to_celsius\n"
        "ci-only-marker: the runner's own line\n1 failed, 4 passed in 0.12s")
 
 
@@ -79,6 +80,8 @@ def test_a_failing_check_is_fed_to_the_revision_and_its_commit_pushed_again(tmp_
         with ws.tracker() as t:
             [finding] = [i for i in t.list(status=["open", "closed"]) if "check(s) failed" in (i.get("title") or "")]
             assert finding["status"] == "closed" and "ci-only-marker" in finding["description"]
+            # The runner's absolute path read as the worktree's file.
+            assert "Location: temperature.py:8" in finding["description"], finding["description"]
             assert t.get(TASK)["status"] == "closed"
         log = ws.git("log", "--format=%s", "main..mesh/land/demo").splitlines()
         assert len(log) == 2  # one commit per landing of the task

@@ -28,6 +28,7 @@ May import what ``orchestrator.landing`` may.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -122,14 +123,35 @@ def wait_for_verdict(forge: Forge, number: int, sha: str, cfg: Any, *, want_appr
         sleep(cfg.checks_poll_s)
 
 
-def _check_finding(failing: Sequence[Check], noun: str) -> dict[str, Any]:
+_CI_PATH = re.compile(r"(/[\w.@+-]+(?:/[\w.@+-]+)+\.\w+):(\d+)")
+
+
+def _in_tree(log: str, root: Any) -> str | None:
+    """``path:line`` of the first file of a CI log's absolute paths (a runner's checkout, such as
+    ``/home/runner/work/w/w/src/x.py:12``) that the worktree ``root`` holds by its longest suffix."""
+    from pathlib import Path
+
+    if root is None:
+        return None
+    for path, line in _CI_PATH.findall(log):
+        parts = path.strip("/").split("/")
+        for start in range(1, len(parts)):
+            relative = "/".join(parts[start:])
+            if (Path(root) / relative).is_file() and "site-packages/" not in path:
+                return f"{relative}:{line}"
+    return None
+
+
+def _check_finding(failing: Sequence[Check], noun: str, root: Any = None) -> dict[str, Any]:
     from orchestrator.protocol.validation_findings import VALIDATION_FINDING, failure_location
 
     evidence = "\n\n".join(f"{check.name} ({check.conclusion})" + (f" {check.url}" if check.url else "")
                            + "\n" + (check.log[-_LOG_CHARS:].strip() or "(no log)") for check in failing)
     last = next((line for check in failing for line in reversed(check.log.splitlines()) if line.strip()), "")
     names = ", ".join(f"`{check.name}` ({check.conclusion})" for check in failing[:3])
-    return {"finding_id": VALIDATION_FINDING, "location": failure_location(evidence) or "validation:1",
+    return {"finding_id": VALIDATION_FINDING,
+            "location": (found if (found := failure_location(evidence)) and not found.startswith("/") else None)
+            or _in_tree(evidence, root) or "validation:1",
             "severity": "High", "label": "MUST_FIX",
             "issue": f"the {noun}'s check(s) failed: {names}"
                      + (f" and {len(failing) - 3} more" if len(failing) > 3 else ""),
@@ -159,14 +181,14 @@ def _note_findings(reviews: Sequence[Review], first_line: str,
 
 
 def review_for(verdict: Verdict, noun: str, first_line: str,
-               code_at: Callable[[str, int], str] | None = None) -> dict[str, Any] | None:
+               code_at: Callable[[str, int], str] | None = None, root: Any = None) -> dict[str, Any] | None:
     """The review a verdict amounts to (a ``ReviewArtifact``'s shape, checked), or None when it
     asks for nothing: the failing checks' ``VALIDATION`` finding, the reviewers' findings."""
     from roles.schemas import ReviewArtifact
 
     findings = []
     if verdict.failing:
-        findings.append(_check_finding(verdict.failing, noun))
+        findings.append(_check_finding(verdict.failing, noun, root))
     findings += _note_findings(verdict.reviews, first_line, code_at)
     if not findings:
         return None
@@ -238,7 +260,8 @@ def verdict_of(engine: Any, published: dict, *, phase: str, transport: Any = Non
             forge.api.close()
         artifact = verdict.to_dict()
         artifact["review"] = review_for(verdict, noun, _first_line(engine.worktree.diff_from_base()),
-                                        lambda path, line: _code_at(engine.worktree.path, path, line))
+                                        lambda path, line: _code_at(engine.worktree.path, path, line),
+                                        root=engine.worktree.path)
         failing = ", ".join(c.name for c in verdict.failing)
         summary = (f"{noun} #{published['number']} at {verdict.sha[:12]}: {verdict.state}"
                    + (f" ({failing})" if failing else "")
