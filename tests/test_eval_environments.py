@@ -126,3 +126,37 @@ def test_a_python_that_is_not_here_drops_the_instance_saying_so(project, tmp_pat
                  str(tmp_path / "s.jsonl"), "--json", cwd=repo)
     dropped = {d["commit"]: d["why"] for d in json.loads(built.stdout)["dropped"]}
     assert "Python 2.1 is not installed on this machine" in dropped["ada__calc-1"], dropped
+
+
+def test_with_the_swebench_package_its_own_spec_of_the_version_is_the_environment(project, tmp_path, monkeypatch):
+    """Without an [[eval.env]] for the version, SWE-bench's spec (``MAP_REPO_VERSION_TO_SPECS``, as
+    ``swebench.harness.constants`` holds it) gives the Python, pip packages and test command; what of
+    it is not reproduced (system packages, the install step) is said on the kept line."""
+    root, repo, instances, _ = project
+    stub = tmp_path / "stub" / "swebench" / "harness"
+    stub.mkdir(parents=True)
+    for folder in (stub.parent, stub):
+        (folder / "__init__.py").write_text("")
+    (stub / "constants.py").write_text(
+        "MAP_REPO_VERSION_TO_SPECS = {'ada/calc': {\n"
+        f"    '1.0': {{'python': '{PYTHON}', 'pip_packages': ['pytest<8'], 'install': 'python -m pip install -e .',\n"
+        "            'pre_install': ['apt-get update', 'apt-get install -y locales'], 'test_cmd': 'pytest -rA'},\n"
+        f"    '2.0': {{'python': '{PYTHON}', 'pip_packages': ['pytest>=8.4'], 'test_cmd': ['true', 'pytest -rA']}}}}}}\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "stub"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip reads its options from the environment: offline here
+    monkeypatch.setenv("PIP_FIND_LINKS", str(WHEELS))
+    text = 'worker_env = ["MESH_EVAL_CASE"]\n[validation]\nallow = ["pytest -rA {path}"]\ntimeout_s = 120\n'
+    (repo / "mesh.toml").write_text(text)
+    suite = tmp_path / "suite.jsonl"
+    built = mesh("eval", "suite", "--from-swebench", str(instances), "--runs", "1", "-o", str(suite), "--json",
+                 cwd=repo)
+    assert built.returncode == 0, built.stderr
+    from orchestrator.evals.suite import read_suite
+
+    legacy, modern = read_suite(suite)
+    assert legacy.environment["name"] == "swebench-ada__calc-1.0" and legacy.hidden_command.startswith("pytest -rA ")
+    assert any(p.startswith("pytest==7.") for p in legacy.environment["packages"])
+    assert modern.environment["name"] == "swebench-ada__calc-2.0"
+    notes = json.loads(built.stdout)["notes"]
+    assert "not reproduced of SWE-bench's spec: pre_install (apt-get update apt-get install -y locales); install" \
+        in notes[legacy.instance_id], notes

@@ -56,7 +56,8 @@ class BuiltSuite:
         return {"suite": str(self.out), "command": self.command, "looked_at": self.looked_at,
                 "stopped_at_limit": self.stopped_at_limit,
                 "kept": [case.model_dump(exclude_defaults=True) for case in self.kept],
-                "dropped": [{"commit": d.commit, "subject": d.subject, "why": d.why} for d in self.dropped]}
+                "dropped": [{"commit": d.commit, "subject": d.subject, "why": d.why} for d in self.dropped],
+                **({"notes": dict(self.notes)} if self.notes else {})}
 
 
 def hidden_command_for(found: list[Any]) -> str | None:

@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CaseEnvironments", "EnvironmentUnusable", "build", "choose", "view_in"]
+__all__ = ["CaseEnvironments", "EnvironmentUnusable", "build", "choose", "from_swebench", "view_in"]
 
 _PIP_TIMEOUT_S = 1800
 
@@ -96,6 +96,40 @@ def choose(envs: Sequence[Any], version: str | None, base: str, repo: Path, rang
             if matching and range_for(repo, base, matching) is not None:
                 return env
     return None
+
+
+def from_swebench(repo: str | None, version: str | None) -> tuple[Any, list[str]] | None:
+    """SWE-bench's own spec of ``repo`` at ``version`` as an ``[[eval.env]]`` entry, when the
+    ``swebench`` package is installed and has one: (the entry, what of the spec is not
+    reproduced); None otherwise. Its Python, ``pip_packages`` and ``test_cmd`` are taken; its
+    ``pre_install`` (system packages), conda ``packages`` and ``install`` step are said."""
+    if not repo or not version:
+        return None
+    try:
+        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - not installed, or an incompatible version of it
+        return None
+    try:
+        spec = (MAP_REPO_VERSION_TO_SPECS.get(repo) or {}).get(version)
+    except Exception:  # noqa: BLE001
+        return None
+    if not isinstance(spec, dict) or not isinstance(spec.get("python"), str):
+        return None
+    from orchestrator.eval_settings import EvalEnv
+
+    test = spec.get("test_cmd")
+    test = next((t for t in reversed(test) if isinstance(t, str)), None) if isinstance(test, list) else test
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"swebench-{repo.replace('/', '__')}-{version}")[:40]
+    env = EvalEnv(name=name, versions=[version], python=spec["python"],
+                  packages=[p for p in spec.get("pip_packages") or [] if isinstance(p, str)],
+                  test_command=f"{test} {{tests}}" if isinstance(test, str) and test.strip() else None)
+    left = [f"{key} ({_short(spec[key])})" for key in ("pre_install", "packages", "install") if spec.get(key)]
+    return env, left
+
+
+def _short(value: Any) -> str:
+    text = " ".join(value) if isinstance(value, list) else str(value)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def _key(env: Any, version: str) -> str:
@@ -185,6 +219,9 @@ class CaseEnvironments:
         if not name:
             return None
         spec = self.specs.get(name)
+        if spec is None and name.startswith("swebench-"):
+            found = from_swebench(getattr(case, "repo", None) or (case.environment or {}).get("repo"), case.version)
+            spec = found[0] if found and found[0].name == name else None
         if spec is None:
             raise EnvironmentUnusable(f"case {case.id} was kept in the environment {name}, which [[eval.env]] of"
                                       " mesh.toml no longer names")

@@ -332,7 +332,7 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
     and pass their checks (``check_instance``), at most ``limit``; sealed ids in the file's order."""
     from orchestrator.eval_settings import HistoryRange
     from orchestrator.evals.curation import whole_check
-    from orchestrator.evals.environments import EnvironmentUnusable, build, choose, view_in
+    from orchestrator.evals.environments import EnvironmentUnusable, build, choose, from_swebench, view_in
     from orchestrator.evals.history import ranges_of, seal
     from orchestrator.worktree.policy import PatchPolicy
 
@@ -371,7 +371,9 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
                 continue
             if progress is not None:
                 progress(f"checking {instance.instance_id}  {title} ({len(built.kept)} kept so far)")
-            spec = choose(config.eval.env, instance.version, base, root, env_ranges)
+            spec, left = choose(config.eval.env, instance.version, base, root, env_ranges), []
+            if spec is None and (official := from_swebench(instance.repo, instance.version)):
+                spec, left = official  # SWE-bench's own spec of this repository and version
             try:
                 made = build(spec, echo=progress) if spec is not None else None
             except EnvironmentUnusable as exc:
@@ -381,12 +383,14 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
                             spec.test_command if spec is not None and spec.test_command else command, whole, ranges)
             case = case.model_copy(update={
                 "version": instance.version, "environment_setup_commit": instance.environment_setup_commit,
-                "environment": {k: made[k] for k in ("name", "python_version", "packages")} if made else None})
+                "environment": {**{k: made[k] for k in ("name", "python_version", "packages")},
+                                **({"repo": instance.repo} if instance.repo else {})} if made else None})
             run = sandbox_results(root, config.validation, view_in(inspection.view, made, root), timeout_s,
                                   setup=case.setup, env=case.env)
             kept, note = check_instance(root, instance, case, run, runs=runs, policy=policy)
             if kept is not None and made:
-                note += f"; in the environment {made['name']} (Python {made['python_version']})"
+                note += f"; in the environment {made['name']} (Python {made['python_version']})" + (
+                    f"; not reproduced of SWE-bench's spec: {'; '.join(left)}" if left else "")
             if kept is None:
                 built.dropped.append(Dropped(instance.instance_id, title, note))
             else:
