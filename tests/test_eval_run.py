@@ -111,7 +111,9 @@ def test_a_resolved_run_that_ended_blocked_is_counted_apart(library, tmp_path):
     cells = {c["case"]: c for c in report["cells"]}
     assert cells[cases[1].id]["outcome"] == "blocked" and "ended blocked" in cells[cases[1].id]["detail"]
     text = mesh("eval", "report", str(out), cwd=repo).stdout
-    assert "closed: resolved runs that also ended closed" in text
+    assert "res+cl: resolved runs that also ended closed" in text
+    # The closed column agrees with the runs' own lines: one of the two ended closed.
+    assert report["arms"][0]["closed"] == 1 and " 1/2 " in text.split("\n", 4)[-1]
     assert "2 of 2 finished, 1 of them closed" in (out / "report.html").read_text()
     # --redo: that one pair runs anew (its result, repository and task new), the other is kept.
     kept = json.loads((out / "results" / cases[0].id / "lite.json").read_text())

@@ -114,6 +114,7 @@ def _arm_row(arm: str, description: dict, trials: int, reference: str, case_ids:
     errors = [r for r in every if r.get("state") == "error"]
     resolved = sum(r["state"] == "resolved" for r in finished)
     closed = sum(r["state"] == "resolved" and r.get("outcome") == "closed" for r in finished)
+    ended_closed = sum(r.get("outcome") == "closed" for r in finished)
     per_case = {c: (len(f), sum(r["state"] == "resolved" for r in f)) for c in case_ids
                 if (f := _finished(runs[(c, arm)]))}
     rates = [c / n for n, c in per_case.values()]
@@ -137,7 +138,7 @@ def _arm_row(arm: str, description: dict, trials: int, reference: str, case_ids:
     row: dict[str, Any] = {
         "arm": arm, "profile": description.get("profile", arm), "description": description, "trials": trials,
         "cases": len(case_ids), "cases_finished": len(per_case), "runs": len(case_ids) * trials,
-        "finished": len(finished), "resolved": resolved, "resolved_closed": closed,
+        "finished": len(finished), "resolved": resolved, "resolved_closed": closed, "closed": ended_closed,
         # Runs whose change reaches into the test machinery: unresolved, and counted apart.
         "suspected_forgery": {"count": sum(bool(r.get("suspected_forgery")) for r in finished),
                               "runs": [{"case": r["case"], "trial": r.get("trial", 1),
@@ -237,7 +238,7 @@ def lines(report: dict[str, Any]) -> list[str]:
     """The report as a terminal table, one arm a line, then trials, errors, what each figure means."""
     out = [f"eval {report['eval']}: {len(report['cases'])} case(s), suite {report['suite']};"
            f" reference arm {report['reference']}", ""]
-    head = (f"{'arm':<14} {'resolved':>9} {'closed':>6} {'errors':>6} {'rate':>6} {'95% CI':>13} {'vs reference':>22}"
+    head = (f"{'arm':<14} {'resolved':>9} {'closed':>9} {'res+cl':>6} {'errors':>6} {'rate':>6} {'95% CI':>13} {'vs reference':>22}"
             f" {'tokens in':>10} {'out':>8} {'cost $':>9} {'$/resolved':>10} {'wall s':>8} {'calls':>6} {'cycles':>6}")
     out += [head, "-" * len(head)]
     for row in report["arms"]:
@@ -249,7 +250,8 @@ def lines(report: dict[str, Any]) -> list[str]:
         figure = (lambda key, fmt: format(per[key], fmt) if per[key] is not None else "-")
         per_resolved = (f"{row['cost_per_resolved']:.4f}" if row["cost_per_resolved"] is not None else
                         "unknown" if not row.get("cost_known", True) and row["resolved"] else "-")
-        out.append(f"{row['arm'][:14]:<14} {row['resolved']:>4}/{row['finished']:<4} {row['resolved_closed']:>6}"
+        closed = f"{row.get('closed', row['resolved_closed'])}/{row['finished']}"
+        out.append(f"{row['arm'][:14]:<14} {row['resolved']:>4}/{row['finished']:<4} {closed:>9} {row['resolved_closed']:>6}"
                    f" {row['errors']['count']:>6} {_percent(row['rate']):>6} {ci:>13} {versus:>22}"
                    f" {figure('tokens_in', '.0f'):>10} {figure('tokens_out', '.0f'):>8}"
                    f" {figure('cost_usd', '.4f'):>9} {per_resolved:>10} {figure('wall_s', '.1f'):>8}"
@@ -282,7 +284,8 @@ def lines(report: dict[str, Any]) -> list[str]:
             out.append(f"  error {error['case']}{trial}: {error['kind']}: {error['reason'][:200]}")
     pending = sum(row["pending"] for row in report["arms"])
     out += ["", "resolved/finished counts runs that ended resolved or not; runs in error are apart (errors), never"
-                " counted as unresolved. closed: resolved runs that also ended closed (approved).",
+                " counted as unresolved. closed: finished runs that ended closed (approved), as each run's line says;"
+                " res+cl: resolved runs that also ended closed.",
             "tokens, cost, wall time, calls and review cycles are per finished run; $/resolved is everything the arm"
             " spent over its resolved runs. 'vs reference': cases this arm resolves more often than the reference,"
             " against the reverse, and the exact paired test's p-value."]
