@@ -64,3 +64,27 @@ def test_two_tasks_landed_one_on_the_other_run_no_trees_tests_twice(tmp_path, mo
     assert proof.payload["artifact"]["base_tests"]["read_from"] == {SUBSET: VALIDATE}
     judged = proof.payload["artifact"]["results"][0]
     assert judged["command"] == SUBSET and judged["judged_from"] == VALIDATE and judged["passed"]
+
+
+def test_a_landing_of_a_tree_that_passed_its_commands_before_runs_nothing(tmp_path, monkeypatch):
+    """A landing's re-validation (a retry after a lost compare-and-set, another runner landing the
+    same tree) reads the results of the tree's earlier pass with the same commands and view."""
+    from orchestrator.config import load_config
+    from orchestrator.landing.lander import Lander
+    from tests.drainkit import git, make_drain_workspace
+
+    ws = make_drain_workspace(tmp_path)
+    config = load_config(ws.repo, ws.config)
+    lander = Lander(ws.repo, "mesh/land/x", config)
+    runs = []
+    real = validation.run_configured
+    monkeypatch.setattr(validation, "run_configured", lambda commands, *a, **k: runs.append(commands) or real(
+        commands, *a, **k))
+    head = git(ws.repo, "rev-parse", "HEAD").strip()
+    first, passed = lander.validate(head, ["python3 check.py"])
+    assert passed and len(runs) == 1 and not first[0].get("reused")
+    again, passed = lander.validate(head, ["python3 check.py"])
+    assert passed and len(runs) == 1 and again[0]["reused"] and "not run again" in again[0]["stderr_tail"]
+    # Other commands, or another tree, run.
+    lander.validate(head, ["python3 check.py", "python3 check.py --again"])
+    assert len(runs) == 2

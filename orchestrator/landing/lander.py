@@ -375,6 +375,7 @@ class Lander:
         artifact["action"] = ("none" if outcome.result == "landed" else "send_back" if not earlier else "block")
         summary = (f"{outcome.result} on {self.branch}" + (f" at {outcome.sha[:12]} ({outcome.method})"
                                                             if outcome.sha else "")
+                   + ("; its tree had passed these commands before, not run again" if outcome.reused else "")
                    + (f"; {artifact['action'].replace('_', ' ')}" if artifact["action"] != "none" else ""))
         stored = engine._checkpoint("land", None, phase, summary, artifact, details=outcome.detail)
         engine.mutations.append(f"land {task_id}: {summary}")
@@ -447,6 +448,7 @@ class Lander:
         checked = time.monotonic()
         revalidated = not (validated and _tree(self.repo, new) == _tree(self.repo, validated))
         results, passed = self.validate(new, commands) if revalidated else ([], True)
+        reused = bool(results) and all(r.get("reused") for r in results)
         validation_s = time.monotonic() - checked
         if not passed:
             detail = failure_detail(results)
@@ -457,8 +459,8 @@ class Lander:
             raise _BranchMoved()  # another runner landed first: fetch, rebase, re-validate
         crash_point("land-ref")
         return LandResult("landed", self.branch, onto=onto, sha=new, method=method,
-                          validation=_brief(results), revalidated=revalidated,
-                          duration_s=time.monotonic() - started, validation_s=validation_s)
+                          validation=_brief(results), revalidated=revalidated and not reused,
+                          duration_s=time.monotonic() - started, validation_s=validation_s, reused=reused)
 
     def _replay(self, commits: list[str], onto: str, identity: Mapping[str, str] | None) -> str | None:
         """Re-create each commit on top of ``onto`` (a rebase without a checkout: each commit's
@@ -500,8 +502,12 @@ class Lander:
         """Run ``commands`` on ``commit``'s tree: bwrap materialises it from git objects; without
         a sandbox it is checked out in a scratch worktree first."""
         from orchestrator.sandbox.validation import run_configured
+        from orchestrator.toolchains.base_check import BaseCheck, passed_before, record_passed
 
         cfg = self.config.validation
+        before = passed_before(self.repo, commit, commands, self.environment)
+        if before is not None:  # this very tree passed these commands already: its results stand
+            return before, True
         scratch = None
         if cfg.sandbox == "none" and commands:
             scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
@@ -522,8 +528,10 @@ class Lander:
         if passed and results:
             from orchestrator.toolchains.base_check import note_validated
 
-            # The merged tree passed its check commands: the task cut from it pays no base check.
+            # The merged tree passed its check commands: the task cut from it pays no base check;
+            # and these commands: a landing of the same tree (a retry, another runner) runs nothing.
             note_validated(self.repo, commit, results, self.environment, cfg)
+            record_passed(self.repo, BaseCheck(commit, list(commands), dicts), self.environment)
         return dicts, passed
 
 

@@ -57,6 +57,8 @@ class LandResult:
     revalidated: bool = False
     duration_s: float = 0.0
     validation_s: float = 0.0
+    # The merged tree had passed these commands before (same view): its results read, not run.
+    reused: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""

@@ -33,7 +33,8 @@ from orchestrator.toolchains import base_results
 from orchestrator.toolchains.caches import project_cache_root
 from roles.validation_text import failure_text
 
-__all__ = ["BaseCheck", "BaseFailing", "check_commands", "note_validated", "record_passed", "run_base_check"]
+__all__ = ["BaseCheck", "BaseFailing", "check_commands", "note_validated", "passed_before", "record_passed",
+           "run_base_check"]
 
 # What makes a command's tests readable, said where mesh cannot judge one test by test.
 UNREAD_HINT = ("name a runner mesh reads (pytest, unittest, Django's manage.py test, go test, cargo test, Jest, Vitest,"
@@ -251,6 +252,26 @@ def note_validated(repo: Path, commit: str, results: Sequence[Any], view: Projec
             base_results.save(repo, tree, command, base_results.view_key(view), by_command[command].run)
     record_passed(repo, BaseCheck(commit, list(commands), [by_command[c].to_dict() for c in commands]), view, tree)
     return True
+
+
+def passed_before(repo: Path, commit: str, commands: Sequence[str], view: ProjectView | None) -> list[dict] | None:
+    """The results of ``commands`` on ``commit``'s tree when a validation already passed them there
+    with the same view (a base check, a task's validation, a landing's: the store ``record_passed``
+    keeps), each marked as read from that run; None when none did."""
+    tree = base_results.tree_of(repo, commit)
+    if tree is None or not commands:
+        return None
+    try:
+        stored = json.loads((project_cache_root(repo) / "base-checks" / f"{_key(tree, commands, view)}.json")
+                            .read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stored, dict) or stored.get("version") != _VERSION or stored.get("tree") != tree \
+            or not isinstance(stored.get("results"), list):
+        return None
+    note = f"mesh: this tree ({tree[:12]}) passed these commands before with the same view; not run again"
+    return [{**r, "stderr_tail": f"{r.get('stderr_tail') or ''}\n{note}".lstrip(), "reused": True}
+            for r in stored["results"] if isinstance(r, dict)]
 
 
 def record_passed(repo: Path, check: BaseCheck, view: ProjectView | None, tree: str | None = None) -> None:
