@@ -178,9 +178,11 @@ def lay_out(project: Project, top: Path, mesh: str, env: dict) -> str:
     return check
 
 
-def task_patch(project: Project, top: Path, variant: str) -> str:
-    """The synthesizer's patch: one line in a library function, one test appended (``variant``
-    makes a second task's tree differ from the first's)."""
+def task_patch(project: Project, top: Path, variant: str, lines: int = 1) -> str:
+    """The synthesizer's patch: a line in a library function (``lines`` times), one test appended.
+    ``variant`` makes each task's tree differ from every other's, and ``lines`` its compiled code:
+    go's build and test caches would otherwise answer a direct run from an earlier repetition's
+    compile of a change differing in a comment only (line numbers are in the object code)."""
     path, after, line = project.library
     text = (top / path).read_text()
     start = text.index(after)
@@ -188,7 +190,7 @@ def task_patch(project: Project, top: Path, variant: str) -> str:
     if text[end:].lstrip().startswith('"""'):  # past a docstring that opens the function's body
         opened = text.index('"""', end)
         end = text.index("\n", text.index('"""', opened + 3)) + 1
-    (top / path).write_text(text[:end] + line + variant + "\n" + text[end:])
+    (top / path).write_text(text[:end] + (line + variant + "\n") * lines + text[end:])
     test_path, test = project.test
     with (top / test_path).open("a") as handle:
         handle.write(test.replace("budget", "budget_" + "".join(c for c in variant if c.isalnum())))
@@ -308,7 +310,7 @@ def repetition(project: Project, top: Path, check: str, mesh: str, env: dict, re
         config.write(f"# repetition {rep}\n")
     git(top, "commit", "-qam", f"repetition {rep}")
     base = git(top, "rev-parse", "HEAD").strip()
-    first, second = task_patch(project, top, f" ({rep}a)"), task_patch(project, top, f" ({rep}b)")
+    first, second = task_patch(project, top, f" ({rep}a)", 2 * rep + 1), task_patch(project, top, f" ({rep}b)", 2 * rep + 2)
 
     # direct: the check in a shell, on the first task's tree (its patch applied in the checkout)
     run(["git", "apply"], top, env, input=first, check=True)
