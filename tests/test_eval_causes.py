@@ -58,9 +58,23 @@ def test_tests_reaching_for_the_network_are_named():
     assert cause is not None and "reach for the network" in cause and "data.example.org" in cause, cause
 
 
-def test_a_syntax_too_new_is_named_and_a_missing_module_is_not():
-    # A module missing may be the commit's (one it deleted) or a set-up step's (a generated one).
+def test_a_syntax_too_new_is_named_and_a_missing_module_only_when_the_repository_never_had_it(tmp_path):
+    # Without the repository, a module missing may be the commit's (one it deleted) or a set-up
+    # step's (a generated one): not named.
     assert environment_cause(_failed("ModuleNotFoundError: No module named 'numpy'")) is None
+    repo, _ = _one_commit(tmp_path)  # holds mod.py
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    (repo / "gone.py").write_text("X = 1\n")
+    for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gone"],
+                 ["rm", "-q", "gone.py"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "rm"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env=env, capture_output=True)
+    cause = environment_cause(_failed("ModuleNotFoundError: No module named 'numpy.linalg'"), str(repo))
+    assert cause is not None and "'numpy.linalg' is not installed" in cause, cause
+    # A module of the repository (a submodule a set-up step builds), or one a commit deleted: not named.
+    assert environment_cause(_failed("ModuleNotFoundError: No module named 'mod._speedups'"), str(repo)) is None
+    assert environment_cause(_failed("ModuleNotFoundError: No module named 'gone'"), str(repo)) is None
+    (repo / ".gitignore").write_text("_generated.py\n")  # one the set-up writes, ignored
+    assert environment_cause(_failed("ModuleNotFoundError: No module named '_generated'"), str(repo)) is None
     syntax = SimpleNamespace(stdout_tail='  File "/mesh/tree/pkg/mod.py", line 3\n    match x:\n          ^\n'
                                          "SyntaxError: invalid syntax\n", stderr_tail="", run=None)
     cause = environment_cause(syntax)

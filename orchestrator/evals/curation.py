@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.evals.suite import Case, build_tree, describe, failure_line, policy_refusal
@@ -194,8 +195,9 @@ def environment_cause(result: Any, root: str = "") -> str | None:
     """The environment's fault behind a failing run, as words (None: none found): a syntax the
     installed Python or Node rejects, a pytest plugin or hook the installed pytest refuses, a Go
     or Node older than the project asks for, tests reaching for the network (the sandbox has
-    none), a nose-style ``setup()`` pytest 8 no longer calls. A module missing is not named: it
-    may be the commit's (a module it deleted) or a set-up step's (a generated one). ``root``: the
+    none), a nose-style ``setup()`` pytest 8 no longer calls, a package missing (a module no file of
+    the repository's history ever was: not one a commit deleted, nor one a set-up step generates
+    beside the tree's own). ``root``: the
     repository's path (a path under it is named relative to it; its test classes are read for
     nose-style set-up)."""
     parts = [result.stdout_tail, result.stderr_tail]
@@ -227,7 +229,35 @@ def environment_cause(result: Any, root: str = "") -> str | None:
         return (f"the environment: pytest 8 and later no longer call nose-style setup()/teardown() methods, and"
                 f" {found.group(1)} defines one ({found.group(1)} object has no attribute {found.group(2)!r}):"
                 " pin pytest < 8 for this instance")
+    if (found := _MISSING.search(text)) and _foreign(root, found.group(1)):
+        return (f"the environment: the package of the module {found.group(1)!r} is not installed (no file of the"
+                " repository's history is that module): install it, or name an environment that has it"
+                " ([[eval.env]] packages)")
     return None
+
+
+# ``No module named 'x.y'``: the first module Python could not import.
+_MISSING = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+
+
+def _foreign(root: str, module: str) -> bool:
+    """Whether ``module``'s top-level name is no file or folder the repository at ``root`` ever had
+    and none it ignores (a third-party package, not a module a commit deleted or a set-up step
+    generates in the tree). False when ``root`` cannot be read."""
+    if not root:
+        return False
+    top = module.split(".")[0]
+    try:
+        named = subprocess.run(["git", "-C", root, "log", "--all", "--format=", "--name-only", "--",
+                                f":(glob)**/{top}.py", f":(glob)**/{top}/**", f":(glob)**/{top}.*.so",
+                                f":(glob)**/{top}.pyx", f":(glob)**/{top}.c"],
+                               capture_output=True, text=True, timeout=60)
+        # A module the repository ignores is one its set-up makes (a generated ``_version.py``).
+        ignored = subprocess.run(["git", "-C", root, "check-ignore", "--no-index", f"{top}.py", f"{top}/",
+                                  f"src/{top}.py", f"src/{top}/"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return named.returncode == 0 and not named.stdout.strip() and ignored.returncode == 1  # 1: none ignored
 
 
 def _nose_setup(root: str, cls: str, text: str) -> bool:
