@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+
+import pytest
 from types import SimpleNamespace
 
 from orchestrator.evals.curation import environment_cause
@@ -218,3 +220,36 @@ def test_an_instances_test_file_outside_the_usual_names_is_run_itself_not_the_wh
                         PASS_TO_PASS=[])
     case = _case_of(instance, repo, "python -m pytest -rA {tests}", "python -m pytest", [])
     assert case.hidden_command == "python -m pytest -rA tests/test_other.py tests/unittest_nodes.py"
+
+
+def test_a_partial_clone_gives_its_base_fetching_what_it_lacks_or_says_what_to_run(tmp_path):
+    """Issue 46, item 3: a partial clone (old files fetched on demand) failed as "repository
+    corruption": git serving a fetch from it does not fetch what it lacks unless told to."""
+    from orchestrator.evals.cases import case_repo
+    from orchestrator.evals.suite import Case
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+    def git(cwd, *args):
+        return subprocess.run(["git", *args], cwd=cwd, check=True, env=env, capture_output=True, text=True).stdout
+
+    source = tmp_path / "src"
+    source.mkdir()
+    git(source, "init", "-q", "-b", "main")
+    git(source, "config", "uploadpack.allowFilter", "true")
+    commits = []
+    for n in range(3):
+        (source / f"f{n}.txt").write_text(f"v{n}\n")
+        git(source, "add", "-A")
+        git(source, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"c{n}")
+        commits.append(git(source, "rev-parse", "HEAD").strip())
+    partial = tmp_path / "partial"
+    git(tmp_path, "clone", "-q", "--filter=blob:none", "--no-checkout", f"file://{source}", str(partial))
+    case = Case(id="c1", base=commits[0], title="t", task="t", hidden_command="python -m pytest")
+    work = case_repo(tmp_path / "eval", partial, case, "full")  # its remote reachable: the files fetched
+    assert (work / "f0.txt").read_text() == "v0\n"
+    source.rename(tmp_path / "gone")  # its remote out of reach: what to run
+    other = Case(id="c2", base=commits[1], title="t", task="t", hidden_command="python -m pytest")
+    with pytest.raises(ValueError, match="is a partial clone whose files of .* are fetched on demand from 'origin'.*"
+                                         "fetch --refetch origin"):
+        case_repo(tmp_path / "eval", partial, other, "full")

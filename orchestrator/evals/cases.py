@@ -26,8 +26,10 @@ _IDENTITY = {"GIT_AUTHOR_NAME": "mesh eval", "GIT_AUTHOR_EMAIL": "mesh-eval@loca
              "GIT_COMMITTER_NAME": "mesh eval", "GIT_COMMITTER_EMAIL": "mesh-eval@localhost"}
 
 
-def _git(cwd: Path, *args: str) -> str:
+def _git(cwd: Path, *args: str, lazy: bool = False) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    if lazy:  # a partial clone serving a fetch may fetch the files it lacks from its own remote
+        env["GIT_NO_LAZY_FETCH"] = "0"
     done = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd, capture_output=True, text=True,
                           env={**env, **_IDENTITY}, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
@@ -52,10 +54,7 @@ def case_repo(folder: Path, source: Path, case: Case, profile: str, view: Any = 
             partial.mkdir(parents=True)
             _git(partial, "init", "-q", "--bare", "-b", "main")
             _held_by(origin or source, case.base)
-            # --update-shallow: from a shallow clone, the base arrives with its history cut where the
-            # clone's is (without it git takes nothing and says nothing).
-            _git(partial, "fetch", "-q", "--no-tags", "--update-shallow", str(origin or source),
-                 f"{case.base}:refs/heads/main")
+            _fetch_base(partial, origin or source, case.base)
             _settle(partial, bare)
     work = folder / "repos" / case.id / profile
     if not (work / ".git").exists():
@@ -88,14 +87,48 @@ def _held_by(repo: Path, commit: str) -> None:
     if shallow:
         raise ValueError(f"{repo} is a shallow clone without commit {commit[:12]}: run `git -C {repo} fetch"
                          f" --unshallow` (or `git -C {repo} fetch origin {commit}`) and try again")
-    try:
-        partial = bool(_git(repo, "config", "--get", "extensions.partialclone").strip())
-    except ValueError:
-        partial = False
-    if partial:
+    if _promisor(repo) is not None:
         raise ValueError(f"{repo} is a partial clone without commit {commit[:12]}: run `git -C {repo} fetch origin"
                          f" {commit}` and try again")
     raise ValueError(f"{repo} does not hold commit {commit[:12]} (fetch it there, or name another repository)")
+
+
+def _promisor(repo: Path) -> str | None:
+    """The remote a partial clone fetches its missing objects from (``extensions.partialClone``,
+    else a ``remote.<name>.promisor``), None for a whole repository."""
+    for args in (("config", "--get", "extensions.partialclone"), ("config", "--get-regexp", r"^remote\..*\.promisor$")):
+        try:
+            out = _git(repo, *args).strip()
+        except ValueError:
+            continue
+        if args[1] == "--get" and out:
+            return out
+        for line in out.splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().lower() in ("true", "1", "yes"):
+                return key[len("remote."):-len(".promisor")]
+    return None
+
+
+def _fetch_base(bare: Path, source: Path, commit: str) -> None:
+    """Fetch ``commit`` with its history from ``source`` into ``bare``. From a partial clone (its
+    old files fetched on demand), the files it lacks are fetched from its own remote on the way;
+    when that remote cannot be reached, ValueError says what to run."""
+    remote = _promisor(source)
+    partial = remote is not None
+    try:
+        # --update-shallow: from a shallow clone, the base arrives with its history cut where the
+        # clone's is (without it git takes nothing and says nothing).
+        _git(bare, "fetch", "-q", "--no-tags", "--update-shallow", str(source), f"{commit}:refs/heads/main",
+             lazy=partial)
+    except ValueError as exc:
+        if not partial:
+            raise
+        said = next((line.strip() for line in str(exc).splitlines() if "promisor" in line), "")
+        said = "".join(ch for ch in said if ch.isprintable())[:160]
+        raise ValueError(f"{source} is a partial clone whose files of {commit[:12]} are fetched on demand from"
+                         f" {remote!r}, which could not give them{f' ({said})' if said else ''}: run `git -C {source} fetch"
+                         f" --refetch {remote}` once it can be reached (a whole clone), and try again") from None
 
 
 def _settle(partial: Path, final: Path) -> None:
