@@ -124,8 +124,11 @@ def test_postgresql_notifies_a_listener_of_every_committed_change(pg_url):
         issue = t.create("watched")
     seen = threading.Semaphore(0)
     stop = threading.Event()
-    watcher = threading.Thread(target=watch_changes, args=(url, seen.release, stop), daemon=True)
+    ready = threading.Event()
+    watcher = threading.Thread(target=watch_changes, args=(url, seen.release, stop, ready),
+                               daemon=True)
     watcher.start()
+    assert ready.wait(30)  # a change committed before the watch is in place may go unseen
     try:
         with Tracker(url, actor="tester") as t:
             # The listener is up once a change it was sent arrives: write until one does.

@@ -141,8 +141,11 @@ def test_sqlite_changes_wake_a_watcher_and_move_the_change_sequence(tmp_path):
     ws = make_workspace(tmp_path)
     seen = threading.Semaphore(0)
     stop = threading.Event()
-    watcher = threading.Thread(target=watch_changes, args=(ws.db, seen.release, stop), daemon=True)
+    ready = threading.Event()
+    watcher = threading.Thread(target=watch_changes, args=(ws.db, seen.release, stop, ready),
+                               daemon=True)
     watcher.start()
+    assert ready.wait(30)  # a change committed before the watch is in place may go unseen
     try:
         with ws.tracker() as t:
             before = change_seq(t)

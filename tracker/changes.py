@@ -44,22 +44,28 @@ def change_seq(tracker: Tracker) -> int:
     return int(rows[0][0] or 0) if rows else 0
 
 
-def watch_changes(target: Path | str, on_change: Callable[[], None], stop: threading.Event) -> None:
+def watch_changes(target: Path | str, on_change: Callable[[], None], stop: threading.Event,
+                  ready: threading.Event | None = None) -> None:
     """Call ``on_change()`` after each committed change of the tracker at ``target`` (a SQLite
     path or a PostgreSQL URL) until ``stop`` is set. Blocks: run it in a thread of its own.
+    ``ready`` is set once the watch is in place: a change committed after that is reported (one
+    committed before may not be: wait for it when that matters).
 
     Several commits close together may be reported once; a change is never left unreported.
     """
     if is_url(str(target)):
-        _watch_postgres(str(target), on_change, stop)
+        _watch_postgres(str(target), on_change, stop, ready)
     else:
-        _watch_sqlite(Path(target), on_change, stop)
+        _watch_sqlite(Path(target), on_change, stop, ready)
 
 
-def _watch_sqlite(path: Path, on_change: Callable[[], None], stop: threading.Event) -> None:
+def _watch_sqlite(path: Path, on_change: Callable[[], None], stop: threading.Event,
+                  ready: threading.Event | None = None) -> None:
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
     try:
         seen = conn.execute("PRAGMA data_version").fetchone()[0]
+        if ready is not None:
+            ready.set()
         while not stop.wait(SQLITE_PERIOD_S):
             version = conn.execute("PRAGMA data_version").fetchone()[0]
             if version != seen:
@@ -69,7 +75,8 @@ def _watch_sqlite(path: Path, on_change: Callable[[], None], stop: threading.Eve
         conn.close()
 
 
-def _watch_postgres(url: str, on_change: Callable[[], None], stop: threading.Event) -> None:
+def _watch_postgres(url: str, on_change: Callable[[], None], stop: threading.Event,
+                    ready: threading.Event | None = None) -> None:
     import psycopg
 
     first = True
@@ -77,6 +84,8 @@ def _watch_postgres(url: str, on_change: Callable[[], None], stop: threading.Eve
         try:
             with psycopg.connect(url, autocommit=True, application_name="mesh-watch", connect_timeout=5) as conn:
                 conn.execute(f"LISTEN {CHANGE_CHANNEL}")
+                if ready is not None:
+                    ready.set()
                 if not first:
                     on_change()  # changes made while the connection was down were not notified
                 first = False
