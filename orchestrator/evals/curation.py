@@ -111,8 +111,11 @@ def curate(repo: Any, case: Case, run: Callable[[str, Sequence[str]], list[Any]]
             if index == 0:
                 return None, "its hidden tests pass on the base already"
             flaky = _varied(_outcomes([results[0] for results in on_base]))
+            # How the earlier run failed: a flaky test's message, or what kept the run from its tests.
+            first = describe(on_base[0][0], limit)[1]
             return None, (f"no stable FAIL_TO_PASS test: its hidden tests pass on the base in run {index + 1} of"
-                          f" {runs}" + (f" (flaky: {_names(flaky)})" if flaky else ""))
+                          f" {runs}" + (f" (flaky: {_names(flaky)})" if flaky else "")
+                          + f"; run 1 on the base: {first[:300]}")
         on_reference.append(run(reference, commands))
         hidden = on_reference[-1][0]
         if not hidden.passed and (hidden.run is None or hidden.run.collection_errors or not hidden.run.failures()
