@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.evalkit import git, mesh, write_worker
+from tests.test_eval_suite import commit
 
 WHEELS = Path(sys.prefix) / "eval-wheels"
 pytestmark = pytest.mark.skipif(not (WHEELS / ".done").exists(), reason="no pytest wheels (make eval-wheels)")
@@ -29,15 +30,6 @@ NOSE = ("import calc\n\n\nclass TestAdd:\n    def setup(self):\n        self.pai
         "    def test_add(self):\n        assert calc.add(*self.pair) == 5\n")
 GROUPS = ("import pytest\n\nimport calc\n\n\ndef test_both():\n"
           "    with pytest.RaisesGroup(ValueError, KeyError):\n        calc.both()\n")
-
-
-def _commit(repo: Path, files: dict[str, str], message: str) -> str:
-    for path, text in files.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
-    return git(repo, "rev-parse", "HEAD").strip()
 
 
 def _instance(repo: Path, base: str, commit: str, version: str, f2p: list[str], number: int) -> dict:
@@ -65,13 +57,12 @@ def project(tmp_path_factory):
     repo = root / "calc"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
-    start = _commit(repo, {"calc.py": CALC, "tests/__init__.py": "", ".gitignore": "mesh.toml\n.mesh/\n",
-                           "tests/test_calc.py": "import calc\n\n\ndef test_module():\n    assert calc.add\n"},
-                    "start")
-    fix = _commit(repo, {"calc.py": FIXED_ADD, "tests/test_nose.py": NOSE}, "Fix add\n\nadd subtracts.")
+    start = commit(repo, "start", {"calc.py": CALC, "tests/__init__.py": "", ".gitignore": "mesh.toml\n.mesh/\n",
+                                   "tests/test_calc.py": "import calc\n\n\ndef test_module():\n    assert calc.add\n"})
+    fix = commit(repo, "Fix add\n\nadd subtracts.", {"calc.py": FIXED_ADD, "tests/test_nose.py": NOSE})
     git(repo, "checkout", "-q", start)
-    group = _commit(repo, {"calc.py": FIXED_BOTH, "tests/test_groups.py": GROUPS},
-                    "Raise both errors\n\nboth() must raise a group of both errors.")
+    group = commit(repo, "Raise both errors\n\nboth() must raise a group of both errors.",
+                   {"calc.py": FIXED_BOTH, "tests/test_groups.py": GROUPS})
     git(repo, "checkout", "-q", "main")
     git(repo, "merge", "-q", "--no-edit", group)  # both commits in main's history
     instances = root / "instances.jsonl"

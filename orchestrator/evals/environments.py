@@ -220,7 +220,7 @@ class CaseEnvironments:
             return None
         spec = self.specs.get(name)
         if spec is None and name.startswith("swebench-"):
-            found = from_swebench(getattr(case, "repo", None) or (case.environment or {}).get("repo"), case.version)
+            found = from_swebench((case.environment or {}).get("repo"), case.version)
             spec = found[0] if found and found[0].name == name else None
         if spec is None:
             raise EnvironmentUnusable(f"case {case.id} was kept in the environment {name}, which [[eval.env]] of"

@@ -69,8 +69,9 @@ def clear(folder: Path, key: tuple[str, str], board: Any) -> bool:
     had = board.result(case_id, run_slot) is not None
     results = folder / "results" / case_id
     repos = folder / "repos" / case_id
-    for where, pattern in ((results, f"{run_slot}.*"), (results, f"{run_slot}.a*.*"), (repos, run_slot),
-                           (repos, f"{run_slot}.a*")):
+    # The pair's own files and its attempts' (``slot.aN``), never another trial's (``slot.t2``).
+    for where, pattern in ((results, f"{run_slot}.json"), (results, f"{run_slot}.wall"),
+                           (results, f"{run_slot}.a[0-9]*.*"), (repos, run_slot), (repos, f"{run_slot}.a[0-9]*")):
         for path in where.glob(pattern) if where.is_dir() else ():
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)

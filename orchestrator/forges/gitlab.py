@@ -95,7 +95,9 @@ class GitLab(ListedPulls):
         discussions = self.api.call("GET", f"{self._mrs}/{number}/discussions", params={"per_page": 100})
         for discussion in discussions if isinstance(discussions, list) else []:
             for note in (discussion or {}).get("notes") or [] if isinstance(discussion, dict) else []:
-                position = note.get("position") or {} if isinstance(note, dict) else {}
+                if not isinstance(note, dict):
+                    continue
+                position = note.get("position") if isinstance(note.get("position"), dict) else {}
                 line, path = position.get("new_line"), position.get("new_path")
                 if note.get("system") or note.get("resolved") or not isinstance(line, int) or not isinstance(path, str):
                     continue
