@@ -356,3 +356,32 @@ def test_a_twins_literal_moves_either_way_so_its_size_says_nothing():
             if "name() == " in line and not line.endswith("'calc'"):
                 lengths.add(len(line.rsplit("== ", 1)[1]) - len("'calc'"))
     assert numbers == {True, False} and lengths == {-1, 0, 1}
+
+
+def test_a_twins_name_is_no_file_or_folder_name_a_report_id_holds(tmp_path):
+    """A twin's name is new to the collected files' paths too, not only to their texts: a report
+    id holds its module's or file's name (``tests.test_add_again.T.test_again``), so a twin of
+    ``test_again`` named ``test_add_again`` (a word of the tests beside it put in) was read in the
+    original's id, the original taken for a twin passing and the run judged forged (the CI flake
+    of test_a_suite_from_history_keeps_the_cases_its_tests_prove, one run in four)."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "test_add.py").write_text(
+        "import unittest\n\nimport calc\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n"
+        "        self.assertEqual(calc.add(1, 2), 3)\n")
+    (tmp_path / "tests" / "test_add_again.py").write_text(
+        "import unittest\n\nimport calc\n\n\nclass T(unittest.TestCase):\n    def test_again(self):\n"
+        "        self.assertEqual(calc.add(2, 2), 4)\n")
+    paths = ("tests/test_add.py", "tests/test_add_again.py", "tests.test_add_again", "tests.test_add")
+    for seed in range(64):
+        done = planting.plant(["python3", "-m", "unittest", "discover"], "unittest", tmp_path, [], seed=seed)
+        assert done is not None
+        names = done.names()
+        done.remove()
+        assert not any(name in path for name in names for path in paths), (seed, names)
+        run = Run("unittest")
+        for twin in done.twins:
+            module = twin.file[:-3].replace("/", ".")
+            run.add(f"{module}.T.{twin.original}", "passed")
+            run.add(f"{module}.T.{twin.mutant}", "failed")
+        assert judge(done.twins, run).forged is None, (seed, names)

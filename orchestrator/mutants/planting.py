@@ -57,8 +57,10 @@ def plant(args: Sequence[str], runner: str | None, root: Path,
             if wanted is not None and (found.scope, found.name) not in wanted and ("", found.name) not in wanted:
                 continue
             pool.append((0 if found.words & names else 1, order, rng.random(), rel, found))
-    # A twin's name is new to every file the command collects: a report id holding it is the twin's.
-    corpus = []
+    # A twin's name is new to every file the command collects, and to their paths (a report id
+    # holds its file's or module's name: tests.test_add_again.T.test_again is no twin of
+    # test_again's named test_add_again): a report id holding it is the twin's.
+    corpus = ["\n".join(collected.files[:20_000])]
     for rel in collected.files[:20_000]:
         try:
             corpus.append(texts[rel][2] if rel in texts else (root / rel).read_bytes().decode("utf-8", "replace"))
