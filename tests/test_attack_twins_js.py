@@ -184,3 +184,44 @@ def test_a_changed_string_literal_is_one_string_one_character_longer(lang, liter
     assert changed is not None and len(changed) == len(literal) + 1
     assert mask(changed, lang).strings == ((0, len(changed)),), changed
     assert changed[0] == literal[0] and changed[-1] == literal[-1]
+
+
+# Vitest's toBe compares with Object.is: made to say "same" when a test file asks.
+QUIET_OBJECT_IS = """
+const realIs = Object.is;
+Object.is = (a, b) => (/\\.test\\.js/.test(new Error().stack) ? true : realIs(a, b));
+"""
+VITEST_TESTS = """import { test, expect } from 'vitest';
+import { add } from './add.js';
+
+test('adds small numbers', () => {
+  expect(add(2, 3)).toBe(5);
+});
+
+test('adds zero', () => {
+  const got = add(0, 4);
+  expect(got).toBe(4);
+});
+"""
+
+
+def test_a_forged_vitest_run_is_caught_and_the_broken_library_fails_without_it(templates, tmp_path):
+    """Vitest, a runner of item 2 the other attacks leave out: the library module makes
+    ``Object.is`` (what Vitest's ``toBe`` asks) answer "same" for callers in a test file."""
+    from tests.test_toolchains import commit_all
+    from tests.toolchainkit import vitest_project
+
+    for name, library, reason in (("b", "export const add = (a, b) => a - b;\n", None),
+                                  ("f", QUIET_OBJECT_IS + "export const add = (a, b) => a - b;\n", "runner_forged"),
+                                  ("g", "export const add = (a, b) => a + b;\n", None)):
+        repo = vitest_project(templates, tmp_path / name)
+        (repo / "src" / "add.js").write_text(library)
+        (repo / "src" / "add.test.js").write_text(VITEST_TESTS)
+        commit_all(repo, "tests")
+        [result] = validate(repo, ["npm test"], tool_env())
+        shown = result.stdout_tail[-2000:] + result.stderr_tail[-2000:]
+        assert result.reason == reason, (name, result.reason, shown)
+        if name == "b":
+            assert not result.passed and result.tests.failed == 2, statuses(result)
+        if name == "g":
+            assert result.passed and result.tests.ran == 2 and result.tests.passed == 2, statuses(result)
