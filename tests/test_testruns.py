@@ -343,3 +343,24 @@ def test_a_runner_mesh_does_not_read_still_shows_the_lines_that_failed(tmp_path)
     text = failure_text(result.to_dict())
     assert text.index("not ok 2 should be deeply equivalent") < text.index("Last lines of output:")
     assert "    expected: 3735928559" in text and "actual:   '0xdeadbeef'" in text
+
+
+def test_pytests_report_is_read_once_for_its_cases_and_the_control_tests_outcomes():
+    """The control tests' outcomes (xfail told from skipped) come from the same parse as the run."""
+    from orchestrator.testruns.pytest_reader import READER
+
+    report = (b'<?xml version="1.0"?><testsuites><testsuite name="pytest">'
+              b'<testcase classname="tests.test_a.T" name="test_ok" time="0.1"/>'
+              b'<testcase classname="tests.test_a.T" name="test_bad"><failure message="no">x</failure></testcase>'
+              b'<testcase classname="tests.test_a" name="test_err"><error message="boom">y</error></testcase>'
+              b'<testcase classname="tests.test_a" name="test_skip"><skipped type="pytest.skip" message="s"/></testcase>'
+              b'<testcase classname="tests.test_a" name="test_xf"><skipped type="pytest.xfail" message="x"/></testcase>'
+              b'</testsuite></testsuites>')
+    outcomes: dict = {}
+    run = READER.read(report, "", outcomes)
+    assert outcomes == {("T", "test_ok"): "passed", ("T", "test_bad"): "failed", ("test_a", "test_err"): "errors",
+                        ("test_a", "test_skip"): "skipped", ("test_a", "test_xf"): "xfail"}
+    assert {case.id: case.status for case in run.cases} == {
+        "tests.test_a.T::test_ok": "passed", "tests.test_a.T::test_bad": "failed", "tests.test_a::test_err": "errored",
+        "tests.test_a::test_skip": "skipped", "tests.test_a::test_xf": "skipped"}
+    assert READER.read(report).counts() == run.counts()

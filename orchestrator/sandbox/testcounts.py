@@ -40,7 +40,6 @@ from orchestrator.testruns import django_reader, pytest_reader, unittest_reader
 from orchestrator.testruns.commands import module_run, program
 from orchestrator.testruns.model import ReportError, Run, TestCounts, safe_id
 from orchestrator.testruns.table import reader_for
-from orchestrator.testruns.xml_reports import parse_xml
 
 __all__ = [
     "REPORT_REASONS",
@@ -52,7 +51,6 @@ __all__ = [
     "TestCounts",
     "commands_phrase",
     "instrument",
-    "junit_outcomes",
     "parse_junit",
     "parse_unittest",
     "prepare",
@@ -228,10 +226,13 @@ def _report_data(probe: Probe) -> bytes | None:
     return data or None  # still the empty file mesh made: the runner never wrote its report
 
 
-def _read_run(probe: Probe, data: bytes | None) -> Run | None:
+def _read_run(probe: Probe, data: bytes | None,
+              outcomes: dict[tuple[str, str], str] | None = None) -> Run | None:
+    """The run ``probe``'s report ``data`` describes; ``outcomes`` (pytest's reader only) gets
+    each case's outcome by (class, name) from the same parse."""
     if data is None or probe.reader is None:
         return None
-    run = probe.reader.read(data, probe.root)
+    run = probe.reader.read(data, probe.root, outcomes) if outcomes is not None else probe.reader.read(data, probe.root)
     return run.relative_to(probe.root) if run.reported else None
 
 
@@ -249,31 +250,6 @@ def shown_output(probe: Probe, hidden: frozenset[str] = frozenset()) -> str | No
     if probe.capture is None or shown is None or probe.capture.overflowed:
         return None
     return shown(bytes(probe.capture.data), hidden) if hidden else shown(bytes(probe.capture.data))
-
-
-def junit_outcomes(data: bytes) -> dict[tuple[str, str], str]:
-    """Each test case's outcome in a JUnit report (``passed``, ``failed``, ``errors``,
-    ``skipped``, ``xfail``), keyed by (the last part of its class name, its name); parsed as
-    ``parse_junit`` parses (no DOCTYPE, no entity)."""
-    found: dict[tuple[str, str], str] = {}
-    case: list[tuple[tuple[str, str], set[str]]] = []
-
-    def start(name: str, attrs: Any) -> None:
-        if name == "testcase":
-            key = (str(attrs.get("classname", "")).rsplit(".", 1)[-1], str(attrs.get("name", "")))
-            case.append((key, set()))
-        elif case and name == "skipped":
-            case[-1][1].add("xfail" if attrs.get("type") == "pytest.xfail" else "skipped")
-        elif case and name in ("failure", "error"):
-            case[-1][1].add("failed" if name == "failure" else "errors")
-
-    def end(name: str) -> None:
-        if name == "testcase" and case:
-            key, marks = case.pop()
-            found[key] = next((mark for mark in ("failed", "errors", "xfail", "skipped") if mark in marks), "passed")
-
-    parse_xml(data, start, end)
-    return found
 
 
 unittest_outcomes = unittest_reader.outcomes
@@ -310,9 +286,11 @@ def verdict(probe: Probe, exit_passed: bool, planted: canaries.Planted | None = 
     planted_any = planted is not None or twins is not None
     try:
         data = _report_data(probe)
-        run = _read_run(probe, data)
-        outcomes = {} if run is None or planted is None else \
-            junit_outcomes(data) if probe.runner == "pytest" else unittest_outcomes(data)
+        # pytest's report is parsed once: its cases and the control tests' outcomes together.
+        outcomes: dict[tuple[str, str], str] = {}
+        run = _read_run(probe, data, outcomes if planted is not None and probe.runner == "pytest" else None)
+        if run is not None and planted is not None and probe.runner != "pytest":
+            outcomes = unittest_outcomes(data)
     except ReportError as exc:
         # With control tests an honest run exits 1: an unreadable report is then the reason too.
         unreadable = exit_passed or (planted_any and exit_code == 1)

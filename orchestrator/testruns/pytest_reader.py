@@ -42,11 +42,13 @@ class Pytest:
             return None
         return [*argv, "-k", " and ".join(words)]
 
-    def read(self, data: bytes, root: str = "") -> Run:
+    def read(self, data: bytes, root: str = "", outcomes: dict[tuple[str, str], str] | None = None) -> Run:
+        """The run of pytest's JUnit report ``data``; ``outcomes``, when given, gets each case's
+        outcome by (class, name), xfail told apart, from the same parse (``read_junit``)."""
         return read_junit(
             data, self.name,
             lambda attrs: f"{attrs.get('classname', '')}::{attrs.get('name', '')}".lstrip(":"),
-            lambda attrs, message: message.startswith("collection failure"))
+            lambda attrs, message: message.startswith("collection failure"), outcomes)
 
 
 READER = Pytest()

@@ -55,13 +55,16 @@ def parse_xml(data: bytes, start: Callable[[str, dict[str, str]], None], end: Ca
 
 
 def read_junit(data: bytes, runner: str, test_id: Callable[[dict[str, Any]], str],
-               collection: Callable[[dict[str, Any], str], bool] = lambda attrs, message: False) -> Run:
+               collection: Callable[[dict[str, Any], str], bool] = lambda attrs, message: False,
+               outcomes: dict[tuple[str, str], str] | None = None) -> Run:
     """The run a JUnit XML report describes: a ``testcase`` with a ``failure`` child failed, one
     with an ``error`` child errored, one with a ``skipped`` child was skipped; its message is
     the child's ``message`` attribute and text. ``test_id`` names a case from its attributes;
     ``collection`` tells a case that stands for a module that could not be collected. The
     attributes ``test_id`` gets hold, under ``"\\0suites"``, the names of the enclosing
-    ``testsuite`` elements."""
+    ``testsuite`` elements. ``outcomes``, when given, gets each case's outcome as pytest's
+    report marks it (``passed``, ``failed``, ``errors``, ``skipped``, ``xfail``), keyed by (the
+    last part of its class name, its name), from the same parse."""
     run = Run(runner)
     # The open testcase: its attributes, the outcome children seen, their message parts.
     case: list[tuple[dict[str, Any], set[str], list[str]]] = []
@@ -75,7 +78,7 @@ def read_junit(data: bytes, runner: str, test_id: Callable[[dict[str, Any]], str
             case.append(({**attrs, "\0suites": list(suites)}, set(), []))
         elif case and name in ("failure", "error", "skipped"):
             marks, parts = case[-1][1], case[-1][2]
-            marks.add(name)
+            marks.add("xfail" if name == "skipped" and attrs.get("type") == "pytest.xfail" else name)
             if name != "skipped":
                 in_outcome[0] = True
                 if attrs.get("message"):
@@ -98,6 +101,10 @@ def read_junit(data: bytes, runner: str, test_id: Callable[[dict[str, Any]], str
         if name != "testcase" or not case:
             return
         attrs, marks, parts = case.pop()
+        if outcomes is not None:
+            key = (str(attrs.get("classname", "")).rsplit(".", 1)[-1], str(attrs.get("name", "")))
+            outcomes[key] = ("failed" if "failure" in marks else "errors" if "error" in marks
+                             else "xfail" if "xfail" in marks else "skipped" if "skipped" in marks else "passed")
         message = _dedupe("".join(parts))
         try:
             duration: float | None = float(attrs.get("time", ""))
@@ -107,7 +114,7 @@ def read_junit(data: bytes, runner: str, test_id: Callable[[dict[str, Any]], str
             run.collection_error(test_id(attrs), message)
             return
         status = ("failed" if "failure" in marks else "errored" if "error" in marks
-                  else "skipped" if "skipped" in marks else "passed")
+                  else "skipped" if marks & {"skipped", "xfail"} else "passed")
         run.add(test_id(attrs), status, duration, message)
 
     parse_xml(data, start, end, text)
