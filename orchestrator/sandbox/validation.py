@@ -51,7 +51,7 @@ from orchestrator.sandbox import cgroups
 from orchestrator.sandbox import bwrap as _sandbox
 from orchestrator.mutants import planting
 from orchestrator.mutants.table import MUTATORS
-from orchestrator.sandbox import canaries, subset_runs, testcounts, workspace_runs
+from orchestrator.sandbox import canaries, chain_runs, subset_runs, testcounts, workspace_runs
 from orchestrator.sandbox.allowlist import (ARGS_PLACEHOLDER, PATH_PLACEHOLDER, explain, is_allowed, matching_template,
                                              parse_allow_entry, placeholder_args, split, stays_inside)
 from orchestrator.sandbox.bwrap import Limits
@@ -60,6 +60,7 @@ from orchestrator.sandbox.project_env import ProjectEnv
 from orchestrator.sandbox.project_view import ProjectView, carry_into
 from orchestrator.sandbox.tree_copy import changed_lines, changed_paths, materialize_tree
 from orchestrator.testruns.model import MAX_FAILURES_KEPT, Run, failures_kept
+from orchestrator.testruns.table import read_chain
 from orchestrator.testruns.workspaces import workspace_run
 from orchestrator.sandbox.worker_sandbox import program_binds
 from redact import scrub
@@ -692,6 +693,22 @@ def _check_and_run(command: str, allow: Sequence[str], place: _Place, *, timeout
         return workspace_runs.run(command, workspace, place.since_paths, one, started, test_id=test_id,
                                   max_output_bytes=max_output_bytes, make=ValidationResult, root=place.root,
                                   before_each=place.bwrap is not None)
+    chain = read_chain(argv, place.root)
+    if chain is not None:  # ``node --test && tsc``: the runner's part read, the others by their status
+        view = place.view if place.bwrap else None
+
+        def part(words: list[str], sub_id: str | None, left: float) -> ValidationResult:
+            found = _resolve_program(words[0], place.root, place.env["PATH"], view)
+            if found is None and "/" not in words[0]:  # npm puts the project's tools on a script's PATH
+                local = f"node_modules/.bin/{words[0]}"
+                found = _resolve_program(local, place.root, place.env["PATH"], view)
+                words = [local, *words[1:]] if found else words
+            if found is None:
+                return _not_found(command, started, f"program not found: {words[0]} (in {argv[-1]}'s script)")
+            return _run_probe(command, words, found, place, started, timeout_s=left,
+                              max_output_bytes=max_output_bytes, hidden_values=hidden_values, test_id=sub_id)
+        return chain_runs.run(command, chain[0], chain[1], part, started, test_id=test_id, timeout_s=timeout_s,
+                              make=ValidationResult)
     return _run_probe(command, argv, program, place, started, timeout_s=timeout_s, max_output_bytes=max_output_bytes,
                       hidden_values=hidden_values, test_id=test_id)
 

@@ -9,7 +9,7 @@ import os
 import re
 from typing import Sequence
 
-__all__ = ["module_run", "program", "script_run", "tool_args"]
+__all__ = ["module_run", "program", "script_chain", "script_run", "scripts", "tool_args"]
 
 _PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
 # Interpreter options that take a value as the next argument; any other option stands alone.
@@ -94,9 +94,9 @@ _OPERATORS = frozenset(";&|<>()")
 _WRAPPERS = ("nyc", "c8")
 
 
-def _plain_words(script: str) -> list[str] | None:
-    """The words of ``script`` when it is one command: no shell operator (``&&``, ``|``, ``;``,
-    redirections), substitution or variable outside quotes; globs are the program's business."""
+def _tokens(script: str) -> list[str] | None:
+    """``script``'s words and shell operators as the shell reads them (quotes removed); None
+    with a substitution or variable outside quotes, or quotes that do not close."""
     import shlex
 
     if "`" in script or "$(" in script or "${" in script:
@@ -104,10 +104,30 @@ def _plain_words(script: str) -> list[str] | None:
     try:
         lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
-        tokens = list(lexer)
+        return list(lexer)
     except ValueError:
         return None
-    if any(token and set(token) <= _OPERATORS for token in tokens):
+
+
+def scripts(tree: "os.PathLike[str] | str") -> dict:
+    """The ``scripts`` of the package.json at ``tree`` ({} when there is none to read)."""
+    import json
+
+    try:
+        with open(os.path.join(tree, "package.json"), encoding="utf-8") as handle:
+            scripts = json.load(handle).get("scripts") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return scripts if isinstance(scripts, dict) else {}
+
+
+def _plain_words(script: str) -> list[str] | None:
+    """The words of ``script`` when it is one command: no shell operator (``&&``, ``|``, ``;``,
+    redirections), substitution or variable outside quotes; globs are the program's business."""
+    import shlex
+
+    tokens = _tokens(script)
+    if tokens is None or any(token and set(token) <= _OPERATORS for token in tokens):
         return None
     return shlex.split(script)
 
@@ -130,23 +150,44 @@ def script_command(argv: Sequence[str], tree: "os.PathLike[str] | str | None", *
     ``--``); else None. With ``follow``, a script that is itself ``npm run OTHER`` is followed
     (up to three deep): for readers that append nothing (arguments after ``--`` would reach the
     inner npm, not the runner)."""
-    import json
-
     if tree is None:
         return None
-    try:
-        with open(os.path.join(tree, "package.json"), encoding="utf-8") as handle:
-            scripts = json.load(handle).get("scripts") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
+    found = scripts(tree)
     words: list[str] | None = list(argv)
     for _depth in range(3 if follow else 1):
         name = _script_name(words or [])
-        script = scripts.get(name) if name is not None and isinstance(scripts, dict) else None
+        script = found.get(name) if name is not None else None
         words = _plain_words(script) if isinstance(script, str) else None
         if not words or _script_name(words) is None:
             return words or None
     return None
+
+
+def script_chain(argv: Sequence[str], tree: "os.PathLike[str] | str | None") -> list[list[str]] | None:
+    """The commands of the package.json script ``argv`` runs (``npm test``, ``npm run NAME``, no
+    arguments of its own) when that script is a chain of plain commands joined by ``&&`` alone
+    (``node --test && npm run check:type:ts``), in order; else None (one command, another
+    operator, a substitution, or arguments that npm would give to the chain's last command)."""
+    import shlex
+
+    if tree is None or _script_name(argv) is None or "--" in argv:
+        return None
+    script = scripts(tree).get(_script_name(argv))
+    tokens = _tokens(script) if isinstance(script, str) and "&&" in script else None
+    if tokens is None:
+        return None
+    parts: list[list[str]] = [[]]
+    for token in tokens:
+        if token == "&&":
+            parts.append([])
+        elif token and set(token) <= _OPERATORS:
+            return None
+        else:
+            parts[-1].append(token)
+    if len(parts) < 2 or not all(parts) or any("=" in part[0] for part in parts):
+        return None  # an empty part, or one setting a variable for its program (the shell's business)
+    # The words as the shell splits them (quotes removed), part by part.
+    return [shlex.split(shlex.join(part)) for part in parts]
 
 
 def node_tool(argv: Sequence[str], tree: "os.PathLike[str] | str | None", names: Sequence[str], *,

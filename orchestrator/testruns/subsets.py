@@ -205,6 +205,11 @@ def covered_by(small: Sequence[str], big: Sequence[str], tree: Path | str | None
     ``big`` runs every one of them; None when it does not, or when that cannot be told."""
     if list(small) == list(big):
         return None
+    from orchestrator.testruns.table import read_chain  # the table imports every reader
+
+    chain = read_chain(big, tree)
+    if chain is not None:  # a script ``jest && eslint .``: its tests are its runner's part's
+        big = chain[0][chain[1]]
     for other in (_go(small, big, tree), _node(small, big, tree), _cargo(small, big)):
         if other is not None:
             return other
