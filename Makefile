@@ -96,10 +96,16 @@ django: $(STAMP)
 # tests/test_eval_environments.py builds SWE-bench-style environments offline: wheels of pytest 7
 # and of a recent pytest (and what they need) from PyPI, kept beside the venv.
 EVAL_WHEELS := $(VENV)/eval-wheels
+# tests/test_swebench_agreement.py grades with SWE-bench's own functions: its wheel and unidiff's
+# alone (its other dependencies, Docker's client, datasets, are not what grading uses).
+SWEBENCH_WHEELS := $(VENV)/swebench-wheels
 eval-wheels: $(STAMP)
 	@[ -e $(EVAL_WHEELS)/.done ] || { $(BIN)/pip download --quiet --only-binary :all: -d $(EVAL_WHEELS) 'pytest>=7.4,<8' 2>/dev/null \
 	  && $(BIN)/pip download --quiet --only-binary :all: -d $(EVAL_WHEELS) 'pytest>=8.4,<10' 2>/dev/null && touch $(EVAL_WHEELS)/.done; } \
 	  || echo "could not download pytest wheels: tests/test_eval_environments.py will skip"
+	@[ -e $(SWEBENCH_WHEELS)/.done ] || { $(BIN)/pip download --quiet --no-deps --only-binary :all: -d $(SWEBENCH_WHEELS) \
+	  'swebench==5.0.2' 'unidiff>=0.7,<1' 2>/dev/null && touch $(SWEBENCH_WHEELS)/.done; } \
+	  || echo "could not download SWE-bench's wheel: tests/test_swebench_agreement.py will skip"
 
 install: $(STAMP) sandbox chromium beads-ui postgres claude-code agent-clis toolchains django eval-wheels
 
