@@ -5,6 +5,7 @@ have had, and an import that fails half way leaves every index and row as it was
 from __future__ import annotations
 
 import io
+import json
 import sqlite3
 from pathlib import Path
 
@@ -95,3 +96,98 @@ def test_the_ready_state_of_an_import_into_a_tracker_with_issues_counts_them(tmp
     assert "bk-new" not in [i["id"] for i in tracker.ready()]
     tracker.close_issue(blocker)
     assert "bk-new" in [i["id"] for i in tracker.ready()]
+
+
+def _rows(db: str) -> dict[str, list[tuple]]:
+    """Every label, edge and comment (without its id), and each issue's events, as sorted lists."""
+    with sqlite3.connect(db) as conn:
+        return {"labels": sorted(conn.execute("SELECT issue_id, label FROM labels")),
+                "dependencies": sorted(conn.execute("SELECT issue_id, depends_on_id, type, created_at, created_by, extra"
+                                                    " FROM dependencies")),
+                "comments": sorted(conn.execute("SELECT issue_id, author, text, created_at, ext_id, extra FROM comments")),
+                "events": sorted(conn.execute("SELECT issue_id, event_type, actor, new_value FROM events"))}
+
+
+def test_an_import_writes_no_reference_it_cannot_keep_and_leaves_the_checks_on(tmp_path, source):
+    """The import writes with SQLite's foreign keys unchecked (every row names an issue it writes):
+    the tracker holds no row they would refuse, they are on again after it, a replaced issue's
+    labels, edges and comments are its new ones only (not the old ones beside them: no cascade
+    removed those), and each issue's ``imported`` event names its own line, blank and malformed
+    lines counted."""
+    lines = source.read_text(encoding="utf-8").splitlines()
+    text = "\n".join(["", "not json"] + lines[:1500] + ["", "[1]"] + lines[1500:]) + "\n"
+    tracker = Tracker.init(tmp_path / "ws", prefix="bk")
+    assert import_jsonl(tracker, io.StringIO(text)).created == 3000
+    assert tracker.db.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    with sqlite3.connect(tracker.path) as conn:
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    line_of = {json.loads(line)["id"]: f"line {n}" for n, line in enumerate(text.splitlines(), start=1)
+               if line.startswith("{")}
+    events = _rows(str(tracker.path))["events"]
+    assert sorted(events) == sorted((i, "imported", tracker.actor, line_of[i]) for i in line_of)
+
+    # The same issues again, each newer: every one replaced, none of its rows doubled.
+    newer = [json.loads(line) for line in lines]
+    for obj in newer:
+        obj["updated_at"] = "2099-01-01T00:00:00Z"
+    newer_text = "".join(json.dumps(obj) + "\n" for obj in newer)
+    assert import_jsonl(tracker, io.StringIO(newer_text)).updated == 3000
+    fresh = Tracker.init(tmp_path / "fresh", prefix="bk")
+    import_jsonl(fresh, io.StringIO(newer_text))
+    again, once = _rows(str(tracker.path)), _rows(str(fresh.path))
+    for table in ("labels", "dependencies", "comments"):
+        assert again[table] == once[table], table
+    assert tracker.db.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert tracker.doctor()["ok"]
+
+
+def test_an_import_that_failed_is_run_again_from_the_start_without_doubles(tmp_path, source, monkeypatch):
+    """A crash inside the import's transaction leaves what was there (and the foreign keys on);
+    running the import again gives what one clean import gives."""
+    tracker = Tracker.init(tmp_path / "ws", prefix="bk")
+    tracker.create("already here")
+
+    def fail(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error (injected)")
+
+    with monkeypatch.context() as m:
+        m.setattr(jsonl, "refresh_ready_state", fail)  # after every row is written
+        with pytest.raises(sqlite3.OperationalError):
+            import_jsonl(tracker, source)
+    assert tracker.db.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert import_jsonl(tracker, source).created == 3000
+    clean = Tracker.init(tmp_path / "clean", prefix="bk")
+    clean.create("already here")
+    import_jsonl(clean, source)
+    ours, theirs = _rows(str(tracker.path)), _rows(str(clean.path))
+    for table in ("labels", "dependencies", "comments"):
+        assert ours[table] == theirs[table], table
+    assert len(ours["events"]) == len(theirs["events"])
+    out = [io.StringIO(), io.StringIO()]
+    export_jsonl(tracker, out[0])
+    export_jsonl(clean, out[1])
+    assert [json.loads(x)["title"] for x in out[0].getvalue().splitlines()] == \
+        [json.loads(x)["title"] for x in out[1].getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("block", [1, 7, 4096])
+def test_a_file_read_in_blocks_gives_the_lines_one_by_one(tmp_path, monkeypatch, block):
+    """The file is read a block at a time and split: lines across blocks, CRLF ends, a last
+    line without its newline, and the size limit come out as reading line by line gives them."""
+    from tracker.errors import ImportLineError
+
+    monkeypatch.setattr(jsonl, "_BLOCK_CHARS", block)
+    monkeypatch.setattr(jsonl, "MAX_LINE_CHARS", 200)
+    lines = [json.dumps({"id": f"bk-{k}", "title": "t" * (k * 13 % 120), "status": "open", "priority": 1}) for k in range(12)]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(("\r\n".join(lines[:6]) + "\n\n" + "\n".join(lines[6:])).encode())
+    tracker = Tracker.init(tmp_path / "ws", prefix="bk")
+    report = import_jsonl(tracker, path)
+    assert report.created == 12 and report.lines == 13 and report.warnings == []
+    assert {i["id"]: i["title"] for i in tracker.list(include_closed=True)} == \
+        {json.loads(line)["id"]: json.loads(line)["title"] for line in lines}
+    too_long = json.dumps({"id": "bk-long", "title": "x" * 300, "priority": 1})
+    path.write_text(lines[0] + "\n" + too_long + "\n" + lines[1] + "\n")
+    with pytest.raises(ImportLineError) as refused:
+        import_jsonl(Tracker.init(tmp_path / "ws2", prefix="bk"), path)
+    assert refused.value.line == 2 and "longer than 200" in str(refused.value)

@@ -179,11 +179,15 @@ def normalize_ts(value: str | None) -> str | None:
             dt = parse_ts(value)
         except (ValueError, TypeError, AttributeError):
             return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=dt_mod.timezone.utc)
-    elif dt.utcoffset():
-        dt = dt.astimezone(dt_mod.timezone.utc)
-    return dt.isoformat(timespec="microseconds")[:-6] + "Z"
+    # The UTC wall time is the stamp's minus its offset; its text is isoformat's first 19
+    # characters (a 4-digit year always) and the microseconds it leaves out when they are 0.
+    # (``astimezone`` and ``isoformat(timespec=...)`` took twice as long: 200,000 stamps a
+    # large import normalises.)
+    offset = dt.utcoffset()
+    if offset:
+        dt -= offset
+    text = dt.isoformat()
+    return f"{text[:26]}Z" if dt.microsecond else f"{text[:19]}.000000Z"
 
 
 _DURATION = r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)"
