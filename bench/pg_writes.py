@@ -25,6 +25,12 @@ The server is a throwaway one (tests/pgserver.py: initdb + pg_ctl, fsync off) un
 
     .venv/bin/python bench/pg_writes.py
     .venv/bin/python bench/pg_writes.py --claimers 1,4,16 --pool 1600 --reps 200
+    .venv/bin/python bench/pg_writes.py --installed --import-issues 0   # a fresh ``pip install .``
+
+``--installed`` measures mesh as users run it: this script is run again by the interpreter of a
+throwaway virtual environment into which the checkout is installed, not editable
+(``bench/tracker_speed.py``'s ``fresh_install``); the tracker and drain code is then the installed
+package's, the benchmark's helpers (``tests/pgserver.py``, ``bench/``) the checkout's.
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# After the installed packages: under --installed, ``tracker`` is the fresh install's; the helpers
+# (``tests``, ``bench``) are found here either way.
+sys.path.append(str(ROOT))
 
 LABEL = "plan:bench"
 
@@ -351,7 +359,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="pairs of claim races per claimer count")
     parser.add_argument("--issues", type=int, default=2000, help="issues in the single-write tracker")
     parser.add_argument("--reps", type=int, default=200, help="calls per single-write figure")
+    parser.add_argument("--installed", action="store_true",
+                        help="measure a fresh non-editable install of this checkout (pip install into a throwaway"
+                             " virtual environment)")
     args = parser.parse_args()
+    if args.installed:
+        from bench.tracker_speed import fresh_install
+
+        with tempfile.TemporaryDirectory(prefix="mesh-pg-bench-") as folder:
+            python = fresh_install(ROOT, Path(folder)) / "python"
+            rest = [a for a in sys.argv[1:] if a != "--installed"]
+            print(f"(a fresh install: {python})", flush=True)
+            raise SystemExit(subprocess.run([str(python), str(Path(__file__).resolve()), *rest]).returncode)
     server = None
     admin_url = args.pg_url
     if admin_url is None:

@@ -80,3 +80,36 @@ def test_a_lease_is_measured_with_the_server_clock_read_by_its_statement(tmp_pat
     with pytest.raises(LeaseHeld, match=r"held by run run-a .* for \d+s more"):
         Lease.acquire(tracker, task["id"], "run-b", holder="bob", ttl_s=120)
     tracker.close()
+
+
+def test_a_drain_claims_a_task_with_its_lease_in_one_statement(tmp_path, pg_url):
+    """``claim_next_leased`` on PostgreSQL: the pick, the claim, its events and the lease are one
+    statement sent once; a task whose lease another run holds is passed over by that statement
+    (nothing of it written), and the next one taken in a second."""
+    from tests.test_pg_single_writes import _counted
+
+    tracker = Tracker.init(tmp_path, prefix="rt", actor="ann", db_path=pg_url)
+    ensure_lease_table(tracker)
+    leased = tracker.create("leased elsewhere", labels=["plan:q"], priority=0)
+    free = tracker.create("free", labels=["plan:q"], priority=1)
+    last = tracker.create("last", labels=["plan:q"], priority=2)
+    Lease.acquire(tracker, leased["id"], "other-run", holder="bob")
+    sent = _counted(tracker)
+    task, lease = claim_next_leased(tracker, labels=["plan:q"], parent=None, skip=set(), run_id="run-a", ttl_s=60)
+    assert task["id"] == free["id"] and (task["status"], task["assignee"]) == ("in_progress", "ann")
+    assert len(sent) == 2  # the leased task refused by the statement, then the free one taken
+    assert lease.holds(tracker) and lease.token
+    assert [(e["event_type"], e["field"]) for e in tracker.events(free["id"])][-2:] == \
+        [("claimed", "status"), ("claimed", "assignee")]
+    assert [e["event_type"] for e in tracker.events(leased["id"])] == ["created"]
+    assert tracker.get(leased["id"])["status"] == "open"
+    sent.clear()
+    task, _ = claim_next_leased(tracker, labels=["plan:q"], parent=None, skip={leased["id"]}, run_id="run-a",
+                                ttl_s=60)
+    assert task["id"] == last["id"] and len(sent) == 1
+    row = tracker.db.read("SELECT run_id, holder, expires_at - acquired_at AS ttl FROM mesh_leases WHERE task_id = ?",
+                          (last["id"],))[0]
+    assert (row["run_id"], row["holder"], row["ttl"]) == ("run-a", "ann", 60)
+    assert claim_next_leased(tracker, labels=["plan:q"], parent=None, skip={leased["id"]}, run_id="run-a",
+                             ttl_s=60) is None
+    tracker.close()

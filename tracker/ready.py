@@ -7,7 +7,7 @@ a claim is one compare-and-set ``UPDATE`` that exactly one claimer wins.
 
 from __future__ import annotations
 
-from .errors import ConflictError, NotFoundError
+from .errors import ConflictError, InvalidValueError, NotFoundError
 from .issues import _descendants_cte, _drop_kept_originals
 from .model import BLOCKING_STATUSES, NON_WORK_TYPES, normalize_ts, now_iso
 from .rows import _ISSUE_COLUMNS, _ISSUE_SELECT
@@ -149,16 +149,30 @@ class ReadyWork:
 
     def claim_next(self, actor: str | None = None, *, labels: Sequence[str] = (),
                    issue_type: str | Sequence[str] | None = None,
-                   parent: str | None = None, skip: Iterable[str] = ()) -> dict | None:
+                   parent: str | None = None, skip: Iterable[str] = (),
+                   gate: tuple[str, Sequence[Any]] | None = None) -> dict | None:
         """Claim the first ready issue (ready order) that no one else is claiming, or None.
 
         On PostgreSQL the candidates are read ``FOR UPDATE SKIP LOCKED``: N runners asking at
         once each lock a different row instead of queueing behind the first one.
+
+        ``gate`` (PostgreSQL only): ``(sql, params)`` of a data-modifying statement over the
+        candidate ``cand`` (its ``id``, locked) returning the ``id`` it admits, such as the
+        ``INSERT ... ON CONFLICT ... RETURNING`` of a lease on it; it runs in the claim's own
+        statement, and only a candidate it admits is claimed: one round trip for both, all or
+        nothing. A candidate it refuses is passed over, the next one tried.
         """
         who = actor or self.actor
         avoid = set(skip)
         if self.db.engine == "postgresql":
-            return self._claim_next_in_one(who, labels=labels, issue_type=issue_type, parent=parent, avoid=avoid)
+            while True:
+                taken = self._claim_next_in_one(who, labels=labels, issue_type=issue_type, parent=parent,
+                                                avoid=avoid, gate=gate)
+                if not isinstance(taken, str):
+                    return taken
+                avoid.add(taken)  # refused by the gate
+        if gate is not None:
+            raise InvalidValueError("claim_next's gate is PostgreSQL's (data-modifying CTEs)")
         sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent,
                                       limit=len(avoid) + 8, now=None, columns="i.id")
         with self.db.transaction(exclusive=False) as c:
@@ -170,14 +184,15 @@ class ReadyWork:
         return self.get(issue_id)
 
     def _claim_next_in_one(self, who: str, *, labels: Sequence[str], issue_type: str | Sequence[str] | None,
-                           parent: str | None,
-                           avoid: set[str]) -> dict | None:
+                           parent: str | None, avoid: set[str],
+                           gate: tuple[str, Sequence[Any]] | None = None) -> dict | str | None:
         """``claim_next`` on PostgreSQL: one statement, one round trip.
 
         The first ready issue ``who`` may claim is locked ``FOR UPDATE SKIP LOCKED`` (N claimers
         at once each take a different row), updated, its kept originals of status and assignee
         dropped and its ``claimed`` events written, and returned hydrated: what ``_claim_in``
         and ``get`` do in a dozen statements. The statement commits on its own, all or nothing.
+        With a ``gate``, the id of a candidate it refused instead.
         """
         ready, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=1, now=None,
                                         columns="i.id, i.status, i.assignee",
@@ -188,19 +203,25 @@ class ReadyWork:
         if ready.lstrip().startswith("WITH"):  # a parent's scope: its CTE leads the statement
             head, _, body = ready.partition(") SELECT ")
             prefix, ready = head + "), ", "SELECT " + body
-        return self._claim_in_one(who, prefix, f"{ready} FOR UPDATE OF i SKIP LOCKED", params)
+        return self._claim_in_one(who, prefix, f"{ready} FOR UPDATE OF i SKIP LOCKED", params, gate)
 
-    def _claim_in_one(self, who: str, prefix: str, candidate: str, params: Sequence[Any]) -> dict | None:
+    def _claim_in_one(self, who: str, prefix: str, candidate: str, params: Sequence[Any],
+                      gate: tuple[str, Sequence[Any]] | None = None) -> dict | str | None:
         """Claim the issue ``candidate`` selects (``id, status, assignee``, locked) in one statement:
         update it, drop its kept originals of status and assignee, write its ``claimed`` events and
-        answer it hydrated, as ``_claim_in`` then ``get`` would; None when nothing was selected.
-        PostgreSQL only (data-modifying CTEs); the statement commits on its own, all or nothing."""
+        answer it hydrated, as ``_claim_in`` then ``get`` would; None when nothing was selected, the
+        candidate's id when ``gate`` (``claim_next``) refused it. PostgreSQL only (data-modifying
+        CTEs); the statement commits on its own, all or nothing."""
         now = now_iso()
-        sql = _claim_sql(prefix, candidate)
-        params = (*params, who, now, self.actor, now, self.actor, who, now, who)
+        sql = _claim_sql(prefix, candidate, gate[0] if gate else None)
+        params = (*params, *(gate[1] if gate else ()), who, now, self.actor, now, self.actor, who, now, who)
         with self.db._lock:
             row = self.db.conn.fetch_one(sql, params)
-        return None if row is None else self._hydrated_row(row)
+        if row is None:
+            return None
+        if gate is None:
+            return self._hydrated_row(row)
+        return row[0] if row[1] is None else self._hydrated_row(row[1:])
 
     def _claim_in(self, c: Conn, issue_id: str, who: str) -> bool:
         """The claim's compare-and-set inside a transaction: False when the issue is not
@@ -227,29 +248,36 @@ class ReadyWork:
         return True
 
 
-_CLAIM_SQL: dict[tuple[str, str], str] = {}
+_CLAIM_SQL: dict[tuple[str, str, str | None], str] = {}
 
 
-def _claim_sql(prefix: str, candidate: str) -> str:
-    """The statement of ``_claim_in_one`` (built once per candidate query, of which there are as
-    many as ``claim_next``'s option sets: its columns joined at each call were a tenth of the
-    client's time)."""
-    key = (prefix, candidate)
+def _claim_sql(prefix: str, candidate: str, gate: str | None) -> str:
+    """The statement of ``_claim_in_one`` (built once per candidate query and gate, of which there
+    are as many as ``claim_next``'s option sets: its columns joined at each call were a tenth of
+    the client's time)."""
+    key = (prefix, candidate, gate)
     if key not in _CLAIM_SQL:
-        _CLAIM_SQL[key] = _build_claim_sql(prefix, candidate)
+        _CLAIM_SQL[key] = _build_claim_sql(prefix, candidate, gate)
     return _CLAIM_SQL[key]
 
 
-def _build_claim_sql(prefix: str, candidate: str) -> str:
+def _build_claim_sql(prefix: str, candidate: str, gate: str | None) -> str:
     from .pg_functions import RELATED, open_labels_left, without_keys  # here: a SQLite process never loads it
 
     kept = "ARRAY['status', 'assignee']"  # the kept originals a claim supersedes
     columns = ", ".join(f"u.{c}" for c in _ISSUE_COLUMNS)
+    # A gate's statement reads the candidate and returns what it admits, which the update joins:
+    # its RETURNING is the one thing a data-modifying CTE shows another.
+    admitted = "" if gate is None else " JOIN gate ON gate.id = cand.id"
+    answer = f"SELECT {', '.join(_ISSUE_COLUMNS)}, {RELATED} FROM won w"
+    if gate is not None:  # the candidate's id, then the issue claimed (NULLs: the gate refused it)
+        answer = f"SELECT cand.id, a.* FROM cand LEFT JOIN LATERAL ({answer}) a ON true"
     return (
         f"{prefix}cand AS ({candidate}),"
-        f" won AS (UPDATE issues u SET status = 'in_progress', assignee = ?, updated_at = ?,"
+        + ("" if gate is None else f" gate AS ({gate}),")
+        + f" won AS (UPDATE issues u SET status = 'in_progress', assignee = ?, updated_at = ?,"
         f" extra = {without_keys('u.extra', kept)}"
-        f" FROM cand WHERE u.id = cand.id RETURNING {columns}, cand.status AS old_status,"
+        f" FROM cand{admitted} WHERE u.id = cand.id RETURNING {columns}, cand.status AS old_status,"
         " cand.assignee AS old_assignee),"
         " ev AS (INSERT INTO events(issue_id, event_type, actor, field, old_value, new_value, created_at)"
         " SELECT id, 'claimed', ?, 'status', old_status, 'in_progress', ? FROM won"
@@ -257,8 +285,7 @@ def _build_claim_sql(prefix: str, candidate: str) -> str:
         " UNION ALL SELECT id, 'claimed', ?, 'assignee', old_assignee, ?, ? FROM won"
         " WHERE old_assignee IS DISTINCT FROM ?),"
         # Its label rows leave ``open_labels`` (tracker.pg_functions) with the open status.
-        f" lo AS ({open_labels_left('won')})"
-        f" SELECT {', '.join(_ISSUE_COLUMNS)}, {RELATED} FROM won w"
+        f" lo AS ({open_labels_left('won')}) {answer}"
     )
 
 def _unclaimable(issue_id: str, row: Any) -> ConflictError:

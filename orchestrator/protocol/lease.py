@@ -154,14 +154,8 @@ class Lease:
         # ``force``). Runners taking different tasks never wait for each other.
         with tracker.transaction(exclusive=False) as c:
             won = c.execute(
-                "INSERT INTO mesh_leases(task_id, run_id, token, holder, pid, host, acquired_at, heartbeat_at,"
-                f" expires_at) SELECT ?, ?, ?, ?, ?, ?, t.m, t.m, t.m + ? FROM (SELECT {clock or '?'} AS m) AS t"
-                " WHERE true ON CONFLICT(task_id) DO UPDATE SET"
-                " run_id = excluded.run_id, token = excluded.token, holder = excluded.holder, pid = excluded.pid,"
-                " host = excluded.host, acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,"
-                " expires_at = excluded.expires_at WHERE mesh_leases.expires_at <= excluded.acquired_at OR ? = 1"
-                " RETURNING token",
-                (task_id, run_id, token, holder, os.getpid(), socket.gethostname(), ttl_s, *moment, int(force)),
+                _take_sql("(SELECT ? AS id) AS task", clock, "token"),
+                (run_id, token, holder, os.getpid(), socket.gethostname(), ttl_s, task_id, *moment, int(force)),
             ).fetchone()
             if won is None or won[0] != token:
                 row = c.execute("SELECT * FROM mesh_leases WHERE task_id = ?", (task_id,)).fetchone()
@@ -200,6 +194,19 @@ class Lease:
             c.execute("DELETE FROM mesh_leases WHERE task_id = ? AND token = ?", (self.task_id, self.token))
 
 
+def _take_sql(task: str, clock: str | None, answer: str) -> str:
+    """The lease's compare-and-set ``INSERT`` for the task ``task`` (a row source with its ``id``);
+    its parameters: the run, token, holder, pid, host, TTL, the time unless ``clock`` reads it, and
+    whether to take a live lease over (force); it returns ``answer`` of the lease row it wrote."""
+    return ("INSERT INTO mesh_leases(task_id, run_id, token, holder, pid, host, acquired_at, heartbeat_at,"
+            f" expires_at) SELECT task.id, ?, ?, ?, ?, ?, t.m, t.m, t.m + ? FROM {task}, (SELECT {clock or '?'} AS m) AS t"
+            " WHERE true ON CONFLICT(task_id) DO UPDATE SET"
+            " run_id = excluded.run_id, token = excluded.token, holder = excluded.holder, pid = excluded.pid,"
+            " host = excluded.host, acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,"
+            " expires_at = excluded.expires_at WHERE mesh_leases.expires_at <= excluded.acquired_at OR ? = 1"
+            f" RETURNING {answer}")
+
+
 def claim_next_leased(tracker: Tracker, *, labels: list[str], parent: str | None, skip: set[str], run_id: str,
                       ttl_s: float, lease: bool = True, types: Sequence[str] = ("task",)
                       ) -> tuple[dict, Lease | None] | None:
@@ -209,7 +216,20 @@ def claim_next_leased(tracker: Tracker, *, labels: list[str], parent: str | None
     on a task another runner claimed. A task whose lease another run holds is passed over (its
     claim undone); None when nothing is left to claim. ``lease=False`` (runs that do not
     integrate) claims only. The lease table must exist (``ensure_lease_table``, once: it takes
-    the writers' lock). ``types``: the issue types the scope runs."""
+    the writers' lock). ``types``: the issue types the scope runs.
+
+    On PostgreSQL with a lease, the lease's ``INSERT`` is the claim statement's gate
+    (``Tracker.claim_next``): the pick, the claim, its events and the lease are one statement,
+    one round trip, and a task whose lease is live is passed over by the statement itself."""
+    if lease and tracker.db.engine == "postgresql":
+        token = secrets.token_hex(8)
+        gate = (_take_sql("cand AS task", tracker.db.now_sql, "task_id AS id"),
+                (run_id, token, tracker.actor, os.getpid(), socket.gethostname(), ttl_s, 0))
+        task = tracker.claim_next(labels=labels, issue_type=list(types), parent=parent, skip=skip, gate=gate)
+        if task is None:
+            return None
+        return task, Lease(db_path=tracker.path, task_id=task["id"], run_id=run_id, ttl_s=ttl_s, token=token,
+                           holder=tracker.actor)
     avoid = set(skip)
     while True:
         task = None
