@@ -259,6 +259,47 @@ def test_a_runner_joining_with_another_suite_or_remote_is_refused(tmp_path, pg_u
     assert alone.returncode == 2 and f"holds a copy of the eval shared through {pg_url}" in alone.stderr
 
 
+def test_evals_of_one_database_are_told_apart_by_their_names(tmp_path, pg_url):
+    """Issue 46, item 5: --eval NAME. Two evals whose folders share a name (and so the default
+    ev-<folder name>) were one eval to the database: the second was refused as a changed suite."""
+    repo, suite, cases = _suite(tmp_path, n=2)
+    command = write_worker(tmp_path, repo, cases, {"team": []})
+    common = ["--arm", "team: profile=single", "--worker-cmd", command, "--yes"]
+    other = tmp_path / "other" / "shared.jsonl"
+    other.parent.mkdir()
+    other.write_text(suite.read_text().splitlines()[0] + "\n")
+    for name, which, folder in (("first", suite, "a"), ("second", other, "b")):
+        done = mesh("--db", pg_url, "eval", "run", str(which), *common, "--out", str(tmp_path / folder / "shared"),
+                    "--eval", name, "--json", cwd=repo)
+        assert done.returncode == 0, done.stderr
+        assert f"shared eval {name} in {pg_url}" in done.stderr and json.loads(done.stdout)["ran"] == len(
+            which.read_text().splitlines())
+    assert sorted(_rows(pg_url, "SELECT eval, count(*) FROM mesh_eval_pairs GROUP BY eval")) == [
+        ("first", 2), ("second", 1)]
+    # A runner naming the eval joins it from any folder; a report reads it into a new one.
+    joined = mesh("--db", pg_url, "eval", "run", str(suite), *common, "--out", str(tmp_path / "c" / "elsewhere"),
+                  "--eval", "first", "--json", cwd=repo)
+    assert joined.returncode == 0 and json.loads(joined.stdout)["ran"] == 0, joined.stderr
+    fresh = tmp_path / "d" / "copy"
+    status = mesh("--db", pg_url, "eval", "status", str(fresh), "--eval", "second", "--json", cwd=repo)
+    assert status.returncode == 0, status.stderr
+    assert json.loads((fresh / "eval.json").read_text())["eval"] == "second"
+    assert sum(1 for _ in (fresh / "results").rglob("*.json")) == 1
+    # A name the database does not hold is said with those it holds; a folder keeps its eval.
+    missing = mesh("--db", pg_url, "eval", "report", str(tmp_path / "e" / "x"), "--eval", "third", cwd=repo)
+    assert missing.returncode == 2 and "holds no eval third (it holds: first, second" in missing.stderr
+    mixed = mesh("--db", pg_url, "eval", "status", str(fresh), "--eval", "first", cwd=repo)
+    assert mixed.returncode == 2 and "holds the eval second: --eval first names another" in mixed.stderr
+    again = mesh("--db", pg_url, "eval", "run", str(suite), *common, "--out", str(tmp_path / "a" / "shared"),
+                 "--eval", "other", cwd=repo)
+    assert again.returncode == 2 and "holds the eval first" in again.stderr
+    bad = mesh("--db", pg_url, "eval", "run", str(suite), *common, "--out", str(tmp_path / "f" / "x"),
+               "--eval", "../up", cwd=repo)
+    assert bad.returncode == 2 and "an eval's name is letters, digits" in bad.stderr
+    alone = mesh("eval", "status", str(fresh), "--eval", "second", cwd=repo)
+    assert alone.returncode == 0, alone.stderr  # the folder's recorded database is read
+
+
 def test_the_databases_password_reaches_no_worker_no_process_argument_and_no_file(tmp_path):
     """A shared eval's URL holds a password: the worker looks for it everywhere it can (its prompt,
     its environment, every file it may read), and finds nothing; while the run waits at the gate

@@ -20,7 +20,10 @@ def eval_group() -> None:
 
 
 def _eval_folder_options(f):
-    """FOLDER, --suite and --repo: which eval a command reads (``_eval_folder``)."""
+    """FOLDER, --suite, --repo and --eval: which eval a command reads (``_eval_folder``, ``_synced``)."""
+    f = click.option("--eval", "eval_name", metavar="NAME",
+                     help="A shared eval's name in its database (mesh --db postgresql://...), copied into FOLDER"
+                          " (default: the eval FOLDER holds, or ev-<FOLDER's name>).")(f)
     f = click.option("--repo", type=click.Path(file_okay=False),
                      help="The repository (default: the current folder's).")(f)
     f = click.option("--suite", type=click.Path(dir_okay=False), help="The suite whose default folder to read.")(f)
@@ -127,6 +130,10 @@ def suite_command(ctx: click.Context, from_git: bool, from_swebench, repo, confi
 @click.option("--max-usd", type=click.FloatRange(min=0), help="Stop starting runs once the eval spent this much.")
 @click.option("--batch", is_flag=True, help="The anthropic backend's calls as Message Batches (half price, slower).")
 @click.option("--retry-errors", is_flag=True, help="Run again the pairs whose run ended in an error.")
+@click.option("--eval", "eval_name", metavar="NAME",
+              help="The eval's name in its database (default: ev-<its folder's name>): with mesh --db"
+                   " postgresql://..., runners naming one NAME work one eval whatever their folders, and evals of"
+                   " other names share the database without meeting.")
 @click.option("--redo", "redo", multiple=True, metavar="CASE[:ARM[.tK]]",
               help="Run this pair anew, its result and repository removed (repeat; CASE: every arm and trial).")
 @click.option("--backend", type=click.Choice(["replay", "command", "anthropic", "llm"]),
@@ -140,7 +147,8 @@ def suite_command(ctx: click.Context, from_git: bool, from_swebench, repo, confi
                                                       " stderr).")
 @click.pass_context
 def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jobs, out, repo, config_file, remote,
-                max_usd, batch, retry_errors, redo, backend, worker, worker_cmd, yes: bool, as_json: bool) -> None:
+                max_usd, batch, retry_errors, eval_name, redo, backend, worker, worker_cmd, yes: bool,
+                as_json: bool) -> None:
     """Run every case of SUITE with each arm (a profile with its workers) as real mesh runs, each in
     a repository of its own holding only the case's base; grade each with its hidden tests.
     Exit 1 while a run is in error (a missing CLI, the API's rate limit, ...: --retry-errors).
@@ -157,7 +165,7 @@ def run_command(ctx: click.Context, suite, arms, profiles, reference, trials, jo
                           trials=trials, repo=Path(repo) if repo else None,
                           config_file=Path(config_file) if config_file else None, out=Path(out) if out else None,
                           db=root.get("db"), remote=remote, jobs=jobs, max_usd=max_usd, batch=batch,
-                          retry_errors=retry_errors, redo=list(redo), run_args={"backend": backend, "worker": worker, "worker_cmd": worker_cmd})
+                          retry_errors=retry_errors, redo=list(redo), eval_name=eval_name, run_args={"backend": backend, "worker": worker, "worker_cmd": worker_cmd})
     try:
         with _interruptible():
             evaluation = EvalRun(options, echo=lambda line: _say(line, err=True))
@@ -224,7 +232,7 @@ def _interruptible():
 @click.option("--reference", metavar="ARM", help="Compare every arm with this one (default: the eval's reference).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.pass_context
-def report_command(ctx: click.Context, folder, suite, repo, html_path, reference, as_json: bool) -> None:
+def report_command(ctx: click.Context, folder, suite, repo, eval_name, html_path, reference, as_json: bool) -> None:
     """Per arm: resolved rate with its 95% interval, runs in error apart with their reasons, the
     paired test against the reference arm, pass@k and pass^k with trials, tokens, cost per run and
     per resolved run, wall time, calls and review cycles; and the report page (HTML, offline)."""
@@ -234,7 +242,7 @@ def report_command(ctx: click.Context, folder, suite, repo, html_path, reference
     from orchestrator.evals.cases import write_text
 
     folder = _eval_folder(ctx, folder, suite, repo, as_json)
-    if folder is None or _synced(ctx, folder, as_json) is False:
+    if folder is None or _synced(ctx, folder, as_json, eval_name) is False:
         return
     try:
         report = report_data(Path(folder), reference)
@@ -276,7 +284,7 @@ def _eval_folder(ctx: click.Context, folder, suite, repo, as_json: bool) -> Path
     return found[-1].parent if not suite else found[0]
 
 
-def _synced(ctx: click.Context, folder: Path, as_json: bool):
+def _synced(ctx: click.Context, folder: Path, as_json: bool, name: str | None = None):
     """A shared eval's folder brought up to its database's rows (``mesh --db postgresql://...``, or
     the database the folder's eval recorded; a password comes from the environment or .pgpass):
     what runs now, or None for an eval of this machine alone; False after failing (exit 2). A
@@ -288,10 +296,14 @@ def _synced(ctx: click.Context, folder: Path, as_json: bool):
     given = (ctx.find_root().obj or {}).get("db")
     db = given if is_shared(given) else recorded_db(Path(folder))
     if db is None:
+        if name is not None:
+            _fail(ctx, f"--eval {name}: a shared eval is read from its database: mesh --db postgresql://... eval", 2,
+                  as_json)
+            return False
         return None
     try:
-        return sync_folder(Path(folder), db)
-    except LookupError as exc:
+        return sync_folder(Path(folder), db, eval_id=name)
+    except (LookupError, ValueError) as exc:
         _fail(ctx, str(exc), 2, as_json)
         return False
     except Exception as exc:  # the server is out of reach: this machine's copy, said
@@ -303,7 +315,7 @@ def _synced(ctx: click.Context, folder: Path, as_json: bool):
 @_eval_folder_options
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
 @click.pass_context
-def status_command(ctx: click.Context, folder, suite, repo, as_json: bool) -> None:
+def status_command(ctx: click.Context, folder, suite, repo, eval_name, as_json: bool) -> None:
     """Where an eval stands, while it runs or after: runs done, running, in error and left per arm,
     the spend so far, and the time and cost its last progress estimated to be left."""
     from orchestrator.cli.common import _fail
@@ -311,7 +323,7 @@ def status_command(ctx: click.Context, folder, suite, repo, as_json: bool) -> No
     from orchestrator.evals.report import ReportError
 
     folder = _eval_folder(ctx, folder, suite, repo, as_json)
-    if folder is None or (shared := _synced(ctx, folder, as_json)) is False:
+    if folder is None or (shared := _synced(ctx, folder, as_json, eval_name)) is False:
         return
     try:
         data = status_data(Path(folder), running=shared["running"] if shared else None)
@@ -331,7 +343,7 @@ def status_command(ctx: click.Context, folder, suite, repo, as_json: bool) -> No
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False), help="Where to write (default: FOLDER/export).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
 @click.pass_context
-def export_command(ctx: click.Context, folder, suite, repo, arms, out, as_json: bool) -> None:
+def export_command(ctx: click.Context, folder, suite, repo, eval_name, arms, out, as_json: bool) -> None:
     """SWE-bench predictions per arm and trial (instance_id, model_name_or_path, model_patch: each
     run's final diff against its base) and results.jsonl (a line per case, arm and trial: state,
     error, resolved, tests, cost, tokens), for another harness to grade mesh's patches again."""
@@ -340,7 +352,7 @@ def export_command(ctx: click.Context, folder, suite, repo, arms, out, as_json: 
     from orchestrator.evals.report import ReportError
 
     folder = _eval_folder(ctx, folder, suite, repo, as_json)
-    if folder is None or _synced(ctx, folder, as_json) is False:
+    if folder is None or _synced(ctx, folder, as_json, eval_name) is False:
         return
     try:
         exported = export_eval(Path(folder), arms=list(arms), out=Path(out) if out else None)

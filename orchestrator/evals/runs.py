@@ -48,7 +48,7 @@ from orchestrator.evals.matching import matched_pair
 from orchestrator.evals.plan import EvalError, EvalPlan
 from orchestrator.evals.progress import Progress
 from orchestrator.evals.report import count_kinds
-from orchestrator.evals.shared import board_for, folder_eval, keep_private, meta_url
+from orchestrator.evals.shared import board_for, eval_name, keep_private, meta_url
 from orchestrator.evals.suite import Case, read_suite
 
 __all__ = ["EvalError", "EvalOptions", "EvalRun", "Pair", "eval_folder", "pair_label"]
@@ -86,6 +86,7 @@ class EvalOptions:
     batch: bool = False
     retry_errors: bool = False
     redo: list[str] = field(default_factory=list)  # --redo CASE[:ARM[.tK]]: pairs run anew (``redo``)
+    eval_name: str | None = None  # --eval NAME: the eval's name in its database (default: ev-<folder name>)
     # --backend/--worker/--worker-cmd: the workers of an arm that names none of its own.
     run_args: dict[str, str | None] = field(default_factory=dict)
 
@@ -172,7 +173,11 @@ class EvalRun(EvalPlan, Grading):
         self.folder.mkdir(parents=True, exist_ok=True)
         keep_private(self.folder)
         self.db = options.db or str(self.folder / "tracker.db")
-        self.eval_id = folder_eval(self.folder)  # the eval's name: a shared eval's key in its database
+        # The eval's name: a shared eval's key in its database (--eval, else its folder's).
+        try:
+            self.eval_id = eval_name(self.folder, options.eval_name)
+        except ValueError as exc:
+            raise EvalError(str(exc)) from None
         try:
             self.board = board_for(self.folder, self.db, self.eval_id, ttl_s=self.config.lease_ttl_s, actor=ACTOR)
         except Exception as exc:  # the database cannot be reached or refused us

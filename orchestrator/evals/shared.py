@@ -37,6 +37,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import secrets
 import socket
 import threading
@@ -47,7 +48,7 @@ from typing import Any, Callable
 from orchestrator.evals.cases import write_json, write_text
 from orchestrator.protocol.lease import process_gone
 
-__all__ = ["Board", "FolderBoard", "SharedBoard", "board_for", "folder_eval", "is_shared", "live_claims",
+__all__ = ["Board", "FolderBoard", "SharedBoard", "board_for", "eval_name", "folder_eval", "is_shared", "live_claims",
            "keep_private", "meta_url", "recorded_db", "sync_folder"]
 
 _SCHEMA = (
@@ -382,16 +383,18 @@ def sync_folder(folder: Path, db: str, *, eval_id: str | None = None) -> dict[st
     from tracker.store import Tracker
 
     folder = Path(folder)
-    eval_id = eval_id or folder_eval(folder)
+    eval_id = eval_name(folder, eval_id)
     with Tracker(db, actor="mesh-eval") as tracker:
         try:
             row = tracker.db.read("SELECT meta, suite FROM mesh_eval_meta WHERE eval = ?", (eval_id,))
+            held = [] if row else [r["eval"] for r in tracker.db.read("SELECT eval FROM mesh_eval_meta ORDER BY eval")]
         except Exception as exc:  # no table: no eval was ever shared there
             if "mesh_eval_meta" not in str(exc) and "no such table" not in str(exc):
                 raise
-            row = []
+            row, held = [], []
         if not row:
-            raise LookupError(f"{meta_url(db)} holds no eval {eval_id}")
+            raise LookupError(f"{meta_url(db)} holds no eval {eval_id}"
+                              + (f" (it holds: {', '.join(held[:20])}; name one with --eval NAME)" if held else ""))
         meta, suite_text = json.loads(row[0]["meta"]), row[0]["suite"]
         results = tracker.db.read("SELECT case_id, slot, result FROM mesh_eval_pairs WHERE eval = ?"
                                   " AND result IS NOT NULL", (eval_id,))
@@ -468,6 +471,24 @@ def folder_eval(folder: Path) -> str:
         return json.loads((folder / "eval.json").read_text())["eval"]
     except (OSError, ValueError, KeyError):
         return f"ev-{folder.name}"
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def eval_name(folder: Path, given: str | None) -> str:
+    """The eval's name in its database: ``given`` (``--eval NAME``), else the one ``folder``
+    recorded, else ``ev-<folder name>``. ValueError when ``given`` is no name, or names another
+    eval than the one the folder holds (its results would be mixed with another's)."""
+    recorded = folder_eval(folder)
+    if given is None:
+        return recorded
+    if not _NAME.fullmatch(given):
+        raise ValueError(f"--eval {given!r}: an eval's name is letters, digits, '.', '_' and '-' (at most 64),"
+                         " starting with a letter or digit")
+    if (folder / "eval.json").is_file() and recorded != given:
+        raise ValueError(f"{folder} holds the eval {recorded}: --eval {given} names another; give it another folder")
+    return given
 
 
 def _digest(path: Path) -> str:
