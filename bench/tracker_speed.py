@@ -10,6 +10,7 @@ baseline of (A B A B ...), and each ratio is the median of the pairs'.
     .venv/bin/python bench/tracker_speed.py --only process --runs 21
     .venv/bin/python bench/tracker_speed.py --only io,ready --root /path/to/another/checkout
     .venv/bin/python bench/tracker_speed.py --only process --installed   # a fresh `pip install .`, as users run it
+    .venv/bin/python bench/tracker_speed.py --only io --installed --runs 5   # the import, the command too
 
 ``--root`` measures another checkout of mesh (its ``.venv``, its ``tracker``) with this script:
 the "before" figures of docs/benchmarks-tracker.md are this script run on the commit before issue 21.
@@ -225,20 +226,24 @@ def plain_export(db: Path, out: io.StringIO) -> None:
     conn.close()
 
 
-def bench_io(root: Path, workdir: Path, n: int, runs: int) -> None:
+def bench_io(root: Path, workdir: Path, n: int, runs: int, bin_dir: Path | None = None) -> None:
     """Import and export of ``n`` issues by ``root``'s tracker against the plain sqlite3 code,
-    each measured in its own fresh process, alternately."""
+    each measured in its own fresh process, alternately (``bin_dir``: the installation measured,
+    by default ``root``'s own ``.venv``; with one, also ``mesh tracker import`` as a whole process
+    against the plain import's whole process)."""
     source = workdir / f"ws-{n}.jsonl"
     if not source.exists():
         write_jsonl(generate(n), source)
-    python = str(root / ".venv" / "bin" / "python")
+    python = str((bin_dir or root / ".venv" / "bin") / "python")
+    # An installation's code, not the checkout's: a ``python -c`` run in ``root`` would import it.
+    cwd = workdir if bin_dir else root
 
     def fresh(target: Path) -> str:
         subprocess.run(["rm", "-rf", str(target), f"{target}-wal", f"{target}-shm"], check=True)
         return str(target)
 
     def timed(code: str, *args: str) -> float:
-        done = subprocess.run([python, "-c", code, *args], cwd=root, check=True, capture_output=True, text=True)
+        done = subprocess.run([python, "-c", code, *args], cwd=cwd, check=True, capture_output=True, text=True)
         return float(done.stdout.split()[-1])
 
     ours_import = ("import sys, time; from pathlib import Path; from tracker.store import Tracker;"
@@ -263,6 +268,44 @@ def bench_io(root: Path, workdir: Path, n: int, runs: int) -> None:
     a, b, ratio = _median_pairs(lambda: timed(ours_export, str(ours_db / ".beads" / "mesh.db")),
                                 lambda: timed(plain_exp, str(plain_db)), runs)
     _figure("export (tracker.jsonl.export_jsonl, to memory)", a, "s", b, ratio, "<= 2x")
+    if bin_dir is not None:
+        bench_import_command(bin_dir, workdir, source, runs)
+
+
+def bench_import_command(bin_dir: Path, workdir: Path, source: Path, runs: int) -> None:
+    """``mesh tracker import FILE`` into a new workspace as a user runs it (a process of the
+    installation in ``bin_dir``, from its start to its exit) against a process of the same
+    interpreter running ``plain_import`` on the same file; CPU time and wall time."""
+    python, env = str(bin_dir / "python"), {k: v for k, v in os.environ.items()
+                                            if not k.startswith(("BEADS_", "BD_", "MESH_"))}
+    folder, plain_db = workdir / "cmd-import", workdir / "cmd-plain.db"
+    plain = [python, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); from pathlib import Path;"
+             " from tracker_speed import plain_import; plain_import(Path(sys.argv[1]), Path(sys.argv[2]))",
+             str(source), str(plain_db)]
+    ours = [str(bin_dir / "mesh"), "tracker", "import", str(source)]
+
+    def fresh_workspace() -> None:
+        subprocess.run(["rm", "-rf", str(folder)], check=True)
+        folder.mkdir()
+        subprocess.run([str(bin_dir / "mesh"), "tracker", "init", "--prefix", "bm"], cwd=folder, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def fresh_plain() -> None:
+        subprocess.run(["rm", "-f", str(plain_db), f"{plain_db}-wal", f"{plain_db}-shm"], check=True)
+
+    print(f"\n== mesh tracker import of {source.name}, whole process (median of {runs} alternating runs;"
+          " baseline: plain_import in a process of the same interpreter)")
+    for measure, unit in ((_process_cpu, "cpu"), (_process_wall, "wall")):
+        def a() -> float:
+            fresh_workspace()
+            return measure(ours, env, folder)
+
+        def b() -> float:
+            fresh_plain()
+            return measure(plain, env, workdir)
+
+        x, y, ratio = _median_pairs(a, b, runs)
+        _figure(f"mesh tracker import, {unit}", x, "s", y, ratio, "<= 2x")
 
 
 # ----------------------------------------------------------------------------- ready at scale
@@ -311,8 +354,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--io-size", type=int, default=100_000, help="issues imported and exported (100,000)")
     parser.add_argument("--workdir", type=Path, help="keep the generated workspaces here (default: a temporary folder)")
     parser.add_argument("--installed", action="store_true",
-                        help="measure the whole-process figures on a fresh non-editable install of --root"
-                             " (pip install into a throwaway virtual environment), as users run mesh")
+                        help="measure the whole-process, import and export figures on a fresh non-editable"
+                             " install of --root (pip install into a throwaway virtual environment), as users run"
+                             " mesh; with it, io also times the whole mesh tracker import command")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -328,12 +372,14 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="mesh-speed-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
+        bin_dir = None
         if "process" in sections:
             bin_dir = fresh_install(root, workdir) if args.installed else None
             print(f"(commands of {bin_dir or root / '.venv' / 'bin'})")
             bench_process(root, workdir, args.runs or 21, bin_dir)
         if "io" in sections:
-            bench_io(root, workdir, args.io_size, args.runs or 5)
+            bin_dir = (bin_dir or fresh_install(root, workdir)) if args.installed else None
+            bench_io(root, workdir, args.io_size, args.runs or 5, bin_dir)
         if "ready" in sections:
             bench_ready(root, workdir, args.runs or 5)
         if "views" in sections:
