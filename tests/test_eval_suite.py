@@ -245,3 +245,40 @@ def test_wilson_intervals_match_hand_computed_values(k, n, low, high):
 @pytest.mark.parametrize("b, c, p", [(1, 6, 0.125), (0, 0, 1.0), (3, 3, 1.0), (0, 5, 0.0625), (2, 10, 0.0386)])
 def test_mcnemar_exact_matches_hand_computed_values(b, c, p):
     assert round(mcnemar_exact(b, c), 4) == p
+
+
+def test_a_reference_that_rewrites_the_tests_its_fix_breaks_is_flagged(tmp_path, monkeypatch):
+    """Issue 46, item 5: a commit that changes behaviour rewrites the existing tests that pinned the
+    old one; such a case is kept but flagged (a worker keeping the old tests green cannot resolve
+    it, so its task must say what changes), and a fix that keeps the old tests passing is not."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repo = tmp_path / "greet"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, "start", {"greet.py": "def hello():\n    return 'hi'\n\n\ndef bye():\n    return 'by'\n",
+                           "tests/__init__.py": "",
+                           "tests/test_greet.py": unit_test("hello", "self.assertEqual(greet.hello(), 'hi')")
+                           .replace("import calc", "import greet")
+                           + "\n    def test_bye(self):\n        self.assertEqual(greet.bye(), 'by')\n"})
+    changed = commit(repo, "Say hello in full", {
+        "greet.py": "def hello():\n    return 'hello'\n\n\ndef bye():\n    return 'by'\n",
+        "tests/test_greet.py": unit_test("hello", "self.assertEqual(greet.hello(), 'hello')")
+        .replace("import calc", "import greet")
+        + "\n    def test_bye(self):\n        self.assertEqual(greet.bye(), 'by')\n"})
+    fixed = commit(repo, "Fix bye", {
+        "greet.py": "def hello():\n    return 'hello'\n\n\ndef bye():\n    return 'bye'\n",
+        "tests/test_greet.py": unit_test("hello", "self.assertEqual(greet.hello(), 'hello')")
+        .replace("import calc", "import greet")
+        + "\n    def test_bye(self):\n        self.assertEqual(greet.bye(), 'bye')\n"
+        + "\n    def test_bye_twice(self):\n        self.assertEqual(greet.bye() * 2, 'byebye')\n"})
+    out = tmp_path / "suite.jsonl"
+    result = CliRunner().invoke(cli, ["eval", "suite", "--from-git", "--repo", str(repo), "-o", str(out),
+                                      "--command", COMMAND, "--runs", "1", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    kept = {case["reference"]: case for case in json.loads(result.stdout)["kept"]}
+    assert kept[changed]["rewritten"] == ["tests.test_greet.T.test_hello"]
+    assert kept[fixed]["rewritten"] == ["tests.test_greet.T.test_bye"]  # 'by' pinned the bug: the fix breaks it
+    text = CliRunner().invoke(cli, ["eval", "suite", "--from-git", "--repo", str(repo), "-o", str(out),
+                                    "--command", COMMAND, "--runs", "1"], catch_exceptions=False).output
+    assert "its reference rewrote 1 test(s) its fix breaks as the base had them (tests.test_greet.T.test_hello)" \
+        in text, text

@@ -146,8 +146,29 @@ def curate(repo: Any, case: Case, run: Callable[[str, Sequence[str]], list[Any]]
     pass_to_pass = [test for test, outcome in check_reference[0].items() if outcome == "passed"
                     and test not in flaky and test not in passing
                     and all(run_.get(test) == "passed" for run_ in check_base)]
-    return case.model_copy(update={"grading": "tests", "fail_to_pass": fail_to_pass, "pass_to_pass": pass_to_pass,
-                                   "check_command": whole, "flaky": flaky}), ""
+    kept = case.model_copy(update={"grading": "tests", "fail_to_pass": fail_to_pass, "pass_to_pass": pass_to_pass,
+                                   "check_command": whole, "flaky": flaky})
+    return kept.model_copy(update={"rewritten": _rewritten(repo, kept, run, flaky)}), ""
+
+
+def _rewritten(repo: Any, case: Case, run: Callable[[str, Sequence[str]], list[Any]], flaky: Sequence[str]) -> list[str]:
+    """The FAIL_TO_PASS tests of files the reference changed (not added) that fail on the reference
+    when those files are put back as the base had them: the old tests the fix breaks, so the case
+    is a change of behaviour its task must state. One run of the hidden command, only for a case
+    from history whose reference changed a test file the base had."""
+    from orchestrator.evals.suite import changed_test_files
+
+    if case.source != "git" or not case.reference or not case.hidden_tests or case.test_patch:
+        return []
+    changed = changed_test_files(repo, case.base, case.reference, case.hidden_tests)
+    if not changed:
+        return []
+    old = case.model_copy(update={"hidden_tests": changed, "tests_from": case.base, "hidden_files": {}})
+    [result] = run(build_tree(repo, old, case.reference), [case.hidden_command or ""])
+    if result.run is None:
+        return []
+    failed = {test for test, outcome in _outcomes([result])[0].items() if outcome == "failed"}
+    return [test for test in case.fail_to_pass if test in failed and test not in flaky]
 
 
 def _by_exit(case: Case, on_reference: list[list[Any]], whole: str | None, check: int,
@@ -173,7 +194,10 @@ def kept_note(case: Case) -> str:
                                                   " tests judge"))
     else:
         return ""
-    return note + (f"; flaky, left out: {_names(case.flaky, 3)}" if case.flaky else "")
+    note += f"; flaky, left out: {_names(case.flaky, 3)}" if case.flaky else ""
+    return note + (f"; its reference rewrote {len(case.rewritten)} test(s) its fix breaks as the base had them"
+                   f" ({_names(case.rewritten, 3)}): a change of behaviour the task must state"
+                   if case.rewritten else "")
 
 
 # A line of a failing run that says the environment, not the code, is at fault.

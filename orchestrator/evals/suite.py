@@ -65,6 +65,9 @@ class Case(BaseModel):
     # The whole check whose tests give PASS_TO_PASS; None: the hidden command's own run gives them.
     check_command: str | None = None
     flaky: list[str] = Field(default_factory=list)  # left out of both lists: their outcome varied between runs
+    # Tests the reference rewrote that its fix breaks as the base had them (a behaviour change the
+    # task must state: a worker keeping the old tests green cannot resolve the case).
+    rewritten: list[str] = Field(default_factory=list)
     # The [[eval.history]] range of its base: a command run before each test command (same sandbox,
     # same tree), and variables for both.
     setup: str | None = None
@@ -161,6 +164,15 @@ def patched_commit(repo: Path, onto: str, patch: str, message: str = "mesh eval:
         _git(repo, "read-tree", onto, env=env)
         _apply_in_index(repo, patch, env, "the patch")
         return _commit_index(repo, env, onto, message)
+
+
+def changed_test_files(repo: Path, base: str, reference: str, paths: list[str]) -> list[str]:
+    """Which of ``paths`` (a case's hidden test files) ``reference`` changed from ``base``, where the
+    base had them (not added by the reference)."""
+    if not paths:
+        return []
+    out = _git(repo, "diff", "--name-only", "-z", "--diff-filter=M", base, reference, "--", *paths)
+    return [name for name in out.decode().split("\0") if name]
 
 
 def build_tree(repo: Path, case: Case, onto: str, *, source: Path | None = None) -> str:
