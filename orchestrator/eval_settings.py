@@ -102,6 +102,9 @@ class EvalEnv(_Strict):
     pip_args: list[str] = Field(default_factory=list)
     # The instance's test command, ``{tests}`` standing for its test files (else --command's).
     test_command: str | None = None
+    # What makes the virtualenv and installs the packages: uv (much faster, its own cache), pip
+    # (the Python's venv and pip), or "auto": uv when it is on PATH or beside mesh's Python, else pip.
+    installer: Literal["auto", "uv", "pip"] = "auto"
 
     @model_validator(mode="after")
     def _serves_something(self) -> "EvalEnv":

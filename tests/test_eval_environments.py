@@ -8,6 +8,7 @@ its true cause. The environments are built offline from wheels ``make eval-wheel
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,9 +46,12 @@ def _config(repo: Path, envs: bool) -> None:
     text = 'worker_env = ["MESH_EVAL_CASE", "MESH_EVAL_PROFILE", "MESH_EVAL_ARM", "MESH_EVAL_TRIAL"]\n'
     text += f'[validation]\nallow = ["{COMMAND}", "python -m pytest -rA {{path}}"]\ntimeout_s = 120\n' + ("" if envs else f'python = "{sys.executable}"\n')
     if envs:
-        for name, version, pin in (("legacy", "1.0", "pytest<8"), ("modern", "2.0", "pytest>=8.4")):
+        # One built by pip, one by uv (installer = "auto" finds it beside this Python): both offline.
+        for name, version, pin, installer in (("legacy", "1.0", "pytest<8", "pip"),
+                                              ("modern", "2.0", "pytest>=8.4", "auto")):
             text += (f'\n[[eval.env]]\nname = "{name}"\nversions = ["{version}"]\npython = "{PYTHON}"\n'
-                     f'packages = ["{pin}"]\npip_args = ["--no-index", "--find-links", "{WHEELS}"]\n')
+                     f'packages = ["{pin}"]\npip_args = ["--no-index", "--find-links", "{WHEELS}"]\n'
+                     f'installer = "{installer}"\n')
     (repo / "mesh.toml").write_text(text)
 
 
@@ -72,8 +76,9 @@ def project(tmp_path_factory):
     return root, repo, instances, found
 
 
-def test_each_instance_is_kept_and_graded_in_the_environment_its_version_names(project, tmp_path):
+def test_each_instance_is_kept_and_graded_in_the_environment_its_version_names(project, tmp_path, monkeypatch):
     root, repo, instances, found = project
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no pip.conf: installer = "auto" takes uv
     _config(repo, envs=False)  # the project's own environment only: the nose-style tests cannot run
     plain = mesh("eval", "suite", "--from-swebench", str(instances), "--command", COMMAND, "--runs", "1", "-o",
                  str(tmp_path / "plain.jsonl"), "--json", cwd=repo)
@@ -91,6 +96,7 @@ def test_each_instance_is_kept_and_graded_in_the_environment_its_version_names(p
     assert [c.instance_id for c in cases] == ["ada__calc-1", "ada__calc-2"], built.stdout
     legacy, modern = cases
     assert (legacy.version, legacy.environment["name"], modern.environment["name"]) == ("1.0", "legacy", "modern")
+    assert (legacy.environment["installer"], modern.environment["installer"]) == ("pip", "uv")
     assert any(p.startswith("pytest==7.") for p in legacy.environment["packages"])
     assert not any(p.startswith("pytest==7.") for p in modern.environment["packages"])
     assert legacy.environment_setup_commit == found[0]["environment_setup_commit"]
@@ -136,6 +142,7 @@ def test_with_the_swebench_package_its_own_spec_of_the_version_is_the_environmen
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "stub"))
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip reads its options from the environment: offline here
     monkeypatch.setenv("PIP_FIND_LINKS", str(WHEELS))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no pip.conf: installer = "auto" takes uv
     text = 'worker_env = ["MESH_EVAL_CASE"]\n[validation]\nallow = ["pytest -rA {path}"]\ntimeout_s = 120\n'
     (repo / "mesh.toml").write_text(text)
     suite = tmp_path / "suite.jsonl"
@@ -146,8 +153,22 @@ def test_with_the_swebench_package_its_own_spec_of_the_version_is_the_environmen
 
     legacy, modern = read_suite(suite)
     assert legacy.environment["name"] == "swebench-ada__calc-1.0" and legacy.hidden_command.startswith("pytest -rA ")
+    # Built by uv, given pip's offline settings as uv names them (UV_NO_INDEX, UV_FIND_LINKS).
+    assert (legacy.environment["installer"], modern.environment["installer"]) == ("uv", "uv")
     assert any(p.startswith("pytest==7.") for p in legacy.environment["packages"])
     assert modern.environment["name"] == "swebench-ada__calc-2.0"
     notes = json.loads(built.stdout)["notes"]
     assert "not reproduced of SWE-bench's spec: pre_install (apt-get update apt-get install -y locales); install" \
         in notes[legacy.instance_id], notes
+
+
+def test_auto_takes_uv_unless_pip_has_a_configuration_uv_would_not_read(tmp_path, monkeypatch):
+    from orchestrator.evals.environments import _uv
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    assert _uv("auto") is not None and _uv("pip") is None
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nindex-url = https://mirror.example/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    assert _uv("auto") is None  # a mirror uv would not know of: pip builds
+    assert _uv("uv") is not None  # asked for by name: uv all the same

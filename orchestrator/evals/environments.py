@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -160,26 +161,65 @@ def build(env: Any, *, cache: Path | None = None, echo: Any = None) -> dict[str,
         try:
             # At its final path: a virtualenv's scripts name the path they were made at.
             shutil.rmtree(prefix, ignore_errors=True)
-            _run([str(python), "-m", "venv", str(prefix)], f"the virtualenv of Python {version}")
-            if env.packages:
-                _run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                      *env.pip_args, *env.packages], f"pip install {' '.join(env.packages)}")
-            frozen = _run([str(prefix / "bin" / "python"), "-m", "pip", "freeze", "--disable-pip-version-check"],
-                          "pip freeze").split()
+            uv = _uv(getattr(env, "installer", "pip"))
+            inside = str(prefix / "bin" / "python")
+            if uv is not None:  # uv: the virtualenv (pip seeded in it, for the user's own steps) and the packages
+                _run([uv, "venv", "--quiet", "--seed", "--python", str(python), str(prefix)],
+                     f"uv venv of Python {version}")
+                if env.packages:
+                    _run([uv, "pip", "install", "--quiet", "--python", inside, *env.pip_args, *env.packages],
+                         f"uv pip install {' '.join(env.packages)}")
+                frozen = _run([uv, "pip", "freeze", "--python", inside], "uv pip freeze").split()
+            else:
+                _run([str(python), "-m", "venv", str(prefix)], f"the virtualenv of Python {version}")
+                if env.packages:
+                    _run([inside, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          *env.pip_args, *env.packages], f"pip install {' '.join(env.packages)}")
+                frozen = _run([inside, "-m", "pip", "freeze", "--disable-pip-version-check"], "pip freeze").split()
         except EnvironmentUnusable:
             shutil.rmtree(prefix, ignore_errors=True)
             raise
-        made = {"name": env.name, "prefix": str(prefix), "python": str(prefix / "bin" / "python"),
-                "python_version": version, "packages": frozen}
+        made = {"name": env.name, "prefix": str(prefix), "python": inside, "python_version": version,
+                "packages": [p for p in frozen if not p.startswith(("pip==", "setuptools==", "wheel=="))]
+                if uv is not None else frozen, "installer": "uv" if uv is not None else "pip"}
         record.write_text(json.dumps(made, indent=1), encoding="utf-8")
         return made
 
 
+def _uv(installer: str) -> str | None:
+    """The uv program to build with (``installer``: auto, uv or pip): on PATH, or beside the Python
+    mesh runs on (installed with it); None for pip. ``EnvironmentUnusable`` when uv is asked and
+    not found."""
+    if installer == "pip" or (installer == "auto" and _pip_configured()):
+        return None  # auto: pip's own configuration (a mirror, a proxy) is uv's to ignore, so pip
+    beside = Path(sys.executable).parent / "uv"
+    found = shutil.which("uv") or (str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None)
+    if found is None and installer == "uv":
+        raise EnvironmentUnusable("installer = \"uv\" but uv is not found (pip install uv, or installer = \"pip\")")
+    return found
+
+
+# pip's index settings by environment, and uv's names for them (what uv is given when it builds).
+_PIP_TO_UV = {"PIP_INDEX_URL": "UV_INDEX_URL", "PIP_EXTRA_INDEX_URL": "UV_EXTRA_INDEX_URL",
+              "PIP_NO_INDEX": "UV_NO_INDEX", "PIP_FIND_LINKS": "UV_FIND_LINKS"}
+
+
+def _pip_configured() -> bool:
+    """Whether pip reads a configuration file here (``PIP_CONFIG_FILE``, the user's or the
+    system's ``pip.conf``): uv reads none of them."""
+    home = Path.home()
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    files = [os.environ.get("PIP_CONFIG_FILE"), home / ".pip" / "pip.conf", config / "pip" / "pip.conf",
+             "/etc/pip.conf", "/etc/xdg/pip/pip.conf"]
+    return any(path and os.environ.get("PIP_CONFIG_FILE") != os.devnull and Path(path).is_file() for path in files)
+
+
 def _run(argv: list[str], what: str) -> str:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S,
-                              env={k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME",
-                                                                                   "PYTHONPATH")})
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH")}
+        if os.path.basename(argv[0]) == "uv":  # pip's index settings, as uv names them
+            env.update({uv: os.environ[pip] for pip, uv in _PIP_TO_UV.items() if pip in os.environ and uv not in env})
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EnvironmentUnusable(f"{what}: {exc}") from None
     if done.returncode != 0:

@@ -383,7 +383,7 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
                             spec.test_command if spec is not None and spec.test_command else command, whole, ranges)
             case = case.model_copy(update={
                 "version": instance.version, "environment_setup_commit": instance.environment_setup_commit,
-                "environment": {**{k: made[k] for k in ("name", "python_version", "packages")},
+                "environment": {**{k: made[k] for k in ("name", "python_version", "packages", "installer") if k in made},
                                 **({"repo": instance.repo} if instance.repo else {})} if made else None})
             run = sandbox_results(root, config.validation, view_in(inspection.view, made, root), timeout_s,
                                   setup=case.setup, env=case.env)
