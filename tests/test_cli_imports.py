@@ -77,9 +77,7 @@ def test_no_command_imports_what_only_others_run_to_print_its_help(workspace, ar
 _RUNS = [["tracker", "ready", "--json"], ["tracker", "list", "--json"], ["tracker", "show", "ID", "--json"],
          ["tracker", "blocked", "--json"], ["tracker", "stats", "--json"], ["tracker", "ready"],
          ["tracker", "blocked"], ["tracker", "stats"], ["tracker", "doctor"], ["status", "--label", "plan-x"], ["logs"], ["usage"],
-         ["prices"], ["clean"],
-         pytest.param(["show", "ID"], marks=pytest.mark.xfail(
-             strict=True, reason="orchestrator.toolchains (base_results, caches) imports the sandbox package (bwrap, cache_layers, project_env) at its top"))]
+         ["prices"], ["clean"], ["show", "ID"]]
 
 
 @pytest.mark.parametrize("args", _RUNS, ids=lambda a: " ".join(a))

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrator.testruns.model import Run
-from orchestrator.toolchains.caches import project_cache_root
 
 __all__ = ["BaseStatuses", "Comparison", "base_statuses", "compare", "load", "save", "tree_of", "view_key"]
 
@@ -135,6 +134,10 @@ def view_key(view: Any) -> str:
 
 
 def _path(repo: Path, tree: str, command: str, view_key: str) -> Path:
+    # Here, not at the top: ``caches`` loads the sandbox, which ``mesh show`` never uses (it
+    # imports this module through ``protocol.proof``).
+    from orchestrator.toolchains.caches import project_cache_root
+
     key = hashlib.sha256(json.dumps([tree, command, view_key]).encode()).hexdigest()[:32]
     return project_cache_root(repo) / "base-tests" / f"{key}.json"
 
