@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from tests.conftest import beads_real_files, bench_module
 from tracker.bd_hot import INFRA_TYPES, answer
+from tracker.db import statement_cache
 from tracker.cli import tracker_group
 from tracker.jsonl import import_jsonl
 from tracker.store import Tracker
@@ -240,6 +241,37 @@ def test_list_leaves_out_templates_gates_and_infrastructure_unless_asked_as_bd_d
         res = CliRunner().invoke(tracker_group, args, obj={"db": db, "actor": None})
         assert res.exit_code == 0, res.output
         assert {i["id"] for i in json.loads(res.stdout)} == expected
+
+
+@pytest.mark.parametrize("args", [["ready", "--json"], ["list", "--json", "--limit", "0"], ["show", "ID", "ID2", "--json"],
+                                  ["blocked", "--json"], ["stats", "--json"]])
+def test_sqlite_loads_without_functools_and_answers_the_same(tmp_path, small, args):
+    """A bare interpreter (no site: nothing has imported ``functools``) loads ``_sqlite3`` against
+    ``db.statement_cache``: the hot read imports neither ``functools`` nor ``collections`` and
+    prints what the full command line prints."""
+    db, ids = small
+    args = [{"ID": ids[0], "ID2": ids[1]}.get(a, a) for a in args]
+    code = ("import atexit, sys\n"
+            f"sys.path.insert(0, {str(ROOT)!r})\n"
+            "atexit.register(lambda: sys.stderr.write('\\nMODULES ' + ' '.join(sorted(sys.modules))))\n"
+            "from tracker.bd_shim import main\nmain()\n")
+    done = subprocess.run([sys.executable, "-S", "-c", code, *args], cwd=tmp_path, capture_output=True,
+                          env={**os.environ, "BEADS_DB": db}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    imported = set(done.stderr.decode().rpartition("MODULES ")[2].split())
+    assert "tracker.bd_hot" in imported and "_sqlite3" in imported
+    assert not imported & {"functools", "collections"}
+    assert done.stdout == _full(args, db)[1]
+
+
+def test_the_statement_cache_keeps_the_most_recently_used_statements():
+    made: list[str] = []
+    cache = statement_cache(2)(lambda sql: made.append(sql) or f"prepared {sql}")
+    assert [cache(s) for s in ("a", "b", "a", "c", "a", "b")] == [f"prepared {s}" for s in "abacab"]
+    assert made == ["a", "b", "c", "b"]  # "b" was the least recently used when "c" came
+    none_kept = statement_cache(0)(lambda sql: made.append(sql) or sql)
+    made.clear()
+    assert [none_kept(s) for s in "aa"] == ["a", "a"] and made == ["a", "a"]
 
 
 def test_a_hot_answer_ends_the_process_whole_and_runs_the_exit_handlers(tmp_path, small):

@@ -11,14 +11,66 @@ schema: ``postgres`` and ``schema`` build on it, not the other way round.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from _thread import RLock  # threading's RLock itself, without importing threading at every start
 
+TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+    from pathlib import Path
+    from typing import Any
+
+
+def statement_cache(maxsize: int) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
+    """All that ``_sqlite3`` takes from ``functools``: ``lru_cache(maxsize)``, which it wraps
+    around each connection to keep its prepared statements by their SQL (at most ``maxsize``,
+    the least recently used dropped first; 0 keeps none)."""
+
+    def cache_of(prepare: Callable[[str], Any]) -> Callable[[str], Any]:
+        kept: dict = {}
+
+        def statement(sql: str) -> Any:
+            found = kept.pop(sql, None)
+            if found is None:
+                found = prepare(sql)
+            if maxsize > 0:
+                if len(kept) >= maxsize:
+                    kept.pop(next(iter(kept)), None)
+                kept[sql] = found  # the most recent last
+            return found
+
+        return statement
+
+    return cache_of
+
+
+def _load_sqlite() -> Any:
+    """The C module itself: the ``sqlite3`` package around it adds only its datetime adapters
+    (deprecated since 3.12; the tracker stores text) and imports datetime and collections for
+    them, a tenth of a hot read's whole process. Its classes are the package's own.
+
+    Loading it imports ``functools`` for ``lru_cache`` alone, and ``functools`` imports
+    ``collections`` and builds a named tuple: a quarter of a bare interpreter's start, more
+    than a hot read's query and answer. Unless something loaded ``functools`` already, the
+    module loads against ``statement_cache`` in its place, which ``sys.modules`` holds for that
+    moment only: a later ``import functools`` gets the real one."""
+    if "functools" in sys.modules:
+        import _sqlite3
+        return _sqlite3
+    stand_in = type(sys)("functools")
+    stand_in.lru_cache = statement_cache  # type: ignore[attr-defined]
+    sys.modules["functools"] = stand_in
+    try:
+        import _sqlite3
+    finally:
+        if sys.modules.get("functools") is stand_in:
+            del sys.modules["functools"]
+    return _sqlite3
+
+
 try:
-    # The C module itself: the ``sqlite3`` package around it adds only its datetime adapters
-    # (deprecated since 3.12; the tracker stores text) and imports datetime and collections for
-    # them, a tenth of a hot read's whole process. Its classes are the package's own.
-    import _sqlite3 as sqlite3
+    sqlite3 = _load_sqlite()
 except ImportError:  # pragma: no cover - an interpreter whose sqlite3 is built otherwise
     import sqlite3  # type: ignore[no-redef]
 
@@ -26,13 +78,7 @@ from .errors import WorkspaceError
 from .jsontext import id_array
 from .model import BLOCKING_STATUSES
 
-TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
-    from pathlib import Path
-    from typing import Any
-
-__all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes"]
+__all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes", "statement_cache"]
 
 BUSY_TIMEOUT_MS = 30_000
 CACHE_KIB = 16 * 1024
