@@ -57,7 +57,8 @@ class ReadyWork:
         return self._hydrate(self.db.read_tuples(sql, params)[1])
 
     def _ready_sql(self, *, labels, issue_type, parent, limit, now, columns: str = _ISSUE_SELECT,
-                   extra_where: Sequence[str] = (), extra_params: Sequence[Any] = ()) -> tuple[str, tuple]:
+                   extra_where: Sequence[str] = (), extra_params: Sequence[Any] = (),
+                   ordered: bool = True) -> tuple[str, tuple]:
         # ``blocked`` and ``defer_eff`` are kept current by every write (see
         # db.refresh_ready_state), so ready work is one indexed pass over the issues.
         labels = list(labels)
@@ -104,13 +105,15 @@ class ReadyWork:
             source = "labels l0 CROSS JOIN issues i INDEXED BY issues_ready_by_id ON i.id = l0.issue_id"
             where.append("l0.label = ?")
             params.append(labels[0])
-        elif parent:
+        elif parent or not ordered:  # unordered (a count): the covering index, no row read
             source = "issues i INDEXED BY issues_ready_by_id"
         elif issue_type:
             source = "issues i INDEXED BY issues_by_status"
         else:
             source = "issues i INDEXED BY issues_ready_order"
-        sql = f"{cte} SELECT {columns} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order}"
+        sql = f"{cte} SELECT {columns} FROM {source} WHERE {' AND '.join(where)}"
+        if ordered:
+            sql += f" ORDER BY {order}"
         if limit:
             sql += f" LIMIT {int(limit)}"
         return sql, tuple(params)
