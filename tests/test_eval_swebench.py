@@ -53,7 +53,7 @@ def imported(tmp_path_factory):
             instance(repo, "Fix mean of an empty list", ["tests/test_mean.py::T::test_empty"],
                      ["tests/test_mean.py::T::test_mean"])]
     other = {**instance(repo, "Add halve", ["tests/test_halve.py::T::test_halve"]), "repo": "someone/else",
-             "instance_id": "someone__else-1"}
+             "instance_id": "someone__else-1", "base_commit": "1" * 40}
     missing = {**instance(repo, "Add square", ["tests/test_square.py::T::test_square"]), "base_commit": "0" * 40,
                "instance_id": "ada__mathlib-gone"}
     unmatched = {**instance(repo, "Add clamp", ["tests/test_clamp.py::T::test_clamp_nowhere"]),
@@ -203,13 +203,16 @@ def test_a_gold_patch_that_does_not_fix_a_patch_that_does_not_apply_and_no_gold_
     not apply drops its instance saying so; an instance without a gold patch is checked on its base
     alone, and its line says so."""
     repo = make_library(tmp_path)
+    git(repo, "remote", "add", "origin", "/srv/mirrors/mathlib.git")  # a mirror: no owner/name of GitHub's
+    git(repo, "remote", "add", "upstream", "https://github.com/ada/mathlib.git")
     wrong = instance(repo, "Add double", ["tests/test_double.py::T::test_double"])
     wrong["patch"] = wrong["patch"].replace("2 * x", "3 * x")
     torn = {**instance(repo, "Add negate", ["tests/test_negate.py::T::test_negate"]), "instance_id": "torn"}
     torn["test_patch"] = torn["test_patch"].replace("new file mode 100644\n", "").replace("--- /dev/null",
                                                                                          "--- a/tests/test_negate.py")
     bare = {**instance(repo, "Fix mean of an empty list", ["tests/test_mean.py::T::test_empty"],
-                       ["tests/test_mean.py::T::test_mean"]), "instance_id": "bare", "patch": None}
+                       ["tests/test_mean.py::T::test_mean"]), "instance_id": "bare", "patch": None,
+            "repo": "someone/mathlib-fork"}  # a fork's instance: its base is here, so it is of this history
     instances = tmp_path / "instances.json"
     instances.write_text(json.dumps([wrong, torn, bare]))  # a JSON list, as a dataset's export may be
     out = tmp_path / "suite.jsonl"
@@ -220,7 +223,8 @@ def test_a_gold_patch_that_does_not_fix_a_patch_that_does_not_apply_and_no_gold_
             " fails with the gold patch: AssertionError: 12 != 8") in done.stdout
     assert "dropped torn  Add negate: its test patch does not apply: " in done.stdout
     assert ("kept    case-001  bare  Fix mean of an empty list  (1 test file(s); 1 FAIL_TO_PASS, 1 PASS_TO_PASS;"
-            " no gold patch: checked on the base only)") in done.stdout
+            " no gold patch: checked on the base only; someone/mathlib-fork is no remote of this checkout"
+            " (ada/mathlib, mirrors/mathlib): taken as a fork or mirror of it, its base commit being here)") in done.stdout, done.stdout
     assert "1 case(s) written to" in done.stdout and "2 instance(s) dropped (3 looked at, in the file's order)" \
         in done.stdout
 

@@ -359,7 +359,10 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
             built.looked_at += 1
             title = _title(instance)[:60]
             base = _commit_of(root, instance.base_commit)
-            if instance.repo and names and instance.repo.lower() not in names:
+            # A fork's or a mirror's remote names another repository; its base commit being here
+            # (commits are named by their content) says the instance is of this history all the same.
+            other = bool(instance.repo and names and instance.repo.lower() not in names)
+            if other and base is None:
                 why = f"an instance of another repository ({instance.repo}; this one is {', '.join(sorted(names))})"
             elif base is None:
                 why = (f"its base_commit {instance.base_commit[:12]} is not in this repository (an instance of"
@@ -391,6 +394,9 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
             if kept is not None and made:
                 note += f"; in the environment {made['name']} (Python {made['python_version']})" + (
                     f"; not reproduced of SWE-bench's spec: {'; '.join(left)}" if left else "")
+            if kept is not None and other:
+                note += (f"; {instance.repo} is no remote of this checkout ({', '.join(sorted(names))}): taken as a fork"
+                         " or mirror of it, its base commit being here")
             if kept is None:
                 built.dropped.append(Dropped(instance.instance_id, title, note))
             else:
