@@ -26,7 +26,7 @@ import shlex
 import subprocess
 from typing import Any, Callable, Mapping, Sequence
 
-from orchestrator.evals.suite import Case, build_tree, describe, failure_line, policy_refusal
+from orchestrator.evals.suite import Case, build_tree, changed_test_files, describe, failure_line, policy_refusal
 
 __all__ = ["curate", "environment_cause", "grade_listed", "kept_note", "whole_check"]
 
@@ -156,8 +156,6 @@ def _rewritten(repo: Any, case: Case, run: Callable[[str, Sequence[str]], list[A
     when those files are put back as the base had them: the old tests the fix breaks, so the case
     is a change of behaviour its task must state. One run of the hidden command, only for a case
     from history whose reference changed a test file the base had."""
-    from orchestrator.evals.suite import changed_test_files
-
     if case.source != "git" or not case.reference or not case.hidden_tests or case.test_patch:
         return []
     changed = changed_test_files(repo, case.base, case.reference, case.hidden_tests)
