@@ -45,9 +45,12 @@ if table.get("search"):
               "/var/lib", "/var/cache", "/snap", "/opt", sys.prefix, sys.base_prefix}
     seen += [f"prompt:{mark}" for mark in marks if mark in prompt]
     seen += [f"env:{k}:{mark}" for k, v in os.environ.items() for mark in marks if mark in v]
-    # Bounded by count, not by time: a slow machine searches as far as a fast one.
+    # Bounded by count, not by time: a slow machine searches as far as a fast one. The files are
+    # walked in a run's first and last rounds (before any work, and with the validated tree and
+    # every earlier case graded); the rounds between see the same folders.
     budget = table.get("search_files", 200_000)
-    for top in ("/",):
+    rounds = table.get("search_rounds") or [round_name]
+    for top in ("/",) if round_name in rounds else ():
         for folder, dirs, files in os.walk(top):
             budget -= len(files)
             if budget < 0:
@@ -163,10 +166,12 @@ def reference_patch(repo: Path, base: str, reference: str, tests: str = "tests")
 
 def write_worker(root: Path, repo: Path, cases: list, solve: dict[str, list[str]], *,
                  search: str | list[str] | None = None, check: str = CHECK, tests: str = "tests",
-                 reject: dict[str, list[str]] | None = None) -> str:
-    """The scripted worker and its table (``search``: the marks it looks for everywhere it can;
-    ``reject``: the cases whose reviewer never approves, per profile); returns the --worker-cmd."""
-    table = {"check": check, "solve": solve, "search": search, "reject": reject or {},
+                 reject: dict[str, list[str]] | None = None, search_rounds: list[str] | None = None) -> str:
+    """The scripted worker and its table (``search``: the marks it looks for everywhere it can, in
+    its prompt and environment every time and in the files in ``search_rounds`` (default: every
+    round); ``reject``: the cases whose reviewer never approves, per profile); returns the
+    --worker-cmd."""
+    table = {"check": check, "solve": solve, "search": search, "search_rounds": search_rounds, "reject": reject or {},
              "patches": {case.id: reference_patch(repo, case.base, case.reference, tests) for case in cases}}
     folder = root / "worker"
     folder.mkdir(exist_ok=True)

@@ -385,3 +385,37 @@ def test_a_twins_name_is_no_file_or_folder_name_a_report_id_holds(tmp_path):
             run.add(f"{module}.T.{twin.original}", "passed")
             run.add(f"{module}.T.{twin.mutant}", "failed")
         assert judge(done.twins, run).forged is None, (seed, names)
+
+
+# A parametrized test's id holds its parameters' names: here two megabytes of them; and tests
+# named by their data, as python-multipart's suite makes two of 10 MB each, which cost seconds to
+# read, store and compare whole.
+LONG_PARAMETERS = ("import pytest\n\nfrom calc import add\n\nBIG = 'ab' * 1_000_000\n\n\n"
+                   "@pytest.mark.parametrize('text', [BIG, BIG + 'c'], ids=[BIG, BIG + 'c'])\n"
+                   "def test_long(text):\n    assert add(len(text), 1) - len(text) == 1\n")
+LONG_NAMES = ("from calc import add\n\n\nclass TestNamed:\n    pass\n\n\n"
+              "for _data in ('xy' * 1_000_000, 'xy' * 1_000_000 + 'z'):\n"
+              "    setattr(TestNamed, 'test_' + _data, lambda self, n=len(_data): add(n, 1) == n + 1 or 1 / 0)\n")
+
+
+def test_a_test_named_by_megabytes_is_kept_short_and_still_twinned(tmp_path):
+    """Each id is kept cut (its head and a digest of the rest): two tests that differ only at their
+    ids' end stay two, an honest run passes, and a forger who skips the tests using ``add``,
+    here only the long-named ones, is caught through their twins."""
+    from orchestrator.testruns.model import MAX_ID_CHARS, safe_id
+
+    good = {"calc.py": "def add(a, b):\n    return a + b\n", "tests/__init__.py": "",
+            "tests/test_calc.py": LONG_PARAMETERS, "tests/test_named.py": LONG_NAMES}
+    result = _validate(_project(tmp_path / "good", good), PYTEST)
+    assert result.passed and result.reason is None, result.stderr_tail
+    ids = [case.id for case in result.run.cases]
+    assert len(ids) == len(set(ids)) == 4 and all(len(i) <= MAX_ID_CHARS and not safe_id(i) for i in ids), ids
+    assert sum(i.startswith("tests.test_calc::test_long[abab") and "sha256" in i for i in ids) == 2, ids
+    assert sum(i.startswith("tests.test_named.TestNamed::test_xyxy") and "sha256" in i for i in ids) == 2, ids
+    forged = _files(CODE_AWARE_RUNTEST, LONG_PARAMETERS)
+    del forged["tests/test_other.py"]
+    result = _validate(_project(tmp_path / "forged", forged), PYTEST)
+    assert not result.passed and result.reason == "runner_forged", (result.reason, result.stderr_tail)
+    # Each twin was held against its own original (the same digest of the same parameters).
+    assert "a copy of tests.test_calc::test_long[abab" in result.stderr_tail, result.stderr_tail
+    assert "not at all" not in result.stderr_tail, result.stderr_tail

@@ -316,7 +316,8 @@ def test_the_databases_password_reaches_no_worker_no_process_argument_and_no_fil
     try:
         db = server.create_database("evals")
         repo, suite, cases = _suite(tmp_path, n=1)
-        command = write_worker(tmp_path, repo, cases, {"team": [cases[0].id]}, search=[password])
+        command = write_worker(tmp_path, repo, cases, {"team": [cases[0].id]}, search=[password],
+                               search_rounds=["hydration", "review"])
         (tmp_path / "worker" / "gate.py").write_text(GATE)
         gated = f"python3 {tmp_path / 'worker' / 'gate.py'} {gate.port} {command}"
         out = tmp_path / "machine" / "shared"

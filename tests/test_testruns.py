@@ -364,3 +364,24 @@ def test_pytests_report_is_read_once_for_its_cases_and_the_control_tests_outcome
         "tests.test_a.T::test_ok": "passed", "tests.test_a.T::test_bad": "failed", "tests.test_a::test_err": "errored",
         "tests.test_a::test_skip": "skipped", "tests.test_a::test_xf": "skipped"}
     assert READER.read(report).counts() == run.counts()
+
+
+def test_a_long_test_id_is_cut_to_its_head_and_a_digest_that_tells_it_apart():
+    from orchestrator.testruns.model import MAX_ID_CHARS, Run, bounded_id, safe_id
+
+    short = "tests/test_x.py::test_y[" + "a" * 900 + "]"
+    assert bounded_id(short) == short
+    params = "b" * 5_000
+    one, other = f"t.py::test_one[{params}]", f"t.py::test_one[{params[:-1]}c]"
+    twin = f"t.py::test_one_again_copy[{params}]"
+    cut = [bounded_id(i) for i in (one, other, twin)]
+    assert len(set(cut)) == 3 and all(len(i) <= MAX_ID_CHARS and not safe_id(i) for i in cut), cut
+    assert cut[0].startswith("t.py::test_one[bbbb") and cut[0].endswith("]")
+    # The copy's id is its original's with the other name: the same digest of the same parameters.
+    assert cut[2] == cut[0].replace("test_one[", "test_one_again_copy[")
+    named = "m.T::test_" + "x" * 3_000
+    assert bounded_id(named) != bounded_id(named + "y") and bounded_id(named).startswith("m.T::test_xxx")
+    run = Run("pytest")
+    run.add(one, "passed")
+    run.add(one, "failed", message="boom")  # the same id twice: told apart after the cut as before it
+    assert [c.id for c in run.cases] == [cut[0], cut[0] + " #2"]

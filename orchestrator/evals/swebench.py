@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.evals.builder import BuiltSuite, SuiteError, project
 from orchestrator.evals.suite import (Case, CommandUnusable, Dropped, build_tree, describe, patch_paths,
                                       patched_commit, policy_refusal, sandbox_results, write_suite)
+from orchestrator.testruns.model import bounded_id
 
 __all__ = ["Instance", "import_swebench", "mesh_test_id", "read_instances", "repository_names"]
 
@@ -170,7 +171,10 @@ def _resolved(test: str, runner: str, reported: Sequence[str]) -> list[str]:
     (``test_x[assert`` of ``test_x[assert a == b]``: it keeps a status line's second word) names
     every reported test it is the first word of: SWE-bench's status for it is the last such line
     of the log, and pytest's summary puts failures after passes, so it passes only when they all do."""
-    mapped = test if test in reported else mesh_test_id(test, runner) if runner in ("pytest", "unittest") else None
+    # (mesh keeps an id past ``MAX_ID_CHARS`` cut, and so compares SWE-bench's cut the same way.)
+    mapped = bounded_id(test) if bounded_id(test) in reported else mesh_test_id(test, runner) if runner in (
+        "pytest", "unittest") else None
+    mapped = None if mapped is None else bounded_id(mapped)
     if mapped is not None and (mapped in reported or not _cut(test)):
         return [mapped]
     if _cut(test):

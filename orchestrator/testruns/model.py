@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from redact import scrub
 from redact.controls import strip_terminal
 
-__all__ = ["safe_id", "Case", "MAX_CASES", "MAX_FAILURES_KEPT", "failures_kept", "MAX_MESSAGE_CHARS", "ReportError", "Reader", "Run", "STATUSES", "TestCounts",
+__all__ = ["bounded_id", "MAX_ID_CHARS", "safe_id", "Case", "MAX_CASES", "MAX_FAILURES_KEPT", "failures_kept", "MAX_MESSAGE_CHARS", "ReportError", "Reader", "Run", "STATUSES", "TestCounts",
            "bounded_message"]
 
 STATUSES = ("passed", "failed", "errored", "skipped")
@@ -25,10 +25,37 @@ MAX_MESSAGE_CHARS = 1_500
 _HEAD_CHARS = 900
 
 
+# A test id keeps this many characters; a longer one (a parameter of megabytes, as pytest names
+# ``test_x[b'\\r\\n' * 5_000_000]``) is cut and ends with a digest of what was cut.
+MAX_ID_CHARS = 1_000
+_CUT_AT = 700
+_CUT_MARK = " more characters, sha256 "
+_PARAMETERS_SHOWN = 200
+
+
+def bounded_id(test_id: str) -> str:
+    """``test_id`` when at most ``MAX_ID_CHARS`` long; else its head and a SHA-256 digest of the
+    rest, so two ids stay apart exactly when they differ and none costs megabytes to read, store
+    or compare. A parametrized test's parameters (from their ``[``, when it is in the head) are
+    digested whole after their first ``_PARAMETERS_SHOWN`` characters: a test and its copy under
+    another name (``mutants``) keep the same digest. A cut id is never a runner's argument
+    (``safe_id``)."""
+    if len(test_id) <= MAX_ID_CHARS:
+        return test_id
+    import hashlib
+
+    bracket = test_id.find("[", 0, _CUT_AT)
+    digested = test_id[bracket + 1:] if bracket >= 0 else test_id[_CUT_AT:]
+    head = test_id[:bracket + 1 + _PARAMETERS_SHOWN] if bracket >= 0 else test_id[:_CUT_AT]
+    digest = hashlib.sha256(digested.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return f"{head}\u2026{len(test_id) - len(head)}{_CUT_MARK}{digest}" + ("]" if bracket >= 0 else "")
+
+
 def safe_id(test_id: str) -> bool:
     """Whether a test id (from a report the code under test wrote) may be given back to its
-    runner as an argument: printable, one line, not an option, of a sane length."""
-    return 0 < len(test_id) <= 500 and test_id.isprintable() and not test_id.startswith("-")
+    runner as an argument: printable, one line, not an option, of a sane length, not cut."""
+    return (0 < len(test_id) <= 500 and test_id.isprintable() and not test_id.startswith("-")
+            and _CUT_MARK not in test_id)
 
 
 class ReportError(ValueError):
@@ -143,10 +170,11 @@ class Run:
     scope: tuple[str, ...] | None = None
 
     def add(self, test_id: str, status: str, duration_s: float | None = None, message: str = "") -> None:
-        """Append a case (its id suffixed `` #2``, ``#3``... when already taken; its message
-        bounded); ReportError past ``MAX_CASES``."""
+        """Append a case (its id bounded, ``bounded_id``, and suffixed `` #2``, ``#3``... when
+        already taken; its message bounded); ReportError past ``MAX_CASES``."""
         if len(self.cases) >= MAX_CASES:
             raise ReportError(f"the report lists more than {MAX_CASES} tests")
+        test_id = bounded_id(test_id)
         seen = self._ids()
         unique, n = test_id, 1
         while unique in seen:

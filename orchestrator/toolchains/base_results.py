@@ -28,7 +28,7 @@ from orchestrator.testruns.model import Run
 
 __all__ = ["BaseStatuses", "Comparison", "base_statuses", "compare", "load", "save", "tree_of", "view_key"]
 
-_VERSION = 1
+_VERSION = 2  # 2: long test ids kept cut (``testruns.model.bounded_id``)
 _FAILING = ("failed", "errored")
 
 
