@@ -97,7 +97,9 @@ class Planting:
         if not files or not text:
             return text
         names = "|".join(re.escape(Path(rel).name) for rel in files)
-        pattern = re.compile(rf"((?:[\w.@+-]*/)*(?:{names}))(:|\"?, line )(\d+)")
+        # A path starts where no path character stands before it: tried anywhere inside a long
+        # word, the pattern would read that word once from each of its characters.
+        pattern = re.compile(rf"(?<![\w.@+/-])((?:[\w.@+-]*/)*(?:{names}))(:|\"?, line )(\d+)")
 
         def fix(found: re.Match[str]) -> str:
             path = found.group(1)
