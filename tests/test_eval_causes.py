@@ -53,6 +53,32 @@ def test_a_nose_style_setup_pytest_8_skips_is_named(tmp_path):
     assert environment_cause(plain, str(tmp_path)) is None
 
 
+def test_a_nose_style_setup_is_read_in_the_commit_that_ran(tmp_path):
+    """An old instance's class had a nose-style setup() at its base and a setup_method() in the
+    checkout (years later): the class is read where the tests ran (pydicom__pydicom-1194: its
+    TestWriteFile has setup() at the base, setup_method() on pydicom's main branch)."""
+    repo, _ = _one_commit(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+    def commit(body: str) -> str:
+        (repo / "tests").mkdir(exist_ok=True)
+        (repo / "tests" / "test_io.py").write_text(f"class TestWriteFile:\n    def {body}(self):\n"
+                                                   "        self.file_out = open('x', 'w')\n\n"
+                                                   "    def test_write(self):\n        self.file_out.write('a')\n")
+        for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", body]):
+            subprocess.run(["git", *args], cwd=repo, check=True, env=env, capture_output=True)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, env=env, capture_output=True,
+                              text=True).stdout.strip()
+
+    old, _new = commit("setup"), commit("setup_method")
+    result = _failed("AttributeError: 'TestWriteFile' object has no attribute 'file_out'",
+                     "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0")
+    assert environment_cause(result, str(repo)) is None  # the checkout's class has setup_method()
+    cause = environment_cause(result, str(repo), old)
+    assert cause is not None and "nose-style setup()" in cause and "pytest < 8" in cause, cause
+    assert environment_cause(result, str(repo), _new) is None
+
+
 def test_tests_reaching_for_the_network_are_named():
     result = _failed("urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>\n"
                      "during GET https://data.example.org/sample.dcm")

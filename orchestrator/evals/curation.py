@@ -216,7 +216,7 @@ _PYTEST_VERSION = re.compile(r"pytest-(\d+)\.")
 _NOSE_SETUP = re.compile(r"^\s+def (setup|teardown)\(self\)", re.M)
 
 
-def environment_cause(result: Any, root: str = "") -> str | None:
+def environment_cause(result: Any, root: str = "", rev: str | None = None) -> str | None:
     """The environment's fault behind a failing run, as words (None: none found): a syntax the
     installed Python or Node rejects, a pytest plugin or hook the installed pytest refuses, a Go
     or Node older than the project asks for, tests reaching for the network (the sandbox has
@@ -224,7 +224,8 @@ def environment_cause(result: Any, root: str = "") -> str | None:
     the repository's history ever was: not one a commit deleted, nor one a set-up step generates
     beside the tree's own). ``root``: the
     repository's path (a path under it is named relative to it; its test classes are read for
-    nose-style set-up)."""
+    nose-style set-up); ``rev``: the commit whose tree ran (an instance's base, its gold patch):
+    its classes are read there, not in the checkout, whose classes may be years newer."""
     parts = [result.stdout_tail, result.stderr_tail]
     if result.run is not None:
         parts += [message for _, message in result.run.collection_errors]
@@ -250,7 +251,7 @@ def environment_cause(result: Any, root: str = "") -> str | None:
         host = _HOST.search(text)
         return ("the environment: the tests reach for the network" + (f" ({host.group(1)})" if host else "")
                 + ", which the sandbox does not have (a test that downloads data; give it the data, or run it apart)")
-    if (found := _NO_ATTRIBUTE.search(text)) and _nose_setup(root, found.group(1), text):
+    if (found := _NO_ATTRIBUTE.search(text)) and _nose_setup(root, found.group(1), text, rev):
         return (f"the environment: pytest 8 and later no longer call nose-style setup()/teardown() methods, and"
                 f" {found.group(1)} defines one ({found.group(1)} object has no attribute {found.group(2)!r}):"
                 " pin pytest < 8 for this instance")
@@ -285,9 +286,10 @@ def _foreign(root: str, module: str) -> bool:
     return named.returncode == 0 and not named.stdout.strip() and ignored.returncode == 1  # 1: none ignored
 
 
-def _nose_setup(root: str, cls: str, text: str) -> bool:
+def _nose_setup(root: str, cls: str, text: str, rev: str | None = None) -> bool:
     """Whether the test class ``cls`` has a nose-style ``setup(self)`` (or ``teardown``) under
-    ``root`` and the run was pytest 8 or later (said in the output's header, when it is)."""
+    ``root`` (in the commit ``rev`` when given, else in its files) and the run was pytest 8 or
+    later (said in the output's header, when it is)."""
     version = _PYTEST_VERSION.search(text)
     if version is not None and int(version.group(1)) < 8:
         return False
@@ -296,6 +298,8 @@ def _nose_setup(root: str, cls: str, text: str) -> bool:
     import os
 
     head = re.compile(rf"^class {re.escape(cls)}\b", re.M)
+    if rev:
+        return any(_nose_body(head, source) for source in _sources_at(root, rev, cls))
     seen = 0
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "build", "dist")]
@@ -310,12 +314,36 @@ def _nose_setup(root: str, cls: str, text: str) -> bool:
                     source = handle.read(1 << 20)
             except OSError:
                 continue
-            at = head.search(source)
-            if at is not None:
-                body = source[at.end():].partition("\n")[2]  # the class's lines, after its header
-                following = re.search(r"^\S", body, re.M)
-                return bool(_NOSE_SETUP.search(body[:following.start()] if following else body))
+            if head.search(source) is not None:
+                return _nose_body(head, source)
     return False
+
+
+def _nose_body(head: re.Pattern[str], source: str) -> bool:
+    """Whether the class ``head`` finds in ``source`` has a nose-style set-up method."""
+    at = head.search(source)
+    if at is None:
+        return False
+    body = source[at.end():].partition("\n")[2]  # the class's lines, after its header
+    following = re.search(r"^\S", body, re.M)
+    return bool(_NOSE_SETUP.search(body[:following.start()] if following else body))
+
+
+def _sources_at(root: str, rev: str, cls: str) -> list[str]:
+    """The Python files of commit ``rev`` of ``root`` that define the class ``cls`` (at most
+    five), read from git; [] when git cannot say."""
+    try:
+        found = subprocess.run(["git", "-C", root, "grep", "-l", "-E", f"^class {cls}([(:[:space:]]|$)", rev, "--",
+                                "*.py"], capture_output=True, text=True, timeout=60)
+        sources = []
+        for line in found.stdout.splitlines()[:5]:  # REV:path
+            shown = subprocess.run(["git", "-C", root, "show", line], capture_output=True, text=True,
+                                   errors="replace", timeout=60)
+            if shown.returncode == 0:
+                sources.append(shown.stdout[:1 << 20])
+        return sources
+    except (OSError, subprocess.TimeoutExpired):
+        return []
 
 
 def _unrooted(text: str, root: str = "") -> str:

@@ -275,7 +275,7 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
             on[which].append(result)
     if on[1] and not on[1][0].passed and (on[1][0].run.collection_errors or not on[1][0].run.failures()):
         # Not a test that failed: the tests could not run with the gold patch (the environment, a crash).
-        cause = environment_cause(on[1][0], str(root))
+        cause = environment_cause(on[1][0], str(root), trees[1])
         return None, (f"its tests fail with the gold patch because of {cause}" if cause else
                       f"its tests cannot run with the gold patch ({describe(on[1][0], limit)[1]})")
     runner = getattr(reader_for(split(case.hidden_command) or [], None), "name", "")
@@ -309,7 +309,8 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
                       f" {_names(reported) or 'nothing'}"
                       + (f"; {len(foreign)} more name a path of the machine its logs came from" if foreign else ""))
     if failing:
-        cause = environment_cause(on[1][0] if gold else on[0][0], str(root))
+        which = 1 if gold else 0  # the tree whose run failed: its classes, not the checkout's
+        cause = environment_cause(on[which][0], str(root), trees[which])
         return None, (f"{failing[0]}" + (f" and {len(failing) - 1} more" if len(failing) > 1 else "")
                       + (f" (because of {cause})" if cause else ""))
     if not f2p:
