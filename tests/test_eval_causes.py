@@ -171,7 +171,11 @@ def test_ids_naming_another_machines_paths_are_counted_and_not_graded(tmp_path):
     gold = ("diff --git a/mod.py b/mod.py\n--- a/mod.py\n+++ b/mod.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n")
     instance = Instance(instance_id="x__y-2", base_commit=base, problem_statement="p", test_patch=test_patch,
                         patch=gold, FAIL_TO_PASS=["tests/test_a.py::test_new"],
-                        PASS_TO_PASS=["tests/test_a.py::test_old", "tests/test_a.py::test_path[/home/swe/data/x.csv]"])
+                        PASS_TO_PASS=["tests/test_a.py::test_old", "tests/test_a.py::test_path[/home/swe/data/x.csv]",
+                                      # SWE-bench's own records (pydicom__pydicom-1458: 44 such ids): its
+                                      # logs were made under Princeton's /n/fs/p-swe-bench
+                                      "tests/test_a.py::test_path[/n/fs/p-swe-bench/temp/tmpqcg17m39/x__y__2.2/"
+                                      "data/x.csv-data0]"])
     case = _case_of(instance, repo, "python -m pytest tests/test_a.py", None, [])
     calls = []
 
@@ -187,7 +191,7 @@ def test_ids_naming_another_machines_paths_are_counted_and_not_graded(tmp_path):
     found, note = check_instance(repo, instance, case, run, runs=1)
     assert found is not None, note
     assert found.pass_to_pass == ["tests.test_a::test_old"] and found.fail_to_pass == ["tests.test_a::test_new"]
-    assert "1 PASS_TO_PASS test id(s) name a path of the machine SWE-bench's logs came from" in note, note
+    assert "2 PASS_TO_PASS test id(s) name a path of the machine SWE-bench's logs came from" in note, note
 
 
 def test_ids_swebench_cut_at_a_space_are_matched_as_its_grading_matches_them(tmp_path):

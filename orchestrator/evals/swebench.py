@@ -160,8 +160,10 @@ def mesh_test_id(test: str, runner: str) -> str | None:
 
 
 # A test id holding an absolute path of the machine SWE-bench's logs were made on (a parameter
-# naming a file there): no run elsewhere reports it so.
-_MACHINE_PATH = re.compile(r"(?:^|[\[(,=\s'\"])(?:/(?:home|tmp|root|Users|usr|opt|var|private|testbed)/|[A-Za-z]:\\)")
+# naming a file there): no run elsewhere reports it so. Any folder three deep counts (SWE-bench's
+# own records name /n/fs/p-swe-bench/temp/...; /api/v1 is no such path).
+_MACHINE_PATH = re.compile(r"(?:^|[\[(,=\s'\"])(?:/(?:home|tmp|root|Users|usr|opt|var|private|testbed)/"
+                           r"|/[\w.-]+/[\w.-]+/[\w.-]+/|[A-Za-z]:\\)")
 
 
 def _resolved(test: str, runner: str, reported: Sequence[str]) -> list[str]:
