@@ -172,3 +172,26 @@ def test_auto_takes_uv_unless_pip_has_a_configuration_uv_would_not_read(tmp_path
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
     assert _uv("auto") is None  # a mirror uv would not know of: pip builds
     assert _uv("uv") is not None  # asked for by name: uv all the same
+
+
+def test_a_swebench_that_gives_no_spec_is_said_on_each_instances_line(project, tmp_path, monkeypatch):
+    """swebench 5 (the real wheel, here without its harness's dependencies) holds no spec per
+    repository and version: an instance no [[eval.env]] matches says so, not silently nothing."""
+    import zipfile
+
+    wheels = sorted((Path(__file__).resolve().parent.parent / ".venv" / "swebench-wheels").glob("swebench-5*.whl"))
+    if not wheels:
+        pytest.skip("make eval-wheels fetches swebench's wheel")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheels[-1]) as wheel:
+        wheel.extractall(site)
+    root, repo, instances, _ = project
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    _config(repo, envs=False)  # no [[eval.env]]: the instances' environments are SWE-bench's to give
+    built = mesh("eval", "suite", "--from-swebench", str(instances), "--command", COMMAND, "--runs", "1", "-o",
+                 str(tmp_path / "s.jsonl"), "--json", cwd=repo)
+    assert built.returncode in (0, 1), built.stderr
+    answer = json.loads(built.stdout)
+    lines = list(answer["notes"].values()) + [d["why"] for d in answer["dropped"]]
+    assert lines and all("swebench 5." in line and "is installed but" in line and "swebench<5" in line
+                         for line in lines), lines

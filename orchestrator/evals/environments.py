@@ -128,6 +128,32 @@ def from_swebench(repo: str | None, version: str | None) -> tuple[Any, list[str]
     return env, left
 
 
+def swebench_without_specs() -> str | None:
+    """What to say when ``swebench`` is installed but gives no spec per repository and version
+    (swebench 5 keeps an instance's environment in its dataset's records instead, or its harness
+    does not import here); None when it is not installed, or gives them."""
+    import importlib.util
+    import sys
+
+    try:
+        if importlib.util.find_spec("swebench") is None:
+            return None
+        import swebench  # type: ignore[import-not-found]  # (5.x: its own modules load lazily)
+    except Exception:  # noqa: BLE001 - not installed, as far as mesh can tell
+        return None
+    version = getattr(sys.modules.get("swebench"), "__version__", None) or "(version unknown)"
+    try:
+        import swebench.harness.constants as constants  # type: ignore[import-not-found]
+    except Exception as exc:  # noqa: BLE001 - its harness's own dependencies missing
+        why = f"its harness does not import here ({type(exc).__name__}: {str(exc)[:120]})"
+    else:
+        if hasattr(constants, "MAP_REPO_VERSION_TO_SPECS"):
+            return None
+        why = "it holds no spec per repository and version (swebench 5 moved them into its dataset's records)"
+    return (f"swebench {version} is installed but {why}, so no SWE-bench spec chose this instance's"
+            " environment: give it an [[eval.env]] entry, or install swebench<5 with its dependencies")
+
+
 def _short(value: Any) -> str:
     text = " ".join(value) if isinstance(value, list) else str(value)
     return text if len(text) <= 80 else text[:79] + "…"

@@ -339,7 +339,8 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
     and pass their checks (``check_instance``), at most ``limit``; sealed ids in the file's order."""
     from orchestrator.eval_settings import HistoryRange
     from orchestrator.evals.curation import whole_check
-    from orchestrator.evals.environments import EnvironmentUnusable, build, choose, from_swebench, view_in
+    from orchestrator.evals.environments import (EnvironmentUnusable, build, choose, from_swebench, swebench_without_specs,
+                                                 view_in)
     from orchestrator.evals.history import ranges_of, seal
     from orchestrator.worktree.policy import PatchPolicy
 
@@ -384,6 +385,7 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
             spec, left = choose(config.eval.env, instance.version, base, root, env_ranges), []
             if spec is None and (official := from_swebench(instance.repo, instance.version)):
                 spec, left = official  # SWE-bench's own spec of this repository and version
+            unspecified = swebench_without_specs() if spec is None and instance.version else None
             try:
                 made = build(spec, echo=progress) if spec is not None else None
             except EnvironmentUnusable as exc:
@@ -404,6 +406,8 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
             if kept is not None and other:
                 note += (f"; {instance.repo} is no remote of this checkout ({', '.join(sorted(names))}): taken as a fork"
                          " or mirror of it, its base commit being here")
+            if unspecified:
+                note += f"; {unspecified}"
             if kept is None:
                 built.dropped.append(Dropped(instance.instance_id, title, note))
             else:
