@@ -195,3 +195,23 @@ def test_a_swebench_that_gives_no_spec_is_said_on_each_instances_line(project, t
     lines = list(answer["notes"].values()) + [d["why"] for d in answer["dropped"]]
     assert lines and all("swebench 5." in line and "is installed but" in line and "swebench<5" in line
                          for line in lines), lines
+
+
+def test_an_environment_without_the_runner_says_the_package_is_missing(project, tmp_path, monkeypatch):
+    """An instance's environment without pytest: the runner never starts and writes no report.
+    The drop names the missing package, not a runner mesh does not read."""
+    root, repo, instances, _ = project
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    _config(repo, envs=False)
+    text = (repo / "mesh.toml").read_text()
+    (repo / "mesh.toml").write_text(text + f'\n[[eval.env]]\nname = "bare"\nversions = ["1.0", "2.0"]\n'
+                                           f'python = "{PYTHON}"\npackages = []\n'
+                                           f'pip_args = ["--no-index", "--find-links", "{WHEELS}"]\n')
+    built = mesh("eval", "suite", "--from-swebench", str(instances), "--command", COMMAND, "--runs", "1", "-o",
+                 str(tmp_path / "s.jsonl"), "--json", cwd=repo)
+    assert built.returncode in (0, 1), built.stderr
+    dropped = {d["commit"]: d["why"] for d in json.loads(built.stdout)["dropped"]}
+    assert set(dropped) == {"ada__calc-1", "ada__calc-2"}, built.stdout
+    for why in dropped.values():
+        assert "its tests cannot run on the base tree" in why and "'pytest' is not installed" in why, why
+        assert "reads no per-test results" not in why, why

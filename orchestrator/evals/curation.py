@@ -255,15 +255,16 @@ def environment_cause(result: Any, root: str = "", rev: str | None = None) -> st
         return (f"the environment: pytest 8 and later no longer call nose-style setup()/teardown() methods, and"
                 f" {found.group(1)} defines one ({found.group(1)} object has no attribute {found.group(2)!r}):"
                 " pin pytest < 8 for this instance")
-    if (found := _MISSING.search(text)) and _foreign(root, found.group(1)):
-        return (f"the environment: the package of the module {found.group(1)!r} is not installed (no file of the"
+    if (found := _MISSING.search(text)) and _foreign(root, module := found.group(1) or found.group(2)):
+        return (f"the environment: the package of the module {module!r} is not installed (no file of the"
                 " repository's history is that module): install it, or name an environment that has it"
                 " ([[eval.env]] packages)")
     return None
 
 
-# ``No module named 'x.y'``: the first module Python could not import.
-_MISSING = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+# ``No module named 'x.y'``: the first module Python could not import (``python -m x`` says it
+# without the quotes).
+_MISSING = re.compile(r"No module named '([A-Za-z_][\w.]*)'|No module named ([A-Za-z_][\w.]*[\w])")
 
 
 def _foreign(root: str, module: str) -> bool:

@@ -270,6 +270,14 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
                 return None, (f"`{case.hidden_command}` did not finish within {limit:g}s on the"
                               if limit else f"`{case.hidden_command}` did not finish on the") + \
                     (f" {'base' if which == 0 else 'gold'} tree (a slow or hanging test; --timeout sets the limit)")
+            if result.run is None and reader_for(split(case.hidden_command) or [], None) is not None:
+                # A runner mesh reads that wrote no report: it never started (a package or set-up
+                # step missing), and the output says why.
+                tree_name = "base" if which == 0 else "gold"
+                cause = environment_cause(result, str(root), tree)
+                return None, (f"its tests cannot run on the {tree_name} tree because of {cause}" if cause else
+                              f"`{case.hidden_command}` wrote no test report on the {tree_name} tree"
+                              f" ({describe(result, limit)[1]})")
             if result.run is None:
                 return None, (f"mesh reads no per-test results of `{case.hidden_command}`: SWE-bench's"
                               " FAIL_TO_PASS and PASS_TO_PASS tests cannot be checked (--command names a runner"
