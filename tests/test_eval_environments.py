@@ -112,6 +112,11 @@ def test_each_instance_is_kept_and_graded_in_the_environment_its_version_names(p
     for case, env in zip(cases, ("legacy", "modern")):
         result = json.loads((out / "results" / case.id / "single.json").read_text())
         assert result["state"] == "resolved" and result["environment"] == env, (result["detail"], result.get("outcome"))
+    # The export's rows name it too.
+    exported = mesh("eval", "export", str(out), cwd=repo)
+    assert exported.returncode == 0, exported.stderr
+    rows = [json.loads(line) for line in (out / "export" / "results.jsonl").read_text().splitlines()]
+    assert sorted(row["environment"] for row in rows) == ["legacy", "modern"], rows
 
 
 def test_a_python_that_is_not_here_drops_the_instance_saying_so(project, tmp_path):

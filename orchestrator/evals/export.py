@@ -141,7 +141,9 @@ def _row(case: Case, arm: str, trial: int, run_slot: str, result: dict | None) -
             "tests_status": _tests_status(case, result.get("tests") or {}),
             **{key: result.get(key) for key in ("cost_usd", "tokens_in", "tokens_out", "calls", "wall_s",
                                                 "review_cycles", "head")},
-            "base": case.base, "arm_description": result.get("arm_description")}
+            "base": case.base, "arm_description": result.get("arm_description"),
+            # The environment that graded it (an [[eval.env]] entry, SWE-bench's spec), else None.
+            "environment": result.get("environment")}
 
 
 def _tests_status(case: Case, tests: dict) -> dict[str, dict[str, list[str]]] | None:
