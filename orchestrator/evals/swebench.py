@@ -174,8 +174,8 @@ def _resolved(test: str, runner: str, reported: Sequence[str]) -> list[str]:
     every reported test it is the first word of: SWE-bench's status for it is the last such line
     of the log, and pytest's summary puts failures after passes, so it passes only when they all do."""
     # (mesh keeps an id past ``MAX_ID_CHARS`` cut, and so compares SWE-bench's cut the same way.)
-    mapped = bounded_id(test) if bounded_id(test) in reported else mesh_test_id(test, runner) if runner in (
-        "pytest", "unittest") else None
+    kept = bounded_id(test)
+    mapped = kept if kept in reported else mesh_test_id(test, runner) if runner in ("pytest", "unittest") else None
     mapped = None if mapped is None else bounded_id(mapped)
     if mapped is not None and (mapped in reported or not _cut(test)):
         return [mapped]
@@ -258,6 +258,7 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
     except ValueError as exc:
         return None, str(exc).replace(f"case {case.id}: ", "").replace("the patch does", "its gold patch does")
     limit = getattr(run, "timeout_s", None)
+    reader = reader_for(split(case.hidden_command) or [], None)
     on: list[list[Any]] = [[], []]
     for index in range(runs):
         for which, tree in enumerate(trees):
@@ -270,7 +271,7 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
                 return None, (f"`{case.hidden_command}` did not finish within {limit:g}s on the"
                               if limit else f"`{case.hidden_command}` did not finish on the") + \
                     (f" {'base' if which == 0 else 'gold'} tree (a slow or hanging test; --timeout sets the limit)")
-            if result.run is None and reader_for(split(case.hidden_command) or [], None) is not None:
+            if result.run is None and reader is not None:
                 # A runner mesh reads that wrote no report: it never started (a package or set-up
                 # step missing), and the output says why.
                 tree_name = "base" if which == 0 else "gold"
@@ -288,7 +289,7 @@ def check_instance(root: Path, instance: Instance, case: Case, run: Callable[[st
         cause = environment_cause(on[1][0], str(root), trees[1])
         return None, (f"its tests fail with the gold patch because of {cause}" if cause else
                       f"its tests cannot run with the gold patch ({describe(on[1][0], limit)[1]})")
-    runner = getattr(reader_for(split(case.hidden_command) or [], None), "name", "")
+    runner = getattr(reader, "name", "")
     base, gold = _outcomes(on[0]), _outcomes(on[1])
     reported = list(dict.fromkeys(t for outcomes in (*base, *gold) for t in outcomes))
     flaky = list(dict.fromkeys([*_varied(base), *_varied(gold)]))
