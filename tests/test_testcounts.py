@@ -226,10 +226,13 @@ def test_commands_of_no_known_runner_run_unchanged_and_uncounted(tmp_path, mode)
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    (["pytest", "-q"], ["pytest", "--junitxml=/r/junit.xml", "-q"]),
-    (["/venv/bin/py.test"], ["/venv/bin/py.test", "--junitxml=/r/junit.xml"]),
-    (["python3", "-m", "pytest", "tests"], ["python3", "-m", "pytest", "--junitxml=/r/junit.xml", "tests"]),
-    (["python", "-X", "dev", "-mpytest"], ["python", "-X", "dev", "-m", "pytest", "--junitxml=/r/junit.xml"]),
+    (["pytest", "-q"], ["pytest", "--junitxml=/r/junit.xml", "-p", "mesh_pytest_ids", "-q"]),
+    (["/venv/bin/py.test"], ["/venv/bin/py.test", "--junitxml=/r/junit.xml", "-p", "mesh_pytest_ids"]),
+    (["python3", "-m", "pytest", "tests"],
+     ["python3", "-m", "pytest", "--junitxml=/r/junit.xml", "-p", "mesh_pytest_ids", "tests"]),
+    (["python", "-X", "dev", "-mpytest"],
+     ["python", "-X", "dev", "-m", "pytest", "--junitxml=/r/junit.xml", "-p", "mesh_pytest_ids"]),
+    (["python", "-I", "-m", "pytest"], ["python", "-I", "-m", "pytest", "--junitxml=/r/junit.xml"]),
     (["python3.12", "-B", "-m", "unittest", "discover"],
      ["python3.12", "-B", "-c", UNITTEST_SHIM, "/r/unittest.json", "discover"]),
 ])

@@ -108,14 +108,18 @@ class Probe:
     env: dict[str, str] = field(default_factory=dict)
     # The tree's path as the command sees it (reports that name files absolutely).
     root: str = ""
+    # mesh's own files the runner loads, put in the report's folder (name: text; read-only).
+    files: dict[str, str] = field(default_factory=dict)
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
-        """``base`` with this probe's variables (``NODE_OPTIONS`` appended to the one there)."""
+        """``base`` with this probe's variables (``NODE_OPTIONS`` and ``PYTHONPATH`` added to the
+        ones there, after them)."""
         if not self.env:
             return base
         env = dict(base)
         for name, value in self.env.items():
-            env[name] = f"{env[name]} {value}" if name == "NODE_OPTIONS" and env.get(name) else value
+            joint = {"NODE_OPTIONS": " ", "PYTHONPATH": os.pathsep}.get(name)
+            env[name] = f"{env[name]}{joint}{value}" if joint and env.get(name) else value
         return env
 
 
@@ -131,9 +135,9 @@ def instrument(argv: Sequence[str], folder: Path, inside: str, tree: Path | None
         return Probe(reader.instrument(argv, "", tree), reader.name, reader=reader, capture=Capture(), root=root)
     name = _REPORT_NAMES.get(reader.name, "report")
     report = f"{inside}/{name}"
-    extra = getattr(reader, "environment", None)
+    extra, files = getattr(reader, "environment", None), getattr(reader, "files", None)
     return Probe(reader.instrument(argv, report, tree), reader.name, folder, folder / name, reader,
-                 env=extra(argv, report, tree) if extra else {}, root=root)
+                 env=extra(argv, report, tree) if extra else {}, root=root, files=files(argv) if files else {})
 
 
 def select(argv: Sequence[str], test_id: str, tree: Path | None = None) -> list[str] | None:
@@ -168,9 +172,14 @@ def runner_args(argv: Sequence[str], tree: Path | None = None) -> list[str]:
 
 def prepare(probe: Probe, owner: int | None) -> None:
     """Make ``probe``'s report file, empty, writable by ``owner`` (the sandbox's uid; None: this
-    process's), in its folder made read-only: the command writes that one file and no other."""
+    process's), in its folder made read-only: the command writes that one file and no other. mesh's
+    own files for the runner (``probe.files``: its pytest plugin) are put there first, read-only."""
     if probe.report is None or probe.folder is None:
         return
+    for name, text in probe.files.items():
+        fd = os.open(probe.folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
     fd = os.open(probe.report, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         if owner is not None:
