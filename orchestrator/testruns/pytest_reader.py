@@ -9,7 +9,8 @@ after the environment's own entries) does two things, to every test alike:
 - it hands a test id longer than mesh keeps to the JUnit report already cut as mesh cuts it
   (``model.bounded_id``), computed with pytest's own naming of the report (``mangle_test_address``,
   ``bin_xml_escape``): a test named by its data (python-multipart names two by 10 MB of bytes each)
-  costs neither pytest a 20 MB report nor mesh reading it, and mesh reads the same id either way;
+  costs neither pytest a 20 MB report nor mesh reading it, and mesh reads the same id either way
+  (pytest's own lines, ``-rA``'s summary, name such a test by its cut id too);
 - it keeps the parse of a module for the run where pytest parses it again for each failure it
   formats (``getstatementrange_ast``): mesh's twins and control tests fail by design, and each
   failure in a 2,000-line test module cost a parse and a walk of it (17 twins of python-multipart:
