@@ -220,3 +220,53 @@ def test_an_environment_without_the_runner_says_the_package_is_missing(project, 
     for why in dropped.values():
         assert "its tests cannot run on the base tree" in why and "'pytest' is not installed" in why, why
         assert "reads no per-test results" not in why, why
+
+
+def test_a_checkout_without_its_environment_imports_and_runs_instances_that_bring_theirs(project, tmp_path,
+                                                                                           monkeypatch):
+    """The checkout declares dependencies and has no environment installed: with no environment
+    for the instances the import stops naming the command that makes one, as before; with an
+    [[eval.env]] for each instance's version it needs none (each instance runs in its own), and an
+    instance of a version none names is dropped with that reason; an eval grades in them."""
+    root, repo, instances, found = project
+    copy = tmp_path / "calc"
+    git(tmp_path, "clone", "-q", str(repo), str(copy))
+    commit(copy, "Declare the tests' runner", {"pyproject.toml": '[project]\nname = "calc"\nversion = "1"\n'
+                                                                   'dependencies = ["pytest"]\n'})
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+
+    def imported(name: str):
+        return mesh("eval", "suite", "--from-swebench", str(instances), "--command", COMMAND, "--runs", "1", "-o",
+                    str(tmp_path / name), "--json", cwd=copy)
+
+    _config(copy, envs=True)
+    text = (copy / "mesh.toml").read_text()
+    (copy / "mesh.toml").write_text(text.split("\n[[eval.env]]")[0] + "\n")  # no [[eval.env]], no python
+    stopped = imported("none.jsonl")
+    assert stopped.returncode == 2 and "has no environment to validate in" in stopped.stderr, stopped.stderr
+    legacy_only = text.split('\n[[eval.env]]\nname = "modern"')[0] + "\n"
+    (copy / "mesh.toml").write_text(legacy_only)
+    partly = imported("partly.jsonl")
+    assert partly.returncode == 0, partly.stderr
+    answer = json.loads(partly.stdout)
+    dropped = {d["commit"]: d["why"] for d in answer["dropped"]}
+    assert list(dropped) == ["ada__calc-2"] and "no environment of its own for version 2.0" in dropped[
+        "ada__calc-2"] and "has no environment to validate in" in dropped["ada__calc-2"], dropped
+    (copy / "mesh.toml").write_text(text)
+    built = imported("suite.jsonl")
+    assert built.returncode == 0, built.stderr
+    from orchestrator.evals.suite import read_suite
+
+    cases = read_suite(tmp_path / "suite.jsonl")
+    assert [c.environment["name"] for c in cases] == ["legacy", "modern"], built.stdout
+    command = write_worker(tmp_path, copy, [], {"single": [c.id for c in cases]}, check="python -m pytest -rA tests")
+    table = json.loads((tmp_path / "worker" / "table.json").read_text())
+    table["patches"] = {case.id: inst["patch"] for case, inst in zip(cases, found)}
+    (tmp_path / "worker" / "table.json").write_text(json.dumps(table))
+    done = mesh("eval", "run", str(tmp_path / "suite.jsonl"), "--profile", "single", "--worker-cmd", command,
+                "--out", str(tmp_path / "ev"), "--yes", cwd=copy)
+    assert done.returncode == 0, done.stderr
+    for case in cases:
+        result = json.loads((tmp_path / "ev" / "results" / case.id / "single.json").read_text())
+        assert result["state"] == "resolved", (result["detail"], result.get("outcome"))

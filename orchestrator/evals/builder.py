@@ -80,25 +80,36 @@ def _short(name: str) -> str:
     return name[:12] if len(name) == 40 and all(c in "0123456789abcdef" for c in name) else name
 
 
-def project(repo: Path, config_file: Path | None, command: str | None) -> tuple[Path, Any, Any, str]:
+def project(repo: Path, config_file: Path | None, command: str | None,
+            environments: Callable[[Any], bool] = lambda config: False) -> tuple[Path, Any, Any, str, str | None]:
     """(the repository's root, its config, its toolchains' inspection, the hidden tests' command:
-    ``command``, else the project's test runner on ``{tests}``); SuiteError when one is missing."""
+    ``command``, else the project's test runner on ``{tests}``, and why the checkout's own
+    environment cannot run them); SuiteError when one is missing. The checkout's environment
+    missing its dependencies stops nothing when the cases may have environments of their own
+    (``environments(config)``): the cases without one are dropped with that reason instead."""
     from orchestrator.config import ConfigError, load_config
     from orchestrator.toolchains.base import DependenciesMissing, ToolchainMissing
     from orchestrator.toolchains.view import inspect
     from orchestrator.worktree.gitops import GitError, repo_root
 
+    missing = None
     try:
         root = repo_root(Path(repo))
         config = load_config(root, config_file)
-        inspection = inspect(root, config.validation)
+        try:
+            inspection = inspect(root, config.validation)
+        except DependenciesMissing as exc:
+            if not environments(config):
+                raise
+            missing = str(exc)
+            inspection = inspect(root, config.validation, check_installed=False)
     except (GitError, ConfigError, DependenciesMissing, ToolchainMissing) as exc:
         raise SuiteError(str(exc)) from None
     command = command or hidden_command_for(inspection.found)
     if not command:
         raise SuiteError("no test runner found for this project; name the hidden tests' command with --command"
                          " (e.g. --command 'python -m pytest {tests}')")
-    return root, config, inspection, command
+    return root, config, inspection, command, missing
 
 
 def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str | None = None, max_files: int = 20,
@@ -117,7 +128,7 @@ def build_suite(repo: Path, config_file: Path | None, *, out: Path, command: str
     from orchestrator.workspace import TrackerUnavailable, open_found_tracker
     from orchestrator.worktree.policy import PatchPolicy
 
-    root, config, inspection, command = project(repo, config_file, command)
+    root, config, inspection, command, _ = project(repo, config_file, command)
     for rev in (since, until):
         if rev is not None and not _is_commit(root, rev):
             raise SuiteError(f"{rev!r} names no commit of {root}")

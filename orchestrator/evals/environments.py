@@ -35,7 +35,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CaseEnvironments", "EnvironmentUnusable", "build", "choose", "from_swebench", "view_in"]
+__all__ = ["CaseEnvironments", "EnvironmentUnusable", "build", "choose", "from_swebench", "swebench_gives_specs",
+           "view_in"]
 
 _PIP_TIMEOUT_S = 1800
 
@@ -126,6 +127,15 @@ def from_swebench(repo: str | None, version: str | None) -> tuple[Any, list[str]
                   test_command=f"{test} {{tests}}" if isinstance(test, str) and test.strip() else None)
     left = [f"{key} ({_short(spec[key])})" for key in ("pre_install", "packages", "install") if spec.get(key)]
     return env, left
+
+
+def swebench_gives_specs() -> bool:
+    """Whether the installed ``swebench`` (if any) gives a spec per repository and version."""
+    try:
+        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - not installed, or an incompatible version of it
+        return False
+    return isinstance(MAP_REPO_VERSION_TO_SPECS, dict) and bool(MAP_REPO_VERSION_TO_SPECS)
 
 
 def swebench_without_specs() -> str | None:

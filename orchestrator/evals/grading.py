@@ -85,7 +85,8 @@ class Grading:
             return self.error_result(pair, "eval", f"the run ended on another runner at {validated[:12]}, which"
                                                    " stopped before it shared that commit: this runner cannot grade"
                                                    " it", **figures, **extra)
-        view = view_in(self._view(chosen.repo), self.environments.for_case(pair.case), chosen.repo)
+        view = view_in(self._view(chosen.repo, own=bool(pair.case.environment)), self.environments.for_case(pair.case),
+                       chosen.repo)
         # A case curated at suite build is graded by its lists: the base's check says nothing more.
         checks, base_passes = ([], False) if pair.case.grading else self._base_checks(pair.case, chosen.repo, view)
         grade: Grade = grade_run(chosen.repo, self.origin, pair.case, head, settings=self.config.validation, view=view,
@@ -118,10 +119,12 @@ class Grading:
         except ReportError:
             return None
 
-    def _view(self, repo: Path):
+    def _view(self, repo: Path, own: bool = False):
+        """The validation view of ``repo``; a case with an environment of its (``own``) needs no
+        dependency installed beside the checkout."""
         from orchestrator.toolchains.view import inspect
 
-        return inspect(repo, self.config.validation).view
+        return inspect(repo, self.config.validation, check_installed=not own).view
 
     def _base_checks(self, case: Case, repo: Path, view: Any) -> tuple[list[str], bool]:
         """The project's check commands (``view``'s, as the base check's), and whether the case's

@@ -440,15 +440,23 @@ class EvalRun(EvalPlan, Grading):
         from orchestrator.toolchains.view import inspect
 
         cfg = self.config.validation
+        # Cases that each bring their environment (``[[eval.env]]``, SWE-bench's spec) need none here.
+        own = bool(self.cases) and all(case.environment for case in self.cases)
         try:
             self.view = inspect(self.source, cfg).view
-        except (DependenciesMissing, ToolchainMissing) as exc:
+        except DependenciesMissing as exc:
+            if not own:
+                raise EvalError(str(exc)) from None
+            self.view = inspect(self.source, cfg, check_installed=False).view
+        except ToolchainMissing as exc:
             raise EvalError(str(exc)) from None
         if os.environ.get("VIRTUAL_ENV") or cfg.python:
             return
         try:
             found = find_environment(self.source, None, cfg.env_dir)
         except EnvironmentMissing as exc:
+            if own:
+                return
             raise EvalError(str(exc)) from None
         if found is not None:
             os.environ["VIRTUAL_ENV"] = found.prefix

@@ -348,12 +348,14 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
     and pass their checks (``check_instance``), at most ``limit``; sealed ids in the file's order."""
     from orchestrator.eval_settings import HistoryRange
     from orchestrator.evals.curation import whole_check
-    from orchestrator.evals.environments import (EnvironmentUnusable, build, choose, from_swebench, swebench_without_specs,
-                                                 view_in)
+    from orchestrator.evals.environments import (EnvironmentUnusable, build, choose, from_swebench, swebench_gives_specs,
+                                                 swebench_without_specs, view_in)
     from orchestrator.evals.history import ranges_of, seal
     from orchestrator.worktree.policy import PatchPolicy
 
-    root, config, inspection, command = project(repo, config_file, command)
+    # A checkout without its dependencies installed is fine when instances bring environments.
+    root, config, inspection, command, missing = project(
+        repo, config_file, command, environments=lambda config: bool(config.eval.env) or swebench_gives_specs())
     read, dropped = read_instances(instances)
     try:
         ranges = ranges_of(root, config.eval.history)
@@ -395,6 +397,12 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
             if spec is None and (official := from_swebench(instance.repo, instance.version)):
                 spec, left = official  # SWE-bench's own spec of this repository and version
             unspecified = swebench_without_specs() if spec is None and instance.version else None
+            if spec is None and missing:
+                built.dropped.append(Dropped(instance.instance_id, title, (
+                    f"no environment of its own for version {instance.version or '(none)'} (an [[eval.env]], or"
+                    f" SWE-bench's spec), and the checkout's cannot run its tests: {missing}")
+                    + (f"; {unspecified}" if unspecified else "")))
+                continue
             try:
                 made = build(spec, echo=progress) if spec is not None else None
             except EnvironmentUnusable as exc:
