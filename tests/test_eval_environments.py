@@ -165,6 +165,15 @@ def test_with_the_swebench_package_its_own_spec_of_the_version_is_the_environmen
     notes = json.loads(built.stdout)["notes"]
     assert "not reproduced of SWE-bench's spec: pre_install (apt-get update apt-get install -y locales); install" \
         in notes[legacy.instance_id], notes
+    # The header names the command the instances' tests ran with: their environment's, not the default.
+    assert json.loads(built.stdout)["own_commands"] == {legacy.instance_id: "pytest -rA {tests}",
+                                                        modern.instance_id: "pytest -rA {tests}"}
+    from orchestrator.evals.builder import BuiltSuite
+
+    header = BuiltSuite(out=suite, kept=[legacy, modern], command="python -m pytest {tests}",
+                        own_commands=json.loads(built.stdout)["own_commands"]).header()
+    assert header == ("hidden tests run with: python -m pytest {tests} (no case); with their environment's own"
+                      " command: pytest -rA {tests} (2)"), header
 
 
 def test_auto_takes_uv_unless_pip_has_a_configuration_uv_would_not_read(tmp_path, monkeypatch):

@@ -35,10 +35,26 @@ class BuiltSuite:
     notes: dict[str, str] = field(default_factory=dict)  # a kept SWE-bench instance's line: what it adds
     unit: str = "commit"  # what a dropped line names: a commit, or a SWE-bench instance
     order: str = "newest first"
+    # A kept instance whose environment names its own hidden tests' command: that command.
+    own_commands: dict[str, str] = field(default_factory=dict)
+
+    def header(self) -> str:
+        """Which command runs the hidden tests: the suite's, and the environments' own."""
+        kept = {case.instance_id for case in self.kept}
+        own: dict[str, list[str]] = {}
+        for instance, command in self.own_commands.items():
+            if instance in kept:
+                own.setdefault(command, []).append(instance)
+        if not own:
+            return f"hidden tests run with: {self.command}"
+        theirs = "; ".join(f"{command} ({len(ids)})" for command, ids in own.items())
+        rest = len(self.kept) - sum(len(ids) for ids in own.values())
+        return (f"hidden tests run with: {self.command}" + (f" ({rest} case(s))" if rest else " (no case)")
+                + f"; with their environment's own command: {theirs}")
 
     def lines(self) -> list[str]:
         """The outcome as terminal lines: one per kept case, one per dropped commit."""
-        out = [f"hidden tests run with: {self.command}"]
+        out = [self.header()]
         out += [f"kept    {case.id}  {case.instance_id or (case.reference or '')[:12]}  {case.title[:60]}"
                 f"  ({len(case.hidden_paths())} test file(s)"
                 + ("" if any(path in (case.hidden_command or "") for path in case.hidden_paths())
@@ -57,7 +73,8 @@ class BuiltSuite:
                 "stopped_at_limit": self.stopped_at_limit,
                 "kept": [case.model_dump(exclude_defaults=True) for case in self.kept],
                 "dropped": [{"commit": d.commit, "subject": d.subject, "why": d.why} for d in self.dropped],
-                **({"notes": dict(self.notes)} if self.notes else {})}
+                **({"notes": dict(self.notes)} if self.notes else {}),
+                **({"own_commands": dict(self.own_commands)} if self.own_commands else {})}
 
 
 def hidden_command_for(found: list[Any]) -> str | None:

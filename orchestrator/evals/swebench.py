@@ -408,8 +408,10 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
             except EnvironmentUnusable as exc:
                 built.dropped.append(Dropped(instance.instance_id, title, f"its environment {spec.name}: {exc}"))
                 continue
-            case = _case_of(instance.model_copy(update={"base_commit": base}), root,
-                            spec.test_command if spec is not None and spec.test_command else command, whole, ranges)
+            own = spec.test_command if spec is not None and spec.test_command else None
+            if own and own != command:
+                built.own_commands[instance.instance_id] = own
+            case = _case_of(instance.model_copy(update={"base_commit": base}), root, own or command, whole, ranges)
             case = case.model_copy(update={
                 "version": instance.version, "environment_setup_commit": instance.environment_setup_commit,
                 "environment": {**{k: made[k] for k in ("name", "python_version", "packages", "installer") if k in made},
