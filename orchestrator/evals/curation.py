@@ -208,7 +208,9 @@ _NODE_SYNTAX = re.compile(r"([^\s(]+\.[cm]?[jt]sx?):(\d+)[^\n]*(?:\n.*){0,4}?\n\
 # A test that reaches for the network, which a sandbox has none of.
 _NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|nodename nor servname|"
                       r"getaddrinfo (?:failed|ENOTFOUND|EAI_AGAIN)|Network is unreachable|Could not resolve host|"
-                      r"Failed to establish a new connection|urlopen error|ENETUNREACH|EAI_AGAIN")
+                      r"Failed to establish a new connection|urlopen error|ENETUNREACH|EAI_AGAIN|"
+                      # pydicom's data manager says only this when its test data cannot be fetched.
+                      r"One or more download failures occurred|A download failure occurred while attempting to")
 _HOST = re.compile(r"(?:host='|Could not resolve host: |getaddrinfo \w+ |https?://)([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
 # pytest 8 no longer calls nose-style ``setup``/``teardown`` methods: their attributes are missing.
 _NO_ATTRIBUTE = re.compile(r"AttributeError: '(Test\w*|\w*Test\w*)' object has no attribute '(\w+)'")
