@@ -58,12 +58,14 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("options", [[], ["--junit-prefix=suite"], ["-o", "junit_family=xunit1"]])
+@pytest.mark.parametrize("options", [[], ["--junit-prefix=suite"], ["-o", "junit_family=xunit1"], ["-n", "2"]])
 def test_the_plugin_cuts_long_ids_as_mesh_reads_them(project, options):
+    """With xdist (``-n``) the controller cuts the ids: a worker's reports are matched to its
+    items by their ids (cut there, xdist stopped with an internal error)."""
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options]
     whole, whole_size = _run(project, argv, "whole", plugin=False)
     cut, cut_size = _run(project, argv, "cut", plugin=True)
-    assert cut == whole and len(cut) == 7, cut
+    assert sorted(cut) == sorted(whole) and len(cut) == 7, cut
     assert sum(status == "failed" for _, status in cut) == 1
     assert sum(" more characters, sha256 " in test_id for test_id, _ in cut) == 5
     assert all(len(test_id) <= MAX_ID_CHARS for test_id, _ in cut)

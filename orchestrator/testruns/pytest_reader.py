@@ -65,8 +65,14 @@ def _cut(nodeid):
     return shorter
 
 
+_worker = [False]
+
+
 def pytest_configure(config):
     _prefix[0] = getattr(config.option, "junitprefix", None)
+    # An xdist worker's reports are matched to its items by their ids: the controller, which
+    # writes the report, cuts them as they arrive.
+    _worker[0] = hasattr(config, "workerinput")
 
 
 _cuts = {}
@@ -74,7 +80,7 @@ _cuts = {}
 
 def pytest_runtest_logreport(report):
     nodeid = report.nodeid
-    if len(nodeid) * 6 + 64 <= MAX_ID_CHARS:
+    if _worker[0] or len(nodeid) * 6 + 64 <= MAX_ID_CHARS:
         return
     if nodeid not in _cuts:  # a test's three phases: one cut
         try:
