@@ -124,3 +124,17 @@ def test_failures_read_and_print_the_same_with_the_plugins_kept_parse(tmp_path):
     cases, printed = outputs[1]
     assert len(cases) == 12 and sum(status == "failed" for _, status, _ in cases) == 11
     assert "not three" in cases[0][2] and "== 3" in "\n".join(printed)
+
+
+def test_the_plugin_loads_on_an_interpreter_older_than_its_body():
+    """Its body (f-strings) is compiled inside a ``try``: the module itself is a docstring, one
+    string and the ``try``, which Python 2.7 and 3.5 parse (tried by hand: Python 2.7 with pytest
+    4.6 loads it and runs as without it)."""
+    import ast
+
+    from orchestrator.testruns.pytest_reader import plugin_text
+
+    tree = ast.parse(plugin_text())
+    kinds = [type(node).__name__ for node in tree.body]
+    assert kinds == ["Expr", "Assign", "Try"], kinds
+    assert "f'" not in ast.get_source_segment(plugin_text(), tree.body[2])

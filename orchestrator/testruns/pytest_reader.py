@@ -136,9 +136,12 @@ def plugin_text() -> str:
 
         constants = "".join(f"{name} = {getattr(model, name)!r}\n"
                             for name in ("MAX_ID_CHARS", "_CUT_AT", "_CUT_MARK", "_PARAMETERS_SHOWN"))
+        body = f"{constants}\n\n{inspect.getsource(model.bounded_id)}{_PLUGIN_CODE}"
+        # The body is Python 3.6's (f-strings): an older interpreter (SWE-bench keeps some) loads
+        # the module all the same, and the plugin does nothing there.
         _text.append(f'"""mesh\'s pytest plugin: a test id past {model.MAX_ID_CHARS} characters reaches the JUnit'
-                     f' report cut as mesh keeps it."""\n\n{constants}\n\n{inspect.getsource(model.bounded_id)}'
-                     f"{_PLUGIN_CODE}")
+                     f' report cut as mesh keeps it; a module\'s parse is kept for the failures pytest formats."""\n\n'
+                     f"_BODY = {body!r}\n\ntry:\n    exec(compile(_BODY, __file__, 'exec'))\nexcept Exception:\n    pass\n")
     return _text[0]
 
 
