@@ -20,7 +20,8 @@ TESTS = (
     "import pytest\n\n"
     "BIG = 'ab' * 300_000\n"
     "ODD = '\\x01\\x7f\\u00e9' * 2_000\n\n\n"
-    "@pytest.mark.parametrize('text', [BIG, BIG + 'c', ODD, 'short'], ids=[BIG, BIG + 'c', ODD, 'short'])\n"
+    "MID = 'mid' * 300\n\n\n"
+    "@pytest.mark.parametrize('text', [BIG, BIG + 'c', ODD, 'short', MID], ids=[BIG, BIG + 'c', ODD, 'short', MID])\n"
     "def test_long(text):\n    assert text != BIG + 'c'\n\n\n"
     "class TestNamed:\n    pass\n\n\n"
     "for _data in ('xy' * 200_000, 'xy' * 200_000 + 'z'):\n"
@@ -65,10 +66,11 @@ def test_the_plugin_cuts_long_ids_as_mesh_reads_them(project, options):
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options]
     whole, whole_size = _run(project, argv, "whole", plugin=False)
     cut, cut_size = _run(project, argv, "cut", plugin=True)
-    assert sorted(cut) == sorted(whole) and len(cut) == 7, cut
+    assert sorted(cut) == sorted(whole) and len(cut) == 8, cut
     assert sum(status == "failed" for _, status in cut) == 1
     assert sum(" more characters, sha256 " in test_id for test_id, _ in cut) == 5
     assert all(len(test_id) <= MAX_ID_CHARS for test_id, _ in cut)
+    assert any(test_id.endswith("mid" * 300 + "]") for test_id, _ in cut)  # 900 characters: kept whole
     assert whole_size > 2_000_000 and cut_size < 20_000, (whole_size, cut_size)
 
 
@@ -82,7 +84,7 @@ def test_the_plugin_goes_after_the_environments_path_and_is_not_given_to_an_inte
     # Such an interpreter's run is read as before, long ids cut by mesh when it reads them.
     argv = [sys.executable, "-E", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     ids, size = _run(project, argv, "ignoring", plugin=True)
-    assert len(ids) == 7 and size > 2_000_000
+    assert len(ids) == 8 and size > 2_000_000
 
 
 FAILING = (

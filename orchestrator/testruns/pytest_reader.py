@@ -43,8 +43,6 @@ def _cut(nodeid):
     from _pytest.junitxml import bin_xml_escape, mangle_test_address
 
     prefix = [_prefix[0]] if _prefix[0] else []
-    if len(nodeid) * 6 + len("".join(prefix)) + 3 <= MAX_ID_CHARS:
-        return None  # however pytest escapes it, its report's id stays short
     names = mangle_test_address(nodeid)
     last = names[-1]
     if not nodeid.endswith(last):
@@ -78,9 +76,21 @@ def pytest_configure(config):
 _cuts = {}
 
 
+_ascii = getattr(str, "isascii", None)  # Python 3.7
+
+
+def _short(nodeid):
+    """Whether the report's id of ``nodeid`` stays within ``MAX_ID_CHARS`` whatever pytest does to
+    it (its path's separators become dots, a character XML cannot hold 6 characters at most)."""
+    room = MAX_ID_CHARS - len(_prefix[0] or "") - 2
+    if len(nodeid) * 6 <= room:
+        return True
+    return len(nodeid) <= room and _ascii is not None and _ascii(nodeid) and nodeid.isprintable()
+
+
 def pytest_runtest_logreport(report):
     nodeid = report.nodeid
-    if _worker[0] or len(nodeid) * 6 + 64 <= MAX_ID_CHARS:
+    if _worker[0] or _short(nodeid):
         return
     if nodeid not in _cuts:  # a test's three phases: one cut
         try:
