@@ -31,7 +31,8 @@ from orchestrator.sandbox.project_view import ProjectView
 from orchestrator.sandbox.bwrap import SandboxUnavailable, require_bwrap, tracker_paths
 from orchestrator.sandbox.worker_sandbox import announce_real_home, egress_note, network_problem, worker_launcher
 from orchestrator.protocol.scope import Scope, ScopeError, resolve_scope, scope_tasks, select_candidates
-from orchestrator.landing.catch_up import catch_up, close_landed_epics, scope_branch, waiting_on_landing
+from orchestrator.landing.catch_up import (catch_up, close_landed_epics, closed_unlanded, scope_branch,
+                                           waiting_on_landing)
 from orchestrator.workspace import TrackerUnavailable, open_found_tracker
 
 __all__ = ["BASE_FAILING_EXIT", "RunOptions", "RunError", "base_check", "follow_base", "NestedRunRefused",
@@ -415,7 +416,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                               + select_candidates(tracker, scope, options.ids))
             except NotFoundError:
                 candidates = []  # an epic that does not exist: _idle names the closest ones
-        if not candidates:
+        if not candidates and not _lands_closed_work(tracker, scope, config, options):
             return _idle(tracker, scope, options.ids)
         if config.integrate:
             from orchestrator.worktree.gitops import GitError, repo_root
@@ -434,14 +435,19 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                         entry["reason"] = waiting[entry["id"]]
                 return report
         environment = project_environment(config, repo)
+        caught: list[str] = []  # what the catch-up landed (or could not): said and reported
         if lander is not None:
             lander.environment = environment
             # Work closed without landing here lands first: no dependent starts without it.
-            if catch_up(tracker, lander, scope_tasks(tracker, scope)) and not options.task:
+            if catch_up(tracker, lander, scope_tasks(tracker, scope),
+                        emit=lambda event, fields: _caught(event, fields, lander.branch, caught)) \
+                    and not options.task:
                 candidates = interrupted_runs(tracker, scope, options.ids) + select_candidates(tracker, scope,
                                                                                                options.ids)
-                if not candidates:
-                    return _idle(tracker, scope, options.ids)
+            if not candidates:
+                idle = _idle(tracker, scope, options.ids)
+                idle.mutations[:0] = caught
+                return idle
         notes = sandbox_notes(config, environment)
         backend = make_backend(config, options, tracker)
         try:
@@ -456,6 +462,7 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
                     options.checked_base = checked
             report = _run_first_free(tracker, backend, config, scope, candidates, repo, options, echo, engine_hook,
                                      lander, notes=notes, environment=environment)
+            report.mutations[:0] = caught
             if lander is not None:
                 report.mutations += [f"{epic}: closed (every task landed on {lander.branch})"
                                      for epic in close_landed_epics(tracker, scope_tasks(tracker, scope), lander.branch)]
@@ -468,6 +475,30 @@ def run(options: RunOptions, *, echo: Callable[[str], None] | None = None,
         raise RunError(str(exc), 4 if isinstance(exc, WorkspaceError) else 2) from None
     finally:
         tracker.close()
+
+
+def _lands_closed_work(tracker: Tracker, scope: Scope | None, config: MeshConfig, options: RunOptions) -> bool:
+    """Whether a landing run with no task to run still has work to land: a task of the scope
+    closed (by ``mesh run --no-land``) and not landed on the scope's branch."""
+    if scope is None or options.task or not (config.integrate and options.land):
+        return False
+    try:
+        tasks = scope_tasks(tracker, scope)
+    except NotFoundError:
+        return False  # an epic that does not exist: _idle names the closest ones
+    return bool(closed_unlanded(tracker, tasks, scope_branch(tracker, scope, tasks, options.onto or config.drain.onto)))
+
+
+def _caught(event: str, fields: dict, branch: str, lines: list[str]) -> None:
+    """A catch-up landing's line (work closed earlier, landed by this run before any task), for
+    the report's mutations (also an idle run's: its summary says them before why it is idle)."""
+    if event != "land_done":
+        return
+    task, sha = fields.get("task"), str(fields.get("sha") or "")[:12]
+    line = (f"{task}: closed earlier, landed now on {branch} ({fields.get('method') or 'landed'} {sha})"
+            if fields.get("result") == "landed" else
+            f"{task}: closed earlier, could not land on {branch} ({fields.get('result')}): status -> blocked")
+    lines.append(line)
 
 
 def _head(repo: Path) -> str:

@@ -195,3 +195,23 @@ def test_a_scope_with_no_task_makes_no_branch(tmp_path):
     code, events, res = ws.drain()
     assert code == 0 and events[-1]["stop_reason"] == "empty_scope" and events[-1]["branch"] == ""
     assert _branches(ws) == before and len(git(ws.repo, "worktree", "list").splitlines()) == 1
+
+
+def test_mesh_run_says_what_its_catch_up_landed(tmp_path):
+    """``mesh run --no-land`` closed a task; the next landing ``mesh run`` lands it before its own
+    task, and says so first in its report's mutations; with nothing left to run after it, it
+    still lands it (before, it only said every task was closed) and says so before why it is idle."""
+    ws = make_drain_workspace(tmp_path)
+    one, two, three = _epic(ws)
+    assert _mesh(ws, *_run_args(ws, "--no-land")).exit_code == 0
+    res = _mesh(ws, *_run_args(ws))
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["task"]["id"] == two and ws.landed_tasks() == [one, two], res.output
+    assert report["mutations"][0].startswith(f"{one}: closed earlier, landed now on {BRANCH} (squash "), report
+    assert _mesh(ws, *_run_args(ws, "--no-land")).exit_code == 0  # three: closed, not landed
+    res = _mesh(ws, *_run_args(ws)[:-1])  # the human form, with nothing left to run after the catch-up
+    assert res.exit_code == 0, res.output
+    assert res.output.count(f"{three}: closed earlier, landed now on {BRANCH} (rebase ") == 1, res.output
+    assert res.output.index("closed earlier") < res.output.index("no runnable task"), res.output
+    assert ws.landed_tasks() == [one, two, three]

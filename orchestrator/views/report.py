@@ -18,8 +18,10 @@ def render_report(report: RunReport, *, preflight: bool = True) -> str:
     like the JSON report: the block detail and commands can quote model output); without
     ``preflight`` when it was printed already."""
     if isinstance(report, IdleReport):
-        # Why nothing ran; task titles and block details are tracker and model text.
-        return scrub("\n".join(printable(line, one_line=True) for line in idle_lines(report)))
+        # Why nothing ran (after what the catch-up landed); task titles and block details are
+        # tracker and model text.
+        lines = [*report.mutations, *idle_lines(report)]
+        return scrub("\n".join(printable(line, one_line=True) for line in lines))
     task = report.task or {}
     lines = [f"task {task.get('id')}: {task.get('title')}",
              f"  outcome:    {report.outcome}" + (f" ({report.block_reason})" if report.block_reason else ""),
