@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -33,6 +35,13 @@ _FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no
 _LISTENING = re.compile(r"DevTools listening on (ws://\S+)")
 
 
+def chromium_env(tmp: str) -> dict[str, str]:
+    """Chromium's environment: its temporary folder ``tmp``, one of the test's own that the test
+    removes, where the folder of its singleton socket stays when the browser is killed (a short
+    path: a socket's path is at most 107 bytes, so not inside pytest's deep ``tmp_path``)."""
+    return {**os.environ, "TMPDIR": tmp}
+
+
 class Browser:
     """One headless Chromium with one page; ``close()`` ends it."""
 
@@ -40,15 +49,23 @@ class Browser:
         from websockets.sync.client import connect
 
         profile.mkdir(parents=True, exist_ok=True)
+        self.tmp = tempfile.mkdtemp(prefix="cdp-")
         self.proc = subprocess.Popen([CHROMIUM, *_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                                       "--window-size=1400,1000", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        browser_ws = self._wait_for_endpoint()
-        port = int(browser_ws.split(":")[2].split("/")[0])
-        page = next(t for t in json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30))
-                    if t["type"] == "page")
-        # Entered by hand: the connection lives as long as this object, closed by close().
-        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30).__enter__()
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env=chromium_env(self.tmp))
+        try:
+            browser_ws = self._wait_for_endpoint()
+            port = int(browser_ws.split(":")[2].split("/")[0])
+            page = next(t for t in json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list",
+                                                                     timeout=30)) if t["type"] == "page")
+            # Entered by hand: the connection lives as long as this object, closed by close().
+            self.ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30).__enter__()
+        except BaseException:  # no browser object to close: none left running, nothing left in /tmp
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         self.ids = itertools.count(1)
         self.replies: dict[int, dict] = {}
         self.events: list[dict] = []
@@ -155,3 +172,4 @@ class Browser:
         finally:
             self.proc.kill()
             self.proc.wait(timeout=30)
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ import pytest
 from orchestrator.ledger.calls import ensure_calls_table, log_call
 from orchestrator.config import PriceTable
 from orchestrator.views.report_html import default_report_path, render_report_html, report_data, write_report
+from tests.cdp import chromium_env
 from tests.runkit import TASK, demo_script, happy_script, make_workspace
 from tracker.store import Tracker
 
@@ -40,8 +42,10 @@ _FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no
 def chromium(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess:
     """Run headless Chromium on ``page`` with its console logged to stderr."""
     profile.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([CHROMIUM, *_FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-                           *extra, page.resolve().as_uri()], capture_output=True, text=True, timeout=180)
+    with tempfile.TemporaryDirectory(prefix="cr-") as tmp:
+        return subprocess.run([CHROMIUM, *_FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+                               *extra, page.resolve().as_uri()], capture_output=True, text=True, timeout=180,
+                              env=chromium_env(tmp))
 
 
 def browse(page: Path, profile: Path) -> tuple[str, list[str]]:
