@@ -190,7 +190,10 @@ class Pytest:
         """mesh's plugin, put beside the report (none for an interpreter that ignores ``PYTHONPATH``)."""
         if program(argv) not in ("pytest", "py.test") and not _reads_pythonpath(argv):
             return {}
-        return {f"{PLUGIN}.py": plugin_text()}
+        try:
+            return {f"{PLUGIN}.py": plugin_text()}
+        except (OSError, TypeError):  # mesh installed without its sources (bytecode only): no plugin
+            return {}
 
     def environment(self, argv: Sequence[str], report: str, tree: Path | None) -> dict[str, str]:
         """The report's folder on ``PYTHONPATH`` (after the environment's own entries) for mesh's plugin."""
