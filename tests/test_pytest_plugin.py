@@ -140,3 +140,18 @@ def test_the_plugin_loads_on_an_interpreter_older_than_its_body():
     kinds = [type(node).__name__ for node in tree.body]
     assert kinds == ["Expr", "Assign", "Try"], kinds
     assert "f'" not in ast.get_source_segment(plugin_text(), tree.body[2])
+
+
+def test_without_mesh_s_sources_pytest_runs_without_the_plugin(project, monkeypatch):
+    """A bytecode-only install has no source to take ``bounded_id`` from: no plugin, no ``-p``."""
+    import inspect
+
+    from orchestrator.testruns import pytest_reader
+
+    def no_source(obj):
+        raise OSError("could not get source code")
+
+    monkeypatch.setattr(pytest_reader, "_text", [])
+    monkeypatch.setattr(inspect, "getsource", no_source)
+    probe = testcounts.instrument([sys.executable, "-m", "pytest"], project / "r", "/r", tree=project)
+    assert PLUGIN not in probe.argv and probe.files == {} and probe.env == {}
