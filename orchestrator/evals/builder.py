@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -40,15 +41,11 @@ class BuiltSuite:
 
     def header(self) -> str:
         """Which command runs the hidden tests: the suite's, and the environments' own."""
-        kept = {case.instance_id for case in self.kept}
-        own: dict[str, list[str]] = {}
-        for instance, command in self.own_commands.items():
-            if instance in kept:
-                own.setdefault(command, []).append(instance)
-        if not own:
+        if not self.own_commands:
             return f"hidden tests run with: {self.command}"
-        theirs = "; ".join(f"{command} ({len(ids)})" for command, ids in own.items())
-        rest = len(self.kept) - sum(len(ids) for ids in own.values())
+        counts = Counter(self.own_commands.values())
+        theirs = "; ".join(f"{command} ({n})" for command, n in counts.items())
+        rest = len(self.kept) - len(self.own_commands)
         return (f"hidden tests run with: {self.command}" + (f" ({rest} case(s))" if rest else " (no case)")
                 + f"; with their environment's own command: {theirs}")
 

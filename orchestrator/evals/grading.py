@@ -120,8 +120,8 @@ class Grading:
             return None
 
     def _view(self, repo: Path, own: bool = False):
-        """The validation view of ``repo``; a case with an environment of its (``own``) needs no
-        dependency installed beside the checkout."""
+        """The validation view of ``repo``; a case with an environment of its own (``own``) needs
+        no dependency installed beside the checkout."""
         from orchestrator.toolchains.view import inspect
 
         return inspect(repo, self.config.validation, check_installed=not own).view

@@ -409,8 +409,6 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
                 built.dropped.append(Dropped(instance.instance_id, title, f"its environment {spec.name}: {exc}"))
                 continue
             own = spec.test_command if spec is not None and spec.test_command else None
-            if own and own != command:
-                built.own_commands[instance.instance_id] = own
             case = _case_of(instance.model_copy(update={"base_commit": base}), root, own or command, whole, ranges)
             case = case.model_copy(update={
                 "version": instance.version, "environment_setup_commit": instance.environment_setup_commit,
@@ -432,6 +430,8 @@ def import_swebench(repo: Path, config_file: Path | None, *, instances: Path, ou
             else:
                 built.kept.append(kept)
                 built.notes[instance.instance_id] = note
+                if own and own != command:
+                    built.own_commands[instance.instance_id] = own
     except CommandUnusable as exc:
         raise SuiteError(f"the hidden tests' command {exc}; fix --command, or validation.allow") from None
     built.kept = seal(built.kept)

@@ -36,7 +36,10 @@ __all__ = ["PLUGIN", "READER", "plugin_text"]
 
 PLUGIN = "mesh_pytest_ids"
 _PLUGIN_CODE = '''
-_prefix = [None]
+_prefix = [None]  # --junit-prefix
+_worker = [False]  # an xdist worker
+_cuts = {}  # nodeid: its cut form, or None
+_ascii = getattr(str, "isascii", None)  # Python 3.7
 
 
 def _cut(nodeid):
@@ -63,20 +66,11 @@ def _cut(nodeid):
     return shorter
 
 
-_worker = [False]
-
-
 def pytest_configure(config):
     _prefix[0] = getattr(config.option, "junitprefix", None)
     # An xdist worker's reports are matched to its items by their ids: the controller, which
     # writes the report, cuts them as they arrive.
     _worker[0] = hasattr(config, "workerinput")
-
-
-_cuts = {}
-
-
-_ascii = getattr(str, "isascii", None)  # Python 3.7
 
 
 def _short(nodeid):
