@@ -312,3 +312,9 @@ def test_sqlite_urls_name_relative_and_absolute_files(tmp_path, monkeypatch):
     assert (tmp_path / "rel.db").exists()
     assert is_url("postgresql://u@h/db") and not is_url("sqlite:///x") and not is_url(Path("x"))
     assert display_target("postgresql://u:s3cret@h:5432/db?password=p") == "postgresql://u:***@h:5432/db?password=***"
+
+
+def test_a_reader_knows_the_default_prefix_the_writes_use():
+    from tracker import ids, reader
+
+    assert reader.DEFAULT_PREFIX == ids.DEFAULT_PREFIX

@@ -12,13 +12,15 @@ Its modules, by group:
   ``connect`` (opening either engine, schema brought up to date), ``dialect`` (what
   differs between the engines' SQL), ``schema`` (the tables and their versions), and
   ``migrate`` (moving a workspace from one database to the other);
-- the Tracker API: ``store`` (``Tracker``, which composes ``issues``, ``ready``,
-  ``dependencies``, ``comments`` and ``coordination``; and where a workspace is), ``rows``
+- the Tracker API: ``reader`` (``Reader``: opening a tracker and every read; where a workspace
+  is), ``store`` (``Tracker``, a ``Reader`` with the writes of ``issues``, ``ready``,
+  ``dependencies``, ``comments`` and ``coordination``), ``rows``
   (how rows become issue, dependency and comment objects), ``model`` (field names, allowed
   values, time), ``ids``, ``errors``, ``jsonl`` (beads JSONL import and export) and
   ``safe_text`` (untrusted text made safe to print), ``jsontext`` (JSON without importing the
   ``json`` package on the hot reads);
-- bd compatibility: ``bd_compat`` (bd's JSON shapes and report commands), ``bd_views``
+- bd compatibility: ``bd_reads`` (bd's JSON shapes and read commands), ``bd_compat`` (those
+  and bd's report commands), ``bd_views``
   (short ids, sorting, search, counts, trees), ``bd_shim`` (the ``bd`` entry point) and ``bd_hot``
   (``ready``/``list``/``show --json`` answered without click, for the processes agents start)
   with ``hot_output`` (how those answers, and ``mesh --help``'s generated text, are printed);

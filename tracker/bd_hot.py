@@ -7,7 +7,7 @@ The full command line pays for click and every command module at each start, sev
 times the bare interpreter. ``answer`` recognises exactly those command lines, with every
 option of their own (``_OPTIONS``: the values click would read the same way) and bd's global
 flags, and returns what the full command prints, built by the same functions
-(``ready_issues``, ``list_issues``, ``show_issues``, ``bd_compat.blocked`` and
+(``ready_issues``, ``list_issues``, ``show_issues``, ``bd_reads.blocked`` and
 ``statistics``, which ``cli`` calls too). Anything else, and any failure (no workspace, an unknown id, a damaged
 database), returns None: the caller then runs the full command line, which does the work
 again and reports it as it always does. So this module changes how fast an answer comes,
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import sys
 
-from . import bd_compat as bd
+from . import bd_reads as bd
 from .hot_output import option_value, split_csv
 from .model import INFRA_TYPES
 from .safe_text import json_text
-from .store import Tracker
+from .reader import Reader
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ _OPTIONS = {
 _DEFAULT_LIMIT = {"ready": 10, "list": 50}  # bd's defaults (``--limit 0``: all)
 
 
-def ready_issues(t: Tracker, *, labels: Sequence[str] = (), labels_any: Sequence[str] = (),
+def ready_issues(t: Reader, *, labels: Sequence[str] = (), labels_any: Sequence[str] = (),
                  issue_type: str | None = None, priority: int | None = None, assignee: str | None = None,
                  unassigned: bool = False, sort: str | None = None, parent: str | None = None,
                  limit: int = 10) -> list[dict]:
@@ -74,7 +74,7 @@ def ready_issues(t: Tracker, *, labels: Sequence[str] = (), labels_any: Sequence
                     priority=priority, assignee=assignee, unassigned=unassigned, sort=sort, limit=limit or None)
 
 
-def list_issues(t: Tracker, *, status: str | None = None, labels: Sequence[str] = (), labels_any: Sequence[str] = (),
+def list_issues(t: Reader, *, status: str | None = None, labels: Sequence[str] = (), labels_any: Sequence[str] = (),
                 issue_type: str | None = None, priority: int | None = None, parent: str | None = None,
                 assignee: str | None = None, no_assignee: bool = False, title: str | None = None,
                 include_closed: bool = False, limit: int = 0, sort_by: str | None = None,
@@ -102,7 +102,7 @@ def list_issues(t: Tracker, *, status: str | None = None, labels: Sequence[str] 
     return [bd.issue_with_counts(i, dependencies=True) for i in issues]
 
 
-def show_issues(t: Tracker, issue_ids: Sequence[str]) -> list[dict]:
+def show_issues(t: Reader, issue_ids: Sequence[str]) -> list[dict]:
     """``show --json``'s answer: each issue with its dependencies, dependents and comments."""
     from .bd_views import resolve_ids
 
@@ -187,7 +187,7 @@ def answer(args: Sequence[str], settings: dict) -> str | None:
     command, given, positional, options = parsed
     merged = {**settings, **given}
     try:
-        with Tracker.open(merged.get("db"), actor=merged.get("actor")) as t:
+        with Reader.open(merged.get("db"), actor=merged.get("actor")) as t:
             if command == "ready":
                 result = ready_issues(t, **options)
             elif command == "list":

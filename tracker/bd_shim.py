@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .store import DB_NAME
+from .reader import DB_NAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

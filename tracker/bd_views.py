@@ -3,21 +3,21 @@ counts, stale work, duplicates, dependency lists and trees, and label listings.
 
 Each function answers what the bd command of the same name prints with ``--json``; the Go
 code it follows is cited by file (``cmd/bd/*.go`` and ``internal/`` at tag v0.50.3). Like
-``bd_compat``, it reads through the ``Tracker`` API and imports nothing heavy: ``bd show``
+``bd_reads``, it reads through the ``Reader`` API (a ``Tracker`` is one) and imports nothing heavy: ``bd show``
 resolves its ids here.
 """
 
 from __future__ import annotations
 
-from .bd_compat import LIST_SORTS, details, issue, issue_with_counts, list_filter
+from .bd_reads import LIST_SORTS, details, issue, issue_with_counts, list_filter
 from .errors import InvalidValueError, NotFoundError
 from .model import parse_ts
-from .store import Tracker
 
 TYPE_CHECKING = False  # a hot ``bd show`` resolves its ids here: nothing imported that it does not use
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from datetime import datetime
+    from .reader import Reader as Tracker
 
 __all__ = [
     "LIST_SORTS",

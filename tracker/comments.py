@@ -1,25 +1,19 @@
 """Comments on issues, with dedupe keys: the orchestrator's checkpoints are comments.
 
-``Comments`` is one part of ``store.Tracker``.
+``Comments`` is one part of ``store.Tracker``: adding them (``reader.Reader`` reads them).
 """
 
 from __future__ import annotations
 
-from .dialect import JSON_IDS
 from .errors import InvalidValueError
-from .jsontext import id_array
 from .model import now_iso
 from .rows import _COMMENT_COLUMNS, _comment_obj
-
-TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
 
 __all__ = ["Comments"]
 
 
 class Comments:
-    """Adding and reading comments."""
+    """Adding comments."""
 
     def add_comment(self, issue_id: str, text: str, *, author: str | None = None,
                     dedupe_key: str | None = None) -> dict:
@@ -72,33 +66,3 @@ class Comments:
         self._require(issue_id)
         found = self.db.read(f"SELECT {_COMMENT_COLUMNS} FROM comments WHERE dedupe_key = ?", (dedupe_key,))
         return _comment_obj(tuple(found[0]))
-
-    def comments(self, issue_id: str) -> list[dict]:
-        """Comments of an issue, oldest first."""
-        with self.db._lock:
-            self._row(self.db.conn, issue_id)
-        rows = self.db.read("SELECT * FROM comments WHERE issue_id = ? ORDER BY id", (issue_id,))
-        return [_comment_obj(r) for r in rows]
-
-    def comments_of(self, issue_ids: Iterable[str], *, prefixes: Sequence[str] = ()) -> dict[str, list[dict]]:
-        """The comments of many issues in one read, oldest first for each (every id given is a
-        key); with ``prefixes``, only those whose text starts with one of them. For views of a
-        whole scope (``mesh status``), which would otherwise read issue after issue."""
-        ids = list(dict.fromkeys(issue_ids))
-        sql = f"SELECT {_COMMENT_COLUMNS} FROM comments WHERE issue_id IN {JSON_IDS}"
-        params: list[str] = [id_array(ids)]
-        if prefixes:
-            sql += " AND (" + " OR ".join(["text LIKE ? ESCAPE '\\'"] * len(prefixes)) + ")"
-            params += [p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in prefixes]
-        out: dict[str, list[dict]] = {issue_id: [] for issue_id in ids}
-        # In id order here, not by ORDER BY: SQLite would then walk the whole table by id.
-        for row in sorted(self.db.read_tuples(sql, tuple(params))[1]):  # id first: in id order
-            out[row[1]].append(_comment_obj(row))
-        return out
-
-    def comment_keys(self, prefix: str) -> set[str]:
-        """Dedupe keys that start with ``prefix`` (checkpoints already written)."""
-        rows = self.db.read(
-            "SELECT dedupe_key FROM comments WHERE dedupe_key >= ? AND dedupe_key < ?", (prefix, prefix + "\uffff")
-        )
-        return {r[0] for r in rows}

@@ -1,6 +1,6 @@
 """Dependencies and labels: the typed edges between issues, and the labels on them.
 
-``Dependencies`` is one part of ``store.Tracker``. An edge that can block (``blocks``,
+``Dependencies`` is one part of ``store.Tracker`` (``reader.Reader`` reads blockers). An edge that can block (``blocks``,
 ``parent-child``) is refused when it closes a cycle, and every change to an edge
 refreshes the ready-work state of the issues it touches.
 """
@@ -8,16 +8,9 @@ refreshes the ready-work state of the issues it touches.
 from __future__ import annotations
 
 from .db import refresh_ready_state
-from .dialect import JSON_IDS
 from .errors import ConflictError, CycleError, InvalidValueError, NotFoundError
-from .jsontext import id_array
 from .model import now_iso
-from .ready import _SQL_BLOCKING
 from .rows import _dep_obj
-
-TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
 __all__ = ["Dependencies"]
 
@@ -82,21 +75,6 @@ class Dependencies:
             refresh_ready_state(c, [issue_id])
             self._event(c, issue_id, "dependency_removed", dep_type, depends_on_id, None, at=now)
         return n
-
-    def blocker_ids(self, issue_ids: Iterable[str]) -> dict[str, list[str]]:
-        """For each of ``issue_ids``, the ids of the issues blocking it right now, sorted (what
-        ``blockers`` returns as whole issues): one read for a whole scope (``mesh status``)."""
-        ids = list(dict.fromkeys(issue_ids))
-        out: dict[str, list[str]] = {issue_id: [] for issue_id in ids}
-        for issue_id, blocker in self.db.read(
-            f"SELECT d.issue_id, d.depends_on_id FROM dependencies d JOIN issues i ON i.id = d.depends_on_id"
-            f" WHERE d.issue_id IN {JSON_IDS} AND d.type = 'blocks' AND i.status IN {_SQL_BLOCKING}",
-            (id_array(ids),),
-        ):
-            out[issue_id].append(blocker)
-        for blockers in out.values():
-            blockers.sort()
-        return out
 
     def add_label(self, issue_id: str, label: str) -> dict:
         if not label or not label.strip():

@@ -1,4 +1,4 @@
-"""Issues: reading, listing, creating, updating, closing, reopening and deleting them.
+"""Issues: creating, updating, closing, reopening and deleting them (``reader`` reads them).
 
 ``Issues`` is one part of ``store.Tracker`` (which composes it with the other parts and
 gives it ``db``, ``actor``, ``transaction`` and ``_event``). Every mutation runs in one
@@ -11,177 +11,25 @@ import os
 
 from . import ids as idgen
 from .db import refresh_ready_state
-from .dialect import JSON_IDS
-from .errors import ConflictError, InvalidValueError, NotFoundError, TrackerError
-from .jsontext import id_array, loads
+from .errors import ConflictError, InvalidValueError, TrackerError
+from .jsontext import loads
 from .model import AGENT_STATES, MODELLED_FIELDS, check_priority, check_status, check_type, normalize_ts, now_iso
-from .rows import (
-    INSERT_COLUMNS,
-    _DEP_COLUMNS,
-    _ISSUE_COLUMNS,
-    _ISSUE_SELECT,
-    _build_issue,
-    _counted_issue,
-    _dep_from_tuple,
-    _dump,
-    _last,
-    _row_obj,
-    _row_values,
-)
+from .rows import INSERT_COLUMNS, _dump, _row_obj, _row_values
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Any
-    from .rows import Conn, Row
+    from .rows import Conn
 
 __all__ = ["Issues"]
 
 # Every modelled field but the id and the timestamps the tracker itself keeps.
 _UPDATABLE = frozenset(MODELLED_FIELDS) - {"id", "created_at", "created_by", "updated_at", "closed_at"}
-_JSON_IDS = JSON_IDS
-
-
-# An issue a beads file marks as a template (bd's is_template): the key among the extra fields.
-_IS_TEMPLATE = {"sqlite": "json_type(i.extra, '$.is_template') = 'true'",
-                "postgresql": "(i.extra::jsonb -> 'is_template') = 'true'::jsonb"}
 
 
 class Issues:
-    """The issues themselves: one issue, a filtered list, and each change to one."""
-
-    # ----------------------------------------------------------------- reads
-
-    def _row(self, c: Conn, issue_id: str) -> Row:
-        row = c.execute("SELECT * FROM issues WHERE id = ?", (issue_id,)).fetchone()
-        if row is None:
-            raise NotFoundError(f"no issue {issue_id!r}")
-        return row
-
-    def _require(self, issue_id: str) -> None:
-        if not self.exists(issue_id):
-            raise NotFoundError(f"no issue {issue_id!r}")
-
-    def exists(self, issue_id: str) -> bool:
-        return bool(self.db.read("SELECT 1 FROM issues WHERE id = ?", (issue_id,)))
-
-    def get(self, issue_id: str, *, comments: bool = False) -> dict:
-        """One issue object; ``comments=True`` embeds its comments."""
-        with self.db._lock:
-            row = self._row(self.db.conn, issue_id)
-        issue = self._hydrate([row])[0]
-        if comments:
-            issue["comments"] = self.comments(issue_id)
-        return issue
-
-    def _hydrate(self, rows: Sequence[tuple] | Sequence[Row], *, counts: bool = True) -> list[dict]:
-        """Issue objects for ``rows`` with labels, dependencies, counts and parent.
-
-        ``rows`` are tuples of ``_ISSUE_COLUMNS`` (the fast path) or ``sqlite3.Row``
-        objects of the issues table. Related rows are read with one query per kind
-        for all ``rows`` (ids are passed as one JSON array, so there is no
-        parameter limit to chunk around).
-        """
-        if not rows:
-            return []
-        if hasattr(rows[0], "keys"):  # whole rows of the issues table
-            rows = [tuple(r[c] for c in _ISSUE_COLUMNS) for r in rows]
-        id_list = id_array([r[0] for r in rows])
-        labels: dict[str, list[str]] = {}
-        deps: dict[str, list[dict]] = {}
-        read = self.db.read_tuples
-        with self.db._lock:
-            # Through the (issue_id, ...) indexes, then back into insertion order: an
-            # ORDER BY rowid in SQL would make SQLite scan the whole table instead.
-            for issue_id, label, _ in sorted(read(
-                f"SELECT issue_id, label, rowid FROM labels WHERE issue_id IN {_JSON_IDS}", (id_list,)
-            )[1], key=_last):
-                labels.setdefault(issue_id, []).append(label)
-            for r in sorted(read(
-                f"SELECT {_DEP_COLUMNS}, rowid FROM dependencies WHERE issue_id IN {_JSON_IDS}", (id_list,)
-            )[1], key=_last):
-                deps.setdefault(r[0], []).append(_dep_from_tuple(r))
-            if counts:  # both counts in one statement: each statement's first run costs as much as its reads
-                counted = {r[0]: r[1:] for r in read(
-                    "SELECT j.value, (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = j.value),"
-                    " (SELECT count(*) FROM comments c WHERE c.issue_id = j.value) FROM json_each(?) j", (id_list,)
-                )[1]}
-        if not counts:
-            return [_build_issue(r, labels.get(r[0]), deps.get(r[0])) for r in rows]
-        return [_counted_issue(r, labels.get(r[0]), deps.get(r[0]), *counted[r[0]]) for r in rows]
-
-    def _hydrated_row(self, row: tuple) -> dict:
-        """The issue object of a row of ``_ISSUE_COLUMNS`` followed by ``pg_functions.RELATED``'s columns
-        (PostgreSQL: an issue and everything ``_hydrate`` reads for it, in one statement)."""
-        n = len(_ISSUE_COLUMNS)
-        labels, deps, dependents, ncomments = row[n:n + 4]
-        return _counted_issue(row[:n], labels or None, [_dep_from_tuple(tuple(d)) for d in deps] if deps else None,
-                              dependents, ncomments)
-
-    def list(
-        self,
-        *,
-        status: str | Sequence[str] | None = None,
-        labels: Sequence[str] = (),
-        issue_type: str | Sequence[str] | None = None,
-        parent: str | None = None,
-        descendants: bool = False,
-        assignee: str | None = None,
-        include_closed: bool = False,
-        limit: int | None = None,
-        exclude_types: Sequence[str] = (),
-        templates: bool = True,
-    ) -> list[dict]:
-        """Issues matching every given filter, ordered by (priority, created_at, id).
-
-        ``issue_type``: one type, or several (any of them).
-        Without ``status``, closed and tombstoned issues are left out unless
-        ``include_closed``. ``parent`` selects direct children, or every
-        descendant with ``descendants=True`` (an unknown ``parent`` is a
-        ``NotFoundError``). ``exclude_types`` leaves those types out; without
-        ``templates``, so are the issues a beads file marks ``is_template``.
-        """
-        where, params = [], []
-        if status:
-            statuses = [status] if isinstance(status, str) else list(status)
-            for s in statuses:
-                check_status(s, importing=True)
-            where.append(f"i.status IN ({','.join('?' * len(statuses))})")
-            params += statuses
-        elif not include_closed:
-            where.append("i.status NOT IN ('closed','tombstone')")
-        if issue_type:
-            types = [issue_type] if isinstance(issue_type, str) else list(issue_type)
-            where.append(f"i.issue_type IN ({','.join('?' * len(types))})")
-            params += types
-        if assignee:
-            where.append("i.assignee = ?")
-            params.append(assignee)
-        if exclude_types:
-            where.append(f"i.issue_type NOT IN ({','.join('?' * len(exclude_types))})")
-            params += list(exclude_types)
-        if not templates:  # kept among an imported issue's extra fields, as JSON true
-            where.append(f"NOT (i.extra IS NOT NULL AND {_IS_TEMPLATE[self.db.engine]})")
-        for label in labels:
-            where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
-            params.append(label)
-        cte = ""
-        if parent:
-            self._require(parent)
-            cte, cparams = _descendants_cte(parent, descendants)
-            where.append("i.id IN (SELECT id FROM scope)")
-            params = cparams + params
-        sql = f"{cte} SELECT {_ISSUE_SELECT} FROM issues i"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY i.priority, i.created_sort, i.id"
-        if limit:
-            sql += f" LIMIT {int(limit)}"
-        return self._hydrate(self.db.read_tuples(sql, tuple(params))[1])
-
-    def children(self, parent_id: str) -> list[dict]:
-        """Direct children (``parent-child`` dependents) of ``parent_id``."""
-        return self.list(parent=parent_id, include_closed=True)
+    """Each change to an issue."""
 
     # ----------------------------------------------------------------- create
 
@@ -480,17 +328,3 @@ def _drop_kept_originals(c: Conn, issue_id: str, changed: Iterable[str]) -> None
         if not originals.keys().isdisjoint(changed):
             rest = {k: v for k, v in originals.items() if k not in set(changed)}
             c.execute("UPDATE issues SET extra = ? WHERE id = ?", (_dump(rest) if rest else None, issue_id))
-
-
-def _descendants_cte(parent: str, descendants: bool) -> tuple[str, list]:
-    if descendants:
-        return (
-            "WITH RECURSIVE scope(id) AS (SELECT issue_id FROM dependencies WHERE type = 'parent-child'"
-            " AND depends_on_id = ? UNION SELECT d.issue_id FROM dependencies d JOIN scope s"
-            " ON d.type = 'parent-child' AND d.depends_on_id = s.id)",
-            [parent],
-        )
-    return (
-        "WITH scope(id) AS (SELECT issue_id FROM dependencies WHERE type = 'parent-child' AND depends_on_id = ?)",
-        [parent],
-    )

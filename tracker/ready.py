@@ -1,6 +1,6 @@
-"""Ready work and claims: what can be worked on now, and taking it.
+"""Claims: taking ready work.
 
-``ReadyWork`` is one part of ``store.Tracker``. ``blocked`` and ``defer_eff`` are kept
+``ReadyWork`` is one part of ``store.Tracker``: the claims (``reader.Reader`` reads ready work). ``blocked`` and ``defer_eff`` are kept
 current by every write (``db.refresh_ready_state``), so ready work is one indexed query;
 a claim is one compare-and-set ``UPDATE`` that exactly one claimer wins.
 """
@@ -8,9 +8,9 @@ a claim is one compare-and-set ``UPDATE`` that exactly one claimer wins.
 from __future__ import annotations
 
 from .errors import ConflictError, InvalidValueError, NotFoundError
-from .issues import _descendants_cte, _drop_kept_originals
-from .model import BLOCKING_STATUSES, NON_WORK_TYPES, normalize_ts, now_iso
-from .rows import _ISSUE_COLUMNS, _ISSUE_SELECT
+from .issues import _drop_kept_originals
+from .model import now_iso
+from .rows import _ISSUE_COLUMNS
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
@@ -20,112 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ReadyWork"]
 
-_SQL_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
-_SQL_NON_WORK = "(" + ",".join(f"'{t}'" for t in NON_WORK_TYPES) + ")"
 
 
 class ReadyWork:
-    """Ready work, the issues blocking one, and claims."""
-
-    def ready(
-        self,
-        *,
-        labels: Sequence[str] = (),
-        issue_type: str | Sequence[str] | None = None,
-        parent: str | None = None,
-        limit: int | None = None,
-        now: str | None = None,
-        hydrate: bool = True,
-    ) -> list[dict]:
-        """Ready work: open, not pinned or ephemeral, not deferred, not blocked.
-
-        Blocked means a ``blocks`` dependency on an issue whose status is open,
-        in_progress, blocked, deferred or hooked, or an ancestor (through
-        ``parent-child``) that is blocked; deferral is inherited from ancestors
-        the same way. Non-work types (gate, agent, role, molecule, message,
-        merge-request, rig) are left out unless ``issue_type`` (one type or several) names one.
-        Ordered by (priority, created_at, id). ``parent`` keeps descendants of it
-        (an unknown ``parent`` is a ``NotFoundError``, not an empty answer).
-        """
-        if parent:
-            self._require(parent)
-        if not hydrate:
-            sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit,
-                                          now=now, columns="i.*")
-            return [dict(r) for r in self.db.read(sql, params)]
-        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now)
-        return self._hydrate(self.db.read_tuples(sql, params)[1])
-
-    def _ready_sql(self, *, labels, issue_type, parent, limit, now, columns: str = _ISSUE_SELECT,
-                   extra_where: Sequence[str] = (), extra_params: Sequence[Any] = (),
-                   ordered: bool = True) -> tuple[str, tuple]:
-        # ``blocked`` and ``defer_eff`` are kept current by every write (see
-        # db.refresh_ready_state), so ready work is one indexed pass over the issues.
-        labels = list(labels)
-        where = [
-            "i.status = 'open'",
-            "i.blocked = 0",
-            "(i.defer_eff IS NULL OR i.defer_eff <= ?)",
-            # Not COALESCE(x, 0) = 0: PostgreSQL's planner cannot estimate it, guesses that almost
-            # nothing is ready and scans the whole table instead of the ready-order index.
-            "(i.ephemeral IS NULL OR i.ephemeral = 0)",
-            "(i.pinned IS NULL OR i.pinned = 0)",
-        ]
-        where += extra_where
-        params: list[Any] = [normalize_ts(now) if now else now_iso(), *extra_params]
-        if issue_type:
-            types = [issue_type] if isinstance(issue_type, str) else list(issue_type)
-            where.append(f"i.issue_type IN ({','.join('?' * len(types))})")
-            params += types
-        else:
-            where.append(f"i.issue_type NOT IN {_SQL_NON_WORK}")
-        for label in labels[1:]:
-            where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
-            params.append(label)
-        cte = ""
-        if parent:
-            cte, sparams = _descendants_cte(parent, True)
-            where.append("i.id IN (SELECT id FROM scope)")
-            params = sparams + params
-        # The plan is chosen here, not left to statistics a fresh workspace lacks. A
-        # label drives the search: its issues, each checked in a covering index of the
-        # open, unblocked issues (a join, not IN, so SQLite never starts from the other
-        # side). A scope does the same through that index. A type alone walks
-        # (status, type, ...) in ready order; with no filter the index of open,
-        # unblocked issues is already in ready order, so a LIMIT stops after a few rows.
-        order = "i.priority, i.created_sort, i.id"
-        if labels and self.db.engine == "postgresql":
-            # The label's open issues in ready order, from their label rows' copy of it
-            # (``open_labels``, tracker.pg_functions): the walk reads the label's open issues only.
-            source = "open_labels l0 JOIN issues i ON i.id = l0.issue_id"
-            where.append("l0.label = ?")
-            params.append(labels[0])
-            order = "l0.priority, l0.created_sort, l0.issue_id"
-        elif labels:
-            source = "labels l0 CROSS JOIN issues i INDEXED BY issues_ready_by_id ON i.id = l0.issue_id"
-            where.append("l0.label = ?")
-            params.append(labels[0])
-        elif parent or not ordered:  # unordered (a count): the covering index, no row read
-            source = "issues i INDEXED BY issues_ready_by_id"
-        elif issue_type:
-            source = "issues i INDEXED BY issues_by_status"
-        else:
-            source = "issues i INDEXED BY issues_ready_order"
-        sql = f"{cte} SELECT {columns} FROM {source} WHERE {' AND '.join(where)}"
-        if ordered:
-            sql += f" ORDER BY {order}"
-        if limit:
-            sql += f" LIMIT {int(limit)}"
-        return sql, tuple(params)
-
-    def blockers(self, issue_id: str) -> list[dict]:
-        """Issues that block ``issue_id`` right now (its own ``blocks`` edges to open work)."""
-        _, rows = self.db.read_tuples(
-            f"SELECT {_ISSUE_SELECT} FROM dependencies d JOIN issues i ON i.id = d.depends_on_id"
-            f" WHERE d.issue_id = ? AND d.type = 'blocks' AND i.status IN {_SQL_BLOCKING} ORDER BY i.id",
-            (issue_id,),
-        )
-        return self._hydrate(rows, counts=False)
+    """Claims: one issue, or the next ready one."""
 
     def claim(self, issue_id: str, actor: str | None = None) -> dict:
         """Compare-and-set: take an open, unassigned issue (or one already the actor's).

@@ -1,31 +1,29 @@
 """The tracker library: ``Tracker``, the one entry point, and where a workspace is.
 
-``Tracker`` composes its parts, one module each: ``issues`` (read, list, create,
-update, close, delete), ``ready`` (ready work and claims), ``dependencies``
-(dependencies and labels), ``comments`` and ``coordination`` (gates, slots, agents);
-this module keeps what they share: opening and closing the database, transactions,
-the workspace's config, the ``events`` audit trail, and the workspace's status and
-health. Every mutation runs in a ``BEGIN IMMEDIATE`` transaction and appends to the
-``events`` table (who, what, old, new, when). Issue objects are plain dicts with
-beads' field names, plus ``labels``, ``dependencies``, ``dependency_count``,
-``dependent_count``, ``comment_count`` and ``parent`` (see ``rows``).
+``Tracker`` is a ``reader.Reader`` (opening the database, every read, the workspace's status)
+with the writes, one module each: ``issues`` (create, update, close, delete), ``ready``
+(claims), ``dependencies`` (dependencies and labels), ``comments`` and ``coordination`` (gates,
+slots, agents); this module keeps what the writes share: creating a workspace, transactions,
+the workspace's config, the ``events`` audit trail, and the database's health. Every
+mutation runs in a ``BEGIN IMMEDIATE`` transaction and appends to the ``events`` table (who,
+what, old, new, when). Issue objects are plain dicts with beads' field names, plus
+``labels``, ``dependencies``, ``dependency_count``, ``dependent_count``, ``comment_count`` and
+``parent`` (see ``rows``).
 """
 
 from __future__ import annotations
 
-import os
-
 from . import ids as idgen
 from .comments import Comments
-from .connect import open_database, refuse_initialized
+from .connect import refuse_initialized
 from .coordination import Coordination
 from .db import ready_state_changes, refresh_ready_state
 from .dependencies import Dependencies
 from .dialect import is_url, sqlite_file
-from .errors import WorkspaceError
 from .issues import Issues
 from .jsontext import dumps
 from .model import normalize_ts, now_iso
+from .reader import DB_NAME, Reader, default_db_path, find_workspace
 from .ready import ReadyWork
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
@@ -34,63 +32,18 @@ if TYPE_CHECKING:
     from typing import Any
     from .rows import Conn
 
-__all__ = ["Tracker", "find_workspace", "default_db_path", "DB_NAME"]
+__all__ = ["Tracker", "Reader", "find_workspace", "default_db_path", "DB_NAME"]
 
-DB_NAME = "mesh.db"
 DEFAULT_PREFIX = idgen.DEFAULT_PREFIX
 
 
-def find_workspace(start: Path | None = None) -> Path | None:
-    """The nearest folder at or above ``start`` that holds a ``.beads/`` folder."""
-    from pathlib import Path
-
-    found = _workspace_folder(start)
-    return Path(found) if found else None
-
-
-def _workspace_folder(start: Path | str | None) -> str | None:
-    """``find_workspace`` in strings (``os.path``: a hot read never needs ``pathlib``)."""
-    folder = os.path.realpath(start or os.getcwd())
-    while True:
-        if os.path.isdir(os.path.join(folder, ".beads")):
-            return folder
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return None
-        folder = parent
-
-
-def default_db_path(start: Path | None = None) -> Path | str | None:
-    """``MESH_DB`` if set (a path or a PostgreSQL URL), else ``.beads/mesh.db`` of the
-    enclosing workspace."""
-    from pathlib import Path
-
-    target = _default_target(start)
-    return target if target is None or is_url(target) else Path(target)
-
-
-def _default_target(start: Path | str | None = None) -> str | None:
-    """``default_db_path`` as a string."""
-    env = os.environ.get("MESH_DB")
-    if env:
-        return env if is_url(env) else sqlite_file(env)
-    root = _workspace_folder(start)
-    return os.path.join(root, ".beads", DB_NAME) if root else None
-
-
-class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
+class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, Reader):
     """A beads-compatible issue tracker stored in a SQLite file or on a PostgreSQL server.
 
     ``path`` is a file path, ``sqlite:///path`` or a ``postgresql://`` URL; ``self.path``
     is what reopens the same database (hand it to threads), ``self.db.display`` what may
     be printed.
     """
-
-    def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
-        self.db = open_database(path, create=create)
-        self.actor = actor or os.environ.get("MESH_ACTOR") or os.environ.get("USER") or "mesh"
-
-    # ----------------------------------------------------------------- lifecycle
 
     @classmethod
     def init(cls, root: Path, *, prefix: str | None = None, actor: str | None = None,
@@ -108,28 +61,6 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
             tracker.set_config("issue_prefix", _prefix_from_yaml(root / ".beads" / "config.yaml") or DEFAULT_PREFIX)
         return tracker
 
-    @classmethod
-    def open(cls, path: Path | str | None = None, *, actor: str | None = None) -> "Tracker":
-        """Open an existing database (``path``, ``MESH_DB`` or the enclosing workspace)."""
-        target = (path if is_url(path) else sqlite_file(path)) if path else _default_target()
-        if target is None:
-            raise WorkspaceError("no .beads/ workspace found here or above (run 'mesh tracker init')")
-        return cls(target, actor=actor)
-
-    @property
-    def path(self) -> Path | str:
-        """What reopens this database: its file (a ``Path``), or its PostgreSQL URL."""
-        return self.db.path
-
-    def close(self) -> None:
-        self.db.close()
-
-    def __enter__(self) -> "Tracker":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def transaction(self, *, exclusive: bool = True):
         """A write transaction; tracker calls inside it join it (all or nothing).
 
@@ -137,20 +68,10 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
         run beside other writers, relying on row locks (SQLite has one writer regardless)."""
         return self.db.transaction(exclusive=exclusive)
 
-    def get_config(self, key: str) -> str | None:
-        row = self.db.read("SELECT value FROM config WHERE key = ?", (key,))
-        return row[0][0] if row else None
-
     def set_config(self, key: str, value: str) -> None:
         with self.transaction() as c:
             c.execute("INSERT INTO config(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                       (key, value))
-
-    @property
-    def prefix(self) -> str:
-        return self.get_config("issue_prefix") or DEFAULT_PREFIX
-
-    # ----------------------------------------------------------------- events
 
     def _event(self, c: Conn, issue_id: str, event_type: str, field: str | None = None,
                old: Any = None, new: Any = None, *, at: str | None = None) -> None:
@@ -159,45 +80,6 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination):
             " VALUES (?,?,?,?,?,?,?)",
             (issue_id, event_type, self.actor, field, _event_text(old), _event_text(new), at or now_iso()),
         )
-
-    def events(self, issue_id: str | None = None) -> list[dict]:
-        """The audit trail, oldest first (all issues when ``issue_id`` is None)."""
-        if issue_id is None:
-            rows = self.db.read("SELECT * FROM events ORDER BY id")
-        else:
-            rows = self.db.read("SELECT * FROM events WHERE issue_id = ? ORDER BY id", (issue_id,))
-        return [dict(r) for r in rows]
-
-    # ----------------------------------------------------------------- workspace status
-
-    def where(self) -> dict:
-        """The workspace folder, the database (a URL without its password) and the prefix."""
-        if self.db.engine != "sqlite":
-            root = find_workspace()
-            return {"path": str(root) if root else None, "database_path": self.db.display, "prefix": self.prefix,
-                    "engine": self.db.engine}
-        root = self.path.parent.parent if self.path.parent.name == ".beads" else self.path.parent
-        return {"path": str(root), "database_path": str(self.path), "prefix": self.prefix}
-
-    def status(self) -> dict:
-        counts = {r[0]: r[1] for r in self.db.read("SELECT status, count(*) FROM issues GROUP BY status")}
-        # Counted by the database: every command that opens the tracker through the runner asks
-        # for this status, and building each ready issue only to count them cost it 0.1 s and up.
-        sql, params = self._ready_sql(labels=(), issue_type=None, parent=None, limit=None, now=None, columns="i.id",
-                                      ordered=False)
-        ready = self.db.read(f"SELECT count(*) FROM ({sql}) AS ready", params)[0][0]
-        return {
-            "summary": {
-                "total_issues": sum(counts.values()),
-                "open_issues": counts.get("open", 0),
-                "in_progress_issues": counts.get("in_progress", 0),
-                "blocked_issues": counts.get("blocked", 0),
-                "deferred_issues": counts.get("deferred", 0),
-                "closed_issues": counts.get("closed", 0),
-                "ready_issues": ready,
-            },
-            "by_status": counts,
-        }
 
     def doctor(self, *, fix: bool = False) -> dict:
         """Check the database; with ``fix`` repair what can be repaired safely.
