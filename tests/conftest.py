@@ -94,6 +94,13 @@ def tracker(tmp_path, db_target):
     t = Tracker.init(tmp_path, prefix="tt", actor="tester", db_path=db_target)
     yield t
     t.close()
+    if db_target is None:
+        # Every write a test made kept SQLite's figures of ``bd stats`` (``tracker.tallies``) as
+        # the tables say: a write that moves them wrongly fails here, whatever it tested.
+        from tracker.tallies import stale
+
+        with Tracker(tmp_path / ".beads" / "mesh.db") as check:
+            assert stale(check.db) == [], "the kept stats figures differ from the tables"
     if db_target is not None:
         # Every write a test made kept PostgreSQL's open label rows (``open_labels``) as its
         # labels and issues say: a write path that forgets them fails here, whatever it tested.

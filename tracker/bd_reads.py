@@ -194,35 +194,68 @@ def statistics(tracker: Tracker) -> dict:
     """``stats``/``status --json`` (cmd/bd/status.go:19): ``{summary}`` with bd's
     ``types.Statistics`` (types.go:947). ``recent_activity`` comes from git history in bd and
     is left out, as bd does with ``--no-activity``. Infrastructure records (``INFRA_TYPES``: the
-    agents and roles every mesh run keeps open) are not issues here, as ``list`` hides them."""
-    status = tracker.status()
-    counts = dict(tracker.db.read(f"SELECT status, count(*) FROM issues WHERE {_WORK} GROUP BY status"))
-    blocked_count = tracker.db.read(
-        "SELECT COUNT(DISTINCT i.id) FROM issues i JOIN dependencies d ON i.id = d.issue_id"
-        f" JOIN issues b ON b.id = d.depends_on_id WHERE i.status IN {_ACTIVE} AND d.type = 'blocks'"
-        f" AND b.status IN {_ACTIVE} AND i.{_WORK}"
-    )[0][0]
-    pinned = tracker.db.read(f"SELECT COUNT(*) FROM issues WHERE COALESCE(pinned, 0) = 1 AND {_WORK}")[0][0]
-    lead_hours = [(parse_ts(closed) - parse_ts(created)).total_seconds() / 3600
-                  for created, closed in tracker.db.read(
-                      f"SELECT created_at, closed_at FROM issues WHERE closed_at IS NOT NULL AND {_WORK}")]
-    children = _children_by_epic(tracker)
-    open_epics = [r[0] for r in tracker.db.read(
-        "SELECT id FROM issues WHERE issue_type = 'epic' AND status NOT IN ('closed', 'tombstone')")]
-    eligible = sum(1 for e in open_epics if children.get(e) and all(s == "closed" for s in children[e]))
+    agents and roles every mesh run keeps open) are not issues here, as ``list`` hides them.
+
+    On SQLite the figures are counters the writes keep (``tallies``); PostgreSQL counts them
+    from its tables (``_counted``). The lead time is the closed issues' mean, from their
+    timestamps to the microsecond."""
+    from . import tallies
+    from .model import now_iso
+
+    now = now_iso()
+    kept = tallies.read(tracker.db, now)
+    if kept is None:
+        kept = _counted(tracker)
+    counts = {name[7:]: n for name, n in kept.items() if name.startswith("status:")}
+    lead_n = kept.get("lead_n", 0)
     return {"summary": {
         "total_issues": sum(n for s, n in counts.items() if s != "tombstone"),
         "open_issues": counts.get("open", 0),
         "in_progress_issues": counts.get("in_progress", 0),
         "closed_issues": counts.get("closed", 0),
-        "blocked_issues": blocked_count,
+        "blocked_issues": kept.get("blocked", 0),
         "deferred_issues": counts.get("deferred", 0),
-        "ready_issues": status["summary"]["ready_issues"],
+        "ready_issues": kept["ready"],
         "tombstone_issues": counts.get("tombstone", 0),
-        "pinned_issues": pinned,
-        "epics_eligible_for_closure": eligible,
-        "average_lead_time_hours": sum(lead_hours) / len(lead_hours) if lead_hours else 0.0,
+        "pinned_issues": kept.get("pinned", 0),
+        "epics_eligible_for_closure": kept.get("epics_done", 0),
+        "average_lead_time_hours": kept.get("lead_us", 0) / lead_n / 3_600_000_000 if lead_n else 0.0,
     }}
+
+
+def _counted(tracker: Tracker) -> dict[str, int]:
+    """``tallies.read``'s counters computed from the tables (PostgreSQL; on SQLite, the test of
+    the counters). A stamp Python reads but SQLite's date functions do not (a basic-format
+    time, an offset without its colon) counts here and not in SQLite's lead time."""
+    kept = {f"status:{s}": n for s, n in tracker.db.read(f"SELECT status, count(*) FROM issues WHERE {_WORK}"
+                                                            " GROUP BY status")}
+    kept["blocked"] = tracker.db.read(
+        "SELECT COUNT(DISTINCT i.id) FROM issues i JOIN dependencies d ON i.id = d.issue_id"
+        f" JOIN issues b ON b.id = d.depends_on_id WHERE i.status IN {_ACTIVE} AND d.type = 'blocks'"
+        f" AND b.status IN {_ACTIVE} AND i.{_WORK}"
+    )[0][0]
+    kept["pinned"] = tracker.db.read(f"SELECT COUNT(*) FROM issues WHERE COALESCE(pinned, 0) = 1 AND {_WORK}")[0][0]
+    leads = [_micros(closed) - _micros(created) for created, closed in tracker.db.read(
+        f"SELECT created_at, closed_at FROM issues WHERE closed_at IS NOT NULL AND {_WORK}")
+        if _micros(created) is not None and _micros(closed) is not None]
+    kept["lead_n"], kept["lead_us"] = len(leads), sum(leads)
+    children = _children_by_epic(tracker)
+    open_epics = [r[0] for r in tracker.db.read(
+        "SELECT id FROM issues WHERE issue_type = 'epic' AND status NOT IN ('closed', 'tombstone')")]
+    kept["epics_done"] = sum(1 for e in open_epics if children.get(e) and all(s == "closed" for s in children[e]))
+    kept["ready"] = tracker.status()["summary"]["ready_issues"]
+    return kept
+
+
+def _micros(stamp: str | None) -> int | None:
+    """The instant of an RFC 3339 stamp in microseconds since the epoch; None when unreadable."""
+    try:
+        moment = parse_ts(stamp)  # type: ignore[arg-type]
+    except (ValueError, TypeError, AttributeError):
+        return None
+    from datetime import datetime, timedelta, timezone
+
+    return (moment - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
 
 
 def epic_status(tracker: Tracker, *, eligible_only: bool = False) -> list[dict]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from . import tallies
 from .db import ready_states, refresh_ready_state
 from .errors import ImportLineError
 from .model import BLOCKING_STATUSES, IMPORT_STATUSES, MODELLED_FIELDS, TEXT_FIELDS, normalize_ts, now_iso
@@ -390,8 +391,8 @@ def _import(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
             # One pass over the whole graph beats walking from thousands of seeds;
             # a small import into a big workspace only refreshes around what it touched.
             refresh_ready_state(c, None if len(touched) > _FULL_REFRESH_AT else touched)
-        for statement in rebuild:
-            c.execute(statement)
+        for statement in rebuild:  # SQL, or a function of the cursor (``tallies.recount``)
+            c.execute(statement) if isinstance(statement, str) else statement(c)
     return report
 
 
@@ -501,7 +502,7 @@ def _drop_for_bulk_load(c: Any, whole: bool, rows: int) -> list[str]:
     return drop_for_bulk_load(c, _BULK_LOAD_TABLES)
 
 
-def _drop_indexes_for_bulk_load(c: Any, rows: int) -> list[str]:
+def _drop_indexes_for_bulk_load(c: Any, rows: int) -> list[Any]:
     """On SQLite, when the import writes at least ``_BULK_LOAD_AT`` issues and as many as a
     third of those already there, drop the secondary indexes of the tables it fills and return
     the statements that build them again (run before the transaction commits).
@@ -514,11 +515,15 @@ def _drop_indexes_for_bulk_load(c: Any, rows: int) -> list[str]:
         return []
     if rows * 3 < c.execute("SELECT COALESCE(MAX(seq), 0) FROM issues").fetchone()[0]:
         return []
-    found = c.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
-                      " AND tbl_name IN ('issues', 'labels', 'dependencies', 'comments', 'events')").fetchall()
-    for name, _ in found:
-        c.execute(f'DROP INDEX "{name}"')
-    return [sql for _, sql in found]
+    found = c.execute("SELECT type, name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+                      " AND tbl_name IN ('issues', 'labels', 'dependencies', 'comments', 'events')"
+                      " OR type = 'trigger' AND substr(name, 1, ?) = ?",
+                      (len(tallies.TRIGGER_PREFIX), tallies.TRIGGER_PREFIX)).fetchall()
+    for kind, name, _ in found:
+        c.execute(f'DROP {kind.upper()} "{name}"')
+    # The counters' triggers too: they are counted once at the end (``tallies``).
+    recount = [tallies.recount] if any(kind == "trigger" for kind, _, _ in found) else []
+    return [sql for _, _, sql in found] + recount
 
 
 def _existing_updated(c: Any, ids: list[str]) -> dict[str, str | None]:

@@ -192,6 +192,10 @@ def _copy(src: Any, dst: Any, report: MigrationReport, replace: bool) -> None:
         if dst.engine == "postgresql":  # the open issues' label rows in ready order, derived
             for statement in OPEN_LABELS_REBUILD:
                 c.execute(statement)
+        else:  # the figures of bd stats, derived: counted once (the copy moved them row by row)
+            from .tallies import recount
+
+            recount(c)
         for table in mesh_tables:
             table_ddl, *index_ddl = _table_ddl(src, table)
             with _refused(report, f"the definition of {table}"):

@@ -19,7 +19,9 @@ each write one round trip (``tracker.pg_functions``: the server-side functions o
 statement cannot do, and the label rows' copy of their issue's place in ready order; SQLite runs
 the same writes in-process and needs nothing); 7 on PostgreSQL, that copy moved into a table of the
 open issues' label rows, ``open_labels``, which a claim or a close deletes from instead of updating
-``labels`` through a trigger (and SQLite's covering index ``issues_ready_by_id`` dropped there).
+``labels`` through a trigger (and SQLite's covering index ``issues_ready_by_id`` dropped there); 8 on
+SQLite, the figures of ``bd stats`` kept by triggers in the table ``tallies`` (``tracker.tallies``;
+PostgreSQL computes them from its tables and needs nothing).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANGE_CHANNEL", "SCHEMA", "SCHEMA_VERSION", "current_version", "ensure_schema", "statements"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Version 5 (see the module docstring); also in SCHEMA, for new trackers.
 OPEN_ORDER_INDEX = ("CREATE INDEX IF NOT EXISTS issues_open_order ON issues(priority, created_sort, id)"
@@ -205,6 +207,12 @@ def ensure_schema(db: Any, *, create: bool, where: str) -> None:
 
             for statement in FUNCTIONS:
                 c.execute(statement)
+        if version < 8 and getattr(db, "engine", "sqlite") == "sqlite":
+            from .tallies import recount, schema
+
+            for statement in schema():
+                c.execute(statement)
+            recount(c)
         if version < SCHEMA_VERSION:
             from .model import now_iso
 

@@ -119,6 +119,12 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, Reader):
             stale = len(ready_state_changes(self.db.conn))
         checks.append({"name": "ready_state", "ok": stale == 0,
                        "detail": f"{stale} issue(s) with a stale blocked/deferred state"})
+        if sqlite:
+            from .tallies import stale as stale_tallies
+
+            differing = stale_tallies(self.db)
+            checks.append({"name": "tallies", "ok": not differing,
+                           "detail": "; ".join(differing) or "the figures of stats agree with the tables"})
         if not sqlite:
             from .pg_functions import STALE_OPEN_LABELS
 
@@ -141,8 +147,14 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, Reader):
 
                     for statement in OPEN_LABELS_REBUILD:
                         c.execute(statement)
+                else:
+                    from .tallies import recount
+
+                    recount(c)
             fixed.append("sort keys rebuilt")
             fixed.append("ready state rebuilt")
+            if sqlite:
+                fixed.append("stats figures recounted")
             if fk:
                 fixed.append("orphan rows removed")
             if sqlite and mode != "wal":
