@@ -391,7 +391,7 @@ def _import(tracker: Tracker, source: Path | str | IO[str]) -> ImportReport:
             # One pass over the whole graph beats walking from thousands of seeds;
             # a small import into a big workspace only refreshes around what it touched.
             refresh_ready_state(c, None if len(touched) > _FULL_REFRESH_AT else touched)
-        for statement in rebuild:  # SQL, or a function of the cursor (``tallies.recount``)
+        for statement in rebuild:  # SQL, or a function of the cursor (``tallies.restore``)
             c.execute(statement) if isinstance(statement, str) else statement(c)
     return report
 
@@ -516,14 +516,14 @@ def _drop_indexes_for_bulk_load(c: Any, rows: int) -> list[Any]:
     if rows * 3 < c.execute("SELECT COALESCE(MAX(seq), 0) FROM issues").fetchone()[0]:
         return []
     found = c.execute("SELECT type, name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
-                      " AND tbl_name IN ('issues', 'labels', 'dependencies', 'comments', 'events')"
-                      " OR type = 'trigger' AND substr(name, 1, ?) = ?",
+                      " AND tbl_name IN ('issues', 'labels', 'dependencies', 'comments', 'events') UNION ALL"
+                      " SELECT type, name, sql FROM sqlite_temp_master WHERE type = 'trigger' AND substr(name, 1, ?) = ?",
                       (len(tallies.TRIGGER_PREFIX), tallies.TRIGGER_PREFIX)).fetchall()
     for kind, name, _ in found:
         c.execute(f'DROP {kind.upper()} "{name}"')
-    # The counters' triggers too: they are counted once at the end (``tallies``).
-    recount = [tallies.recount] if any(kind == "trigger" for kind, _, _ in found) else []
-    return [sql for _, _, sql in found] + recount
+    # The counters' triggers too (this connection's own): made again, and everything counted once.
+    restore = [tallies.restore] if any(kind == "trigger" for kind, _, _ in found) else []
+    return [sql for kind, _, sql in found if kind == "index"] + restore
 
 
 def _existing_updated(c: Any, ids: list[str]) -> dict[str, str | None]:

@@ -45,6 +45,17 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, Reader):
     be printed.
     """
 
+    def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
+        super().__init__(path, actor=actor, create=create)
+        if self.db.engine == "sqlite":  # this connection's writes keep the figures of stats
+            from .tallies import install
+
+            try:
+                install(self.db)
+            except BaseException:
+                self.db.close()
+                raise
+
     @classmethod
     def init(cls, root: Path, *, prefix: str | None = None, actor: str | None = None,
              db_path: Path | str | None = None, force: bool = False) -> "Tracker":

@@ -3,23 +3,30 @@
 ``bd stats --json`` reports counts by status, the blocked and pinned issues, the epics every
 child of which is closed, the ready work and the average lead time. Computed from the tables
 they are eight scans of the whole tracker (45 ms at 10,000 issues); kept here they are one read
-of a few rows. The ``tallies`` table holds one counter per figure; triggers on ``issues`` and
-``dependencies`` keep it exact inside the writing transaction, whichever code writes (the
-tracker's own writes, an import, a migration, a repair):
+of a few rows. The ``tallies`` table holds one counter per figure, kept exact inside each
+writing transaction by triggers on ``issues`` and ``dependencies``:
 
 - a row's own figures (its status, pinned, its lead time, ready and not deferred) move by the
-  row's old and new values (``AFTER`` triggers);
+  row's old and new values, each figure's trigger firing only when a column it reads changes;
 - a figure that depends on other rows (an issue is blocked while one of its ``blocks`` edges
   leads to unfinished work; an epic is done when every child is closed) is taken away for every
   issue a change can touch just before the change (``BEFORE``) and added back just after it
   (``AFTER``), each time by the same query over the tables as they are then; so the counter
   moves by exactly what changed, without a case for each kind of change.
 
+The triggers are the writing connection's own (``TEMP``, made by ``install`` when a ``Tracker``
+opens): SQLite parses every trigger of a database's schema at each connection's first
+statement, and the reads agents run all day (``bd ready``, ``bd show``) would pay a millisecond
+for text they never run. So a writer without them (an older mesh, a hand-made connection) could
+write without counting: the counter ``as_of_event`` follows the newest ``events`` row only while
+every write was counted (each tracker write adds events), a read that finds it behind counts
+from the tables instead, and the next ``Tracker`` to open counts again.
+
 Ready work also depends on the clock (a deferral ends): the counter keeps the ready issues with
 no deferral; those whose deferral has passed are counted at the read, through a small index.
 A bulk import drops the triggers with the indexes and counts everything once at its end
-(``recount``); ``doctor`` compares the counters with a recount, ``doctor --fix`` recounts.
-PostgreSQL computes the same figures from its tables (``statistics`` in ``bd_reads``).
+(``recount``); ``doctor`` compares the counters with a count of the tables, ``doctor --fix``
+recounts. PostgreSQL computes the same figures from its tables (``statistics`` in ``bd_reads``).
 
 May import: ``model``.
 """
@@ -32,7 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["FIXED", "TRIGGER_PREFIX", "counted", "micros_sql", "read", "recount", "schema", "stale"]
+__all__ = ["FIXED", "TRIGGER_PREFIX", "counted", "install", "micros_sql", "read", "recount", "restore", "schema", "stale"]
 
 
 def _in(values: tuple[str, ...]) -> str:
@@ -98,7 +105,7 @@ def _own(r: str) -> list[tuple[str, str, tuple[str, ...]]]:
     ]
 
 
-FIXED = tuple(name for name, _, _ in _own("i")) + ("blocked", "epics_done")
+FIXED = tuple(name for name, _, _ in _own("i")) + ("blocked", "epics_done", "as_of_event")
 
 
 def _add_status(r: str, sign: str) -> str:
@@ -191,7 +198,8 @@ _EPICS_MOVED = ("(OLD.status = 'closed') IS NOT (NEW.status = 'closed')"
 
 def _trigger(name: str, when: str, event: str, table: str, body: str, condition: str = "") -> str:
     cond = f" WHEN {condition}" if condition else ""
-    return f"CREATE TRIGGER IF NOT EXISTS {TRIGGER_PREFIX}{name} {when} {event} ON {table} FOR EACH ROW{cond} BEGIN {body} END"
+    return (f"CREATE TEMP TRIGGER IF NOT EXISTS {TRIGGER_PREFIX}{name} {when} {event} ON main.{table}"
+            f" FOR EACH ROW{cond} BEGIN {body} END")
 
 
 def _triggers() -> list[str]:
@@ -231,7 +239,51 @@ def _triggers() -> list[str]:
                             _move_graph(*sets, "-"), kinds))
         out.append(_trigger(f"graph_edge_{event.lower()}_after", "AFTER", event, "dependencies",
                             _move_graph(*sets, "+"), kinds))
+    # Counted up to this event: it follows the newest event only from where it was the newest.
+    out.append(_trigger("as_of_event", "AFTER", "INSERT", "events",
+                        "UPDATE tallies SET n = NEW.id WHERE name = 'as_of_event'"
+                        " AND n = (SELECT COALESCE(max(id), 0) FROM events WHERE id < NEW.id);"))
     return out
+
+
+_MADE: list[str] = []  # the triggers' statements, built once a process
+
+
+def install(db: Any) -> None:
+    """Give the connection of ``db`` (SQLite) the triggers that keep the counters, and count
+    again when a writer without them wrote since the last count (or none was made)."""
+    if not _MADE:
+        _MADE.extend(_triggers())
+    with db._lock:
+        for statement in _MADE:
+            db.conn.execute(statement)
+    if not _behind(db.read):
+        return
+    import sqlite3
+
+    try:
+        with db.transaction() as c:
+            if _behind(lambda sql: c.execute(sql).fetchall()):
+                recount(c)
+    except sqlite3.OperationalError:  # read-only, or busy past the timeout: reads count from the tables meanwhile
+        pass
+
+
+def restore(c: Any) -> None:
+    """The triggers made again on the connection of the cursor ``c`` after a bulk write dropped
+    them, and every counter counted (in its transaction)."""
+    for statement in _MADE or _triggers():
+        c.execute(statement)
+    recount(c)
+
+
+_NEWEST = "SELECT 'newest_event', COALESCE(max(id), 0) FROM events"
+
+
+def _behind(read: Any) -> bool:
+    """Whether the counters miss a write (``as_of_event`` is not the newest event)."""
+    kept = dict(read(f"SELECT name, n FROM tallies WHERE name = 'as_of_event' UNION ALL {_NEWEST}"))
+    return kept.get("as_of_event") != kept["newest_event"]
 
 
 def counted(read: Any) -> dict[str, int]:
@@ -252,6 +304,7 @@ def counted(read: Any) -> dict[str, int]:
         f" JOIN issues z ON z.id = d.depends_on_id WHERE d.type = 'blocks' AND {_is('y.status', BLOCKING_STATUSES)}"
         f" AND {_is('z.status', BLOCKING_STATUSES)} AND {_work('y')}")[0][0]
     out["epics_done"] = read(f"SELECT count(*) FROM issues e WHERE {_epic_done()}")[0][0]
+    out["as_of_event"] = read(_NEWEST)[0][1]
     return out
 
 
@@ -267,13 +320,12 @@ def recount(c: Any) -> None:
 
 
 def schema() -> list[str]:
-    """SQLite's statements for the counters (built when a tracker is made or migrated, not at
-    every import of this module: a hot ``bd stats`` only reads): the table, the index of the
-    deferred open issues (the ready ones among them are counted at the read), the triggers."""
+    """SQLite's statements for the counters: the table and the index of the deferred open issues
+    (the ready ones among them are counted at the read). The triggers are each writer's
+    (``install``)."""
     return ["CREATE TABLE IF NOT EXISTS tallies (name TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
             "CREATE INDEX IF NOT EXISTS issues_ready_deferred ON issues(defer_eff)"
-            " WHERE status = 'open' AND blocked = 0 AND defer_eff IS NOT NULL",
-            *_triggers()]
+            " WHERE status = 'open' AND blocked = 0 AND defer_eff IS NOT NULL"]
 
 
 # Ready issues whose deferral has ended by ``?`` (``reader._ready_sql``'s other conditions).
@@ -287,7 +339,9 @@ def read(db: Any, now: str) -> dict[str, int] | None:
     (PostgreSQL)."""
     if db.engine != "sqlite":
         return None
-    counters = dict(db.read("SELECT name, n FROM tallies"))
+    counters = dict(db.read(f"SELECT name, n FROM tallies UNION ALL {_NEWEST}"))  # one snapshot
+    if counters.get("as_of_event") != counters["newest_event"]:
+        counters = counted(db.read)  # a writer without the triggers wrote since the last count
     counters["ready"] = counters.get("ready_undeferred", 0) + db.read(_DUE, (now,))[0][0]
     return counters
 
