@@ -60,64 +60,47 @@ class _Unusual(Exception):
 
 def indented(value: Any, indent: int = 2, *, ensure_ascii: bool = False) -> str:
     """``json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)``."""
-    parts: list[str] = []
     try:
-        _write(value, parts.append, "\n", " " * indent,
-               encode_basestring_ascii if ensure_ascii else encode_basestring)
+        return _text(value, "\n", " " * indent, encode_basestring_ascii if ensure_ascii else encode_basestring)
     except (_Unusual, RecursionError):
         return dumps(value, indent=indent, ensure_ascii=ensure_ascii)
-    return "".join(parts)
 
 
-def _write(value: Any, emit: Any, newline: str, step: str, quote: Any) -> None:
+def _text(value: Any, newline: str, step: str, quote: Any) -> str:
+    """One value's text, ``newline`` its own indentation: each object or array is one ``join``
+    of its members' texts (a string member's text is the C quoting function's, with no call of
+    this function), a third less time than writing token by token (``bd blocked``'s megabyte)."""
     kind = type(value)
     if kind is str:
-        emit(quote(value))
-    elif value is None:
-        emit("null")
-    elif value is True:
-        emit("true")
-    elif value is False:
-        emit("false")
-    elif kind is int:
-        emit(int.__repr__(value))
-    elif kind is float:
-        emit(_float(value))
-    elif kind is dict:
+        return quote(value)
+    if kind is dict:
         if not value:
-            emit("{}")
-            return
+            return "{}"
         inner = newline + step
-        emit("{")
-        separator = inner
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str:
                 raise _Unusual
-            emit(separator)
-            emit(quote(key))
-            emit(": ")
-            if type(item) is str:  # most values of an issue: no call for them
-                emit(quote(item))
-            else:
-                _write(item, emit, inner, step, quote)
-            separator = "," + inner
-        emit(newline)
-        emit("}")
-    elif kind is list or kind is tuple:
+        return ("{" + inner + ("," + inner).join([
+            quote(key) + ": " + (quote(item) if type(item) is str else _text(item, inner, step, quote))
+            for key, item in value.items()]) + newline + "}")
+    if kind is list or kind is tuple:
         if not value:
-            emit("[]")
-            return
+            return "[]"
         inner = newline + step
-        emit("[")
-        separator = inner
-        for item in value:
-            emit(separator)
-            _write(item, emit, inner, step, quote)
-            separator = "," + inner
-        emit(newline)
-        emit("]")
-    else:
-        raise _Unusual
+        return ("[" + inner + ("," + inner).join([
+            quote(item) if type(item) is str else _text(item, inner, step, quote) for item in value])
+                + newline + "]")
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float:
+        return _float(value)
+    raise _Unusual
 
 
 def _float(value: float) -> str:
