@@ -19,7 +19,7 @@ from tracker.jsonl import import_jsonl
 from tracker.model import now_iso
 from tracker.store import Tracker
 
-_FIGURES = ("blocked", "pinned", "lead_n", "lead_us", "epics_done", "ready")
+_FIGURES = ("blocked", "pinned", "lead_n", "lead_ms", "epics_done", "ready")
 
 
 def _agree(t: Tracker) -> None:

@@ -198,7 +198,7 @@ def statistics(tracker: Tracker) -> dict:
 
     On SQLite the figures are counters the writes keep (``tallies``); PostgreSQL counts them
     from its tables (``_counted``). The lead time is the closed issues' mean, from their
-    timestamps to the microsecond."""
+    timestamps, exact to the millisecond."""
     from . import tallies
     from .model import now_iso
 
@@ -219,7 +219,7 @@ def statistics(tracker: Tracker) -> dict:
         "tombstone_issues": counts.get("tombstone", 0),
         "pinned_issues": kept.get("pinned", 0),
         "epics_eligible_for_closure": kept.get("epics_done", 0),
-        "average_lead_time_hours": kept.get("lead_us", 0) / lead_n / 3_600_000_000 if lead_n else 0.0,
+        "average_lead_time_hours": kept.get("lead_ms", 0) / lead_n / 3_600_000 if lead_n else 0.0,
     }}
 
 
@@ -235,16 +235,21 @@ def _counted(tracker: Tracker) -> dict[str, int]:
         f" AND b.status IN {_ACTIVE} AND i.{_WORK}"
     )[0][0]
     kept["pinned"] = tracker.db.read(f"SELECT COUNT(*) FROM issues WHERE COALESCE(pinned, 0) = 1 AND {_WORK}")[0][0]
-    leads = [_micros(closed) - _micros(created) for created, closed in tracker.db.read(
+    leads = [_millis(_micros(closed) - _micros(created)) for created, closed in tracker.db.read(  # type: ignore[operator]
         f"SELECT created_at, closed_at FROM issues WHERE closed_at IS NOT NULL AND {_WORK}")
         if _micros(created) is not None and _micros(closed) is not None]
-    kept["lead_n"], kept["lead_us"] = len(leads), sum(leads)
+    kept["lead_n"], kept["lead_ms"] = len(leads), sum(leads)
     children = _children_by_epic(tracker)
     open_epics = [r[0] for r in tracker.db.read(
         "SELECT id FROM issues WHERE issue_type = 'epic' AND status NOT IN ('closed', 'tombstone')")]
     kept["epics_done"] = sum(1 for e in open_epics if children.get(e) and all(s == "closed" for s in children[e]))
     kept["ready"] = tracker.status()["summary"]["ready_issues"]
     return kept
+
+
+def _millis(micros: int) -> int:
+    """Whole milliseconds of a duration in microseconds, cut toward zero (as SQLite's ``/``)."""
+    return micros // 1000 if micros >= 0 else -(-micros // 1000)
 
 
 def _micros(stamp: str | None) -> int | None:

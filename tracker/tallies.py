@@ -75,10 +75,11 @@ def _work(r: str) -> str:
 
 
 def _lead(r: str) -> str:
-    """A work issue's lead time in microseconds, NULL when it has none (not closed, or a stamp
-    that cannot be read)."""
+    """A work issue's lead time in whole milliseconds (the exact difference in microseconds, cut
+    toward zero: a sum of 100,000 leads of years each stays an integer), NULL when it has none
+    (not closed, or a stamp that cannot be read)."""
     return (f"(CASE WHEN {_work(r)} AND {r}.closed_at IS NOT NULL THEN"
-            f" {micros_sql(f'{r}.closed_at')} - {micros_sql(f'{r}.created_at')} END)")
+            f" ({micros_sql(f'{r}.closed_at')} - {micros_sql(f'{r}.created_at')}) / 1000 END)")
 
 
 def _status(r: str) -> tuple[str, str]:
@@ -96,7 +97,7 @@ def _own(r: str) -> list[tuple[str, str, tuple[str, ...]]]:
     return [
         ("pinned", f"({_work(r)} AND COALESCE({r}.pinned, 0) = 1)", ("issue_type", "pinned")),
         ("lead_n", f"({lead} IS NOT NULL)", lead_columns),
-        ("lead_us", f"COALESCE({lead}, 0)", lead_columns),
+        ("lead_ms", f"COALESCE({lead}, 0)", lead_columns),
         # Ready work (``reader._ready_sql``) that no deferral holds back.
         ("ready_undeferred", f"({r}.status = 'open' AND {r}.blocked = 0 AND {r}.defer_eff IS NULL"
                              f" AND ({r}.ephemeral IS NULL OR {r}.ephemeral = 0) AND ({r}.pinned IS NULL OR {r}.pinned = 0)"
@@ -296,7 +297,7 @@ def counted(read: Any) -> dict[str, int]:
     sums = ", ".join(f"sum({name})" for name in figures if not name.startswith("lead"))
     row = read(f"SELECT {sums}, sum(lead IS NOT NULL), sum(COALESCE(lead, 0)) FROM (SELECT {inner},"
                f" {_lead('i')} AS lead FROM issues i LIMIT -1 OFFSET 0)")[0]  # (not flattened: one lead a row)
-    out = dict(zip([n for n in figures if not n.startswith("lead")] + ["lead_n", "lead_us"], (v or 0 for v in row)))
+    out = dict(zip([n for n in figures if not n.startswith("lead")] + ["lead_n", "lead_ms"], (v or 0 for v in row)))
     status, work = _status("i")
     out.update((name, n) for name, n in read(f"SELECT {status}, sum({work}) FROM issues i GROUP BY i.status"))
     out["blocked"] = read(
