@@ -265,3 +265,24 @@ def test_a_writer_without_the_triggers_is_caught_up(tmp_path):
         assert not tallies._behind(t.db.read)
         assert bd_reads.statistics(t)["summary"] == after
         _agree(t)
+
+
+def test_a_writer_that_cannot_count_again_still_opens(tmp_path, monkeypatch):
+    """Behind counters and a database this process cannot write (read-only, or busy past the
+    timeout): the tracker opens, and its figures come from the tables."""
+    with Tracker.init(tmp_path, prefix="tl") as t:
+        _scripted(t)
+        expected = bd_reads.statistics(t)["summary"]
+        with t.transaction() as c:
+            c.execute("UPDATE tallies SET n = n - 1 WHERE name = 'as_of_event'")
+            c.execute("UPDATE tallies SET n = n + 7 WHERE name = 'blocked'")
+
+    def refused(self, **_):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    from tracker.db import Database
+
+    monkeypatch.setattr(Database, "transaction", refused)
+    with Tracker.open(tmp_path / ".beads" / "mesh.db") as t:
+        assert tallies._behind(t.db.read)
+        assert bd_reads.statistics(t)["summary"] == expected
