@@ -9,7 +9,8 @@ Its modules, by group:
 
 - storage engines: ``db`` (the SQLite engine, the transactions both engines share, and the
   ready-work state every write refreshes), ``postgres`` (the PostgreSQL engine),
-  ``connect`` (opening either engine, schema brought up to date), ``dialect`` (what
+  ``connect`` (opening either engine, schema brought up to date), ``tallies`` (the figures of
+  ``bd stats`` kept by SQLite's writes), ``dialect`` (what
   differs between the engines' SQL), ``schema`` (the tables and their versions), and
   ``migrate`` (moving a workspace from one database to the other);
 - the Tracker API: ``reader`` (``Reader``: opening a tracker and every read; where a workspace
