@@ -39,7 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["FIXED", "TRIGGER_PREFIX", "counted", "install", "micros_sql", "read", "recount", "restore", "schema", "stale"]
+__all__ = ["FIXED", "TRIGGER_PREFIX", "counted", "install", "micros_sql", "read", "ready", "recount", "restore", "schema", "stale"]
 
 
 def _in(values: tuple[str, ...]) -> str:
@@ -340,11 +340,24 @@ def read(db: Any, now: str) -> dict[str, int] | None:
     (PostgreSQL)."""
     if db.engine != "sqlite":
         return None
-    counters = dict(db.read(f"SELECT name, n FROM tallies UNION ALL {_NEWEST}"))  # one snapshot
+    counters = dict(db.read(f"SELECT name, n FROM tallies UNION ALL {_NEWEST} UNION ALL SELECT 'due', ({_DUE})",
+                            (now,)))  # one statement: one snapshot
     if counters.get("as_of_event") != counters["newest_event"]:
         counters = counted(db.read)  # a writer without the triggers wrote since the last count
-    counters["ready"] = counters.get("ready_undeferred", 0) + db.read(_DUE, (now,))[0][0]
+        counters["due"] = db.read(_DUE, (now,))[0][0]
+    counters["ready"] = counters.get("ready_undeferred", 0) + counters.pop("due")
     return counters
+
+
+def ready(db: Any, now: str) -> int | None:
+    """How many issues are ready work as of ``now`` (``Reader.status``), from the counters; None
+    where there are none to trust (PostgreSQL, or a write they missed: the caller counts)."""
+    if db.engine != "sqlite":
+        return None
+    kept, as_of, newest, due = db.read(
+        "SELECT (SELECT n FROM tallies WHERE name = 'ready_undeferred'), (SELECT n FROM tallies WHERE name ="
+        f" 'as_of_event'), (SELECT COALESCE(max(id), 0) FROM events), ({_DUE})", (now,))[0]
+    return None if kept is None or as_of != newest else kept + due
 
 
 def stale(db: Any) -> list[str]:
