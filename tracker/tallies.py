@@ -39,7 +39,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["FIXED", "TRIGGER_PREFIX", "counted", "install", "micros_sql", "read", "ready", "recount", "restore", "schema", "stale"]
+__all__ = ["FIXED", "TRIGGER_PREFIX", "counted", "install", "micros_sql", "read", "ready", "recount", "restore", "schema",
+           "stale"]
 
 
 def _in(values: tuple[str, ...]) -> str:
@@ -125,8 +126,8 @@ def _changed(columns: tuple[str, ...]) -> str:
 def _blocked(ids: str, without: str | None = None) -> str:
     gone = f" AND y.id IS NOT {without}" if without else ""
     gone_z = f" AND z.id IS NOT {without}" if without else ""
-    return (f"(SELECT count(*) FROM ({ids}) AS s CROSS JOIN issues y ON y.id = s.id WHERE {_is('y.status', BLOCKING_STATUSES)}{gone}"
-            f" AND {_work('y')}"
+    return (f"(SELECT count(*) FROM ({ids}) AS s CROSS JOIN issues y ON y.id = s.id"
+            f" WHERE {_is('y.status', BLOCKING_STATUSES)}{gone} AND {_work('y')}"
             " AND EXISTS (SELECT 1 FROM dependencies d JOIN issues z ON z.id = d.depends_on_id"
             f" WHERE d.issue_id = y.id AND d.type = 'blocks' AND {_is('z.status', BLOCKING_STATUSES)}{gone_z}))")
 
