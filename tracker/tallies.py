@@ -61,14 +61,12 @@ TRIGGER_PREFIX = "tally_"
 
 def micros_sql(c: str) -> str:
     """SQL for the instant of the RFC 3339 text ``c`` in microseconds since the epoch (NULL when
-    SQLite cannot read it): whole seconds from its first 19 characters with its offset, the
-    fraction from its own digits (the first six), so nothing is rounded."""
-    rest = f"substr({c}, 20)"
-    zone = f"(CASE WHEN substr({rest}, 1, 1) = '.' THEN ltrim(substr({rest}, 2), '0123456789') ELSE {rest} END)"
-    digits = (f"(CASE WHEN substr({rest}, 1, 1) = '.' THEN substr({rest}, 2, length({rest}) - 1 - length({zone}))"
-              " ELSE '' END)")
+    SQLite cannot read it): whole seconds from its first 19 characters with its offset (what
+    follows the fraction's digits), the fraction from its own digits (the first six), so nothing
+    is rounded (SQLite's own date functions round the fraction to the millisecond)."""
+    zone = f"ltrim(substr({c}, 20), '.0123456789')"
     return (f"(CAST(strftime('%s', substr({c}, 1, 19) || {zone}) AS INTEGER) * 1000000"
-            f" + CAST(substr({digits} || '000000', 1, 6) AS INTEGER))")
+            f" + CAST(substr(substr({c}, 21, max(length({c}) - 20 - length({zone}), 0)) || '000000', 1, 6) AS INTEGER))")
 
 
 def _work(r: str) -> str:
