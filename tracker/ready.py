@@ -43,7 +43,7 @@ class ReadyWork:
             if claimed is not None:
                 return claimed
             raise _unclaimable(issue_id, self.get(issue_id))
-        with self.db.transaction(exclusive=False) as c:
+        with self.transaction(exclusive=False) as c:
             if not self._claim_in(c, issue_id, who):
                 raise _unclaimable(issue_id, self._row(c, issue_id))
         return self.get(issue_id)
@@ -76,7 +76,7 @@ class ReadyWork:
             raise InvalidValueError("claim_next's gate is PostgreSQL's (data-modifying CTEs)")
         sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent,
                                       limit=len(avoid) + 8, now=None, columns="i.id")
-        with self.db.transaction(exclusive=False) as c:
+        with self.transaction(exclusive=False) as c:
             for (issue_id,) in c.execute(sql, params).fetchall():
                 if issue_id not in avoid and self._claim_in(c, issue_id, who):
                     break

@@ -47,14 +47,17 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, Reader):
 
     def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
         super().__init__(path, actor=actor, create=create)
-        if self.db.engine == "sqlite":  # this connection's writes keep the figures of stats
+        self._counting = self.db.engine != "sqlite"  # PostgreSQL counts stats' figures from its tables
+
+    def _keep_counts(self) -> None:
+        """Before this tracker's first write on SQLite: the triggers of its connection that keep
+        the figures of ``stats`` (``tallies.install``; a tracker that only reads never pays for
+        making them)."""
+        if not self._counting:
             from .tallies import install
 
-            try:
-                install(self.db)
-            except BaseException:
-                self.db.close()
-                raise
+            install(self.db)
+            self._counting = True
 
     @classmethod
     def init(cls, root: Path, *, prefix: str | None = None, actor: str | None = None,
@@ -77,6 +80,7 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, Reader):
 
         ``exclusive=False`` is for single-row compare-and-set writes: on PostgreSQL they then
         run beside other writers, relying on row locks (SQLite has one writer regardless)."""
+        self._keep_counts()
         return self.db.transaction(exclusive=exclusive)
 
     def set_config(self, key: str, value: str) -> None:

@@ -14,13 +14,13 @@ writing transaction by triggers on ``issues`` and ``dependencies``:
   (``AFTER``), each time by the same query over the tables as they are then; so the counter
   moves by exactly what changed, without a case for each kind of change.
 
-The triggers are the writing connection's own (``TEMP``, made by ``install`` when a ``Tracker``
-opens): SQLite parses every trigger of a database's schema at each connection's first
+The triggers are the writing connection's own (``TEMP``, made by ``install`` before a ``Tracker``'s
+first write): SQLite parses every trigger of a database's schema at each connection's first
 statement, and the reads agents run all day (``bd ready``, ``bd show``) would pay a millisecond
 for text they never run. So a writer without them (an older mesh, a hand-made connection) could
 write without counting: the counter ``as_of_event`` follows the newest ``events`` row only while
 every write was counted (each tracker write adds events), a read that finds it behind counts
-from the tables instead, and the next ``Tracker`` to open counts again.
+from the tables instead, and the next ``Tracker`` to write counts again first.
 
 Ready work also depends on the clock (a deferral ends): the counter keeps the ready issues with
 no deferral; those whose deferral has passed are counted at the read, through a small index.
@@ -360,9 +360,10 @@ def ready(db: Any, now: str) -> int | None:
 
 
 def stale(db: Any) -> list[str]:
-    """The counters of ``db`` (SQLite) that differ from a count of the tables, each as
-    ``name: kept != counted``."""
-    kept = {name: n for name, n in db.read("SELECT name, n FROM tallies") if n}
-    found = {name: n for name, n in counted(db.read).items() if n}
+    """The figures of ``db`` (SQLite) whose counters differ from a count of the tables, each as
+    ``name: kept != counted``. ``as_of_event`` is not one: behind (or ahead, after events were
+    deleted), it only makes reads count from the tables until the next write counts again."""
+    kept = {name: n for name, n in db.read("SELECT name, n FROM tallies") if n and name != "as_of_event"}
+    found = {name: n for name, n in counted(db.read).items() if n and name != "as_of_event"}
     return [f"{name}: {kept.get(name, 0)} != {found.get(name, 0)}"
             for name in sorted(set(kept) | set(found)) if kept.get(name, 0) != found.get(name, 0)]
