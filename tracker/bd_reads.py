@@ -235,15 +235,18 @@ def _counted(tracker: Tracker) -> dict[str, int]:
         f" AND b.status IN {_ACTIVE} AND i.{_WORK}"
     )[0][0]
     kept["pinned"] = tracker.db.read(f"SELECT COUNT(*) FROM issues WHERE COALESCE(pinned, 0) = 1 AND {_WORK}")[0][0]
-    leads = [_millis(_micros(closed) - _micros(created)) for created, closed in tracker.db.read(  # type: ignore[operator]
-        f"SELECT created_at, closed_at FROM issues WHERE closed_at IS NOT NULL AND {_WORK}")
-        if _micros(created) is not None and _micros(closed) is not None]
+    leads = []
+    for created, closed in tracker.db.read(f"SELECT created_at, closed_at FROM issues WHERE closed_at IS NOT NULL"
+                                           f" AND {_WORK}"):
+        start, end = _micros(created), _micros(closed)
+        if start is not None and end is not None:
+            leads.append(_millis(end - start))
     kept["lead_n"], kept["lead_ms"] = len(leads), sum(leads)
     children = _children_by_epic(tracker)
     open_epics = [r[0] for r in tracker.db.read(
         "SELECT id FROM issues WHERE issue_type = 'epic' AND status NOT IN ('closed', 'tombstone')")]
     kept["epics_done"] = sum(1 for e in open_epics if children.get(e) and all(s == "closed" for s in children[e]))
-    kept["ready"] = tracker.status()["summary"]["ready_issues"]
+    kept["ready"] = tracker._ready_count()  # from the tables (``status`` takes SQLite's from the counters)
     return kept
 
 

@@ -154,9 +154,7 @@ class Reader:
 
         ready = kept_ready(self.db, now_iso())
         if ready is None:
-            sql, params = self._ready_sql(labels=(), issue_type=None, parent=None, limit=None, now=None,
-                                          columns="i.id", ordered=False)
-            ready = self.db.read(f"SELECT count(*) FROM ({sql}) AS ready", params)[0][0]
+            ready = self._ready_count()
         return {
             "summary": {
                 "total_issues": sum(counts.values()),
@@ -169,6 +167,12 @@ class Reader:
             },
             "by_status": counts,
         }
+
+    def _ready_count(self) -> int:
+        """How many issues are ready work, counted by the database from the tables."""
+        sql, params = self._ready_sql(labels=(), issue_type=None, parent=None, limit=None, now=None,
+                                      columns="i.id", ordered=False)
+        return self.db.read(f"SELECT count(*) FROM ({sql}) AS ready", params)[0][0]
 
     # ----------------------------------------------------------------- issues
 

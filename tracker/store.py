@@ -47,17 +47,17 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, Reader):
 
     def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
         super().__init__(path, actor=actor, create=create)
-        self._counting = self.db.engine != "sqlite"  # PostgreSQL counts stats' figures from its tables
+        self._counts_kept = self.db.engine != "sqlite"  # PostgreSQL counts stats' figures from its tables
 
     def _keep_counts(self) -> None:
         """Before this tracker's first write on SQLite: the triggers of its connection that keep
         the figures of ``stats`` (``tallies.install``; a tracker that only reads never pays for
         making them)."""
-        if not self._counting:
+        if not self._counts_kept:
             from .tallies import install
 
             install(self.db)
-            self._counting = True
+            self._counts_kept = True
 
     @classmethod
     def init(cls, root: Path, *, prefix: str | None = None, actor: str | None = None,

@@ -43,10 +43,6 @@ __all__ = ["FIXED", "TRIGGER_PREFIX", "counted", "install", "micros_sql", "read"
            "stale"]
 
 
-def _in(values: tuple[str, ...]) -> str:
-    return "(" + ",".join(f"'{v}'" for v in values) + ")"
-
-
 def _is(expr: str, values: tuple[str, ...], *, negate: bool = False) -> str:
     """``expr IN values`` (``NOT IN`` with ``negate``) as comparisons joined by OR (AND): in a
     trigger, SQLite builds a temporary index for an ``IN`` list at every row it fires for
@@ -55,7 +51,6 @@ def _is(expr: str, values: tuple[str, ...], *, negate: bool = False) -> str:
     return "(" + join.join(f"{expr} {op} '{v}'" for v in values) + ")"
 
 
-_NON_WORK = _in(NON_WORK_TYPES)
 TRIGGER_PREFIX = "tally_"
 
 
@@ -331,7 +326,7 @@ def schema() -> list[str]:
 # Ready issues whose deferral has ended by ``?`` (``reader._ready_sql``'s other conditions).
 _DUE = ("SELECT count(*) FROM issues i INDEXED BY issues_ready_deferred WHERE i.status = 'open' AND i.blocked = 0"
         " AND i.defer_eff IS NOT NULL AND i.defer_eff <= ? AND (i.ephemeral IS NULL OR i.ephemeral = 0)"
-        f" AND (i.pinned IS NULL OR i.pinned = 0) AND i.issue_type NOT IN {_NON_WORK}")
+        f" AND (i.pinned IS NULL OR i.pinned = 0) AND {_is('i.issue_type', NON_WORK_TYPES, negate=True)}")
 
 
 def read(db: Any, now: str) -> dict[str, int] | None:
