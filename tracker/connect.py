@@ -4,17 +4,17 @@
 (``postgres.PostgresDatabase``); both give the same interface. It lives apart from
 ``db`` because it needs both engines and the schema, and ``postgres`` and ``schema``
 themselves build on ``db``: kept there, the three imported each other in a circle.
-The schema and its versions are in ``schema``.
+The schema and its versions are in ``schema``, imported only when a database must be made or
+upgraded: a database at the current version is opened with one query.
 """
 
 from __future__ import annotations
 
 import os
 
-from .db import Database, sqlite3
+from .db import SCHEMA_VERSION, Database, sqlite3
 from .dialect import is_url, sqlite_file
 from .errors import AlreadyInitializedError, WorkspaceError
-from .schema import ensure_schema
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,7 +34,11 @@ def open_database(target: Path | str, *, create: bool = False):
     else:
         db = Database(sqlite_file(target), create=create)
         where = db.display
+        if _current(db):
+            return db
     try:
+        from .schema import ensure_schema  # only for a database to make or bring up to date
+
         ensure_schema(db, create=create, where=where)
     except sqlite3.DatabaseError as exc:  # a damaged file surfaces at the first query
         db.close()
@@ -43,6 +47,16 @@ def open_database(target: Path | str, *, create: bool = False):
         db.close()
         raise
     return db
+
+
+def _current(db: Database) -> bool:
+    """Whether a SQLite database is at ``SCHEMA_VERSION`` already: one query. Anything else (no
+    tracker yet, an older or newer one, a damaged file) is for ``schema.ensure_schema`` to make,
+    upgrade or report."""
+    try:
+        return db.read_tuples("SELECT MAX(version) FROM schema_version")[1] == [(SCHEMA_VERSION,)]
+    except sqlite3.DatabaseError:
+        return False
 
 
 def refuse_initialized(target: Path | str, prefix: str | None) -> None:

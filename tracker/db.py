@@ -78,10 +78,14 @@ from .errors import WorkspaceError
 from .jsontext import id_array
 from .model import BLOCKING_STATUSES
 
-__all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes", "statement_cache"]
+__all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes", "statement_cache", "SCHEMA_VERSION"]
 
 BUSY_TIMEOUT_MS = 30_000
 CACHE_KIB = 16 * 1024
+# The schema version this mesh reads and writes (``schema`` holds the versions themselves). It is
+# kept here, below ``schema``, so that opening a database already at it (``connect``) needs one
+# query and no ``schema`` module: a hot read never loads the schema's text.
+SCHEMA_VERSION = 8
 
 
 

@@ -81,7 +81,7 @@ def _text(value: Any, newline: str, step: str, quote: Any) -> str:
             if type(key) is not str:
                 raise _Unusual
         return ("{" + inner + ("," + inner).join([
-            quote(key) + ": " + (quote(item) if type(item) is str else _text(item, inner, step, quote))
+            f"{quote(key)}: {quote(item) if type(item) is str else _text(item, inner, step, quote)}"
             for key, item in value.items()]) + newline + "}")
     if kind is list or kind is tuple:
         if not value:

@@ -38,6 +38,11 @@ _JSON_IDS = JSON_IDS
 _SQL_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 _SQL_NON_WORK = "(" + ",".join(f"'{t}'" for t in NON_WORK_TYPES) + ")"
 # An issue a beads file marks as a template (bd's is_template): the key among the extra fields.
+# An issue's columns and its two counts (dependents, comments): the same index lookups as a
+# count over the ids afterwards, without that second statement (``list`` and ``ready``).
+_COUNTED_SELECT = (_ISSUE_SELECT + ", (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = i.id),"
+                   " (SELECT count(*) FROM comments c WHERE c.issue_id = i.id)")
+_N = len(_ISSUE_COLUMNS)
 _IS_TEMPLATE = {"sqlite": "json_type(i.extra, '$.is_template') = 'true'",
                 "postgresql": "(i.extra::jsonb -> 'is_template') = 'true'::jsonb"}
 
@@ -199,12 +204,15 @@ class Reader:
             issue["comments"] = self.comments(issue_id)
         return issue
 
-    def _hydrate(self, rows: Sequence[tuple] | Sequence[Row], *, counts: bool = True) -> list[dict]:
+    def _hydrate(self, rows: Sequence[tuple] | Sequence[Row], *, counts: bool = True,
+                 counted: bool = False) -> list[dict]:
         """Issue objects for ``rows`` with labels, dependencies, counts and parent.
 
         ``rows`` are tuples of ``_ISSUE_COLUMNS`` (the fast path) or ``sqlite3.Row``
-        objects of the issues table. Related rows are read with one query per kind
-        for all ``rows`` (ids are passed as one JSON array, so there is no
+        objects of the issues table; ``counted``: tuples of ``_COUNTED_SELECT``, whose
+        query counted each issue's dependents and comments itself (a statement less,
+        the hot reads' ``list`` and ``ready``). Related rows are read with one query per
+        kind for all ``rows`` (ids are passed as one JSON array, so there is no
         parameter limit to chunk around).
         """
         if not rows:
@@ -226,14 +234,16 @@ class Reader:
                 f"SELECT {_DEP_COLUMNS}, rowid FROM dependencies WHERE issue_id IN {_JSON_IDS}", (id_list,)
             )[1], key=_last):
                 deps.setdefault(r[0], []).append(_dep_from_tuple(r))
-            if counts:  # both counts in one statement: each statement's first run costs as much as its reads
-                counted = {r[0]: r[1:] for r in read(
+            if counts and not counted:  # both in one statement: its first run costs as much as its reads
+                tallied = {r[0]: r[1:] for r in read(
                     "SELECT j.value, (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = j.value),"
                     " (SELECT count(*) FROM comments c WHERE c.issue_id = j.value) FROM json_each(?) j", (id_list,)
                 )[1]}
         if not counts:
             return [_build_issue(r, labels.get(r[0]), deps.get(r[0])) for r in rows]
-        return [_counted_issue(r, labels.get(r[0]), deps.get(r[0]), *counted[r[0]]) for r in rows]
+        if counted:
+            return [_counted_issue(r[:_N], labels.get(r[0]), deps.get(r[0]), r[_N], r[_N + 1]) for r in rows]
+        return [_counted_issue(r, labels.get(r[0]), deps.get(r[0]), *tallied[r[0]]) for r in rows]
 
     def _hydrated_row(self, row: tuple) -> dict:
         """The issue object of a row of ``_ISSUE_COLUMNS`` followed by ``pg_functions.RELATED``'s columns
@@ -296,13 +306,13 @@ class Reader:
             cte, cparams = _descendants_cte(parent, descendants)
             where.append("i.id IN (SELECT id FROM scope)")
             params = cparams + params
-        sql = f"{cte} SELECT {_ISSUE_SELECT} FROM issues i"
+        sql = f"{cte} SELECT {_COUNTED_SELECT} FROM issues i"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY i.priority, i.created_sort, i.id"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return self._hydrate(self.db.read_tuples(sql, tuple(params))[1])
+        return self._hydrate(self.db.read_tuples(sql, tuple(params))[1], counted=True)
 
     def children(self, parent_id: str) -> list[dict]:
         """Direct children (``parent-child`` dependents) of ``parent_id``."""
@@ -336,8 +346,9 @@ class Reader:
             sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit,
                                           now=now, columns="i.*")
             return [dict(r) for r in self.db.read(sql, params)]
-        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now)
-        return self._hydrate(self.db.read_tuples(sql, params)[1])
+        sql, params = self._ready_sql(labels=labels, issue_type=issue_type, parent=parent, limit=limit, now=now,
+                                      columns=_COUNTED_SELECT)
+        return self._hydrate(self.db.read_tuples(sql, params)[1], counted=True)
 
     def _ready_sql(self, *, labels, issue_type, parent, limit, now, columns: str = _ISSUE_SELECT,
                    extra_where: Sequence[str] = (), extra_params: Sequence[Any] = (),

@@ -82,4 +82,6 @@ def json_text(value: Any, *, indent: int | None = None) -> str:
     from .jsontext import dumps, indented  # here: `mesh --help` imports this module, never for JSON
 
     text = dumps(value, ensure_ascii=False) if indent is None else indented(value, indent)
+    if text.isascii() and "\x7f" not in text:  # nothing to escape: both tests are C scans, or O(1)
+        return text
     return text.translate(_JSON_CONTROLS)

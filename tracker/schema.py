@@ -26,6 +26,7 @@ PostgreSQL computes them from its tables and needs nothing).
 
 from __future__ import annotations
 
+from .db import SCHEMA_VERSION
 from .errors import WorkspaceError
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["CHANGE_CHANNEL", "SCHEMA", "SCHEMA_VERSION", "current_version", "ensure_schema", "statements"]
-
-SCHEMA_VERSION = 8
 
 # Version 5 (see the module docstring); also in SCHEMA, for new trackers.
 OPEN_ORDER_INDEX = ("CREATE INDEX IF NOT EXISTS issues_open_order ON issues(priority, created_sort, id)"
