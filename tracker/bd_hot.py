@@ -20,8 +20,8 @@ import sys
 
 from . import bd_reads as bd
 from .hot_output import option_value, split_csv
+from .jsontext import json_text
 from .model import INFRA_TYPES
-from .safe_text import json_text
 from .reader import Reader
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it

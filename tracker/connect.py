@@ -23,22 +23,25 @@ if TYPE_CHECKING:
 __all__ = ["open_database", "refuse_initialized"]
 
 
-def open_database(target: Path | str, *, create: bool = False):
+def open_database(target: Path | str, *, create: bool = False, writes: bool = True):
     """The tracker database at ``target``: a SQLite file, or a PostgreSQL server for a
-    ``postgresql://`` URL. Brings its schema up to date (see ``schema``)."""
+    ``postgresql://`` URL. Brings its schema up to date (see ``schema``). ``writes=False``: a
+    SQLite file opened for reading (``db.Database``), unless its schema must be made or upgraded."""
     if is_url(target):
         from .postgres import PostgresDatabase
 
         db = PostgresDatabase(str(target))
         where = db.display
     else:
-        db = Database(sqlite_file(target), create=create)
+        db = Database(sqlite_file(target), create=create, writes=writes)
         where = db.display
         if _current(db):
             return db
     try:
         from .schema import ensure_schema  # only for a database to make or bring up to date
 
+        if db.engine == "sqlite":
+            db.prepare_writes()
         ensure_schema(db, create=create, where=where)
     except sqlite3.DatabaseError as exc:  # a damaged file surfaces at the first query
         db.close()

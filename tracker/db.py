@@ -2,9 +2,9 @@
 
 ``connect.open_database`` opens this engine or ``postgres.PostgresDatabase``; both give
 the same interface (``Transactions`` is their shared part). SQLite is one file, WAL
-journal, a busy timeout, foreign keys on, and every write transaction opened with
-``BEGIN IMMEDIATE`` so that two writers never both read then write (the claim
-compare-and-set depends on it). This module imports neither engine's opener nor the
+journal, a busy timeout, foreign keys on for a connection that writes (one that only reads
+skips those settings), and every write transaction opened with ``BEGIN IMMEDIATE`` so that
+two writers never both read then write (the claim compare-and-set depends on it). This module imports neither engine's opener nor the
 schema: ``postgres`` and ``schema`` build on it, not the other way round.
 """
 
@@ -153,38 +153,51 @@ class Database(Transactions):
 
     engine = "sqlite"
 
-    def __init__(self, path: Path | str, *, create: bool = False):
+    def __init__(self, path: Path | str, *, create: bool = False, writes: bool = True):
+        """Open ``path`` (made when ``create``). ``writes=False`` opens it for reading only: the
+        settings a write needs are made by ``prepare_writes``, which a read never calls (a hot
+        read saves their statements, a tenth of a millisecond)."""
         self.file = os.fspath(path)
         if not create and not os.path.exists(self.file):
             raise WorkspaceError(f"no tracker database at {self.file} (run 'mesh tracker init')")
         if create:
             os.makedirs(os.path.dirname(self.file) or ".", exist_ok=True)
+        self._writes_prepared = False
         try:
             self.conn = sqlite3.connect(
                 self.file,
-                timeout=BUSY_TIMEOUT_MS / 1000,
+                timeout=BUSY_TIMEOUT_MS / 1000,  # SQLite's busy timeout: no PRAGMA needed
                 isolation_level=None,
                 check_same_thread=False,
             )
             self.conn.row_factory = sqlite3.Row
-            self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise WorkspaceError(f"cannot enable WAL on {self.file} (journal mode {mode})")
-            # NORMAL is durable across application crashes in WAL mode; only an OS crash can
-            # lose the last transactions, never corrupt the file.
-            self.conn.execute("PRAGMA synchronous = NORMAL")
-            self.conn.execute("PRAGMA foreign_keys = ON")
             # SQLite's default page cache (2 MB) holds a query's pages or its hydration's, not both,
             # in a large tracker: every ready call then reads both again from the OS, and its cost
             # grows with the tracker instead of the answer. Pages are allocated only as used.
             self.conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+            if writes:
+                self.prepare_writes()
         except sqlite3.DatabaseError as exc:
             raise WorkspaceError(f"cannot open tracker database {self.file}: {exc}") from exc
         self._lock = RLock()
         self._depth = 0
 
     display = property(lambda self: self.file)
+
+    def prepare_writes(self) -> None:
+        """What this connection needs before it writes: the WAL journal (readers never wait for a
+        writer; a file that cannot have it is refused), ``synchronous = NORMAL`` and foreign keys.
+        The journal mode is the file's own and stays; the other two are the connection's."""
+        if self._writes_prepared:
+            return
+        mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise WorkspaceError(f"cannot enable WAL on {self.file} (journal mode {mode})")
+        # NORMAL is durable across application crashes in WAL mode; only an OS crash can
+        # lose the last transactions, never corrupt the file.
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        self._writes_prepared = True
 
     @property
     def path(self) -> Path:

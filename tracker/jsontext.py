@@ -2,10 +2,11 @@
 
 ``import json`` brings its decoder, scanner and encoder and compiles six regular expressions:
 about 5% of a ``bd list --json`` process, which decodes nothing when no issue it shows has
-metadata or kept extras. The hot reads need three things, made here from the C functions
+metadata or kept extras. What the hot reads need is made here from the C functions
 ``json`` itself uses (``_json``): the JSON array of a list of ids (the ``json_each`` parameter
-of every batched query), and the indented answer ``json.dumps(value, indent=2,
-ensure_ascii=False)`` would print, character for character (a property test compares them).
+of every batched query), the indented answer ``json.dumps(value, indent=2,
+ensure_ascii=False)`` would print, character for character (a property test compares them), and
+that answer made safe for a terminal (``json_text``, which ``safe_text`` hands out).
 Decoding and the compact form import ``json`` on their first call.
 """
 
@@ -22,9 +23,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-__all__ = ["id_array", "indented", "loads", "dumps", "compact"]
+__all__ = ["id_array", "indented", "json_text", "loads", "dumps", "compact"]
 
 _INFINITY = float("inf")
+# What json.dumps(ensure_ascii=False) leaves raw and a terminal may still obey.
+_JSON_CONTROLS = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
 
 
 def id_array(ids: Iterable[str]) -> str:
@@ -51,6 +54,16 @@ def compact(value: Any) -> str:
     import json
 
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON that decodes to exactly ``value``, safe to print (``safe_text``'s
+    ``json_text``): non-ASCII text kept as it is (as bd prints it), the controls ``json.dumps``
+    leaves raw (DEL, C1) escaped like the others."""
+    text = dumps(value, ensure_ascii=False) if indent is None else indented(value, indent)
+    if text.isascii() and "\x7f" not in text:  # nothing to escape: both tests are C scans, or O(1)
+        return text
+    return text.translate(_JSON_CONTROLS)
 
 
 class _Unusual(Exception):

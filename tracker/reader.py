@@ -93,8 +93,11 @@ class Reader:
     be printed.
     """
 
+    # Whether this class writes: a Reader's SQLite connection skips the settings only writes need.
+    _WRITES = False
+
     def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
-        self.db = open_database(path, create=create)
+        self.db = open_database(path, create=create, writes=self._WRITES)
         self.actor = actor or os.environ.get("MESH_ACTOR") or os.environ.get("USER") or "mesh"
 
     # ----------------------------------------------------------------- lifecycle

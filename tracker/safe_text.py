@@ -5,8 +5,8 @@ A title or a comment can hold terminal control sequences (``ESC[2J`` clears the 
 overrides (U+202E shows text reversed). ``printable`` shows every control, format and
 separator character as an escape (``\\u001b``, ``\\u202e``) so that what reaches a terminal
 is inert, whether or not the output is a terminal (a pipe into ``less -R`` or a log viewer
-renders it too). JSON output stays exact: ``json_text`` escapes the controls
-``json.dumps`` leaves raw (DEL and C1) and keeps every other character as it is.
+renders it too). JSON output stays exact: ``json_text`` (defined in ``jsontext``) escapes the
+controls ``json.dumps`` leaves raw (DEL and C1) and keeps every other character as it is.
 
 Every human-readable output of ``mesh`` and ``bd`` goes through here; this module sits in
 the lowest layer so that the tracker's command line and the orchestrator share it. It
@@ -30,8 +30,6 @@ _KEEP_ON_A_LINE = frozenset("\t")
 # hide what is shown; line and paragraph separators break lines; a lone surrogate cannot
 # even be written out.
 _UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-# What json.dumps(ensure_ascii=False) leaves raw and a terminal may still obey.
-_JSON_CONTROLS = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
 
 
 def _escape(char: str) -> str:
@@ -77,11 +75,9 @@ def inert(value: Any, *, multiline: frozenset[str] = frozenset()) -> Any:
 
 
 def json_text(value: Any, *, indent: int | None = None) -> str:
-    """``value`` as JSON that decodes to exactly ``value``: non-ASCII text kept as it is (as bd
-    prints it), the controls ``json.dumps`` leaves raw (DEL, C1) escaped like the others."""
-    from .jsontext import dumps, indented  # here: `mesh --help` imports this module, never for JSON
+    """``jsontext.json_text``: ``value`` as JSON that decodes to exactly ``value``, non-ASCII text
+    kept and the controls ``json.dumps`` leaves raw (DEL, C1) escaped. Its definition is there, so
+    that a hot read prints safe JSON without loading this module."""
+    from .jsontext import json_text as safe_json  # here: `mesh --help` imports this module, never for JSON
 
-    text = dumps(value, ensure_ascii=False) if indent is None else indented(value, indent)
-    if text.isascii() and "\x7f" not in text:  # nothing to escape: both tests are C scans, or O(1)
-        return text
-    return text.translate(_JSON_CONTROLS)
+    return safe_json(value, indent=indent)

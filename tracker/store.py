@@ -45,6 +45,8 @@ class Tracker(Issues, ReadyWork, Dependencies, Comments, Coordination, Reader):
     be printed.
     """
 
+    _WRITES = True
+
     def __init__(self, path: Path | str, *, actor: str | None = None, create: bool = False):
         super().__init__(path, actor=actor, create=create)
         self._counts_kept = self.db.engine != "sqlite"  # PostgreSQL counts stats' figures from its tables
