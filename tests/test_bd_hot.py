@@ -290,3 +290,35 @@ def test_a_hot_answer_ends_the_process_whole_and_runs_the_exit_handlers(tmp_path
                           capture_output=True, env={**os.environ, "BEADS_DB": db}, timeout=120)
     assert done.returncode == 0 and done.stderr == b"HANDLER RAN"
     assert done.stdout == _full(["list", "--json", "--limit", "0"], db)[1]
+
+
+def test_a_hot_read_leaves_the_wal_open_and_loses_no_write_around_it(tmp_path, small):
+    """A console script's hot read ends the process with its database open
+    (``answer(exiting=True)``): the ``-wal`` and ``-shm`` files stay for the next read instead
+    of being deleted and made again. With a writer open across it, writing before and after,
+    nothing is lost: every write is read back, by the next hot read too, and the file is whole;
+    the writer, closing last, checkpoints and removes the files as SQLite always does."""
+    db, _ = small
+    wal, shm = Path(db + "-wal"), Path(db + "-shm")
+    code = "from tracker.bd_shim import main\nmain()\n"
+
+    def hot(*args: str) -> list:
+        done = subprocess.run([sys.executable, "-c", code, *args, "--json"], cwd=tmp_path, capture_output=True,
+                              env={**os.environ, "BEADS_DB": db}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    hot("ready")
+    assert wal.exists() and shm.exists()
+    writer = Tracker.open(db)
+    before = writer.create("written before the read")["id"]
+    assert before in {i["id"] for i in hot("list", "--limit", "0")}
+    after = writer.create("written after the read")["id"]
+    shown = hot("show", before, after)
+    assert [i["id"] for i in shown] == [before, after]
+    writer.close()  # the last connection: it checkpoints and removes the WAL files
+    assert not wal.exists() and not shm.exists()
+    with Tracker.open(db) as reopened:
+        assert reopened.db.read("PRAGMA integrity_check")[0][0] == "ok"
+        assert reopened.exists(before) and reopened.exists(after)
+        assert reopened.doctor()["ok"]

@@ -177,27 +177,40 @@ def _valid(value: str | None, kind: object) -> bool:
     return kind in (_VALUE, _MANY) or value in kind  # type: ignore[operator]
 
 
-def answer(args: Sequence[str], settings: dict) -> str | None:
+def answer(args: Sequence[str], settings: dict, *, exiting: bool = False) -> str | None:
     """What ``args`` (a ``bd``/``mesh tracker`` command line) prints on stdout when it is a hot
     read with ``--json``, on the tracker ``settings`` names (``db``, ``actor``; a ``--db``/
-    ``--actor`` in ``args`` wins); None when the full command line must answer."""
+    ``--actor`` in ``args`` wins); None when the full command line must answer.
+
+    ``exiting``: the caller prints the answer and ends the process at once (``hot_output.finish``,
+    which the console scripts call). The database is then left open, not closed: the last
+    connection to close a WAL database checkpoints it and deletes its ``-wal`` and ``-shm``
+    files, which the next read has to make again (about 0.7 ms of a hot read's 6 above the bare
+    interpreter: docs/benchmarks-tracker.md). A read leaves nothing to checkpoint, and the files
+    are the ones any open tracker keeps (``mesh init`` ignores ``.beads/*.db*``)."""
     parsed = _parse(args)
     if parsed is None or sys.stdout is None or (sys.stdout.encoding or "").lower().replace("-", "") != "utf8":
         return None
     command, given, positional, options = parsed
     merged = {**settings, **given}
     try:
-        with Reader.open(merged.get("db"), actor=merged.get("actor")) as t:
-            if command == "ready":
-                result = ready_issues(t, **options)
-            elif command == "list":
-                result = list_issues(t, **options)
-            elif command == "show":
-                result = show_issues(t, positional)
-            elif command == "blocked":
-                result = bd.blocked(t, **options)
-            else:
-                result = bd.statistics(t)
+        t = Reader.open(merged.get("db"), actor=merged.get("actor"))
     except Exception:  # every failure is the full command line's to report, in its words
         return None
+    try:
+        if command == "ready":
+            result = ready_issues(t, **options)
+        elif command == "list":
+            result = list_issues(t, **options)
+        elif command == "show":
+            result = show_issues(t, positional)
+        elif command == "blocked":
+            result = bd.blocked(t, **options)
+        else:
+            result = bd.statistics(t)
+    except Exception:
+        t.close()
+        return None
+    if not exiting:
+        t.close()
     return json_text(result, indent=2) + "\n"

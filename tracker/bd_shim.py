@@ -53,7 +53,7 @@ def main() -> None:
     from .hot_output import finish
 
     settings = bd_settings(os.environ)
-    text = answer(sys.argv[1:], settings)
+    text = answer(sys.argv[1:], settings, exiting=True)
     if text is not None:
         finish(text)
     run(sys.argv[1:], settings)

@@ -37,7 +37,7 @@ def main() -> None:
         from tracker.hot_output import finish
 
         settings = {"db": os.environ.get("MESH_DB") or None, "actor": os.environ.get("MESH_ACTOR") or None}
-        text = answer(args[1:], settings)
+        text = answer(args[1:], settings, exiting=True)
         if text is not None:
             finish(text)
     if args[:1] == ["logs"]:
