@@ -26,6 +26,7 @@ __all__ = ["READY_SORTS", "LIST_SORTS", "issue", "issue_with_counts", "comment",
 
 _ACTIVE = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 _WORK = "issue_type NOT IN (" + ",".join(f"'{t}'" for t in INFRA_TYPES) + ")"
+_NOT_OWN = frozenset((*COMPUTED_FIELDS, "dependencies", "comments"))  # what ``issue`` leaves out
 READY_SORTS = ("hybrid", "priority", "oldest")  # ``ready --sort`` (its policies)
 # ``list --sort``'s fields (``bd_views.sort_issues`` orders by them).
 LIST_SORTS = ("priority", "created", "updated", "closed", "status", "id", "title", "type", "assignee")
@@ -37,8 +38,7 @@ LIST_SORTS = ("priority", "created", "updated", "closed", "status", "id", "title
 def issue(obj: dict) -> dict:
     """bd's ``types.Issue`` (types.go:15): the issue's own fields and its labels, without the
     counts, dependency records or comments that only some commands add."""
-    return {k: v for k, v in obj.items()
-            if k not in COMPUTED_FIELDS and k not in ("dependencies", "comments")}
+    return {k: v for k, v in obj.items() if k not in _NOT_OWN}
 
 
 def issue_with_counts(obj: dict, *, dependencies: bool) -> dict:

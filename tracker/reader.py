@@ -21,7 +21,7 @@ from .errors import NotFoundError, WorkspaceError
 from .jsontext import id_array
 from .model import BLOCKING_STATUSES, NON_WORK_TYPES, check_status, normalize_ts, now_iso
 from .rows import _COMMENT_COLUMNS, _DEP_COLUMNS, _ISSUE_COLUMNS, _ISSUE_SELECT, _build_issue, _comment_obj, \
-    _counted_issue, _dep_from_tuple, _last
+    _counted_issue, _dep_from_tuple, _DEP_ROWID, _LABEL_ROWID
 
 TYPE_CHECKING = False  # typing costs each bd process ~2 ms to import; annotations only need it
 if TYPE_CHECKING:
@@ -231,11 +231,11 @@ class Reader:
             # ORDER BY rowid in SQL would make SQLite scan the whole table instead.
             for issue_id, label, _ in sorted(read(
                 f"SELECT issue_id, label, rowid FROM labels WHERE issue_id IN {_JSON_IDS}", (id_list,)
-            )[1], key=_last):
+            )[1], key=_LABEL_ROWID):
                 labels.setdefault(issue_id, []).append(label)
             for r in sorted(read(
                 f"SELECT {_DEP_COLUMNS}, rowid FROM dependencies WHERE issue_id IN {_JSON_IDS}", (id_list,)
-            )[1], key=_last):
+            )[1], key=_DEP_ROWID):
                 deps.setdefault(r[0], []).append(_dep_from_tuple(r))
             if counts and not counted:  # both in one statement: its first run costs as much as its reads
                 tallied = {r[0]: r[1:] for r in read(

@@ -58,8 +58,10 @@ def _row_obj(row: Row) -> dict:
     return out
 
 
-def _last(row: tuple) -> Any:
-    return row[-1]
+# The sort keys of a label row (issue_id, label, rowid) and of a dependency row (``_DEP_COLUMNS``,
+# rowid) by their rowid: C getters, a Python call less per row.
+_LABEL_ROWID = itemgetter(2)
+_DEP_ROWID = itemgetter(6)
 
 
 def _build_issue(row: tuple, labels: list[str] | None, deps: list[dict] | None,
