@@ -93,6 +93,12 @@ def check_same(db: str, lines: list[list[str]]) -> int:
 def test_hot_reads_print_what_the_full_command_line_prints_on_real_exports(tmp_path, source):
     db, ids = _workspace(tmp_path, source)
     check_same(db, _command_lines(ids))
+    # And what they print is what the file holds: `list --limit 0` lists every issue bd lists,
+    # counted from the file itself (both paths once listed nothing where issues kept extra fields).
+    listed = {i["id"] for i in json.loads(answer(["list", "--json", "--limit", "0"], {"db": db}))}
+    records = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    assert listed == {r["id"] for r in records if r.get("status", "open") not in ("closed", "tombstone")
+                      and r.get("issue_type", "task") not in ("gate", *INFRA_TYPES) and r.get("is_template") is not True}
 
 
 @pytest.mark.parametrize("size", [300, 2000])
@@ -224,24 +230,28 @@ def test_list_leaves_out_templates_gates_and_infrastructure_unless_asked_as_bd_d
     line = ('{"id": "tt-tmpl", "title": "a template", "status": "open", "priority": 2, "issue_type": "task",'
             ' "is_template": true, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}\n'
             '{"id": "tt-not", "title": "not one", "status": "open", "priority": 2, "issue_type": "task",'
-            ' "is_template": false, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}\n')
+            ' "is_template": false, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}\n'
+            # Extra fields without is_template (a real export's bd counts): not a template.
+            '{"id": "tt-kept", "title": "kept fields", "status": "open", "priority": 2, "issue_type": "task",'
+            ' "dependency_count": 0, "source_note": "x", "created_at": "2026-01-01T00:00:00Z",'
+            ' "updated_at": "2026-01-01T00:00:00Z"}\n')
     import_jsonl(tracker, io.StringIO(line))
 
     def ids(**options) -> set[str]:
         return {i["id"] for i in list_issues(tracker, limit=0, **options)}
 
-    assert ids() == {task, "tt-not"}
-    assert ids(include_gates=True) == {task, "tt-not", gate}
+    assert ids() == {task, "tt-not", "tt-kept"}
+    assert ids(include_gates=True) == {task, "tt-not", "tt-kept", gate}
     assert ids(issue_type="gate") == {gate}
-    assert ids(include_infra=True) == {task, "tt-not", agent}
+    assert ids(include_infra=True) == {task, "tt-not", "tt-kept", agent}
     assert ids(issue_type="agent") == {agent}
-    assert ids(include_templates=True) == {task, "tt-not", "tt-tmpl"}
-    assert {i["id"] for i in tracker.list()} == {task, "tt-not", "tt-tmpl", gate, agent}
+    assert ids(include_templates=True) == {task, "tt-not", "tt-kept", "tt-tmpl"}
+    assert {i["id"] for i in tracker.list()} == {task, "tt-not", "tt-kept", "tt-tmpl", gate, agent}
     db = str(tracker.db.path)  # the file, or the PostgreSQL URL
-    assert {i["id"] for i in json.loads(answer(["list", "--json"], {"db": db}))} == {task, "tt-not"}
-    for args, expected in ((["list", "--json"], {task, "tt-not"}),
+    assert {i["id"] for i in json.loads(answer(["list", "--json"], {"db": db}))} == {task, "tt-not", "tt-kept"}
+    for args, expected in ((["list", "--json"], {task, "tt-not", "tt-kept"}),
                            (["list", "--json", "--include-gates", "--include-templates", "--include-infra"],
-                            {task, "tt-not", gate, "tt-tmpl", agent})):
+                            {task, "tt-not", "tt-kept", gate, "tt-tmpl", agent})):
         res = CliRunner().invoke(tracker_group, args, obj={"db": db, "actor": None})
         assert res.exit_code == 0, res.output
         assert {i["id"] for i in json.loads(res.stdout)} == expected
@@ -322,3 +332,75 @@ def test_a_hot_read_leaves_the_wal_open_and_loses_no_write_around_it(tmp_path, s
         assert reopened.db.read("PRAGMA integrity_check")[0][0] == "ok"
         assert reopened.exists(before) and reopened.exists(after)
         assert reopened.doctor()["ok"]
+
+
+def _blocked_oracle(tracker) -> list[tuple[str, list[str]]]:
+    """bd's blocked list computed in Python from the tracker's whole list: unfinished issues, not
+    pinned, whose status is blocked or deferred or that a ``blocks`` edge to unfinished work holds,
+    by (priority, created_at, id), each with the sorted ids holding it."""
+    from tracker.model import BLOCKING_STATUSES
+
+    everything = {i["id"]: i for i in tracker.list(include_closed=True)}
+    out = []
+    for i in sorted(everything.values(), key=lambda i: (i["priority"], i.get("created_at") or "", i["id"])):
+        if i["status"] not in BLOCKING_STATUSES or i.get("pinned"):
+            continue
+        holding = sorted(d["depends_on_id"] for d in i.get("dependencies") or ()
+                         if d["type"] == "blocks" and d["depends_on_id"] in everything
+                         and everything[d["depends_on_id"]]["status"] in BLOCKING_STATUSES)
+        if holding or i["status"] in ("blocked", "deferred"):
+            out.append((i["id"], holding))
+    return out
+
+
+def test_blocked_lists_what_the_issues_themselves_say_on_each_engine(tracker):
+    """`blocked` (found from the `blocks` edges and the status index, then only those rows) lists
+    exactly the issues and blockers a plain reading of every issue finds, on a generated workspace
+    with blocked, deferred, pinned and closed issues and edges to closed and to missing issues."""
+    from tracker import bd_reads
+
+    source = io.StringIO()
+    records = generate(300, seed=47)
+    records[0]["pinned"], records[0]["status"] = True, "blocked"
+    records[1].setdefault("dependencies", []).append(
+        {"issue_id": records[1]["id"], "depends_on_id": "bm-gone", "type": "blocks"})
+    for record in records:
+        source.write(json.dumps(record) + "\n")
+    source.seek(0)
+    import_jsonl(tracker, source)
+    answer = [(i["id"], i["blocked_by"]) for i in bd_reads.blocked(tracker)]
+    assert answer == _blocked_oracle(tracker) and len(answer) > 20
+    assert all(i["blocked_by_count"] == len(i["blocked_by"]) for i in bd_reads.blocked(tracker))
+
+
+@pytest.mark.parametrize("source", beads_real_files(), ids=lambda p: p.name)
+def test_blocked_lists_what_the_issues_themselves_say_on_real_exports(tmp_path, source):
+    from tracker import bd_reads
+
+    db, _ = _workspace(tmp_path, source)
+    with Tracker.open(db) as t:
+        assert [(i["id"], i["blocked_by"]) for i in bd_reads.blocked(t)] == _blocked_oracle(t)
+
+
+def test_a_hot_read_of_issues_with_kept_fields_and_metadata_imports_no_json_package(tmp_path):
+    """Issues that keep fields the model does not know (a real export's bd counts) or carry
+    metadata are decoded by ``_json``'s C scanner: the hot read does not import ``json`` (with the
+    ``re`` and ``enum`` it brings, 11 ms of a process), and prints what the full command line prints."""
+    tracker = Tracker.init(tmp_path / "ws", prefix="kf")
+    try:
+        import_jsonl(tracker, io.StringIO(
+            '{"id": "kf-1", "title": "kept", "status": "open", "priority": 1, "issue_type": "task",'
+            ' "dependency_count": 0, "source_note": {"from": "bd", "n": [1, 2.5, null]},'
+            ' "metadata": {"k": "v\\u00e9", "nested": {"x": true}},'
+            ' "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}\n'))
+        db = str(tracker.path)
+    finally:
+        tracker.close()
+    for args in (["list", "--json"], ["ready", "--json"], ["show", "kf-1", "--json"]):
+        done = _run("tracker.bd_shim:main", args, tmp_path, BEADS_DB=db)
+        assert done.returncode == 0, done.stderr
+        imported = set(done.stderr.decode().rpartition("MODULES ")[2].split())
+        # (``re`` itself: a development install's editable finder loads it in every process)
+        assert "tracker.bd_hot" in imported and not imported.intersection({"json", "json.decoder"}), args
+        assert done.stdout == _full(args, db)[1]
+        assert json.loads(done.stdout)[0]["metadata"] == {"k": "v\u00e9", "nested": {"x": True}}

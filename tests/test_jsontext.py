@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tracker.jsontext import id_array, indented
+from tracker.jsontext import _has_controls, id_array, indented, json_text, loads
 
 _scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
             | st.text())
@@ -29,6 +29,39 @@ _values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.
 def test_indented_is_json_dumps_character_for_character(value, indent):
     assert indented(value, indent) == json.dumps(value, indent=indent, ensure_ascii=False)
     assert indented(value, indent, ensure_ascii=True) == json.dumps(value, indent=indent)
+
+
+@given(_values, st.sampled_from([None, 1]), st.sampled_from(["", " ", "\n", "x", "\ufeff"]))
+@example({"a": [1, 2.5, None, True, "\u00e9\x7f"]}, None, "")
+@example([float("nan"), float("inf"), -float("inf"), 10**30, 1e400], None, "")
+def test_loads_reads_what_json_loads_reads_and_refuses_what_it_refuses(value, indent, around):
+    """The C scanner's fast path (``jsontext.loads``) and ``json.loads`` agree on every text: a
+    value alone, with space or a byte-order mark around it, or with trailing data (an error, the
+    same one)."""
+    for text in (json.dumps(value, indent=indent, ensure_ascii=False), json.dumps(value)):
+        for variant in (text, around + text, text + around):
+            try:
+                expected = ("value", json.dumps(json.loads(variant)))
+            except ValueError as exc:
+                expected = ("error", type(exc), str(exc))
+            try:
+                got = ("value", json.dumps(loads(variant)))
+            except ValueError as exc:
+                got = ("error", type(exc), str(exc))
+            assert got == expected
+
+
+@given(st.text() | st.text(st.sampled_from(["a", "\x7f", "\x80", "\x9f", "\xa0", "\xc2", "é", "\ud800", "😀"])))
+@example("é\x85«")
+def test_json_text_escapes_del_and_c1_and_nothing_else(text):
+    """The C scans that decide whether an answer needs the escaping find exactly DEL and the C1
+    controls (U+0080-U+009F), whatever else the text holds (accents, U+00C2 itself, a lone
+    surrogate); the answer still decodes to the value."""
+    assert _has_controls(text) == any(0x7F <= ord(c) <= 0x9F for c in text)
+    shown = json_text({"t": text}, indent=2)
+    assert not any(0x7F <= ord(c) <= 0x9F for c in shown)
+    if "\ud800" not in text:
+        assert json.loads(shown) == {"t": text}
 
 
 @given(st.lists(st.text()))

@@ -7,12 +7,14 @@ structs the shapes come from are cited where each is built (``internal/types/typ
 ``cmd/bd/*.go`` at tag v0.50.3). Everything here reads through the ``Reader`` API or
 ``reader.db.read`` with plain SQL that SQLite and PostgreSQL both accept.
 
-May import: ``errors``, ``model``, ``rows`` (and ``reader`` for annotations).
+May import: ``dialect``, ``errors``, ``jsontext``, ``model``, ``rows`` (and ``reader`` for annotations).
 """
 
 from __future__ import annotations
 
+from .dialect import JSON_IDS
 from .errors import InvalidValueError
+from .jsontext import id_array
 from .model import BLOCKING_STATUSES, COMPUTED_FIELDS, INFRA_TYPES, parse_ts
 from .rows import _ISSUE_SELECT
 
@@ -163,20 +165,32 @@ def list_filter(issues: Iterable[dict], *, labels_any: Sequence[str] = (), prior
 def blocked(tracker: Tracker, *, parent: str | None = None) -> list[dict]:
     """``blocked --json`` (cmd/bd/ready.go:221): bd's ``BlockedIssue`` (types.go:919), the issues
     whose status is blocked or deferred or that a ``blocks`` edge to unfinished work holds
-    back (internal/storage/sqlite/ready.go:558), each with the ids holding it."""
+    back (internal/storage/sqlite/ready.go:558), each with the ids holding it.
+
+    Found from the other side: the ``blocks`` edges to unfinished work, read once (they name both
+    the issues held and what holds them), and the blocked or deferred ids from the status index;
+    then only those issues' rows. Testing each unfinished issue for an edge read every one of
+    their rows: 4-7 ms on a real 9,365-issue export with nothing blocked, against 2-3."""
+    blockers: dict[str, list[str]] = {}
+    for issue_id, blocker in tracker.db.read_tuples(
+        "SELECT d.issue_id, d.depends_on_id FROM dependencies d JOIN issues b ON b.id = d.depends_on_id"
+        f" WHERE d.type = 'blocks' AND b.status IN {_ACTIVE}"
+    )[1]:
+        blockers.setdefault(issue_id, []).append(blocker)
+    held = {r[0] for r in tracker.db.read_tuples("SELECT id FROM issues WHERE status IN ('blocked', 'deferred')")[1]}
     _, rows = tracker.db.read_tuples(
-        f"SELECT {_ISSUE_SELECT} FROM issues i WHERE i.status IN {_ACTIVE} AND COALESCE(i.pinned, 0) = 0"
-        " AND (i.status IN ('blocked', 'deferred') OR EXISTS (SELECT 1 FROM dependencies d"
-        " JOIN issues b ON b.id = d.depends_on_id WHERE d.issue_id = i.id AND d.type = 'blocks'"
-        f" AND b.status IN {_ACTIVE})) ORDER BY i.priority, i.created_at, i.id"
+        f"SELECT {_ISSUE_SELECT} FROM issues i WHERE i.id IN {JSON_IDS} AND i.status IN {_ACTIVE}"
+        " AND COALESCE(i.pinned, 0) = 0 ORDER BY i.priority, i.created_at, i.id",
+        (id_array(sorted(held.union(blockers))),),
     )
     if parent:
         scope = {i["id"] for i in tracker.list(parent=parent, descendants=True, include_closed=True)}
         rows = [r for r in rows if r[0] in scope]
-    # The issues and their blockers in one read each (an issue at a time was 0.2 s at 10,000 issues).
-    blockers = tracker.blocker_ids(r[0] for r in rows)
-    return [dict(issue(obj), blocked_by_count=len(blockers[obj["id"]]), blocked_by=blockers[obj["id"]])
-            for obj in tracker._hydrate(rows, counts=False)]
+    out = []
+    for obj in tracker._hydrate(rows, counts=False):
+        ids = sorted(blockers.get(obj["id"], ()))
+        out.append(dict(issue(obj), blocked_by_count=len(ids), blocked_by=ids))
+    return out
 
 
 def _children_by_epic(tracker: Tracker) -> dict[str, list[str]]:

@@ -299,7 +299,8 @@ class Reader:
             where.append(f"i.issue_type NOT IN ({','.join('?' * len(exclude_types))})")
             params += list(exclude_types)
         if not templates:  # kept among an imported issue's extra fields, as JSON true
-            where.append(f"NOT (i.extra IS NOT NULL AND {_IS_TEMPLATE[self.db.engine]})")
+            # COALESCE: extra fields without the key give NULL, which must keep the issue, not drop it.
+            where.append(f"NOT (i.extra IS NOT NULL AND COALESCE({_IS_TEMPLATE[self.db.engine]}, FALSE))")
         for label in labels:
             where.append("i.id IN (SELECT issue_id FROM labels WHERE label = ?)")
             params.append(label)
