@@ -11,6 +11,7 @@ baseline of (A B A B ...), and each ratio is the median of the pairs'.
     .venv/bin/python bench/tracker_speed.py --only io,ready --root /path/to/another/checkout
     .venv/bin/python bench/tracker_speed.py --only process --installed   # a fresh `pip install .`, as users run it
     .venv/bin/python bench/tracker_speed.py --only io --installed --runs 5   # the import, the command too
+    .venv/bin/python bench/tracker_speed.py --only real --installed          # the hot reads on the real exports
 
 ``--root`` measures another checkout of mesh (its ``.venv``, its ``tracker``) with this script:
 the "before" figures of docs/benchmarks-tracker.md are this script run on the commit before issue 21.
@@ -38,7 +39,7 @@ sys.path.insert(0, str(HERE))
 
 from gen_workspace import PLAN_LABEL, PLAN_SIZE, generate, write_jsonl  # noqa: E402
 
-SECTIONS = ("process", "io", "ready", "views")
+SECTIONS = ("process", "io", "ready", "views", "real")
 
 
 def _median_pairs(a: Callable[[], float], b: Callable[[], float], runs: int) -> tuple[float, float, float]:
@@ -131,6 +132,37 @@ def bench_process(root: Path, workdir: Path, runs: int, bin_dir: Path | None = N
     shim, direct = commands[1][1], commands[0][1]  # bd ready, mesh tracker ready
     a, b, ratio = _median_pairs(lambda: _process_cpu(shim, env, workdir), lambda: _process_cpu(direct, env, workdir), runs)
     _figure("bd ready --json against mesh tracker ready --json, cpu", a * 1000, "ms", b * 1000, ratio, "1x")
+
+
+def bench_real(root: Path, workdir: Path, runs: int, bin_dir: Path | None, real_dir: Path) -> None:
+    """The hot reads on each real beads export in ``real_dir`` (``../shared/data/beads-real``): a
+    workspace made of each file by the mesh measured, each read's whole process against
+    ``python -c pass``, CPU time, the median of pairs. Real files hold what generated ones do not:
+    kept fields, long texts, accents, few or many blocked issues."""
+    bin_dir = bin_dir or root / ".venv" / "bin"
+    python, bd, mesh = str(bin_dir / "python"), str(bin_dir / "bd"), str(bin_dir / "mesh")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BEADS_", "BD_", "MESH_"))}
+    bare = [python, "-c", "pass"]
+    reads = ("ready", "list", "show ID", "stats", "blocked")
+    print(f"\n== hot reads on the real beads exports of {real_dir} (CPU, median of {runs} pairs;"
+          " baseline: python -c pass)")
+    print(f"  {'export':<20} {'listed':>7} " + " ".join(f"{r:>8}" for r in reads))
+    for source in sorted(real_dir.glob("*.jsonl")):
+        ws = workdir / f"real-{root.name}-{source.stem}"
+        if not ws.exists():
+            ws.mkdir(parents=True)
+            subprocess.run([mesh, "tracker", "init", "--prefix", "rx"], cwd=ws, env=env, check=True,
+                           capture_output=True)
+            subprocess.run([mesh, "tracker", "import", str(source)], cwd=ws, env=env, check=True,
+                           capture_output=True)
+        listed = json.loads(subprocess.run([bd, "list", "--json", "--all", "--limit", "0"], cwd=ws, env=env,
+                                           check=True, capture_output=True).stdout)
+        ratios = []
+        for read in reads:
+            cmd = [bd, *read.replace("ID", listed[0]["id"]).split(), "--json"]
+            ratios.append(_median_pairs(lambda: _process_cpu(cmd, env, ws), lambda: _process_cpu(bare, env, ws),
+                                        runs)[2])
+        print(f"  {source.stem:<20} {len(listed):>7} " + " ".join(f"{r:>7.2f}x" for r in ratios))
 
 
 def _workspace(root: Path, workdir: Path, n: int) -> str:
@@ -350,7 +382,7 @@ def bench_ready(root: Path, workdir: Path, runs: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``--only``, ``--runs``, ``--root``, ``--io-size``, ``--workdir``."""
+    """Command line: ``--only``, ``--runs``, ``--root``, ``--io-size``, ``--workdir``, ``--real-dir``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections, comma-separated ({', '.join(SECTIONS)})")
     parser.add_argument("--runs", type=int, default=0, help="alternating runs per figure (default: 21 for process"
@@ -358,6 +390,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, default=HERE.parent, help="the checkout of mesh to measure")
     parser.add_argument("--io-size", type=int, default=100_000, help="issues imported and exported (100,000)")
     parser.add_argument("--workdir", type=Path, help="keep the generated workspaces here (default: a temporary folder)")
+    parser.add_argument("--real-dir", type=Path, default=HERE.parent.parent / "shared" / "data" / "beads-real",
+                        help="the real beads exports the real section reads (../shared/data/beads-real)")
     parser.add_argument("--installed", action="store_true",
                         help="measure the whole-process, import and export figures on a fresh non-editable"
                              " install of --root (pip install into a throwaway virtual environment), as users run"
@@ -387,6 +421,9 @@ def main(argv: list[str] | None = None) -> None:
             bench_io(root, workdir, args.io_size, args.runs or 5, bin_dir)
         if "ready" in sections:
             bench_ready(root, workdir, args.runs or 5)
+        if "real" in sections:
+            bin_dir = (bin_dir or fresh_install(root, workdir)) if args.installed else None
+            bench_real(root, workdir, args.runs or 15, bin_dir, args.real_dir)
         if "views" in sections:
             from views_speed import bench_views
 
