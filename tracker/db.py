@@ -4,8 +4,9 @@
 the same interface (``Transactions`` is their shared part). SQLite is one file, WAL
 journal, a busy timeout, foreign keys on for a connection that writes (one that only reads
 skips those settings), and every write transaction opened with ``BEGIN IMMEDIATE`` so that
-two writers never both read then write (the claim compare-and-set depends on it). This module imports neither engine's opener nor the
-schema: ``postgres`` and ``schema`` build on it, not the other way round.
+two writers never both read then write (the claim compare-and-set depends on it). This
+module imports neither engine's opener nor the schema: ``postgres`` and ``schema`` build on
+it, not the other way round.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ from .errors import WorkspaceError
 from .jsontext import id_array
 from .model import BLOCKING_STATUSES
 
-__all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes", "statement_cache", "SCHEMA_VERSION"]
+__all__ = ["Database", "Transactions", "refresh_ready_state", "ready_state_changes", "statement_cache",
+           "SCHEMA_VERSION"]
 
 BUSY_TIMEOUT_MS = 30_000
 CACHE_KIB = 16 * 1024

@@ -6,8 +6,9 @@ metadata or kept extras. What the hot reads need is made here from the C functio
 ``json`` itself uses (``_json``): the JSON array of a list of ids (the ``json_each`` parameter
 of every batched query), the indented answer ``json.dumps(value, indent=2,
 ensure_ascii=False)`` would print, character for character (a property test compares them), and
-that answer made safe for a terminal (``json_text``, which ``safe_text`` hands out).
-Decoding and the compact form import ``json`` on their first call.
+that answer made safe for a terminal (``json_text``, which ``safe_text`` hands out), and the
+stored values decoded (``loads``, by ``_json``'s scanner). The compact form, and a text the
+scanner does not read alone, import ``json`` on their first call.
 """
 
 from __future__ import annotations

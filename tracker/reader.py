@@ -37,12 +37,12 @@ DEFAULT_PREFIX = "bd"  # ids.DEFAULT_PREFIX (``ids`` makes new ids, which a read
 _JSON_IDS = JSON_IDS
 _SQL_BLOCKING = "(" + ",".join(f"'{s}'" for s in BLOCKING_STATUSES) + ")"
 _SQL_NON_WORK = "(" + ",".join(f"'{t}'" for t in NON_WORK_TYPES) + ")"
-# An issue a beads file marks as a template (bd's is_template): the key among the extra fields.
 # An issue's columns and its two counts (dependents, comments): the same index lookups as a
 # count over the ids afterwards, without that second statement (``list`` and ``ready``).
 _COUNTED_SELECT = (_ISSUE_SELECT + ", (SELECT count(*) FROM dependencies d WHERE d.depends_on_id = i.id),"
                    " (SELECT count(*) FROM comments c WHERE c.issue_id = i.id)")
 _N = len(_ISSUE_COLUMNS)
+# An issue a beads file marks as a template (bd's is_template): the key among the extra fields.
 _IS_TEMPLATE = {"sqlite": "json_type(i.extra, '$.is_template') = 'true'",
                 "postgresql": "(i.extra::jsonb -> 'is_template') = 'true'::jsonb"}
 
